@@ -1,0 +1,191 @@
+"""The base class of tfdml losses and the plumbing their functional forms share.
+
+A tfdml loss takes ``y_true`` = integer class ids ``[B]`` (or ``[B, 1]``) and
+``y_pred`` = embeddings ``[B, D]``. It computes one loss value per anchor and a
+flag saying whether the anchor had anything to learn from (a mined triplet,
+a positive pair...), then reduces:
+
+* ``"sum_over_batch_size"`` / ``"mean"`` (default): the mean over the anchors
+  that have a triplet (weighted by ``sample_weight`` if given, divided by
+  the number of such anchors, as Keras does for masked losses);
+* ``"mean_with_sample_weight"``: sum divided by the sum of the weights of
+  the anchors that have a triplet;
+* ``"sum"``: the plain sum;
+* ``"none"`` / ``None``: the ``[B]`` per-anchor values, 0 for anchors without
+  a triplet.
+
+A batch where no anchor has a triplet gives 0 with zero gradients. Under a
+``tf.distribute`` strategy with several replicas the mean reductions are
+divided by the number of replicas, as Keras' own losses are.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from tfdml import ops
+from tfdml.miners import Miner
+
+__all__ = ["MetricLoss", "prepare_inputs", "per_anchor_mean", "reduce_anchor_losses"]
+
+_REDUCTIONS = ("sum_over_batch_size", "mean", "mean_with_sample_weight", "sum", "none", None)
+
+
+def prepare_inputs(
+    labels,
+    embeddings,
+    ref_embeddings=None,
+    ref_labels=None,
+    ref_offset=None,
+    normalize: bool = True,
+):
+    """Validates and casts the inputs of a functional loss.
+
+    Returns:
+        ``(labels, x, ref_labels, ref, ref_offset)``: int32 labels, the
+        embeddings in the compute dtype (float32, or float64 for float64
+        input), L2-normalized if ``normalize``, and the same for the reference
+        set (the batch itself when ``ref_embeddings`` is None, with offset 0).
+
+    Raises:
+        ValueError: for embeddings that are not rank 2, labels that are not
+            ``[B]``/``[B, 1]``, batch sizes that differ, or a reference set
+            with embeddings but no labels (or the reverse).
+    """
+    labels = ops.cast_labels(labels, "y_true")
+    embeddings = ops.check_embeddings(embeddings, "y_pred")
+    ops.check_batch_sizes(labels, embeddings, "y_true", "y_pred")
+    dtype = ops.compute_dtype(embeddings.dtype)
+    x = tf.cast(embeddings, dtype)
+    if normalize:
+        x = ops.l2_normalize(x)
+    if ref_embeddings is None:
+        if ref_labels is not None:
+            raise ValueError(
+                "`ref_labels` was given without `ref_embeddings`. Pass both or neither."
+            )
+        return labels, x, labels, x, 0
+    if ref_labels is None:
+        raise ValueError("`ref_embeddings` was given without `ref_labels`. Pass both or neither.")
+    ref_labels = ops.cast_labels(ref_labels, "ref_labels")
+    ref = ops.check_embeddings(ref_embeddings, "ref_embeddings")
+    ops.check_batch_sizes(ref_labels, ref, "ref_labels", "ref_embeddings")
+    if ref.shape[-1] is not None and x.shape[-1] is not None and ref.shape[-1] != x.shape[-1]:
+        raise ValueError(
+            "`ref_embeddings` must have the same embedding size as `y_pred`. "
+            f"Received: ref_embeddings.shape={ref.shape}, y_pred.shape={embeddings.shape}"
+        )
+    ref = tf.cast(ref, dtype)
+    if normalize:
+        ref = ops.l2_normalize(ref)
+    return labels, x, ref_labels, ref, ref_offset
+
+
+def per_anchor_mean(values, mask):
+    """Mean of ``values`` over each anchor's true ``mask`` entries.
+
+    Args:
+        values: per-triplet (or per-pair) losses, broadcastable to ``mask``,
+            whose first axis is the anchor.
+        mask: boolean, ``[B, ...]``.
+
+    Returns:
+        ``(losses, valid)``: ``[B]`` means (0 where the mask is empty) and
+        ``[B]`` booleans, true where the anchor had at least one entry.
+    """
+    weights = tf.cast(mask, values.dtype)
+    values = tf.broadcast_to(values, tf.shape(weights))
+    axes = list(range(1, len(mask.shape)))
+    count = tf.reduce_sum(weights, axis=axes)
+    total = tf.reduce_sum(values * weights, axis=axes)
+    return tf.math.divide_no_nan(total, count), count > 0
+
+
+def _scale_for_distribution(value):
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    if replicas > 1:
+        value = value * tf.cast(1.0 / replicas, value.dtype)
+    return value
+
+
+def reduce_anchor_losses(losses, valid, sample_weight=None, reduction="sum_over_batch_size"):
+    """Reduces per-anchor losses as described in the module docstring."""
+    _check_reduction(reduction)
+    weights = tf.cast(valid, losses.dtype)
+    count = tf.reduce_sum(weights)
+    if sample_weight is not None:
+        sample_weight = tf.cast(tf.convert_to_tensor(sample_weight), losses.dtype)
+        if sample_weight.shape.rank == 2 and sample_weight.shape[-1] == 1:
+            sample_weight = tf.squeeze(sample_weight, axis=-1)
+        weights = weights * sample_weight
+    values = losses * weights
+    if reduction in ("none", None):
+        return values
+    total = tf.reduce_sum(values)
+    if reduction == "sum":
+        return total
+    if reduction == "mean_with_sample_weight":
+        return _scale_for_distribution(tf.math.divide_no_nan(total, tf.reduce_sum(weights)))
+    return _scale_for_distribution(tf.math.divide_no_nan(total, count))
+
+
+def _check_reduction(reduction):
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"`reduction` must be one of {_REDUCTIONS}. Received: reduction={reduction!r}")
+
+
+def resolve_miner(miner, default_factory):
+    """A Miner instance from ``miner`` (instance, serialized dict, or None for the default)."""
+    if miner is None:
+        return default_factory()
+    if isinstance(miner, dict):
+        miner = keras.saving.deserialize_keras_object(miner)
+    if not isinstance(miner, Miner):
+        raise ValueError(
+            f"`miner` must be a tfdml.miners.Miner instance or None. Received: miner={miner!r}"
+        )
+    return miner
+
+
+class MetricLoss(keras.losses.Loss):
+    """Base class of tfdml losses: labels + embeddings in, one value per anchor, reduced.
+
+    Subclasses implement :meth:`per_anchor`. ``__call__`` casts ``y_true`` to
+    int32 *before* any dtype conversion (Keras' base class converts labels to
+    the loss dtype, which in bfloat16 merges class ids above 256), and computes
+    in float32 whatever the dtype of ``y_pred``.
+
+    Args:
+        normalize: L2-normalize the embeddings first. Defaults to `True`.
+        reduction: see the module docstring. Defaults to
+            `"sum_over_batch_size"`, the mean over anchors that have a triplet.
+        name: name of the loss instance.
+        dtype: dtype of the returned loss value. Defaults to `None`
+            (``keras.config.floatx()``).
+    """
+
+    def __init__(self, normalize=True, reduction="sum_over_batch_size", name=None, dtype=None):
+        _check_reduction(reduction)
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self.normalize = bool(normalize)
+
+    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
+        """Returns ``(losses [B], valid [B])`` in the compute dtype."""
+        raise NotImplementedError
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        with tf.name_scope(self.name):
+            labels = ops.cast_labels(y_true, "y_true")
+            losses, valid = self.per_anchor(labels, y_pred)
+            value = reduce_anchor_losses(losses, valid, sample_weight, self.reduction)
+            return tf.cast(value, self.dtype)
+
+    def call(self, y_true, y_pred):
+        losses, valid = self.per_anchor(ops.cast_labels(y_true, "y_true"), y_pred)
+        return losses * tf.cast(valid, losses.dtype)
+
+    def get_config(self):
+        config = super().get_config()
+        config["normalize"] = self.normalize
+        return config

@@ -1,0 +1,280 @@
+"""Triplet losses of "Extreme triplet learning": NCA (1st order), its 2nd-order fix, margin."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from tfdml import ops
+from tfdml.losses.base import MetricLoss, per_anchor_mean, prepare_inputs, resolve_miner
+from tfdml.miners import TripletMiner, gather_triplet_scores
+
+__all__ = [
+    "TripletMarginLoss",
+    "TripletNCALoss",
+    "triplet_margin_loss",
+    "triplet_nca_loss",
+]
+
+DISTANCES = ("squared_l2", "l2", "cosine")
+
+
+def _check_nca_args(order, temperature):
+    if order not in (1, 2) or isinstance(order, bool):
+        raise ValueError(f"`order` must be 1 or 2. Received: order={order!r}")
+    if not isinstance(temperature, (int, float)) or not temperature > 0:
+        raise ValueError(f"`temperature` must be a number > 0. Received: temperature={temperature!r}")
+
+
+def _check_margin_args(margin, distance):
+    if not isinstance(margin, (int, float)) or not margin >= 0:
+        raise ValueError(f"`margin` must be a number >= 0. Received: margin={margin!r}")
+    if distance not in DISTANCES:
+        raise ValueError(f"`distance` must be one of {DISTANCES}. Received: distance={distance!r}")
+
+
+def _ephn():
+    return TripletMiner("easy", "hard")
+
+
+def _facenet():
+    return TripletMiner("all", "semihard")
+
+
+def _nca_per_anchor(labels, embeddings, order, temperature, miner, normalize,
+                    ref_embeddings, ref_labels, ref_offset):
+    labels, x, ref_labels, ref, ref_offset = prepare_inputs(
+        labels, embeddings, ref_embeddings, ref_labels, ref_offset, normalize
+    )
+    scores = ops.pairwise_similarity(x, ref)
+    triplets = miner.mine(scores, labels, ref_labels, ref_offset)
+    s_ap, s_an = gather_triplet_scores(scores, triplets)
+    if order == 1:
+        logits = s_an - s_ap
+    else:
+        logits = 0.5 * tf.square(s_an) - (s_ap - 0.5 * tf.square(s_ap))
+    values = tf.math.softplus(logits / tf.cast(temperature, logits.dtype))
+    return per_anchor_mean(values, triplets.mask)
+
+
+def _margin_per_anchor(labels, embeddings, margin, distance, miner, normalize,
+                       ref_embeddings, ref_labels, ref_offset):
+    labels, x, ref_labels, ref, ref_offset = prepare_inputs(
+        labels, embeddings, ref_embeddings, ref_labels, ref_offset, normalize
+    )
+    if distance == "cosine":
+        dist = 1.0 - ops.pairwise_similarity(x, ref)
+    else:
+        dist = ops.pairwise_distance(x, ref, squared=distance == "squared_l2")
+    scores = -dist
+    triplets = miner.mine(scores, labels, ref_labels, ref_offset)
+    s_ap, s_an = gather_triplet_scores(scores, triplets)
+    values = tf.nn.relu(s_an - s_ap + tf.cast(margin, scores.dtype))
+    return per_anchor_mean(values, triplets.mask)
+
+
+def _mean_over_valid(losses, valid, like):
+    count = tf.reduce_sum(tf.cast(valid, losses.dtype))
+    value = tf.math.divide_no_nan(tf.reduce_sum(losses), count)
+    return tf.cast(value, like.dtype)
+
+
+def triplet_nca_loss(
+    y_true,
+    y_pred,
+    order: int = 1,
+    temperature: float = 1.0,
+    miner=None,
+    normalize: bool = True,
+    ref_embeddings=None,
+    ref_labels=None,
+    ref_offset=None,
+):
+    """Functional form of :class:`TripletNCALoss`: the mean over anchors with a triplet.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_pred: ``[B, D]`` embeddings.
+        order, temperature, miner, normalize: as in :class:`TripletNCALoss`.
+        ref_embeddings: ``[R, D]`` embeddings to mine positives and negatives
+            from instead of the batch. Defaults to `None` (the batch).
+        ref_labels: ``[R]`` class ids of ``ref_embeddings``.
+        ref_offset: anchor ``i`` is row ``i + ref_offset`` of the reference
+            set (excluded from its positives); `None` when the anchors are not
+            in it. Ignored without ``ref_embeddings``.
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 when no anchor has a triplet.
+    """
+    _check_nca_args(order, temperature)
+    miner = resolve_miner(miner, _ephn)
+    losses, valid = _nca_per_anchor(y_true, y_pred, order, temperature, miner, normalize,
+                                    ref_embeddings, ref_labels, ref_offset)
+    return _mean_over_valid(losses, valid, tf.convert_to_tensor(y_pred))
+
+
+def triplet_margin_loss(
+    y_true,
+    y_pred,
+    margin: float = 0.2,
+    distance: str = "squared_l2",
+    miner=None,
+    normalize: bool = True,
+    ref_embeddings=None,
+    ref_labels=None,
+    ref_offset=None,
+):
+    """Functional form of :class:`TripletMarginLoss`: the mean over anchors with a triplet.
+
+    Arguments as in :func:`triplet_nca_loss` and :class:`TripletMarginLoss`.
+    """
+    _check_margin_args(margin, distance)
+    miner = resolve_miner(miner, _facenet)
+    losses, valid = _margin_per_anchor(y_true, y_pred, margin, distance, miner, normalize,
+                                       ref_embeddings, ref_labels, ref_offset)
+    return _mean_over_valid(losses, valid, tf.convert_to_tensor(y_pred))
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class TripletNCALoss(MetricLoss):
+    """Triplet NCA loss (1st order) and the 2nd-order loss of "Extreme triplet learning".
+
+    With ``S_ap``, ``S_an`` the cosine similarities of a mined triplet and
+    ``T`` the temperature:
+
+    * ``order=1`` (eq. 1): ``L = -log(e^{S_ap/T} / (e^{S_ap/T} + e^{S_an/T}))
+      = softplus((S_an - S_ap) / T)``.
+    * ``order=2`` (eq. 16): ``u = S_ap - S_ap^2 / 2``, ``v = S_an^2 / 2``,
+      ``L = softplus((v - u) / T)``. Its gradients weight the positive by
+      ``w_ap = 1 - S_ap`` and the negative by ``w_an = S_an`` (eqs. 13-15),
+      which stops hard-negative triplets from collapsing to (1, 1).
+
+    The temperature divides the logits of the softmax (``S`` for order 1,
+    ``u`` and ``v`` for order 2), so the 2nd-order weights keep their form.
+    ``T = 1`` is the paper's equations; the authors' released easy-positive
+    code used ``T = 0.1`` with order 1.
+
+    Per anchor the loss is the mean over its mined triplets; anchors without
+    a triplet (no positive or no negative in the batch) are left out, and a
+    batch with none gives 0 with zero gradients.
+
+    Args:
+        order: 1 or 2. Defaults to `1`.
+        temperature: ``T > 0``. Defaults to `1.0`.
+        miner: a :class:`tfdml.miners.Miner`. Defaults to
+            `TripletMiner("easy", "hard")` (EPHN).
+        normalize: L2-normalize the embeddings first. Defaults to `True`.
+        reduction: see :mod:`tfdml.losses.base`. Defaults to
+            `"sum_over_batch_size"` (mean over anchors with a triplet).
+        name: name of the loss. Defaults to `"triplet_nca_loss"`.
+        dtype: dtype of the returned value. Defaults to `None` (floatx).
+
+    Examples:
+
+    >>> loss = tfdml.losses.TripletNCALoss(order=2)
+    >>> model.compile(optimizer="adam", loss=loss, jit_compile=True)
+    >>> model.fit(dataset_of_images_and_int_labels, epochs=10)
+
+    Reference:
+        "Extreme triplet learning: effectively optimizing easy positives and
+        hard negatives" (eqs. 1 and 16); Goldberger et al., "Neighbourhood
+        components analysis", NIPS 2005.
+    """
+
+    def __init__(
+        self,
+        order: int = 1,
+        temperature: float = 1.0,
+        miner=None,
+        normalize: bool = True,
+        reduction="sum_over_batch_size",
+        name: str = "triplet_nca_loss",
+        dtype=None,
+    ):
+        _check_nca_args(order, temperature)
+        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype)
+        self.order = order
+        self.temperature = float(temperature)
+        self.miner = resolve_miner(miner, _ephn)
+
+    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
+        return _nca_per_anchor(labels, embeddings, self.order, self.temperature, self.miner,
+                               self.normalize, ref_embeddings, ref_labels, ref_offset)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            order=self.order,
+            temperature=self.temperature,
+            miner=keras.saving.serialize_keras_object(self.miner),
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class TripletMarginLoss(MetricLoss):
+    """The vanilla margin triplet loss (appendix E of "Extreme triplet learning").
+
+    ``L = max(d(a, p) - d(a, n) + margin, 0)`` for each mined triplet, with
+    ``d`` one of:
+
+    * ``"squared_l2"``: ``|f_a - f_p|^2``, which on the unit sphere is
+      ``2 - 2 S`` (so ``L = max(2 (S_an - S_ap) + margin, 0)``);
+    * ``"l2"``: ``|f_a - f_p|`` (square root guarded at 0);
+    * ``"cosine"``: ``1 - S``.
+
+    Mining ranks by the same distance (smaller is more similar). Per anchor
+    the loss is the mean over its mined triplets; anchors without a triplet
+    are left out, and a batch with none gives 0 with zero gradients.
+
+    Args:
+        margin: ``>= 0``. Defaults to `0.2`.
+        distance: ``"squared_l2"``, ``"l2"`` or ``"cosine"``. Defaults to
+            `"squared_l2"`.
+        miner: a :class:`tfdml.miners.Miner`. Defaults to
+            `TripletMiner("all", "semihard")` (every positive, each with its
+            semi-hard negative, as in FaceNet).
+        normalize: L2-normalize the embeddings first. Defaults to `True`.
+        reduction: see :mod:`tfdml.losses.base`. Defaults to
+            `"sum_over_batch_size"` (mean over anchors with a triplet).
+        name: name of the loss. Defaults to `"triplet_margin_loss"`.
+        dtype: dtype of the returned value. Defaults to `None` (floatx).
+
+    Examples:
+
+    >>> loss = tfdml.losses.TripletMarginLoss(
+    ...     margin=0.2, miner=tfdml.miners.TripletMiner("easy", "hard"))
+
+    Reference:
+        Schroff, Kalenichenko, Philbin, "FaceNet", CVPR 2015; appendix E of
+        "Extreme triplet learning".
+    """
+
+    def __init__(
+        self,
+        margin: float = 0.2,
+        distance: str = "squared_l2",
+        miner=None,
+        normalize: bool = True,
+        reduction="sum_over_batch_size",
+        name: str = "triplet_margin_loss",
+        dtype=None,
+    ):
+        _check_margin_args(margin, distance)
+        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype)
+        self.margin = float(margin)
+        self.distance = distance
+        self.miner = resolve_miner(miner, _facenet)
+
+    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
+        return _margin_per_anchor(labels, embeddings, self.margin, self.distance, self.miner,
+                                  self.normalize, ref_embeddings, ref_labels, ref_offset)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            margin=self.margin,
+            distance=self.distance,
+            miner=keras.saving.serialize_keras_object(self.miner),
+        )
+        return config

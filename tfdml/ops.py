@@ -1,0 +1,216 @@
+"""Core tensor operations shared by every loss, miner and metric.
+
+Everything here has fixed output shapes and compiles under ``jit_compile=True``:
+selections are expressed as masks and masked reductions, never as boolean
+indexing or index lists.
+
+Conventions:
+
+* ``labels`` are integer class ids of shape ``[B]`` (``[B, 1]`` is accepted).
+  They are cast to ``int32`` before anything else: in ``bfloat16`` the ids 256
+  and 257 are the same number, so converting labels to the loss dtype first
+  would silently merge classes.
+* A *reference set* ``(ref_embeddings, ref_labels)`` of size ``R`` is what
+  anchors are compared against. By default it is the batch itself
+  (``R == B``). ``ref_offset`` tells where the batch sits inside the reference
+  set (anchor ``i`` is reference row ``i + ref_offset``) so that self-pairs are
+  excluded; ``ref_offset=None`` means the anchors are not part of the
+  reference set.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+__all__ = [
+    "cast_labels",
+    "check_embeddings",
+    "compute_dtype",
+    "l2_normalize",
+    "label_masks",
+    "masked_argmax",
+    "masked_argmin",
+    "masked_max",
+    "masked_min",
+    "pairwise_distance",
+    "pairwise_similarity",
+    "safe_sqrt",
+]
+
+
+def cast_labels(labels, name: str = "labels") -> tf.Tensor:
+    """Returns integer class ids as an ``int32`` tensor of shape ``[B]``.
+
+    Accepts shape ``[B]`` or ``[B, 1]`` and any integer or float dtype. Floats
+    are cast (exactly, for ids below 2**24 in float32); already-rounded
+    ``bfloat16`` ids cannot be recovered, so pass integer labels.
+
+    Raises:
+        ValueError: if the labels are not of rank 1, or rank 2 with a last
+            dimension of 1.
+    """
+    labels = tf.convert_to_tensor(labels)
+    rank = labels.shape.rank
+    if rank == 2 and labels.shape[-1] == 1:
+        labels = tf.squeeze(labels, axis=-1)
+    elif rank != 1:
+        raise ValueError(
+            f"`{name}` must be integer class ids of shape [B] or [B, 1]. "
+            f"Received: {name}.shape={labels.shape}"
+        )
+    if labels.dtype != tf.int32:
+        if labels.dtype.is_floating:
+            labels = tf.round(labels)
+        labels = tf.cast(labels, tf.int32)
+    return labels
+
+
+def check_embeddings(embeddings, name: str = "embeddings") -> tf.Tensor:
+    """Converts to a tensor and checks that it is a rank-2 ``[B, D]`` float tensor."""
+    embeddings = tf.convert_to_tensor(embeddings)
+    if embeddings.shape.rank != 2:
+        raise ValueError(
+            f"`{name}` must be a rank-2 tensor of shape [B, D]. "
+            f"Received: {name}.shape={embeddings.shape}"
+        )
+    if not embeddings.dtype.is_floating:
+        raise ValueError(
+            f"`{name}` must have a floating dtype. Received: {name}.dtype={embeddings.dtype.name}"
+        )
+    return embeddings
+
+
+def check_batch_sizes(labels, embeddings, labels_name="labels", embeddings_name="embeddings"):
+    """Raises ValueError when the static batch sizes of labels and embeddings differ."""
+    n_labels = labels.shape[0]
+    n_embeddings = embeddings.shape[0]
+    if n_labels is not None and n_embeddings is not None and n_labels != n_embeddings:
+        raise ValueError(
+            f"`{labels_name}` and `{embeddings_name}` must have the same batch size. "
+            f"Received: {labels_name}.shape={labels.shape}, "
+            f"{embeddings_name}.shape={embeddings.shape}"
+        )
+
+
+def compute_dtype(dtype) -> tf.DType:
+    """The dtype computations run in: float64 stays float64, all else float32."""
+    return tf.float64 if tf.as_dtype(dtype) == tf.float64 else tf.float32
+
+
+def l2_normalize(x, axis: int = -1, epsilon: float = 1e-12) -> tf.Tensor:
+    """L2-normalizes ``x`` along ``axis``; zero vectors stay zero, gradients stay finite."""
+    x = tf.convert_to_tensor(x)
+    square_sum = tf.reduce_sum(tf.square(x), axis=axis, keepdims=True)
+    return x * tf.math.rsqrt(tf.maximum(square_sum, tf.cast(epsilon, x.dtype)))
+
+
+def safe_sqrt(x, epsilon: float = 1e-12) -> tf.Tensor:
+    """``sqrt(x)`` for ``x >= 0`` whose value and gradient are 0 at (and below) ``epsilon``.
+
+    The plain square root has an infinite derivative at 0, which turns the
+    gradient of a distance between duplicate points into NaN.
+    """
+    x = tf.convert_to_tensor(x)
+    eps = tf.cast(epsilon, x.dtype)
+    positive = x > eps
+    return tf.where(positive, tf.sqrt(tf.where(positive, x, tf.ones_like(x))), tf.zeros_like(x))
+
+
+def pairwise_similarity(x, y=None) -> tf.Tensor:
+    """Dot products ``x @ y^T`` of shape ``[B, R]`` (cosine similarity for unit vectors).
+
+    Args:
+        x: ``[B, D]`` tensor.
+        y: ``[R, D]`` tensor. Defaults to ``x``.
+    """
+    x = tf.convert_to_tensor(x)
+    y = x if y is None else tf.convert_to_tensor(y)
+    return tf.matmul(x, y, transpose_b=True)
+
+
+def pairwise_distance(x, y=None, squared: bool = False) -> tf.Tensor:
+    """Euclidean distances of shape ``[B, R]`` between rows of ``x`` and of ``y``.
+
+    Uses ``|x|^2 + |y|^2 - 2 x.y`` clipped at 0; the square root is
+    :func:`safe_sqrt`, so the gradient at zero distance is 0 rather than NaN.
+
+    Args:
+        x: ``[B, D]`` tensor.
+        y: ``[R, D]`` tensor. Defaults to ``x``.
+        squared: return squared distances. Defaults to `False`.
+    """
+    x = tf.convert_to_tensor(x)
+    y = x if y is None else tf.convert_to_tensor(y)
+    x_sq = tf.reduce_sum(tf.square(x), axis=1, keepdims=True)
+    y_sq = tf.reduce_sum(tf.square(y), axis=1, keepdims=True)
+    sq = x_sq + tf.transpose(y_sq) - 2.0 * tf.matmul(x, y, transpose_b=True)
+    sq = tf.maximum(sq, tf.zeros_like(sq))
+    return sq if squared else safe_sqrt(sq)
+
+
+def label_masks(labels, ref_labels=None, ref_offset=0):
+    """Same-class and different-class masks of shape ``[B, R]``.
+
+    Args:
+        labels: ``[B]`` int32 class ids of the anchors.
+        ref_labels: ``[R]`` int32 class ids of the reference set. Defaults to
+            ``labels``.
+        ref_offset: anchor ``i`` is reference row ``i + ref_offset``; that
+            pair is excluded from the positives. ``None`` when the anchors are
+            not in the reference set. Defaults to `0`.
+
+    Returns:
+        ``(positive_mask, negative_mask)``, boolean. Self-pairs are never
+        positives; negatives are all reference rows of another class.
+    """
+    labels = cast_labels(labels)
+    ref_labels = labels if ref_labels is None else cast_labels(ref_labels, "ref_labels")
+    same = tf.equal(labels[:, None], ref_labels[None, :])
+    negative = tf.logical_not(same)
+    if ref_offset is None:
+        return same, negative
+    rows = tf.range(tf.shape(labels)[0], dtype=tf.int32) + tf.cast(ref_offset, tf.int32)
+    cols = tf.range(tf.shape(ref_labels)[0], dtype=tf.int32)
+    not_self = tf.not_equal(rows[:, None], cols[None, :])
+    return tf.logical_and(same, not_self), negative
+
+
+def _lowest(dtype):
+    return tf.cast(dtype.min, dtype)
+
+
+def masked_max(x, mask, axis: int = -1):
+    """Maximum of ``x`` over the entries where ``mask`` is true.
+
+    Returns:
+        ``(values, found)``: ``values`` is 0 where the mask is empty along
+        ``axis``; ``found`` is a boolean tensor saying where it was not.
+    """
+    x = tf.convert_to_tensor(x)
+    found = tf.reduce_any(mask, axis=axis)
+    values = tf.reduce_max(tf.where(mask, x, _lowest(x.dtype)), axis=axis)
+    return tf.where(found, values, tf.zeros_like(values)), found
+
+
+def masked_min(x, mask, axis: int = -1):
+    """Minimum of ``x`` over the entries where ``mask`` is true; see :func:`masked_max`."""
+    values, found = masked_max(-tf.convert_to_tensor(x), mask, axis=axis)
+    return -values, found
+
+
+def masked_argmax(x, mask, axis: int = -1):
+    """Index of the largest ``x`` where ``mask`` is true.
+
+    Returns:
+        ``(indices, found)``: int32 indices (0 where the mask is empty) and
+        the boolean ``found``. Ties go to the lowest index.
+    """
+    x = tf.convert_to_tensor(x)
+    found = tf.reduce_any(mask, axis=axis)
+    idx = tf.argmax(tf.where(mask, x, _lowest(x.dtype)), axis=axis, output_type=tf.int32)
+    return tf.where(found, idx, tf.zeros_like(idx)), found
+
+
+def masked_argmin(x, mask, axis: int = -1):
+    """Index of the smallest ``x`` where ``mask`` is true; see :func:`masked_argmax`."""
+    return masked_argmax(-tf.convert_to_tensor(x), mask, axis=axis)
