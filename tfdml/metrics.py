@@ -109,6 +109,7 @@ def recall_at_k(
                 "`gallery_embeddings` and `embeddings` must have the same embedding size. "
                 f"Received: {gallery.shape} and {queries.shape}"
             )
+    labels, gallery_labels = ops.same_label_dtype(labels, gallery_labels)
     ks = _check_ks(ks, int(gallery.shape[0]) - int(exclude_self))
     neighbours = _neighbour_labels(
         queries, gallery, gallery_labels, max(ks), exclude_self, metric, chunk_size

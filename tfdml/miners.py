@@ -13,6 +13,7 @@ arg-max/arg-min, sorts and searches of fixed shape. Only the
 
 from __future__ import annotations
 
+import numbers
 from typing import NamedTuple
 
 import keras
@@ -104,6 +105,23 @@ class Miner:
         return f"{type(self).__name__}({args})"
 
 
+def _row_scatter(target, columns, updates, scatter=tf.tensor_scatter_nd_update):
+    """``target[b, columns[b, t]] = updates[b, t]`` (or combined by ``scatter``) for all b, t."""
+    rows = tf.broadcast_to(tf.range(tf.shape(columns)[0])[:, None], tf.shape(columns))
+    return scatter(target, tf.stack([rows, columns], axis=-1), updates)
+
+
+def _compact(mask, values):
+    """Per row, the ``values`` where ``mask`` is true, moved to the front in order: [B, R].
+
+    Entries past the row's count are 0.
+    """
+    width = tf.shape(mask)[1]
+    slot = tf.where(mask, tf.cumsum(tf.cast(mask, tf.int32), axis=1) - 1, width)
+    target = tf.zeros([tf.shape(mask)[0], width + 1], values.dtype)  # column `width`: discard
+    return _row_scatter(target, slot, values)[:, :width]
+
+
 def _check_choice(name, value, allowed):
     if value not in allowed:
         raise ValueError(f"`{name}` must be one of {allowed}. Received: {name}={value!r}")
@@ -120,11 +138,13 @@ class TripletMiner(Miner):
       ``"hard"``: the least similar; ``"random"``: a uniformly random one;
       ``"all"``: every same-class sample (one triplet per positive).
     * ``negative="hard"``: the most similar other-class sample;
-      ``"easy"``: the least similar; ``"random"``: a uniformly random one;
+      ``"easy"``: the least similar; ``"random"``: a uniformly random one
+      (drawn per (anchor, positive) pair when ``positive="all"``);
       ``"semihard"``: the most similar negative that is not more similar than
-      the chosen positive (``s_an <= s_ap``), found per (anchor, positive) by
-      one sort of the anchor's negatives and a binary search (``O(B R log R)``
-      time, ``O(B R)`` memory); ``"all"``: every other-class sample.
+      the chosen positive (``s_an <= s_ap``); with ``positive="all"`` it is
+      found per (anchor, positive) from one sort of each anchor's scores
+      (``O(B R log R)`` time, ``O(B R)`` memory, also under XLA);
+      ``"all"``: every other-class sample.
 
     The named combinations of the extreme-triplet paper: EPHN = ``("easy",
     "hard")``, EPSHN = ``("easy", "semihard")``, HPHN = ``("hard", "hard")``,
@@ -171,8 +191,9 @@ class TripletMiner(Miner):
                 "`disjoint=True` needs single-choice strategies, not 'all'. "
                 f"Received: positive={positive!r}, negative={negative!r}"
             )
-        if seed is not None and not isinstance(seed, int):
+        if seed is not None and (not isinstance(seed, numbers.Integral) or isinstance(seed, bool)):
             raise ValueError(f"`seed` must be an int or None. Received: seed={seed!r}")
+        seed = None if seed is None else int(seed)
         self.positive = positive
         self.negative = negative
         self.disjoint = bool(disjoint)
@@ -207,17 +228,49 @@ class TripletMiner(Miner):
         candidates = tf.logical_and(negative_mask, scores <= s_ap)
         return ops.masked_argmax(scores, candidates)
 
+    def _random_all(self, negative_mask):
+        """A uniformly random negative for every (anchor, positive = reference j) pair: [B, R].
+
+        Draws ``u ~ U[0, 1)`` per pair and takes the ``floor(u * count)``-th
+        negative of the anchor in reference order: O(B R) memory, no sort.
+        """
+        count = tf.reduce_sum(tf.cast(negative_mask, tf.int32), axis=1, keepdims=True)
+        columns = tf.broadcast_to(tf.range(tf.shape(negative_mask)[1]), tf.shape(negative_mask))
+        negatives = _compact(negative_mask, columns)
+        u = self._noise(tf.shape(negative_mask), tf.float32)
+        k = tf.minimum(tf.cast(u * tf.cast(count, tf.float32), tf.int32), tf.maximum(count - 1, 0))
+        index = tf.gather(negatives, k, batch_dims=1)
+        found = tf.broadcast_to(count > 0, tf.shape(index))
+        return tf.where(found, index, tf.zeros_like(index)), found
+
     @staticmethod
     def _semihard_all(scores, negative_mask):
-        """Semi-hard negative for every (anchor, positive = reference j) pair: [B, R]."""
-        big = tf.cast(scores.dtype.max, scores.dtype)
-        negative_scores = tf.where(negative_mask, scores, big)
-        order = tf.argsort(negative_scores, axis=1, stable=True)
-        sorted_scores = tf.gather(negative_scores, order, batch_dims=1)
-        # Number of negatives with score <= s_ap, for s_ap = every entry of the row.
-        count = tf.searchsorted(sorted_scores, scores, side="right", out_type=tf.int32)
+        """Semi-hard negative for every (anchor, positive = reference j) pair: [B, R].
+
+        One stable sort per row, then counts instead of searches (a batched
+        binary search lowers to a [B, R, R] comparison under XLA):
+        ``count[a, j]`` = number of negatives with score <= ``scores[a, j]``,
+        ties included, and the semi-hard negative is the ``count``-th
+        smallest negative. O(B R log R) time, O(B R) memory.
+        """
+        order = tf.argsort(scores, axis=1, stable=True)
+        values = tf.gather(scores, order, batch_dims=1)
+        is_negative = tf.gather(negative_mask, order, batch_dims=1)
+        negatives_so_far = tf.cumsum(tf.cast(is_negative, tf.int32), axis=1)
+        # Extend each position to the end of its group of equal scores.
+        starts = tf.concat(
+            [tf.ones_like(values[:, :1], tf.bool), tf.not_equal(values[:, 1:], values[:, :-1])],
+            axis=1,
+        )
+        group = tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1
+        positions = tf.broadcast_to(tf.range(tf.shape(order)[1]), tf.shape(order))
+        group_end = _row_scatter(tf.zeros_like(order), group, positions, tf.tensor_scatter_nd_max)
+        last = tf.gather(group_end, group, batch_dims=1)
+        count_sorted = tf.gather(negatives_so_far, last, batch_dims=1)
+        count = _row_scatter(tf.zeros_like(order), order, count_sorted)  # back to reference order
+        negatives = _compact(is_negative, order)  # reference indices, ascending score
         found = count > 0
-        index = tf.gather(order, tf.maximum(count - 1, 0), batch_dims=1)
+        index = tf.gather(negatives, tf.maximum(count - 1, 0), batch_dims=1)
         return tf.where(found, index, tf.zeros_like(index)), found
 
     # -- mining --------------------------------------------------------------------------------
@@ -250,6 +303,8 @@ class TripletMiner(Miner):
             else:
                 negative, found = self._semihard_single(scores, negative_mask, s_ap)
                 negative, found = negative[:, None], found[:, None]
+        elif self.negative == "random" and positive is None:
+            negative, found = self._random_all(negative_mask)
         else:
             noise = self._noise(shape, scores.dtype) if self.negative == "random" else None
             negative, found = self._pick(self.negative + "_negative", scores, negative_mask, noise)

@@ -7,9 +7,9 @@ indexing or index lists.
 Conventions:
 
 * ``labels`` are integer class ids of shape ``[B]`` (``[B, 1]`` is accepted).
-  They are cast to ``int32`` before anything else: in ``bfloat16`` the ids 256
-  and 257 are the same number, so converting labels to the loss dtype first
-  would silently merge classes.
+  They are cast to ``int32`` (``int64`` ids stay ``int64``) before anything
+  else: in ``bfloat16`` the ids 256 and 257 are the same number, so converting
+  labels to the loss dtype first would silently merge classes.
 * A *reference set* ``(ref_embeddings, ref_labels)`` of size ``R`` is what
   anchors are compared against. By default it is the batch itself
   (``R == B``). ``ref_offset`` tells where the batch sits inside the reference
@@ -35,15 +35,18 @@ __all__ = [
     "pairwise_distance",
     "pairwise_similarity",
     "safe_sqrt",
+    "same_label_dtype",
 ]
 
 
 def cast_labels(labels, name: str = "labels") -> tf.Tensor:
-    """Returns integer class ids as an ``int32`` tensor of shape ``[B]``.
+    """Returns integer class ids as an integer tensor of shape ``[B]``.
 
-    Accepts shape ``[B]`` or ``[B, 1]`` and any integer or float dtype. Floats
-    are cast (exactly, for ids below 2**24 in float32); already-rounded
-    ``bfloat16`` ids cannot be recovered, so pass integer labels.
+    Accepts shape ``[B]`` or ``[B, 1]`` and any integer or float dtype. The
+    result is ``int32``, except that ``int64`` ids stay ``int64`` (an int32
+    cast would wrap ids beyond 2**31 onto others). Floats are rounded and
+    cast (exact for ids below 2**24 in float32); ids already rounded by a
+    ``bfloat16`` conversion cannot be recovered, so pass integer labels.
 
     Raises:
         ValueError: if the labels are not of rank 1, or rank 2 with a last
@@ -58,11 +61,18 @@ def cast_labels(labels, name: str = "labels") -> tf.Tensor:
             f"`{name}` must be integer class ids of shape [B] or [B, 1]. "
             f"Received: {name}.shape={labels.shape}"
         )
-    if labels.dtype != tf.int32:
-        if labels.dtype.is_floating:
-            labels = tf.round(labels)
-        labels = tf.cast(labels, tf.int32)
-    return labels
+    if labels.dtype in (tf.int32, tf.int64):
+        return labels
+    if labels.dtype.is_floating:
+        labels = tf.round(labels)
+    return tf.cast(labels, tf.int32)
+
+
+def same_label_dtype(a, b):
+    """Casts two label tensors to a common dtype (int64 if either is int64)."""
+    if a.dtype == b.dtype:
+        return a, b
+    return tf.cast(a, tf.int64), tf.cast(b, tf.int64)
 
 
 def check_embeddings(embeddings, name: str = "embeddings") -> tf.Tensor:
@@ -165,6 +175,7 @@ def label_masks(labels, ref_labels=None, ref_offset=0):
     """
     labels = cast_labels(labels)
     ref_labels = labels if ref_labels is None else cast_labels(ref_labels, "ref_labels")
+    labels, ref_labels = same_label_dtype(labels, ref_labels)
     same = tf.equal(labels[:, None], ref_labels[None, :])
     negative = tf.logical_not(same)
     if ref_offset is None:
@@ -173,10 +184,6 @@ def label_masks(labels, ref_labels=None, ref_offset=0):
     cols = tf.range(tf.shape(ref_labels)[0], dtype=tf.int32)
     not_self = tf.not_equal(rows[:, None], cols[None, :])
     return tf.logical_and(same, not_self), negative
-
-
-def _lowest(dtype):
-    return tf.cast(dtype.min, dtype)
 
 
 def masked_max(x, mask, axis: int = -1):
@@ -188,7 +195,7 @@ def masked_max(x, mask, axis: int = -1):
     """
     x = tf.convert_to_tensor(x)
     found = tf.reduce_any(mask, axis=axis)
-    values = tf.reduce_max(tf.where(mask, x, _lowest(x.dtype)), axis=axis)
+    values = tf.reduce_max(tf.where(mask, x, tf.constant(-float("inf"), x.dtype)), axis=axis)
     return tf.where(found, values, tf.zeros_like(values)), found
 
 
@@ -203,11 +210,13 @@ def masked_argmax(x, mask, axis: int = -1):
 
     Returns:
         ``(indices, found)``: int32 indices (0 where the mask is empty) and
-        the boolean ``found``. Ties go to the lowest index.
+        the boolean ``found``. Ties go to the lowest index; the index is
+        always inside the mask, even when every candidate is ``-inf``.
     """
-    x = tf.convert_to_tensor(x)
-    found = tf.reduce_any(mask, axis=axis)
-    idx = tf.argmax(tf.where(mask, x, _lowest(x.dtype)), axis=axis, output_type=tf.int32)
+    x = tf.stop_gradient(tf.convert_to_tensor(x))
+    best, found = masked_max(x, mask, axis=axis)
+    is_best = tf.logical_and(mask, tf.equal(x, tf.expand_dims(best, axis)))
+    idx = tf.argmax(tf.cast(is_best, tf.int32), axis=axis, output_type=tf.int32)
     return tf.where(found, idx, tf.zeros_like(idx)), found
 
 

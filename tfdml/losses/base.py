@@ -169,6 +169,7 @@ class MetricLoss(keras.losses.Loss):
         _check_reduction(reduction)
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self.normalize = bool(normalize)
+        self._config_dtype = dtype
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
         """Returns ``(losses [B], valid [B])`` in the compute dtype."""
@@ -188,4 +189,6 @@ class MetricLoss(keras.losses.Loss):
     def get_config(self):
         config = super().get_config()
         config["normalize"] = self.normalize
+        if self._config_dtype is not None:
+            config["dtype"] = keras.dtype_policies.serialize(self._dtype_policy)
         return config

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 import keras
 import tensorflow as tf
 
@@ -19,15 +21,19 @@ __all__ = [
 DISTANCES = ("squared_l2", "l2", "cosine")
 
 
+def _is_number(x):
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
 def _check_nca_args(order, temperature):
-    if order not in (1, 2) or isinstance(order, bool):
+    if not isinstance(order, numbers.Integral) or isinstance(order, bool) or order not in (1, 2):
         raise ValueError(f"`order` must be 1 or 2. Received: order={order!r}")
-    if not isinstance(temperature, (int, float)) or not temperature > 0:
+    if not _is_number(temperature) or not temperature > 0:
         raise ValueError(f"`temperature` must be a number > 0. Received: temperature={temperature!r}")
 
 
 def _check_margin_args(margin, distance):
-    if not isinstance(margin, (int, float)) or not margin >= 0:
+    if not _is_number(margin) or not margin >= 0:
         raise ValueError(f"`margin` must be a number >= 0. Received: margin={margin!r}")
     if distance not in DISTANCES:
         raise ValueError(f"`distance` must be one of {DISTANCES}. Received: distance={distance!r}")
@@ -53,7 +59,7 @@ def _nca_per_anchor(labels, embeddings, order, temperature, miner, normalize,
         logits = s_an - s_ap
     else:
         logits = 0.5 * tf.square(s_an) - (s_ap - 0.5 * tf.square(s_ap))
-    values = tf.math.softplus(logits / tf.cast(temperature, logits.dtype))
+    values = tf.math.softplus(logits / tf.constant(temperature, logits.dtype))
     return per_anchor_mean(values, triplets.mask)
 
 
@@ -69,7 +75,7 @@ def _margin_per_anchor(labels, embeddings, margin, distance, miner, normalize,
     scores = -dist
     triplets = miner.mine(scores, labels, ref_labels, ref_offset)
     s_ap, s_an = gather_triplet_scores(scores, triplets)
-    values = tf.nn.relu(s_an - s_ap + tf.cast(margin, scores.dtype))
+    values = tf.nn.relu(s_an - s_ap + tf.constant(margin, scores.dtype))
     return per_anchor_mean(values, triplets.mask)
 
 
@@ -193,7 +199,7 @@ class TripletNCALoss(MetricLoss):
     ):
         _check_nca_args(order, temperature)
         super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype)
-        self.order = order
+        self.order = int(order)
         self.temperature = float(temperature)
         self.miner = resolve_miner(miner, _ephn)
 

@@ -1,0 +1,439 @@
+"""Forward+backward speed and peak memory of the triplet losses, relative to a bare floor.
+
+For every batch size ``B`` (embedding size ``D``), with and without XLA, it times
+the loss value and its gradient w.r.t. the embeddings inside one ``tf.function``:
+
+* ``nca2-ephn``: ``TripletNCALoss(order=2)`` with ``TripletMiner("easy", "hard")``;
+* ``margin-semihard``: ``TripletMarginLoss`` with ``TripletMiner("all", "semihard")``;
+* ``floor``: L2-normalize + ``B x B`` matmul + sum, the least any of these losses does.
+
+Each (loss, B, XLA) configuration runs in a fresh worker process (this file run with
+``--worker``), so that the peak resident set size (``ru_maxrss``) belongs to that
+configuration alone: it is read before the first loss call, after the warm-up calls and
+after a few more calls of the loss alone. A loss worker then compiles the floor (same
+B/D/XLA setting) and times loss and floor in alternating rounds, so that both see the
+same machine load; the reported ratio is loss time / floor time of that one process. A
+floor worker measures only the floor.
+
+Timings leave out the warm-up calls (tracing and compilation) and are medians over the
+timed rounds (``time.perf_counter``). Wall-clock times on a shared machine are noisy;
+the ratios are the comparable quantity.
+
+Usage::
+
+    python benchmarks/loss_speed.py [--sizes 128 512 2048] [--dim 512] [--repeats N]
+                                    [--output benchmarks/results/loss_speed.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+
+LOSSES = ("floor", "nca2-ephn", "margin-semihard")
+LOSS_LABELS = {
+    "floor": "floor (normalize + B x B matmul + sum)",
+    "nca2-ephn": "TripletNCALoss(order=2), EPHN",
+    "margin-semihard": "TripletMarginLoss, all/semihard",
+}
+SAMPLES_PER_CLASS = 4
+SEED = 1234
+WARMUP_CALLS = 2
+MEMORY_CALLS = 3  # untimed calls after the warm-up, before the peak RSS is read
+MIN_REPEATS = 3
+MAX_REPEATS = 50
+TIME_BUDGET_S = 4.0  # seconds of timed rounds per worker when --repeats is not given
+WORKER_TIMEOUT_S = 900
+RESULT_PREFIX = "LOSS_SPEED_RESULT "
+
+# -- worker -------------------------------------------------------------------------------------
+
+
+def _peak_rss_kib() -> int:
+    """Peak resident set size of this process so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _current_rss_kib() -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _make_inputs(batch, dim):
+    import numpy as np
+
+    rng = np.random.default_rng(SEED)
+    classes = -(-batch // SAMPLES_PER_CLASS)
+    labels = np.repeat(np.arange(classes, dtype=np.int32), SAMPLES_PER_CLASS)[:batch]
+    rng.shuffle(labels)
+    embeddings = rng.standard_normal((batch, dim)).astype(np.float32)
+    return labels, embeddings
+
+
+def _loss_fn(name):
+    import tensorflow as tf
+
+    import tfdml
+
+    if name == "floor":
+
+        def floor(labels, embeddings):
+            del labels
+            x = tfdml.ops.l2_normalize(embeddings)
+            return tf.reduce_sum(tf.matmul(x, x, transpose_b=True))
+
+        return floor
+    if name == "nca2-ephn":
+        return tfdml.losses.TripletNCALoss(order=2, miner=tfdml.miners.TripletMiner("easy", "hard"))
+    if name == "margin-semihard":
+        return tfdml.losses.TripletMarginLoss(miner=tfdml.miners.TripletMiner("all", "semihard"))
+    raise ValueError(f"unknown loss {name!r}")
+
+
+def _step(fn, xla):
+    import tensorflow as tf
+
+    @tf.function(jit_compile=xla)
+    def step(labels, embeddings):
+        with tf.GradientTape() as tape:
+            tape.watch(embeddings)
+            value = fn(labels, embeddings)
+        return value, tape.gradient(value, embeddings)
+
+    return step
+
+
+def _call(step, labels, embeddings):
+    value, grad = step(labels, embeddings)
+    # Fetching the results waits for the computation to finish.
+    value.numpy()
+    grad.numpy()
+
+
+def _measure(loss, batch, dim, xla, repeats):
+    import keras
+    import tensorflow as tf
+
+    labels_np, embeddings_np = _make_inputs(batch, dim)
+    labels = tf.constant(labels_np)
+    embeddings = tf.constant(embeddings_np)
+    step = _step(_loss_fn(loss), xla)
+
+    result = {"loss": loss, "batch": batch, "dim": dim, "xla": xla,
+              "versions": {"tensorflow": tf.__version__, "keras": keras.__version__}}
+    result["rss_base_kib"] = _peak_rss_kib()
+    result["rss_base_current_kib"] = _current_rss_kib()
+
+    t0 = time.perf_counter()
+    for _ in range(WARMUP_CALLS):
+        _call(step, labels, embeddings)
+    result["warmup_s"] = time.perf_counter() - t0
+    result["rss_warm_kib"] = _peak_rss_kib()
+    # A few more calls of the loss alone: the peak must not grow past the warm-up's.
+    for _ in range(MEMORY_CALLS):
+        _call(step, labels, embeddings)
+    result["rss_peak_kib"] = _peak_rss_kib()
+    result["loadavg_start"] = os.getloadavg()[0]
+
+    if loss == "floor":
+        (times,) = _timed_rounds([step], labels, embeddings, repeats)
+        floor_times = times
+    else:
+        # The floor, compiled only now so that it does not affect the loss's memory readings,
+        # timed in rounds alternating with the loss so that both see the same machine load.
+        floor = _step(_loss_fn("floor"), xla)
+        for _ in range(WARMUP_CALLS):
+            _call(floor, labels, embeddings)
+        times, floor_times = _timed_rounds([step, floor], labels, embeddings, repeats)
+    result["times_s"] = times
+    result["median_s"] = statistics.median(times)
+    result["floor_times_s"] = floor_times
+    result["floor_median_s"] = statistics.median(floor_times)
+    result["rss_end_kib"] = _peak_rss_kib()
+    result["loadavg_end"] = os.getloadavg()[0]
+    return result
+
+
+def _timed_rounds(steps, labels, embeddings, repeats):
+    """Per-call seconds of each step, called once per round (in alternating order).
+
+    Runs exactly ``repeats`` rounds, or, if None, rounds until about TIME_BUDGET_S has
+    passed (at least MIN_REPEATS, at most MAX_REPEATS).
+    """
+    times = [[] for _ in steps]
+    start = time.perf_counter()
+    rounds = 0
+    while True:
+        order = range(len(steps)) if rounds % 2 == 0 else reversed(range(len(steps)))
+        for i in order:
+            t = time.perf_counter()
+            _call(steps[i], labels, embeddings)
+            times[i].append(time.perf_counter() - t)
+        rounds += 1
+        if repeats is not None:
+            if rounds >= repeats:
+                return times
+        elif rounds >= MAX_REPEATS or (
+            rounds >= MIN_REPEATS and time.perf_counter() - start >= TIME_BUDGET_S
+        ):
+            return times
+
+
+# -- driver -------------------------------------------------------------------------------------
+
+
+def _log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _spawn(loss, batch, dim, xla, repeats):
+    cmd = [
+        sys.executable, os.path.abspath(__file__), "--worker",
+        "--loss", loss, "--batch", str(batch), "--dim", str(dim), "--xla", str(int(xla)),
+    ]
+    if repeats is not None:
+        cmd += ["--repeats", str(repeats)]
+    env = dict(os.environ)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                              timeout=WORKER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {"error": f"worker timed out after {WORKER_TIMEOUT_S} s"}
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(RESULT_PREFIX):
+            return json.loads(line[len(RESULT_PREFIX):])
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+    return {"error": f"worker exited with {proc.returncode}: " + " | ".join(tail)}
+
+
+def _machine_info(results):
+    versions = next((r["versions"] for _, r in results if "versions" in r), None)
+    if versions is None:  # every worker failed: ask the installed packages
+        import keras
+        import tensorflow as tf
+
+        versions = {"tensorflow": tf.__version__, "keras": keras.__version__}
+    cpu_model = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu_model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count()
+    return (
+        f"{os.cpu_count()} CPUs ({usable} usable), {cpu_model}; "
+        f"TensorFlow {versions['tensorflow']}, Keras {versions['keras']}, "
+        f"Python {platform.python_version()}; {platform.platform()}"
+    )
+
+
+def _mib(kib):
+    return kib / 1024.0
+
+
+def _row(config, result):
+    loss, batch, xla = config
+    xla_s = "yes" if xla else "no"
+    if "error" in result:
+        error = result["error"].replace("|", "/")
+        peak = f"{_mib(result['rss_peak_kib']):.0f}" if "rss_peak_kib" in result else ""
+        return f"| {loss} | {batch} | {xla_s} | FAILED: {error} | | | {peak} | | |"
+    med = result["median_s"] * 1e3
+    floor = result["floor_median_s"] * 1e3
+    peak = _mib(result["rss_peak_kib"])
+    increase = _mib(result["rss_peak_kib"] - result["rss_base_kib"])
+    growth = _mib(result["rss_peak_kib"] - result["rss_warm_kib"])
+    n = len(result["times_s"])
+    return (
+        f"| {loss} | {batch} | {xla_s} | {med:.2f} (n={n}) | {med / floor:.2f} | {floor:.2f} "
+        f"| {peak:.0f} | {increase:.0f} | {growth:.0f} |"
+    )
+
+
+def _report(args, results, machine, started, elapsed, load):
+    lines = [
+        "# Loss speed benchmark",
+        "",
+        f"- command: `{shlex.join(['python', 'benchmarks/loss_speed.py'] + sys.argv[1:])}`",
+        f"- date: {started:%Y-%m-%d %H:%M} UTC",
+        f"- machine: {machine}",
+        f"- D = {args.dim}; labels: B/{SAMPLES_PER_CLASS} classes x {SAMPLES_PER_CLASS} "
+        f"samples each, shuffled; embeddings: standard normal, float32; seed {SEED}",
+        f"- timing: forward+backward (value and gradient w.r.t. the embeddings) in one "
+        f"tf.function; {WARMUP_CALLS} warm-up calls excluded; median of n rounds, each "
+        f"round one call of the loss and one of the floor (alternating order)",
+        f"- total run time: {elapsed:.0f} s; 1-minute load average {load[0]:.2f} at the "
+        f"start, {load[1]:.2f} at the end",
+        "",
+        "| loss | B | XLA | median ms | ratio to floor | floor ms | peak RSS MiB "
+        "| RSS increase MiB | growth after warm-up MiB |",
+        "|---|---:|:---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for config, result in results:
+        lines.append(_row(config, result))
+    lines += [
+        "",
+        "Losses: " + "; ".join(f"`{k}` = {v}" for k, v in LOSS_LABELS.items()) + ".",
+        "",
+        "Ratio to floor: loss median / floor median, both timed in alternating rounds in "
+        "the same worker process (floor rows: their own worker, ratio 1 by definition). "
+        f"Peak RSS: `ru_maxrss` of the worker after the warm-up and {MEMORY_CALLS} more "
+        "calls of the loss, before the floor is compiled (includes the TensorFlow runtime). "
+        "RSS increase: peak minus the peak just before the first loss call (inputs created); "
+        "it includes compilation, so compare it with the floor's. Growth after warm-up: "
+        f"peak after the {MEMORY_CALLS} further calls minus peak after the warm-up calls.",
+    ]
+    lines += ["", _semihard_proof(results)]
+    failed = [c for c, r in results if "error" in r]
+    if failed:
+        lines += ["", f"{len(failed)} configuration(s) failed: " + ", ".join(
+            f"{loss} B={b} XLA={'yes' if x else 'no'}" for loss, b, x in failed) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def _cube_size(batch):
+    cube = batch**3 * 4
+    return f"{cube / 2**30:.2f} GiB" if cube >= 2**30 else f"{cube / 2**20:.1f} MiB"
+
+
+def _semihard_proof(results):
+    by_config = dict(results)
+    semihard = [(c, r) for c, r in results if c[0] == "margin-semihard"]
+    if not semihard:
+        return "Semi-hard memory: `margin-semihard` was not run."
+
+    def describe(batch, xla):
+        r = by_config.get(("margin-semihard", batch, xla))
+        if r is None:
+            return "not run"
+        if "error" in r:
+            return f"FAILED ({r['error']})"
+        text = (f"peak RSS {_mib(r['rss_peak_kib']):.0f} MiB, increase "
+                f"{_mib(r['rss_peak_kib'] - r['rss_base_kib']):.0f} MiB")
+        floor = by_config.get(("floor", batch, xla))
+        if floor is not None and "error" not in floor:
+            text += f" (floor: {_mib(floor['rss_peak_kib'] - floor['rss_base_kib']):.0f} MiB)"
+        return text
+
+    batches = sorted({c[1] for c, _ in semihard})
+    largest = batches[-1]
+    lines = [
+        f"Semi-hard memory: at B={largest} a [B, B, B] float32 tensor would take "
+        f"{largest}^3 * 4 bytes = {_cube_size(largest)}. Measured for `margin-semihard`, "
+        f"B={largest}: without XLA: {describe(largest, False)}; "
+        f"with XLA: {describe(largest, True)}.",
+        "",
+        "| B | [B, B, B] float32 | without XLA | with XLA |",
+        "|---:|---:|---|---|",
+    ]
+    for batch in batches:
+        lines.append(f"| {batch} | {_cube_size(batch)} | {describe(batch, False)} "
+                     f"| {describe(batch, True).replace('|', '/')} |")
+    return "\n".join(lines)
+
+
+def run_driver(args):
+    started = datetime.datetime.now(datetime.timezone.utc)
+    load_start = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    configs = [
+        (loss, batch, xla)
+        for batch in args.sizes
+        for xla in (False, True)
+        for loss in LOSSES
+    ]
+    _log(f"loss_speed: {len(configs)} configurations, one worker process each")
+    results = []
+    for i, (loss, batch, xla) in enumerate(configs, 1):
+        _log(f"[{i}/{len(configs)}] {loss} B={batch} D={args.dim} XLA={'on' if xla else 'off'} ...")
+        t = time.perf_counter()
+        result = _spawn(loss, batch, args.dim, xla, args.repeats)
+        if "error" in result:
+            _log(f"    FAILED: {result['error']}")
+        else:
+            _log(
+                f"    median {result['median_s'] * 1e3:.2f} ms (n={len(result['times_s'])}), "
+                f"floor {result['floor_median_s'] * 1e3:.2f} ms, "
+                f"ratio {result['median_s'] / result['floor_median_s']:.2f}, "
+                f"warm-up {result['warmup_s']:.1f} s, "
+                f"peak RSS {_mib(result['rss_peak_kib']):.0f} MiB; "
+                f"worker {time.perf_counter() - t:.1f} s"
+            )
+        results.append(((loss, batch, xla), result))
+    elapsed = time.perf_counter() - t0
+    report = _report(
+        args, results, _machine_info(results), started, elapsed,
+        (load_start, os.getloadavg()[0]),
+    )
+    print(report, end="")
+    if args.output:
+        out_dir = os.path.dirname(os.path.abspath(args.output))
+        os.makedirs(out_dir, exist_ok=True)
+        tmp = args.output + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(report)
+        os.replace(tmp, args.output)
+        _log(f"wrote {args.output}")
+    failed = sum("error" in r for _, r in results)
+    if failed:
+        _log(f"loss_speed: {failed} configuration(s) FAILED; see the table")
+    return 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[128, 512, 2048],
+                        help="batch sizes B (default: 128 512 2048)")
+    parser.add_argument("--dim", type=int, default=512, help="embedding size D (default: 512)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="timed rounds per configuration (default: adaptive, "
+                             f"{MIN_REPEATS}-{MAX_REPEATS} within about {TIME_BUDGET_S:g} s)")
+    parser.add_argument("--output", default="benchmarks/results/loss_speed.md",
+                        help="markdown file to write the report to ('' to skip)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--loss", choices=LOSSES, help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--xla", type=int, choices=(0, 1), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.repeats is not None and args.repeats < 1:
+        parser.error("--repeats must be >= 1")
+    if any(b < 2 for b in args.sizes) or args.dim < 1:
+        parser.error("--sizes must be >= 2 and --dim >= 1")
+    if args.worker:
+        try:
+            result = _measure(args.loss, args.batch, args.dim, bool(args.xla), args.repeats)
+        except Exception as e:  # reported as a failed row (e.g. an out-of-memory error)
+            message = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            result = {
+                "error": f"{type(e).__name__}: {message}"[:200],
+                "rss_peak_kib": _peak_rss_kib(),
+            }
+        print(RESULT_PREFIX + json.dumps(result), flush=True)
+        return 0
+    return run_driver(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""Demo: easy-positive / hard-negative triplet learning on scikit-learn's digits.
+
+Trains a 16-d embedding of the 8x8 digit images on the digits 0-5 with the
+2nd-order triplet NCA loss and EPHN mining, then measures Recall@1/2/4/8 on
+the held-out digits 6-9 (classes never seen in training), before and after.
+
+The default network is a single linear layer: on this tiny data set (6
+training classes, ~1,100 images) deeper networks learn the training classes
+and lose recall on unseen ones (`--model cnn` shows it), while the learned
+linear map keeps what generalises.
+
+Runs offline (the digits ship with scikit-learn) in well under 3 minutes on 2
+CPU cores:
+
+    make demo
+    # or: python examples/digits_demo.py --epochs 20 --order 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+from sklearn.datasets import load_digits
+
+import tfdml
+
+
+def pk_batches(labels, classes_per_batch, samples_per_class, seed):
+    """Endless P x K batches of indices: P classes, K samples each (with replacement if short)."""
+    rng = np.random.default_rng(seed)
+    by_class = {c: np.flatnonzero(labels == c) for c in np.unique(labels)}
+    classes = np.array(sorted(by_class))
+    while True:
+        chosen = rng.choice(classes, size=classes_per_batch, replace=False)
+        yield np.concatenate([
+            rng.choice(by_class[c], size=samples_per_class,
+                       replace=len(by_class[c]) < samples_per_class)
+            for c in chosen
+        ])
+
+
+def make_dataset(images, labels, classes_per_batch, samples_per_class, seed):
+    batches = pk_batches(labels, classes_per_batch, samples_per_class, seed)
+    batch = classes_per_batch * samples_per_class
+    return tf.data.Dataset.from_generator(
+        lambda: ((images[i], labels[i]) for i in batches),
+        output_signature=(
+            tf.TensorSpec([batch, *images.shape[1:]], tf.float32),
+            tf.TensorSpec([batch], tf.int32),
+        ),
+    ).prefetch(2)
+
+
+def build_model(kind, embedding_dim):
+    if kind == "linear":
+        return keras.Sequential([
+            keras.Input((8, 8, 1)),
+            keras.layers.Flatten(),
+            keras.layers.Dense(embedding_dim),
+        ], name="digits_embedding")
+    return keras.Sequential([
+        keras.Input((8, 8, 1)),
+        keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+        keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
+        keras.layers.MaxPooling2D(2),
+        keras.layers.Flatten(),
+        keras.layers.Dense(128, activation="relu"),
+        keras.layers.Dense(embedding_dim),
+    ], name="digits_embedding")
+
+
+def report(title, recalls):
+    cells = "  ".join(f"R@{k} {100 * v:5.1f}" for k, v in recalls.items())
+    print(f"{title:<16} {cells}", flush=True)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=("linear", "cnn"), default="linear")
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--steps-per-epoch", type=int, default=40)
+    parser.add_argument("--order", type=int, default=2, choices=(1, 2))
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--classes-per-batch", type=int, default=6)
+    parser.add_argument("--samples-per-class", type=int, default=8)
+    parser.add_argument("--embedding-dim", type=int, default=16)
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    start = time.perf_counter()
+    keras.utils.set_random_seed(args.seed)
+    digits = load_digits()
+    images = (digits.images / 16.0).astype("float32")[..., None]
+    labels = digits.target.astype("int32")
+    train = labels <= 5
+    x_train, y_train = images[train], labels[train]
+    x_test, y_test = images[~train], labels[~train]
+    print(f"tfdml {tfdml.__version__}: digits 0-5 for training ({len(y_train)} images), "
+          f"held-out digits 6-9 for testing ({len(y_test)} images)")
+
+    model = build_model(args.model, args.embedding_dim)
+    ks = (1, 2, 4, 8)
+    before = tfdml.metrics.recall_at_k(model.predict(x_test, verbose=0), y_test, ks=ks)
+
+    loss = tfdml.losses.TripletNCALoss(
+        order=args.order,
+        temperature=args.temperature,
+        miner=tfdml.miners.TripletMiner("easy", "hard"),
+    )
+    model.compile(optimizer=keras.optimizers.Adam(args.learning_rate), loss=loss,
+                  jit_compile=True)
+    dataset = make_dataset(x_train, y_train, args.classes_per_batch, args.samples_per_class,
+                           args.seed)
+    print(f"Training a {args.model} {args.embedding_dim}-d embedding: TripletNCALoss(order={args.order}, temperature={args.temperature}) "
+          f"with EPHN mining, batches of {args.classes_per_batch} classes x "
+          f"{args.samples_per_class} images, {args.epochs} epochs x "
+          f"{args.steps_per_epoch} steps")
+    model.fit(dataset, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch, verbose=2)
+
+    after = tfdml.metrics.recall_at_k(model.predict(x_test, verbose=0), y_test, ks=ks)
+    print("\nRecall@K on the held-out digits 6-9 (cosine, query excluded):")
+    report("before training", before)
+    report("after training", after)
+    print(f"Recall@1 {100 * before[1]:.1f} -> {100 * after[1]:.1f} "
+          f"({time.perf_counter() - start:.0f} s)")
+    return before, after
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""Shared pytest setup: puts tests/ on sys.path, hypothesis profiles, dtype-policy hygiene.
+
+Hypothesis profiles (select with ``HYPOTHESIS_PROFILE=<name>``):
+
+* ``ci`` (default): derandomized, no deadline, few examples; reproducible on 2 CPU cores.
+* ``thorough``: 300 random examples per test, for local bug hunting.
+
+Tests that set ``@settings(max_examples=...)`` themselves keep their own count.
+"""
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# jit_compile tests spend most of their time in XLA's LLVM backend; its optimization level
+# changes speed, not results, and level 0 halves the compile time on CPU. An XLA_FLAGS
+# already set by the user wins.
+os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
+
+_TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+if _TESTS_DIR not in sys.path:
+    sys.path.insert(0, _TESTS_DIR)
+
+import keras  # noqa: E402
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+_SLOW_CHECKS = [HealthCheck.too_slow, HealthCheck.data_too_large]
+settings.register_profile(
+    "ci", max_examples=20, deadline=None, derandomize=True, suppress_health_check=_SLOW_CHECKS
+)
+settings.register_profile(
+    "thorough", max_examples=300, deadline=None, suppress_health_check=_SLOW_CHECKS
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(autouse=True)
+def _restore_dtype_policy():
+    """A test that changes the global Keras dtype policy cannot leak it into the next one."""
+    policy = keras.config.dtype_policy()
+    yield
+    if keras.config.dtype_policy().name != policy.name:
+        keras.config.set_dtype_policy(policy)

@@ -1,0 +1,472 @@
+"""Plain-Python/NumPy reference implementations, written from the specification.
+
+Everything here is deliberately naive: explicit loops over anchors, positives and
+negatives, float64 throughout, no vectorised tricks. The point is to be obviously
+correct, not fast; keep the inputs small.
+
+Specification (see tfdml.miners / tfdml.losses.triplet docstrings and the
+extreme-triplet paper, eqs. 1 and 16 and appendix E):
+
+* scores: cosine similarity of L2-normalized embeddings (raw dot products with
+  ``normalize=False``), or the negated distance for the margin loss;
+* positives of anchor ``a``: reference rows of the same label except ``a``
+  itself (row ``a + ref_offset``; none excluded when ``ref_offset`` is None);
+  negatives: reference rows of another label;
+* the strategies and the disjoint mode as in :func:`mine_triplets`;
+* per anchor the loss is the mean over its triplets; the loss is the mean over
+  the anchors that have at least one triplet, 0 when none has.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# -- basic vector operations ---------------------------------------------------------------------
+
+
+def _floats(u):
+    # Plain Python floats: the loops below are much faster on them than on NumPy scalars.
+    if isinstance(u, list):
+        return u
+    return u.tolist() if isinstance(u, np.ndarray) else [float(a) for a in u]
+
+
+def dot(u, v):
+    total = 0.0
+    for a, b in zip(_floats(u), _floats(v), strict=True):
+        total += a * b
+    return total
+
+
+def norm(u):
+    return math.sqrt(dot(u, u))
+
+
+def l2_normalize(x):
+    """Row-wise L2 normalization; a zero row stays zero."""
+    x = np.asarray(x, dtype=np.float64)
+    out = np.zeros_like(x)
+    for i in range(x.shape[0]):
+        n = norm(x[i])
+        if n > 0.0:
+            for k in range(x.shape[1]):
+                out[i, k] = x[i, k] / n
+    return out
+
+
+def squared_distance(u, v):
+    total = 0.0
+    for a, b in zip(_floats(u), _floats(v), strict=True):
+        total += (a - b) ** 2
+    return total
+
+
+def pairwise_similarity(x, y=None):
+    x = np.asarray(x, dtype=np.float64)
+    y = x if y is None else np.asarray(y, dtype=np.float64)
+    out = np.zeros((x.shape[0], y.shape[0]))
+    xs, ys = x.tolist(), y.tolist()
+    for i in range(x.shape[0]):
+        for j in range(y.shape[0]):
+            out[i, j] = dot(xs[i], ys[j])
+    return out
+
+
+def pairwise_distance(x, y=None, squared=False):
+    x = np.asarray(x, dtype=np.float64)
+    y = x if y is None else np.asarray(y, dtype=np.float64)
+    out = np.zeros((x.shape[0], y.shape[0]))
+    xs, ys = x.tolist(), y.tolist()
+    for i in range(x.shape[0]):
+        for j in range(y.shape[0]):
+            sq = squared_distance(xs[i], ys[j])
+            out[i, j] = sq if squared else math.sqrt(sq)
+    return out
+
+
+def distance(u, v, kind):
+    """``"cosine"``: 1 - u.v; ``"squared_l2"``: |u - v|^2; ``"l2"``: |u - v|."""
+    if kind == "cosine":
+        return 1.0 - dot(u, v)
+    if kind == "squared_l2":
+        return squared_distance(u, v)
+    if kind == "l2":
+        return math.sqrt(squared_distance(u, v))
+    raise ValueError(kind)
+
+
+def softplus(z):
+    # log(1 + e^z), computed without overflow.
+    return max(z, 0.0) + math.log1p(math.exp(-abs(z)))
+
+
+# -- labels and candidates -----------------------------------------------------------------------
+
+
+def label_masks(labels, ref_labels=None, ref_offset=0):
+    """Boolean ``(positive, negative)`` matrices ``[B, R]`` built pair by pair."""
+    labels = [int(v) for v in np.asarray(labels).reshape(-1)]
+    ref_labels = labels if ref_labels is None else [int(v) for v in np.asarray(ref_labels)]
+    pos = np.zeros((len(labels), len(ref_labels)), dtype=bool)
+    neg = np.zeros_like(pos)
+    for a in range(len(labels)):
+        for r in range(len(ref_labels)):
+            is_self = ref_offset is not None and r == a + ref_offset
+            if ref_labels[r] == labels[a]:
+                pos[a, r] = not is_self
+            else:
+                neg[a, r] = True
+    return pos, neg
+
+
+def positives_of(a, labels, ref_labels, ref_offset):
+    self_row = None if ref_offset is None else a + ref_offset
+    return [r for r in range(len(ref_labels)) if ref_labels[r] == labels[a] and r != self_row]
+
+
+def negatives_of(a, labels, ref_labels):
+    return [r for r in range(len(ref_labels)) if ref_labels[r] != labels[a]]
+
+
+def most_similar(row, candidates):
+    best = None
+    for c in candidates:
+        if best is None or row[c] > row[best]:
+            best = c
+    return best
+
+
+def least_similar(row, candidates):
+    best = None
+    for c in candidates:
+        if best is None or row[c] < row[best]:
+            best = c
+    return best
+
+
+def semihard_candidates(row, negatives, p):
+    """Negatives not more similar to the anchor than the positive ``p``."""
+    return [n for n in negatives if row[n] <= row[p]]
+
+
+# -- mining --------------------------------------------------------------------------------------
+
+
+def _pick(strategy, role, row, candidates, anchor, positive, chooser):
+    """One index among ``candidates`` (None if there are none) by ``strategy``."""
+    if not candidates:
+        return None
+    if strategy == "random":
+        if chooser is None:
+            raise ValueError("a random strategy needs a `chooser` (the choices under test)")
+        choice = chooser(anchor, role, list(candidates), positive)
+        if choice is not None and choice not in candidates:
+            raise AssertionError(
+                f"anchor {anchor}: random {role} {choice} is not a candidate {candidates}"
+            )
+        return choice
+    if role == "positive":
+        return most_similar(row, candidates) if strategy == "easy" else least_similar(
+            row, candidates)
+    if strategy in ("hard", "semihard"):
+        return most_similar(row, candidates)
+    return least_similar(row, candidates)  # easy negative
+
+
+def _negative_candidates(row, negatives, p, negative):
+    return semihard_candidates(row, negatives, p) if negative == "semihard" else list(negatives)
+
+
+def mine_triplets(scores, labels, ref_labels=None, ref_offset=0, positive="easy",
+                  negative="hard", disjoint=False, chooser=None):
+    """The set of mined ``(anchor, positive, negative)`` triplets (reference rows).
+
+    ``scores[a][r]``: larger is more similar. Strategies:
+
+    * positive ``"easy"`` most similar positive, ``"hard"`` least similar,
+      ``"random"`` any one, ``"all"`` every positive;
+    * negative ``"hard"`` most similar negative, ``"easy"`` least similar,
+      ``"random"`` any one, ``"semihard"`` the most similar negative with
+      ``s_an <= s_ap`` of the chosen positive (per pair for positive "all"),
+      ``"all"`` every negative.
+
+    ``disjoint``: anchors in batch order; an anchor already used in an earlier
+    triplet is skipped; the positive is picked among unused positives, then the
+    negative among unused negatives; when both exist ``(a, p, n)`` is recorded
+    and ``a``, ``p`` and ``n`` become used.
+
+    Random choices cannot be reproduced, so they are delegated to
+    ``chooser(anchor, role, candidates, positive)``, which returns the index the
+    implementation under test chose; it is checked to be among ``candidates``.
+    In disjoint mode the chooser may return None, meaning "the implementation
+    made no triplet for this anchor": that is accepted only where it is
+    possible (a random positive that leaves no valid negative).
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    labels = [int(v) for v in np.asarray(labels).reshape(-1)]
+    ref_labels = labels if ref_labels is None else [int(v) for v in np.asarray(ref_labels)]
+    triplets = set()
+    if disjoint:
+        if "all" in (positive, negative):
+            raise ValueError("disjoint mining needs single-choice strategies")
+        used = set()
+        for a in range(len(labels)):
+            row = scores[a].tolist()
+            if ref_offset is not None and a + ref_offset in used:
+                continue
+            free_pos = [r for r in positives_of(a, labels, ref_labels, ref_offset)
+                        if r not in used]
+            free_neg = [r for r in negatives_of(a, labels, ref_labels) if r not in used]
+            p = _pick(positive, "positive", row, free_pos, a, None, chooser)
+            if p is None:
+                if free_pos and all(_negative_candidates(row, free_neg, q, negative)
+                                    for q in free_pos):
+                    raise AssertionError(
+                        f"anchor {a}: no triplet although every free positive "
+                        "has a free negative"
+                    )
+                continue
+            candidates = _negative_candidates(row, free_neg, p, negative)
+            n = _pick(negative, "negative", row, candidates, a, p, chooser)
+            if n is None:
+                if candidates:
+                    raise AssertionError(f"anchor {a}: no triplet although negatives exist")
+                continue
+            triplets.add((a, p, n))
+            used.update({p, n})
+            if ref_offset is not None:
+                used.add(a + ref_offset)
+        return triplets
+
+    for a in range(len(labels)):
+        row = scores[a].tolist()
+        pos = positives_of(a, labels, ref_labels, ref_offset)
+        neg = negatives_of(a, labels, ref_labels)
+        if positive == "all":
+            chosen_positives = pos
+        else:
+            p = _pick(positive, "positive", row, pos, a, None, chooser)
+            chosen_positives = [] if p is None else [p]
+        for p in chosen_positives:
+            if negative == "all":
+                chosen_negatives = neg
+            else:
+                candidates = _negative_candidates(row, neg, p, negative)
+                n = _pick(negative, "negative", row, candidates, a, p, chooser)
+                chosen_negatives = [] if n is None else [n]
+            for n in chosen_negatives:
+                triplets.add((a, p, n))
+    return triplets
+
+
+# -- reading a miner's output (plain arrays) -----------------------------------------------------
+
+
+def triplet_set(positive, negative, mask):
+    """The ``(anchor, positive, negative)`` triplets where ``mask`` is true.
+
+    Follows the ``Triplets`` layout: ``positive``/``negative`` are ``[B, P]``
+    index arrays or None (then positive ``i`` / negative ``j`` is reference
+    row ``i`` / ``j``), ``mask`` is ``[B, P, N]``.
+    """
+    mask = np.asarray(mask)
+    out = set()
+    for a in range(mask.shape[0]):
+        for i in range(mask.shape[1]):
+            for j in range(mask.shape[2]):
+                if mask[a, i, j]:
+                    p = i if positive is None else int(positive[a, i])
+                    n = j if negative is None else int(negative[a, i])
+                    out.add((a, p, n))
+    return out
+
+
+def chooser_from(positive, negative, mask, disjoint=False):
+    """A ``chooser`` for :func:`mine_triplets` that replays a miner's random choices.
+
+    Without ``disjoint`` the miner's raw indices are returned (they are set
+    even for pairs whose triplet does not exist). In disjoint mode an anchor
+    without a triplet answers None.
+    """
+    mask = np.asarray(mask)
+
+    def choose(anchor, role, candidates, p):
+        if disjoint and not mask[anchor].any():
+            return None
+        if role == "positive":
+            return int(positive[anchor, 0])
+        if positive is None:  # positive="all": one negative per (anchor, positive j)
+            return int(negative[anchor, p])
+        return int(negative[anchor, 0])
+
+    return choose
+
+
+# -- losses --------------------------------------------------------------------------------------
+
+
+def _mean_over_anchors(per_triplet):
+    """``per_triplet``: {(a, p, n): value}. Mean per anchor, then over anchors with any."""
+    by_anchor = {}
+    for (a, _, _), value in per_triplet.items():
+        by_anchor.setdefault(a, []).append(value)
+    if not by_anchor:
+        return 0.0
+    anchor_means = [sum(vals) / len(vals) for vals in by_anchor.values()]
+    return sum(anchor_means) / len(anchor_means)
+
+
+def _prepare(embeddings, ref_embeddings, normalize):
+    x = np.asarray(embeddings, dtype=np.float64)
+    ref = x if ref_embeddings is None else np.asarray(ref_embeddings, dtype=np.float64)
+    if normalize:
+        x, ref = l2_normalize(x), l2_normalize(ref)
+    return x, ref
+
+
+def nca_scores(embeddings, ref_embeddings=None, normalize=True):
+    """Cosine similarities (dot products without normalization), ``[B, R]``."""
+    x, ref = _prepare(embeddings, ref_embeddings, normalize)
+    return pairwise_similarity(x, ref)
+
+
+def margin_scores(embeddings, ref_embeddings=None, distance_kind="squared_l2", normalize=True):
+    """Negated distances ``-d(a, r)``, ``[B, R]`` (larger is more similar)."""
+    x, ref = _prepare(embeddings, ref_embeddings, normalize)
+    out = np.zeros((x.shape[0], ref.shape[0]))
+    xs, refs = x.tolist(), ref.tolist()
+    for i in range(x.shape[0]):
+        for j in range(ref.shape[0]):
+            out[i, j] = -distance(xs[i], refs[j], distance_kind)
+    return out
+
+
+def nca_triplet_value(s_ap, s_an, order=1, temperature=1.0):
+    """Eq. 1 (order 1) or eq. 16 (order 2) of the extreme-triplet paper, with temperature."""
+    if order == 1:
+        # -log(e^{s_ap/T} / (e^{s_ap/T} + e^{s_an/T}))
+        return softplus((s_an - s_ap) / temperature)
+    u = s_ap - 0.5 * s_ap * s_ap
+    v = 0.5 * s_an * s_an
+    return softplus((v - u) / temperature)
+
+
+def margin_triplet_value(d_ap, d_an, margin):
+    return max(d_ap - d_an + margin, 0.0)
+
+
+def _split_ref(labels, ref_embeddings, ref_labels, ref_offset):
+    labels = [int(v) for v in np.asarray(labels).reshape(-1)]
+    if ref_embeddings is None:
+        return labels, labels, 0
+    return labels, [int(v) for v in np.asarray(ref_labels).reshape(-1)], ref_offset
+
+
+def nca_loss(labels, embeddings, order=1, temperature=1.0, positive="easy", negative="hard",
+             disjoint=False, normalize=True, ref_embeddings=None, ref_labels=None,
+             ref_offset=None, chooser=None, triplets=None):
+    """Reference triplet NCA loss. Returns ``(value, triplets)``.
+
+    ``triplets``: use these instead of mining (for finite differences and for
+    random strategies).
+    """
+    labels, ref_labels, ref_offset = _split_ref(labels, ref_embeddings, ref_labels, ref_offset)
+    s = nca_scores(embeddings, ref_embeddings, normalize)
+    if triplets is None:
+        triplets = mine_triplets(s, labels, ref_labels, ref_offset, positive, negative,
+                                 disjoint, chooser)
+    per_triplet = {}
+    for a, p, n in triplets:
+        per_triplet[(a, p, n)] = nca_triplet_value(s[a, p], s[a, n], order, temperature)
+    return _mean_over_anchors(per_triplet), triplets
+
+
+def margin_loss(labels, embeddings, margin=0.2, distance_kind="squared_l2", positive="all",
+                negative="semihard", disjoint=False, normalize=True, ref_embeddings=None,
+                ref_labels=None, ref_offset=None, chooser=None, triplets=None):
+    """Reference margin triplet loss ``max(d_ap - d_an + margin, 0)``. Returns ``(value, triplets)``."""
+    labels, ref_labels, ref_offset = _split_ref(labels, ref_embeddings, ref_labels, ref_offset)
+    s = margin_scores(embeddings, ref_embeddings, distance_kind, normalize)
+    if triplets is None:
+        triplets = mine_triplets(s, labels, ref_labels, ref_offset, positive, negative,
+                                 disjoint, chooser)
+    per_triplet = {}
+    for a, p, n in triplets:
+        per_triplet[(a, p, n)] = margin_triplet_value(-s[a, p], -s[a, n], margin)
+    return _mean_over_anchors(per_triplet), triplets
+
+
+def finite_difference_gradient(f, x, h=1e-6):
+    """Central differences of the scalar function ``f`` at ``x`` (float64)."""
+    x = np.array(x, dtype=np.float64)
+    grad = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        old = x[idx]
+        x[idx] = old + h
+        up = f(x)
+        x[idx] = old - h
+        down = f(x)
+        x[idx] = old
+        grad[idx] = (up - down) / (2.0 * h)
+    return grad
+
+
+# -- metrics -------------------------------------------------------------------------------------
+
+
+def recall_at_k(embeddings, labels, ks, gallery_embeddings=None, gallery_labels=None,
+                metric="cosine"):
+    """Share of queries with a same-label item among their K nearest gallery items."""
+    queries = np.asarray(embeddings, dtype=np.float64)
+    labels = [int(v) for v in np.asarray(labels).reshape(-1)]
+    exclude_self = gallery_embeddings is None
+    if exclude_self:
+        gallery, gallery_labels = queries, labels
+    else:
+        gallery = np.asarray(gallery_embeddings, dtype=np.float64)
+        gallery_labels = [int(v) for v in np.asarray(gallery_labels).reshape(-1)]
+    if metric == "cosine":
+        queries, gallery = l2_normalize(queries), l2_normalize(gallery)
+    result = {}
+    for k in ks:
+        hits = 0
+        for q in range(len(queries)):
+            items = []
+            for g in range(len(gallery)):
+                if exclude_self and g == q:
+                    continue
+                if metric == "cosine":
+                    closeness = dot(queries[q], gallery[g])
+                else:
+                    closeness = -math.sqrt(squared_distance(queries[q], gallery[g]))
+                items.append((closeness, g))
+            items.sort(key=lambda item: -item[0])
+            if any(gallery_labels[g] == labels[q] for _, g in items[:k]):
+                hits += 1
+        result[k] = hits / len(queries)
+    return result
+
+
+# -- test data -----------------------------------------------------------------------------------
+
+
+def make_labels(counts, seed, values=None):
+    """Shuffled labels with ``counts[i]`` samples of class ``values[i]``."""
+    rng = np.random.default_rng(seed)
+    if values is None:
+        values = [3 * i + 1 for i in range(len(counts))]  # non-contiguous ids
+    labels = []
+    for value, count in zip(values, counts, strict=True):
+        labels.extend([value] * count)
+    labels = np.array(labels, dtype=np.int32)
+    rng.shuffle(labels)
+    return labels
+
+
+def make_batch(counts, dim, seed):
+    """``(labels [B], embeddings [B, dim] float64)``, seeded."""
+    labels = make_labels(counts, seed)
+    rng = np.random.default_rng(seed + 1000)
+    return labels, rng.normal(size=(len(labels), dim))

@@ -1,0 +1,547 @@
+"""Contract tests every tfdml loss must pass: serialization, XLA, fit, degenerate batches,
+mixed precision, input validation, reductions and memory (no hidden B^3 tensors).
+
+To cover a new loss (or loss + miner configuration), add one line to ``LOSS_CASES``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from harness import (
+    LossCase,
+    LossProbe,
+    assert_config_roundtrip,
+    assert_finite_loss_and_grads,
+    assert_jit_matches_eager,
+    assert_keras_save_load,
+    assert_one_step_fit,
+    degenerate_batches,
+    degenerate_examples,
+    large_tensor_ops,
+    loss_and_grads,
+    mixed_precision_loss,
+    no_triplet_batches,
+    pk_dataset,
+    run_under_policy,
+    small_embedding_model,
+    trace_loss_graph,
+    walk_graph_ops,
+    with_examples,
+    with_reduction,
+    xla_large_shapes,
+)
+from hypothesis import given, settings
+
+import tfdml
+from tfdml.losses import TripletMarginLoss, TripletNCALoss, triplet_margin_loss, triplet_nca_loss
+from tfdml.miners import TripletMiner
+
+# -- the one list of loss configurations -------------------------------------------------------
+
+# Short aliases keep each case on one line.
+NCA, Margin, Miner = TripletNCALoss, TripletMarginLoss, TripletMiner
+
+LOSS_CASES = [
+    LossCase("nca_order1", lambda: NCA(order=1)),
+    LossCase("nca_order2", lambda: NCA(order=2)),
+    LossCase("nca_t0.1", lambda: NCA(temperature=0.1)),
+    LossCase("margin_squared_l2", lambda: Margin(distance="squared_l2")),
+    LossCase("margin_l2", lambda: Margin(distance="l2")),
+    LossCase("margin_cosine", lambda: Margin(distance="cosine")),
+    LossCase("nca2_easy_hard", lambda: NCA(2, miner=Miner("easy", "hard"))),
+    LossCase("margin_easy_hard", lambda: Margin(miner=Miner("easy", "hard"))),
+    LossCase("nca2_easy_semihard", lambda: NCA(2, miner=Miner("easy", "semihard"))),
+    LossCase("margin_easy_semihard", lambda: Margin(miner=Miner("easy", "semihard"))),
+    LossCase("nca1_hard_hard", lambda: NCA(1, miner=Miner("hard", "hard"))),
+    LossCase("margin_l2_easy_easy", lambda: Margin(0.5, "l2", Miner("easy", "easy"))),
+    LossCase("nca2_all_semihard", lambda: NCA(2, miner=Miner("all", "semihard"))),
+    LossCase("nca1_all_all", lambda: NCA(1, miner=Miner("all", "all"))),
+    LossCase("margin_all_all", lambda: Margin(miner=Miner("all", "all"))),
+    LossCase("nca2_random", lambda: NCA(2, miner=Miner("random", "random", seed=7))),
+    LossCase("margin_cos_random", lambda: Margin(0.1, "cosine", Miner("random", "random", seed=3))),
+    LossCase("nca2_disjoint_easy_hard", lambda: NCA(2, miner=Miner("easy", "hard", disjoint=True))),
+    LossCase("margin_disjoint_semihard", lambda: Margin(miner=Miner("easy", "semihard", True))),
+]
+
+CASES = {case.id: case for case in LOSS_CASES}
+
+
+def params(cases):
+    return [pytest.param(case, id=case.id) for case in cases]
+
+
+def pick(*ids):
+    return params([CASES[i] for i in ids])
+
+
+ALL = params(LOSS_CASES)
+DETERMINISTIC = params([c for c in LOSS_CASES if c.is_deterministic])
+
+
+def fresh(loss):
+    return with_reduction(loss, loss.reduction)
+
+
+# A 10-sample batch with classes of 3, 3, 2 and two singletons (anchors without positive);
+# B != D so that axis mistakes cannot hide.
+LABELS = np.array([0, 1, 0, 2, 1, 0, 3, 2, 1, 4], np.int32)
+EMBEDDINGS = np.random.default_rng(42).normal(size=(10, 5)).astype(np.float32)
+
+
+def triplet_anchors(labels):
+    """Anchors that have both a positive and a negative in the batch."""
+    same = labels[:, None] == labels[None, :]
+    positive = (same & ~np.eye(len(labels), dtype=bool)).any(axis=1)
+    return positive & (~same).any(axis=1)
+
+
+# -- serialization -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", ALL)
+def test_config_roundtrip(case):
+    loss = case.make()
+    clone = assert_config_roundtrip(loss)
+    if hasattr(loss, "miner"):
+        assert_config_roundtrip(loss.miner)
+        assert clone.miner is not loss.miner
+    # The rebuilt loss computes the same thing.
+    np.testing.assert_allclose(
+        loss(LABELS, EMBEDDINGS).numpy(), clone(LABELS, EMBEDDINGS).numpy(), rtol=1e-6
+    )
+
+
+@pytest.mark.parametrize("case", ALL)
+def test_keras_save_load(case, tmp_path):
+    assert_keras_save_load(case.factory, tmp_path)
+
+
+def test_config_keeps_dtype():
+    loss = TripletNCALoss(dtype="float16")
+    assert type(loss).from_config(loss.get_config()).dtype == "float16"
+
+
+# -- XLA, training -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", DETERMINISTIC)
+def test_jit_matches_eager(case):
+    assert_jit_matches_eager(case.factory, LABELS, EMBEDDINGS)
+
+
+@pytest.mark.parametrize("case", pick("nca2_random", "margin_cos_random"))
+def test_seeded_random_miner_reproducible_and_compiles(case):
+    first = case.make()
+    a = first(LABELS, EMBEDDINGS).numpy()
+    b = case.make()(LABELS, EMBEDDINGS).numpy()
+    assert a == b, "two losses with the same seed gave different first values"
+    compiled = tf.function(lambda y, x: first(y, x), jit_compile=True)
+    values = [compiled(LABELS, EMBEDDINGS).numpy() for _ in range(3)]
+    assert np.all(np.isfinite(values))
+
+
+@pytest.mark.parametrize("case", pick("nca2_random"))
+def test_one_step_fit_jit(case):
+    assert_one_step_fit(case.factory, jit_compile=True, steps=2)
+
+
+def test_issue_example_nca_order2_jit_fit_on_tf_data():
+    """``model.compile(loss=TripletNCALoss(order=2), jit_compile=True)`` + fit on tf.data,
+    with class ids > 2048 and [B, 1] labels as some pipelines give them."""
+    dataset = pk_dataset(label_offset=3000).map(lambda x, y: (x, y[:, None]))
+    model = small_embedding_model()
+    assert_one_step_fit(
+        tfdml.losses.TripletNCALoss(order=2), jit_compile=True, dataset=dataset, model=model
+    )
+
+
+@pytest.mark.parametrize("factory", [TripletNCALoss, TripletMarginLoss], ids=["nca", "margin"])
+def test_default_losses_fit_with_steps_per_epoch(factory):
+    history = assert_one_step_fit(factory, jit_compile=False, steps=2, epochs=2)
+    assert len(history.history["loss"]) == 2
+
+
+# -- degenerate batches ------------------------------------------------------------------------
+
+
+@functools.cache
+def probe(case_id):
+    """One traced probe per case, shared by the fuzz tests (tracing is the slow part)."""
+    return LossProbe(CASES[case_id].factory, extra_reductions=())
+
+
+@pytest.mark.parametrize("case", ALL)
+@settings(max_examples=20)
+@given(batch=degenerate_batches())
+@with_examples(degenerate_examples())
+def test_degenerate_batches_finite(case, batch):
+    out = probe(case.id)(batch.labels, batch.embeddings)
+    for key, value in out.items():
+        assert np.all(np.isfinite(value)), f"non-finite {key}: {value}"
+    assert out["value"] >= 0.0
+    assert out["none"].shape == batch.labels.shape
+    assert np.all(out["none"][~triplet_anchors(batch.labels)] == 0.0)
+    if not batch.has_triplet:
+        assert out["value"] == 0.0
+        assert np.all(out["grad"] == 0.0)
+
+
+@pytest.mark.parametrize("case", ALL)
+@settings(max_examples=10)
+@given(batch=no_triplet_batches())
+@with_examples([b for b in degenerate_examples() if not b.has_triplet])
+def test_no_triplet_gives_exact_zero(case, batch):
+    assert not batch.has_triplet
+    out = probe(case.id)(batch.labels, batch.embeddings)
+    for key in ("value", "none", "grad"):
+        assert np.all(out[key] == 0.0), (key, out[key])
+
+
+@pytest.mark.parametrize("case", ALL)
+def test_no_triplet_zero_for_every_reduction(case):
+    """(The default reduction is fuzzed above.)"""
+    weights = np.linspace(0.5, 2.0, 10).astype(np.float32)
+    for labels in (np.full(10, 2**16 + 1), np.arange(10) * 300):
+        for reduction in ("mean_with_sample_weight", "sum", "none"):
+            loss = with_reduction(case.factory, reduction)
+            value, grad = loss_and_grads(loss, labels, EMBEDDINGS, sample_weight=weights)
+            assert np.all(value == 0.0) and np.all(grad == 0.0), (reduction, value)
+
+
+@pytest.mark.parametrize("case", pick("nca_order2", "margin_l2", "nca2_disjoint_easy_hard"))
+def test_degenerate_batches_eager(case):
+    """The fuzz tests run traced; spot-check the same batches eagerly."""
+    zero_rows = EMBEDDINGS.copy()
+    zero_rows[::3] = 0.0
+    duplicates = np.repeat(EMBEDDINGS[:2], 5, axis=0)
+    for labels, embeddings, empty in [
+        (LABELS, zero_rows, False),
+        (LABELS, duplicates, False),
+        (LABELS, np.zeros_like(EMBEDDINGS), False),
+        (np.full(10, 4099), EMBEDDINGS, True),
+        (np.arange(10) + 2**20, EMBEDDINGS, True),
+    ]:
+        value, grad = assert_finite_loss_and_grads(case.factory, labels, embeddings)
+        if empty:
+            assert value == 0.0 and np.all(grad == 0.0)
+
+
+# -- class ids and mixed precision -------------------------------------------------------------
+
+# Class 7 has a triplet whatever happens; the two other samples are positives of each
+# other only if their ids are (wrongly) merged.
+ID_EMBEDDINGS = np.array(
+    [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.5, 0.0, 0.75]], np.float32
+)
+
+
+def _expected_and_merged(factory, embeddings):
+    """Loss values for labels that keep the two ids apart (correct) and that merge them."""
+    correct = factory()(np.array([0, 1, 7, 7]), embeddings).numpy()
+    merged = factory()(np.array([0, 0, 7, 7]), embeddings).numpy()
+    assert not np.isclose(correct, merged, rtol=1e-3), "test batch does not tell the cases apart"
+    return correct, merged
+
+
+@pytest.mark.parametrize("case", ALL)
+@pytest.mark.parametrize(
+    "ids,dtype",
+    [((256, 257), "bfloat16"), ((4096, 4097), "bfloat16"), ((2048, 2049), "float16")],
+    ids=["256_257_bf16", "4096_4097_bf16", "2048_2049_fp16"],
+)
+def test_class_ids_stay_distinct_with_low_precision_embeddings(case, ids, dtype):
+    embeddings = tf.cast(ID_EMBEDDINGS, dtype)
+    assert tf.cast(tf.constant(ids, tf.float32), dtype)[0] == tf.cast(ids[1], dtype), (
+        "the ids must collide in the low-precision dtype for this test to mean anything"
+    )
+    correct, _ = _expected_and_merged(case.factory, tf.cast(embeddings, tf.float32))
+    labels = tf.constant([ids[0], ids[1], 7, 7], tf.int64)
+    value = case.make()(labels, embeddings)
+    np.testing.assert_allclose(value.numpy(), correct, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "policy,ids",
+    [
+        ("mixed_bfloat16", (256, 257)),
+        ("mixed_bfloat16", (4096, 4097)),
+        ("mixed_float16", (2048, 2049)),
+    ],
+    ids=["bf16_256_257", "bf16_4096_4097", "fp16_2048_2049"],
+)
+@pytest.mark.parametrize("case", pick("nca_order2", "margin_squared_l2"))
+def test_mixed_precision_model_keeps_class_ids(case, policy, ids):
+    labels = [ids[0], ids[1], 2049 + 7, 2049 + 7]
+    result = mixed_precision_loss(
+        case.factory, policy, labels, ID_EMBEDDINGS, kernel=np.eye(3),
+        fit_steps=1 if ids != (4096, 4097) else 0,
+    )
+    correct, _ = _expected_and_merged(case.factory, result["embeddings"])
+    np.testing.assert_allclose(result["direct"], correct, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(result["evaluate"], correct, rtol=1e-5, atol=1e-6)
+
+
+def test_mixed_bfloat16_jit_fit_default_margin_loss():
+    """The default TripletMarginLoss (all/semihard: sort + searchsorted) under XLA and bfloat16."""
+    with run_under_policy("mixed_bfloat16"):
+        model = small_embedding_model()
+        assert model(np.zeros((1, 6), np.float32)).dtype == "bfloat16"
+        assert_one_step_fit(
+            TripletMarginLoss(), jit_compile=True, dataset=pk_dataset(label_offset=4095),
+            model=model,
+        )
+    assert keras.config.dtype_policy().name == "float32"
+
+
+def test_int64_class_ids_beyond_int32_not_merged():
+    labels = np.array([0, 2**32, 7, 7], np.int64)
+    correct, _ = _expected_and_merged(TripletNCALoss, ID_EMBEDDINGS)
+    try:
+        value = TripletNCALoss()(labels, ID_EMBEDDINGS).numpy()
+    except ValueError:
+        return  # rejecting the ids would be fine too
+    np.testing.assert_allclose(value, correct, rtol=1e-6)
+
+
+# -- input validation --------------------------------------------------------------------------
+
+
+def _call(loss, labels_shape, embeddings_shape):
+    return loss(np.zeros(labels_shape, np.int32), np.ones(embeddings_shape, np.float32))
+
+
+BAD_INPUTS = [
+    ("batch_mismatch", lambda: _call(TripletNCALoss(), (5,), (4, 3)),
+     r"`y_true`.*Received: y_true\.shape=\(5,\), y_pred\.shape=\(4, 3\)"),
+    ("batch_mismatch_margin", lambda: _call(TripletMarginLoss(), (4, 1), (6, 3)),
+     r"`y_true`.*y_true\.shape=\(4,\).*y_pred\.shape=\(6, 3\)"),
+    ("embeddings_rank3", lambda: _call(TripletNCALoss(), (4,), (4, 3, 2)),
+     r"`y_pred`.*Received: y_pred\.shape=\(4, 3, 2\)"),
+    ("embeddings_rank1", lambda: _call(TripletMarginLoss(), (4,), (4,)),
+     r"`y_pred`.*Received: y_pred\.shape=\(4,\)"),
+    ("labels_rank3", lambda: _call(TripletNCALoss(), (4, 1, 1), (4, 3)),
+     r"`y_true`.*Received: y_true\.shape=\(4, 1, 1\)"),
+    ("labels_b_by_2", lambda: _call(TripletMarginLoss(), (4, 2), (4, 3)),
+     r"`y_true`.*Received: y_true\.shape=\(4, 2\)"),
+    ("positive_name", lambda: TripletMiner(positive="medium"),
+     r"`positive`.*Received: positive='medium'"),
+    ("negative_name", lambda: TripletMiner(negative="hardest"),
+     r"`negative`.*Received: negative='hardest'"),
+    ("temperature_zero", lambda: TripletNCALoss(temperature=0),
+     r"`temperature`.*Received: temperature=0"),
+    ("temperature_negative", lambda: TripletNCALoss(temperature=-0.5),
+     r"`temperature`.*Received: temperature=-0\.5"),
+    ("temperature_nan", lambda: TripletNCALoss(temperature=float("nan")),
+     r"`temperature`.*Received: temperature=nan"),
+    ("order_3", lambda: TripletNCALoss(order=3), r"`order`.*Received: order=3"),
+    ("order_0", lambda: TripletNCALoss(order=0), r"`order`.*Received: order=0"),
+    ("distance", lambda: TripletMarginLoss(distance="manhattan"),
+     r"`distance`.*Received: distance='manhattan'"),
+    ("margin_negative", lambda: TripletMarginLoss(margin=-0.1),
+     r"`margin`.*Received: margin=-0\.1"),
+    ("reduction_nca", lambda: TripletNCALoss(reduction="avg"),
+     r"`reduction`.*Received: reduction='avg'"),
+    ("reduction_margin", lambda: TripletMarginLoss(reduction="auto"),
+     r"`reduction`.*Received: reduction='auto'"),
+    ("miner_string", lambda: TripletNCALoss(miner="easy"), r"`miner`.*Received: miner='easy'"),
+    ("miner_loss", lambda: TripletMarginLoss(miner=keras.losses.MeanSquaredError()),
+     r"`miner`.*Received: miner=<"),
+    ("disjoint_all_positive", lambda: TripletMiner("all", "hard", disjoint=True),
+     r"`disjoint=True`.*Received: positive='all', negative='hard'"),
+    ("disjoint_all_negative", lambda: TripletMiner("easy", "all", disjoint=True),
+     r"`disjoint=True`.*Received: positive='easy', negative='all'"),
+    ("seed_string", lambda: TripletMiner("random", "random", seed="1"),
+     r"`seed`.*Received: seed='1'"),
+    ("functional_temperature", lambda: triplet_nca_loss(LABELS, EMBEDDINGS, temperature=0.0),
+     r"`temperature`.*Received: temperature=0\.0"),
+    ("functional_distance", lambda: triplet_margin_loss(LABELS, EMBEDDINGS, distance="L2"),
+     r"`distance`.*Received: distance='L2'"),
+    ("functional_mismatch", lambda: triplet_nca_loss(LABELS[:4], EMBEDDINGS),
+     r"`y_true`.*Received: y_true\.shape=\(4,\)"),
+    ("ref_labels_alone", lambda: triplet_nca_loss(LABELS, EMBEDDINGS, ref_labels=LABELS),
+     r"`ref_labels`"),
+]
+
+
+@pytest.mark.parametrize(
+    "make,match", [pytest.param(m, r, id=i) for i, m, r in BAD_INPUTS]
+)
+def test_bad_input_raises_value_error(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_numpy_scalar_hyperparameters_accepted():
+    assert TripletMarginLoss(margin=np.float32(0.25)).margin == 0.25
+    assert TripletNCALoss(temperature=np.float32(0.5)).temperature == 0.5
+    assert TripletNCALoss(order=np.int64(2)).order == 2
+    miner = TripletMiner("random", "random", seed=np.int64(3))
+    assert miner.get_config()["seed"] == 3 and type(miner.get_config()["seed"]) is int
+
+
+def test_labels_b_by_1_equal_labels_b():
+    loss = TripletNCALoss(order=2)
+    np.testing.assert_array_equal(
+        loss(LABELS[:, None], EMBEDDINGS).numpy(), loss(LABELS, EMBEDDINGS).numpy()
+    )
+
+
+# -- reductions --------------------------------------------------------------------------------
+
+RED_LABELS = np.array([0, 0, 1, 1, 2, 1], np.int32)  # anchor 4 is a singleton
+RED_EMBEDDINGS = np.random.default_rng(3).normal(size=(6, 4)).astype(np.float32)
+RED_WEIGHTS = np.array([1.0, 2.0, 0.5, 0.0, 3.0, 1.5], np.float32)
+
+
+def _ephn_nca_reference(labels, embeddings, temperature=1.0):
+    """Per-anchor EPHN NCA (order 1), plain loops; NaN-free 0 for anchors without triplet."""
+    x = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
+    sim = x @ x.T
+    losses, valid = np.zeros(len(labels)), np.zeros(len(labels), bool)
+    for a in range(len(labels)):
+        pos = [s for j, s in enumerate(sim[a]) if j != a and labels[j] == labels[a]]
+        neg = [s for j, s in enumerate(sim[a]) if labels[j] != labels[a]]
+        if pos and neg:
+            losses[a] = np.log1p(np.exp((max(neg) - max(pos)) / temperature))
+            valid[a] = True
+    return losses, valid
+
+
+def test_reductions_against_reference():
+    losses, valid = _ephn_nca_reference(RED_LABELS, RED_EMBEDDINGS)
+    assert valid.tolist() == [True, True, True, True, False, True]
+    w = RED_WEIGHTS
+
+    def run(reduction, sample_weight=None):
+        loss = TripletNCALoss(reduction=reduction)
+        return loss(RED_LABELS, RED_EMBEDDINGS, sample_weight=sample_weight).numpy()
+
+    np.testing.assert_allclose(run("none"), losses, rtol=1e-5)
+    np.testing.assert_allclose(run(None), losses, rtol=1e-5)
+    np.testing.assert_allclose(run("sum_over_batch_size"), losses.sum() / 5, rtol=1e-5)
+    np.testing.assert_allclose(run("mean"), losses.sum() / 5, rtol=1e-5)
+    np.testing.assert_allclose(run("sum"), losses.sum(), rtol=1e-5)
+    np.testing.assert_allclose(run("mean_with_sample_weight"), losses.sum() / 5, rtol=1e-5)
+    # Sample weights: the mean divides by the number of anchors with a triplet,
+    # mean_with_sample_weight by the weight of those anchors.
+    np.testing.assert_allclose(run("none", w), losses * w, rtol=1e-5)
+    np.testing.assert_allclose(run("sum", w), (losses * w).sum(), rtol=1e-5)
+    np.testing.assert_allclose(run("sum_over_batch_size", w), (losses * w).sum() / 5, rtol=1e-5)
+    np.testing.assert_allclose(
+        run("mean_with_sample_weight", w), (losses * w).sum() / w[valid].sum(), rtol=1e-5
+    )
+    np.testing.assert_allclose(
+        run("sum_over_batch_size", w[:, None]), (losses * w).sum() / 5, rtol=1e-5
+    )
+
+
+@pytest.mark.parametrize("case", ALL)
+def test_reductions_consistent_with_per_anchor(case):
+    base = case.make()
+    losses, valid = (t.numpy() for t in fresh(base).per_anchor(LABELS, EMBEDDINGS))
+    assert losses.shape == valid.shape == LABELS.shape
+    assert valid.sum() > 0
+    assert not valid[~triplet_anchors(LABELS)].any()
+    masked = np.where(valid, losses, 0.0)
+    w = np.linspace(0.5, 2.0, len(LABELS)).astype(np.float32)
+
+    def run(reduction, sample_weight=None):
+        loss = with_reduction(base, reduction)
+        return loss(LABELS, EMBEDDINGS, sample_weight=sample_weight).numpy()
+
+    none = run("none")
+    assert none.shape == LABELS.shape
+    np.testing.assert_allclose(none, masked, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(run("sum"), masked.sum(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        run("sum_over_batch_size"), masked.sum() / valid.sum(), rtol=1e-5, atol=1e-7
+    )
+    np.testing.assert_allclose(
+        run("mean_with_sample_weight", w), (masked * w).sum() / w[valid].sum(), rtol=1e-5,
+        atol=1e-7,
+    )
+    np.testing.assert_allclose(
+        run("sum_over_batch_size", w), (masked * w).sum() / valid.sum(), rtol=1e-5, atol=1e-7
+    )
+
+
+def test_fit_with_sample_weight_zero_on_all_anchors_keeps_weights():
+    """Sample weights reach the loss through model.fit: all-zero weights mean no update."""
+    features = np.random.default_rng(0).normal(size=(12, 6)).astype(np.float32)
+    labels = np.repeat(np.arange(4), 3)
+    model = small_embedding_model()
+    model.compile(optimizer="sgd", loss=TripletNCALoss(order=2))
+    before = [w.numpy().copy() for w in model.trainable_weights]
+    model.fit(features, labels, sample_weight=np.zeros(12), batch_size=12, epochs=1, verbose=0)
+    for b, a in zip(before, model.trainable_weights, strict=True):
+        np.testing.assert_array_equal(b, a.numpy())
+
+
+# -- memory: no B x B x B tensor unless every triplet is wanted ----------------------------------
+
+GRAPH_BATCH, GRAPH_DIM = 48, 8
+CUBE_LIMIT = GRAPH_BATCH**3 // 2
+
+
+@pytest.mark.parametrize("case", ALL)
+def test_no_cubic_tensor_unless_all_all(case):
+    graph = trace_loss_graph(case.factory, GRAPH_BATCH, GRAPH_DIM)
+    assert any("gradient_tape" in op.name for op in walk_graph_ops(graph)), "no backward ops"
+    big = large_tensor_ops(graph, CUBE_LIMIT)
+    if case.is_cubic:
+        assert big, "the all/all strategy builds a B^3 mask: the check must see it"
+    else:
+        assert not big, f"{case.id} materializes a tensor of >= B^3/2 elements: {big[:5]}"
+
+
+@pytest.mark.parametrize("case", pick("margin_squared_l2", "nca2_all_semihard", "nca2_easy_semihard",
+                                      "nca2_easy_hard", "margin_all_all", "margin_cos_random"))
+def test_no_cubic_tensor_in_compiled_xla_program(case):
+    """Same claim on the optimized HLO: XLA lowers some ops to larger tensors than the graph has."""
+    big = xla_large_shapes(case.factory, CUBE_LIMIT, GRAPH_BATCH, GRAPH_DIM)
+    if case.is_cubic:
+        assert big, "the all/all strategy builds a B^3 mask: the check must see it"
+    else:
+        assert not big, f"{case.id} compiles to a tensor of >= B^3/2 elements: {big[:5]}"
+
+
+def test_xla_check_sees_searchsorted_lowering():
+    """A batched tf.searchsorted compiles to a [B, R, R] comparison: the HLO check catches it."""
+
+    class SearchsortedLoss(keras.losses.Loss):
+        def __call__(self, labels, embeddings, sample_weight=None):
+            scores = tf.matmul(embeddings, embeddings, transpose_b=True)
+            count = tf.searchsorted(tf.sort(scores, axis=1), scores, side="right")
+            return tf.reduce_sum(tf.cast(count, tf.float32) * scores)
+
+    assert xla_large_shapes(SearchsortedLoss(), CUBE_LIMIT, GRAPH_BATCH, GRAPH_DIM)
+
+
+def test_graph_walk_enters_while_loops():
+    """The walker finds a B^3 tensor hidden in a while-loop body (and in the disjoint miner's
+    loop it sees ops the top-level graph does not list)."""
+
+    @tf.function
+    def hidden(x):
+        def body(i, total):
+            cube = x[:, None, None] * x[None, :, None] * x[None, None, :]
+            return i + 1, total + tf.reduce_sum(cube)
+
+        return tf.while_loop(lambda i, _: i < 2, body, (0, 0.0))[1]
+
+    graph = hidden.get_concrete_function(tf.TensorSpec([GRAPH_BATCH], tf.float32)).graph
+    top_level = [
+        op for op in graph.get_operations()
+        for out in op.outputs
+        if out.shape.is_fully_defined() and out.shape.num_elements() >= CUBE_LIMIT
+    ]
+    assert not top_level
+    assert large_tensor_ops(graph, CUBE_LIMIT)
+
+    disjoint = trace_loss_graph(CASES["nca2_disjoint_easy_hard"].factory, GRAPH_BATCH, GRAPH_DIM)
+    assert len(list(walk_graph_ops(disjoint))) > len(disjoint.get_operations())

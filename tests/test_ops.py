@@ -1,0 +1,259 @@
+"""tfdml.ops against naive loops of tests/references.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import references as ref
+import tensorflow as tf
+
+from tfdml import ops
+
+RNG = np.random.default_rng(0)
+X = RNG.normal(size=(5, 3))  # B=5, D=3
+Y = RNG.normal(size=(8, 3))  # R=8
+
+
+# -- similarities and distances ------------------------------------------------------------------
+
+
+def test_pairwise_similarity():
+    got = ops.pairwise_similarity(tf.constant(X), tf.constant(Y))
+    assert got.shape == (5, 8)
+    np.testing.assert_allclose(got.numpy(), ref.pairwise_similarity(X, Y), rtol=1e-12)
+    np.testing.assert_allclose(ops.pairwise_similarity(tf.constant(X)).numpy(),
+                               ref.pairwise_similarity(X), rtol=1e-12)
+
+
+@pytest.mark.parametrize("squared", [False, True])
+def test_pairwise_distance(squared):
+    got = ops.pairwise_distance(tf.constant(X, tf.float32), tf.constant(Y, tf.float32),
+                                squared=squared)
+    assert got.shape == (5, 8) and got.dtype == tf.float32
+    np.testing.assert_allclose(got.numpy(), ref.pairwise_distance(X, Y, squared=squared),
+                               rtol=1e-5, atol=1e-5)
+    got_self = ops.pairwise_distance(tf.constant(X), squared=squared).numpy()
+    np.testing.assert_allclose(got_self, ref.pairwise_distance(X, squared=squared), atol=1e-7)
+    assert np.all(got_self >= 0)
+
+
+@pytest.mark.parametrize("squared", [False, True])
+def test_pairwise_distance_gradient_matches_finite_differences(squared):
+    x = tf.constant(X)
+    y = tf.constant(Y)
+    weights = RNG.normal(size=(5, 8))
+
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        value = tf.reduce_sum(ops.pairwise_distance(x, y, squared=squared) * weights)
+    grad = tape.gradient(value, x).numpy()
+
+    def f(e):
+        return float(np.sum(ref.pairwise_distance(e, Y, squared=squared) * weights))
+
+    np.testing.assert_allclose(grad, ref.finite_difference_gradient(f, X), atol=1e-7)
+
+
+@pytest.mark.parametrize("squared", [False, True])
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
+def test_pairwise_distance_gradient_at_duplicates(squared, dtype):
+    # Rows 0 and 2 are duplicates; the diagonal is zero distance too.
+    x_np = np.array([[0.3, -1.2, 2.0], [1.0, 0.5, -0.7], [0.3, -1.2, 2.0]])
+    x = tf.constant(x_np, dtype)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        dist = ops.pairwise_distance(x, squared=squared)
+        duplicate_pair = dist[0, 2]
+        total = tf.reduce_sum(dist)
+    tol = 1e-3 if dtype == tf.float32 else 1e-7
+    assert abs(float(duplicate_pair)) <= tol
+    np.testing.assert_allclose(np.diag(dist.numpy()), 0.0, atol=tol)
+    g_pair = tape.gradient(duplicate_pair, x).numpy()
+    g_total = tape.gradient(total, x).numpy()
+    assert np.all(np.isfinite(g_pair)) and np.all(np.isfinite(g_total))
+    # The distance between duplicates is flat (squared) or has its (sub)gradient 0.
+    np.testing.assert_allclose(g_pair, 0.0, atol=1e-4)
+    # Only the non-duplicate pairs contribute to the gradient of the sum.
+    def f(e):
+        d = ref.pairwise_distance(e, squared=squared)
+        d[0, 2] = d[2, 0] = 0.0
+        np.fill_diagonal(d, 0.0)
+        return float(np.sum(d))
+
+    np.testing.assert_allclose(g_total, ref.finite_difference_gradient(f, x_np), atol=1e-3)
+
+
+def test_safe_sqrt():
+    x = tf.constant([0.0, 1e-14, 4.0, 2.25], tf.float64)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = ops.safe_sqrt(x)
+    np.testing.assert_allclose(y.numpy(), [0.0, 0.0, 2.0, 1.5])
+    np.testing.assert_allclose(tape.gradient(y, x).numpy(), [0.0, 0.0, 0.25, 1.0 / 3.0])
+
+
+# -- normalization -------------------------------------------------------------------------------
+
+
+def test_l2_normalize_values_and_zero_rows():
+    x = np.concatenate([X, np.zeros((1, 3))], axis=0)
+    got = ops.l2_normalize(tf.constant(x)).numpy()
+    np.testing.assert_allclose(got, ref.l2_normalize(x), atol=1e-12)
+    np.testing.assert_array_equal(got[-1], 0.0)
+    np.testing.assert_allclose(np.linalg.norm(got[:-1], axis=1), 1.0)
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
+def test_l2_normalize_gradient(dtype):
+    x_np = np.concatenate([X, np.zeros((1, 3))], axis=0)
+    weights = RNG.normal(size=x_np.shape)
+    x = tf.constant(x_np, dtype)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        value = tf.reduce_sum(ops.l2_normalize(x) * tf.constant(weights, dtype))
+    grad = tape.gradient(value, x).numpy()
+    assert np.all(np.isfinite(grad))  # finite at the zero row too
+
+    def f(e):
+        return float(np.sum(ref.l2_normalize(e) * weights[:-1]))
+
+    fd = ref.finite_difference_gradient(f, x_np[:-1])
+    atol = 1e-5 if dtype == tf.float32 else 1e-8
+    np.testing.assert_allclose(grad[:-1], fd, atol=atol)
+
+
+# -- labels --------------------------------------------------------------------------------------
+
+
+def test_cast_labels_shapes_and_dtypes():
+    for labels in ([3, 1, 4], [[3], [1], [4]], np.array([3.0, 1.0, 4.0], np.float32),
+                   np.array([[3], [1], [4]], np.int16), np.array([2.9999, 1.0001, 4.0])):
+        got = ops.cast_labels(labels)
+        assert got.dtype == tf.int32 and got.shape == (3,)
+        np.testing.assert_array_equal(got.numpy(), [3, 1, 4])
+    # int64 ids stay int64: an int32 cast would wrap ids beyond 2**31 onto others.
+    got = ops.cast_labels(np.array([[3], [1], [4]], np.int64))
+    assert got.dtype == tf.int64 and got.shape == (3,)
+    np.testing.assert_array_equal(got.numpy(), [3, 1, 4])
+
+
+def test_cast_labels_keeps_large_float_ids_distinct():
+    got = ops.cast_labels(np.array([256.0, 257.0, 16777215.0], np.float32))
+    np.testing.assert_array_equal(got.numpy(), [256, 257, 16777215])
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 1), (4, 2), ()])
+def test_cast_labels_rejects_bad_rank(shape):
+    with pytest.raises(ValueError, match="my_labels"):
+        ops.cast_labels(np.zeros(shape, np.int32), name="my_labels")
+
+
+@pytest.mark.parametrize("ref_offset", [0, 3, None])
+def test_label_masks_with_reference_set(ref_offset):
+    ref_labels = np.array([1, 4, 4, 7, 1, 1, 4, 9, 4, 7])
+    if ref_offset is None:
+        labels = np.array([4, 1, 4, 7, 1])  # anchors not in the reference set
+    else:
+        labels = ref_labels[ref_offset:ref_offset + 5]  # anchor i is row i + ref_offset
+    pos, neg = ops.label_masks(tf.constant(labels), tf.constant(ref_labels), ref_offset)
+    want_pos, want_neg = ref.label_masks(labels, ref_labels, ref_offset)
+    assert pos.dtype == tf.bool and pos.shape == (5, 10)
+    np.testing.assert_array_equal(pos.numpy(), want_pos)
+    np.testing.assert_array_equal(neg.numpy(), want_neg)
+    same = labels[:, None] == ref_labels[None, :]
+    np.testing.assert_array_equal(neg.numpy(), ~same)
+    if ref_offset is None:
+        np.testing.assert_array_equal(pos.numpy(), same)
+    else:
+        # Exactly the self pairs are removed from the same-label pairs.
+        for i in range(5):
+            assert same[i, i + ref_offset] and not pos.numpy()[i, i + ref_offset]
+        assert pos.numpy().sum() == same.sum() - 5
+
+
+def test_label_masks_batch_default():
+    labels = np.array([[2], [0], [2], [2], [5]])
+    pos, neg = ops.label_masks(labels)
+    want_pos, want_neg = ref.label_masks(labels)
+    np.testing.assert_array_equal(pos.numpy(), want_pos)
+    np.testing.assert_array_equal(neg.numpy(), want_neg)
+    assert not np.any(np.diag(pos.numpy()))
+    assert pos.numpy()[0, 2] and pos.numpy()[3, 0] and not pos.numpy()[4].any()
+
+
+# -- masked reductions ---------------------------------------------------------------------------
+
+
+def _masked_reference(x, mask, axis, kind):
+    """Loop over the reduced axis; (0, False) where the mask is empty."""
+    x = np.moveaxis(np.asarray(x), axis, -1)
+    mask = np.moveaxis(np.asarray(mask), axis, -1)
+    values = np.zeros(x.shape[:-1])
+    indices = np.zeros(x.shape[:-1], np.int64)
+    found = np.zeros(x.shape[:-1], bool)
+    for idx in np.ndindex(x.shape[:-1]):
+        best = None
+        for k in range(x.shape[-1]):
+            if not mask[idx + (k,)]:
+                continue
+            better = best is None or (
+                x[idx + (k,)] > x[idx + (best,)] if kind == "max" else
+                x[idx + (k,)] < x[idx + (best,)])
+            if better:
+                best = k
+        if best is not None:
+            values[idx], indices[idx], found[idx] = x[idx + (best,)], best, True
+    return values, indices, found
+
+
+@pytest.mark.parametrize("axis", [-1, 0])
+@pytest.mark.parametrize("kind", ["max", "min"])
+def test_masked_reductions(kind, axis):
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(6, 7)).astype(np.float32)
+    mask = rng.random(size=(6, 7)) < 0.4
+    mask[2, :] = False  # an empty row
+    mask[:, 4] = False  # an empty column
+    mask[0, :] = False
+    mask[0, 5] = True  # a single entry
+    want_values, want_idx, want_found = _masked_reference(x, mask, axis, kind)
+    assert not want_found.all() and want_found.any()
+    reduce_fn = ops.masked_max if kind == "max" else ops.masked_min
+    arg_fn = ops.masked_argmax if kind == "max" else ops.masked_argmin
+    values, found = reduce_fn(tf.constant(x), tf.constant(mask), axis=axis)
+    idx, idx_found = arg_fn(tf.constant(x), tf.constant(mask), axis=axis)
+    assert idx.dtype == tf.int32
+    np.testing.assert_array_equal(found.numpy(), want_found)
+    np.testing.assert_array_equal(idx_found.numpy(), want_found)
+    np.testing.assert_array_equal(values.numpy(), want_values.astype(np.float32))
+    np.testing.assert_array_equal(idx.numpy(), want_idx)
+
+
+def test_masked_argmax_ties_go_to_lowest_index():
+    x = tf.constant([[1.0, 3.0, 3.0, 3.0], [2.0, 2.0, 2.0, 2.0]])
+    mask = tf.constant([[True, False, True, True], [False, True, True, True]])
+    idx, found = ops.masked_argmax(x, mask)
+    np.testing.assert_array_equal(idx.numpy(), [2, 1])
+    assert found.numpy().all()
+    idx, _ = ops.masked_argmin(x, mask)
+    np.testing.assert_array_equal(idx.numpy(), [0, 1])
+
+
+def test_masked_argmax_never_returns_an_index_outside_the_mask():
+    # The only candidate (index 2) has score -inf.
+    x = tf.constant([[0.0, 5.0, -np.inf]])
+    mask = tf.constant([[False, False, True]])
+    idx, found = ops.masked_argmax(x, mask)
+    values, _ = ops.masked_max(x, mask)
+    assert bool(found.numpy()[0])
+    assert int(idx.numpy()[0]) == 2  # returns 0 on CPU: a masked-out index
+    assert values.numpy()[0] == -np.inf  # returns float32.min
+
+
+def test_cast_labels_does_not_merge_large_int64_ids():
+    labels = np.array([2**32 + 5, 5], np.int64)
+    try:
+        got = ops.cast_labels(labels)
+    except ValueError:
+        return  # refusing the ids is acceptable
+    assert got.numpy()[0] != got.numpy()[1]

@@ -1,0 +1,353 @@
+"""TripletNCALoss / TripletMarginLoss against the naive references of tests/references.py.
+
+Values must match to 1e-5 (float32). Gradients (tf.GradientTape, float32) are compared
+with central finite differences of the float64 reference, h = 1e-6, to
+``atol=1e-5, rtol=1e-4``. The finite differences hold the mined triplets fixed (the
+triplets the TF miner chose, once checked against the reference), which is the same
+function locally since random inputs have no ties.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import references as ref
+import tensorflow as tf
+
+import tfdml
+from tfdml.miners import Miner, TripletMiner
+
+POSITIVES = ("easy", "hard", "random", "all")
+NEGATIVES = ("hard", "semihard", "easy", "random", "all")
+COMBOS = [(p, n) for p in POSITIVES for n in NEGATIVES]
+SINGLE_COMBOS = [(p, n) for p in POSITIVES if p != "all" for n in NEGATIVES if n != "all"]
+
+VALUE_TOL = 1e-5
+GRAD_ATOL = 1e-5
+GRAD_RTOL = 1e-4
+
+
+class RecordingMiner(Miner):
+    """Delegates to a TripletMiner and keeps the triplets it returned (eager mode)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.triplets = None
+
+    def mine(self, scores, labels, ref_labels=None, ref_offset=0):
+        self.triplets = self.inner.mine(scores, labels, ref_labels=ref_labels,
+                                        ref_offset=ref_offset)
+        return self.triplets
+
+
+def _arrays(triplets):
+    def to_np(t):
+        return None if t is None else t.numpy()
+
+    return to_np(triplets.positive), to_np(triplets.negative), triplets.mask.numpy()
+
+
+# Batches: B != D, several classes of varying sizes including a singleton.
+BATCH_A = ref.make_batch([4, 3, 2, 2, 1], 7, seed=0)  # B=12, D=7: values and gradients
+BATCH_B = ref.make_batch([3, 3, 2, 1, 1], 16, seed=1)  # B=10, D=16: values
+
+
+def _as_f32(x):
+    """The float32 values TF sees, and the same values in float64 for the reference."""
+    x32 = np.asarray(x, np.float32)
+    return x32, x32.astype(np.float64)
+
+
+def _run(kind, labels, x, params, positive, negative, disjoint=False, normalize=True,
+         ref_set=None, grad=True, seed=7):
+    """Runs the TF loss and the reference on the same inputs and compares them.
+
+    ``kind``: "nca" (params: order, temperature) or "margin" (params: margin, distance).
+    ``ref_set``: None (class form, batch as reference set) or
+    ``(ref_embeddings, ref_labels, ref_offset)`` (functional form).
+    Returns the reference value.
+    """
+    x32, x64 = _as_f32(x)
+    recorder = RecordingMiner(TripletMiner(positive, negative, disjoint=disjoint, seed=seed))
+    ref_kwargs = {}
+    tf_ref_kwargs = {}
+    if ref_set is not None:
+        r32, r64 = _as_f32(ref_set[0])
+        ref_kwargs = dict(ref_embeddings=r64, ref_labels=ref_set[1], ref_offset=ref_set[2])
+        tf_ref_kwargs = dict(ref_embeddings=tf.constant(r32), ref_labels=tf.constant(ref_set[1]),
+                             ref_offset=ref_set[2])
+
+    xt = tf.constant(x32)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        if kind == "nca":
+            order, temperature = params
+            if ref_set is None:
+                loss = tfdml.losses.TripletNCALoss(order=order, temperature=temperature,
+                                                   miner=recorder, normalize=normalize)
+                value = loss(tf.constant(labels), xt)
+            else:
+                value = tfdml.losses.triplet_nca_loss(
+                    tf.constant(labels), xt, order=order, temperature=temperature,
+                    miner=recorder, normalize=normalize, **tf_ref_kwargs)
+        else:
+            margin, distance = params
+            if ref_set is None:
+                loss = tfdml.losses.TripletMarginLoss(margin=margin, distance=distance,
+                                                      miner=recorder, normalize=normalize)
+                value = loss(tf.constant(labels), xt)
+            else:
+                value = tfdml.losses.triplet_margin_loss(
+                    tf.constant(labels), xt, margin=margin, distance=distance,
+                    miner=recorder, normalize=normalize, **tf_ref_kwargs)
+    tf_grad = tape.gradient(value, xt).numpy() if grad else None
+    assert value.dtype == tf.float32 and value.shape == ()
+
+    pos, neg, mask = _arrays(recorder.triplets)
+    tf_triplets = ref.triplet_set(pos, neg, mask)
+    chooser = ref.chooser_from(pos, neg, mask, disjoint=disjoint)
+
+    def reference(emb, triplets=None):
+        common = dict(positive=positive, negative=negative, disjoint=disjoint,
+                      normalize=normalize, chooser=chooser, triplets=triplets, **ref_kwargs)
+        if kind == "nca":
+            return ref.nca_loss(labels, emb, order=params[0], temperature=params[1], **common)
+        return ref.margin_loss(labels, emb, margin=params[0], distance_kind=params[1], **common)
+
+    want, want_triplets = reference(x64)
+    assert tf_triplets == want_triplets
+    np.testing.assert_allclose(value.numpy(), want, rtol=0, atol=VALUE_TOL)
+
+    if grad:
+        fd = ref.finite_difference_gradient(lambda e: reference(e, want_triplets)[0], x64)
+        assert np.all(np.isfinite(tf_grad))
+        np.testing.assert_allclose(tf_grad, fd, rtol=GRAD_RTOL, atol=GRAD_ATOL)
+    return want
+
+
+# -- every strategy combination ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("positive,negative", COMBOS)
+def test_nca_strategies(positive, negative):
+    want = _run("nca", *BATCH_A, (1, 1.0), positive, negative)
+    assert want > 0
+    _run("nca", *BATCH_B, (2, 2.0), positive, negative, grad=False)
+
+
+@pytest.mark.parametrize("positive,negative", COMBOS)
+def test_margin_strategies(positive, negative):
+    _run("margin", *BATCH_A, (0.2, "squared_l2"), positive, negative)
+    _run("margin", *BATCH_B, (0.3, "cosine"), positive, negative, grad=False)
+
+
+@pytest.mark.parametrize("positive,negative", SINGLE_COMBOS)
+def test_nca_disjoint(positive, negative):
+    want = _run("nca", *BATCH_A, (2, 1.0), positive, negative, disjoint=True)
+    assert want > 0
+
+
+@pytest.mark.parametrize("positive,negative", SINGLE_COMBOS)
+def test_margin_disjoint(positive, negative):
+    _run("margin", *BATCH_A, (0.5, "l2"), positive, negative, disjoint=True, grad=False)
+    _run("margin", *BATCH_B, (0.2, "squared_l2"), positive, negative, disjoint=True, grad=False)
+
+
+# -- orders, temperatures, distances, normalization ----------------------------------------------
+
+
+@pytest.mark.parametrize("temperature", [0.1, 1.0, 2.0])
+@pytest.mark.parametrize("order", [1, 2])
+def test_nca_order_and_temperature(order, temperature):
+    _run("nca", *BATCH_A, (order, temperature), "easy", "hard")
+    _run("nca", *BATCH_B, (order, temperature), "easy", "semihard", grad=False)
+
+
+@pytest.mark.parametrize("distance", ["squared_l2", "l2", "cosine"])
+@pytest.mark.parametrize("positive,negative", [("all", "semihard"), ("easy", "hard"),
+                                               ("hard", "easy")])
+def test_margin_distances(distance, positive, negative):
+    want = _run("margin", *BATCH_A, (0.4, distance), positive, negative)
+    assert want > 0  # some hinges are active, so the gradient check means something
+
+
+@pytest.mark.parametrize("order", [1, 2])
+def test_nca_without_normalization(order):
+    labels, x = BATCH_A
+    _run("nca", labels, 0.4 * x, (order, 1.0), "easy", "hard", normalize=False)
+    _run("nca", labels, 0.4 * x, (order, 0.5), "all", "semihard", normalize=False)
+
+
+@pytest.mark.parametrize("distance", ["squared_l2", "l2", "cosine"])
+def test_margin_without_normalization(distance):
+    labels, x = BATCH_A
+    want = _run("margin", labels, 0.5 * x, (1.0, distance), "all", "semihard", normalize=False)
+    assert want > 0
+
+
+def test_raw_scores_differ_from_normalized():
+    """normalize=False really uses raw embeddings (scaling a row changes the loss)."""
+    labels, x = BATCH_A
+    x = np.asarray(x, np.float32)
+    scaled = x * np.linspace(0.5, 2.0, len(x), dtype=np.float32)[:, None]
+    raw = tfdml.losses.triplet_nca_loss(labels, scaled, normalize=False)
+    normed = tfdml.losses.triplet_nca_loss(labels, scaled)
+    want_raw = ref.nca_loss(labels, scaled.astype(np.float64), normalize=False)[0]
+    want_normed = ref.nca_loss(labels, x.astype(np.float64))[0]
+    np.testing.assert_allclose([raw.numpy(), normed.numpy()], [want_raw, want_normed],
+                               atol=VALUE_TOL)
+    assert abs(want_raw - want_normed) > 1e-2
+
+
+# -- reference sets ------------------------------------------------------------------------------
+
+REF_LABELS, REF_X = ref.make_batch([4, 3, 3, 2, 1, 1], 5, seed=3)  # R=14, D=5
+REF_MINERS = [("easy", "hard", False), ("all", "semihard", False), ("all", "all", False),
+              ("random", "semihard", True), ("hard", "random", True)]
+
+
+@pytest.mark.parametrize("kind,params", [("nca", (1, 1.0)), ("nca", (2, 0.5)),
+                                         ("margin", (0.3, "l2"))])
+@pytest.mark.parametrize("positive,negative,disjoint", REF_MINERS)
+def test_reference_set_with_offset(kind, params, positive, negative, disjoint):
+    # The batch is rows 3..8 of the reference set.
+    labels, x = REF_LABELS[3:9], REF_X[3:9]
+    _run(kind, labels, x, params, positive, negative, disjoint=disjoint,
+         ref_set=(REF_X, REF_LABELS, 3))
+
+
+@pytest.mark.parametrize("kind,params", [("nca", (2, 2.0)), ("margin", (0.2, "cosine")),
+                                         ("margin", (0.2, "squared_l2"))])
+@pytest.mark.parametrize("positive,negative,disjoint", REF_MINERS)
+def test_reference_set_without_offset(kind, params, positive, negative, disjoint):
+    # Anchors outside the reference set; label 100 has no positive there.
+    rng = np.random.default_rng(21)
+    x = rng.normal(size=(6, 5))
+    labels = np.array([1, 4, 7, 100, 1, 16], np.int32)
+    _run(kind, labels, x, params, positive, negative, disjoint=disjoint,
+         ref_set=(REF_X, REF_LABELS, None))
+
+
+def test_offset_excludes_only_the_anchor_itself():
+    """ref_offset=None with the batch inside the reference set makes each anchor its own
+    (perfect) easy positive; ref_offset=3 does not."""
+    labels, x = REF_LABELS[3:9], REF_X[3:9].astype(np.float32)
+    kwargs = dict(ref_embeddings=REF_X.astype(np.float32), ref_labels=REF_LABELS)
+    with_offset = tfdml.losses.triplet_nca_loss(labels, x, ref_offset=3, **kwargs)
+    without = tfdml.losses.triplet_nca_loss(labels, x, ref_offset=None, **kwargs)
+    r64 = REF_X.astype(np.float32).astype(np.float64)
+    x64 = x.astype(np.float64)
+    want_with = ref.nca_loss(labels, x64, ref_embeddings=r64, ref_labels=REF_LABELS,
+                             ref_offset=3)[0]
+    want_without, triplets = ref.nca_loss(labels, x64, ref_embeddings=r64,
+                                          ref_labels=REF_LABELS, ref_offset=None)
+    assert all(p == a + 3 for a, p, _ in triplets)
+    np.testing.assert_allclose([with_offset.numpy(), without.numpy()],
+                               [want_with, want_without], atol=VALUE_TOL)
+    assert abs(want_with - want_without) > 1e-2
+
+
+# -- float64 and tf.test.compute_gradient ----------------------------------------------------------
+
+SMALL_LABELS = np.array([2, 5, 2, 5, 2, 9], np.int32)  # B=6, D=4, one singleton
+
+
+def _small_x():
+    return np.random.default_rng(4).normal(size=(6, 4))
+
+
+@pytest.mark.parametrize(
+    "kind,params,positive,negative",
+    [
+        ("nca", (1, 1.0), "easy", "hard"),
+        ("nca", (2, 0.5), "easy", "semihard"),
+        ("nca", (2, 1.0), "all", "all"),
+        ("margin", (0.25, "squared_l2"), "all", "semihard"),
+        ("margin", (0.5, "l2"), "easy", "hard"),
+        ("margin", (0.25, "cosine"), "hard", "easy"),
+    ],
+)
+def test_float64_compute_gradient(kind, params, positive, negative):
+    x = _small_x()
+    labels = tf.constant(SMALL_LABELS)
+    miner = TripletMiner(positive, negative)
+
+    def loss_fn(e):
+        if kind == "nca":
+            return tfdml.losses.triplet_nca_loss(labels, e, order=params[0],
+                                                 temperature=params[1], miner=miner)
+        return tfdml.losses.triplet_margin_loss(labels, e, margin=params[0],
+                                                distance=params[1], miner=miner)
+
+    value = loss_fn(tf.constant(x))
+    assert value.dtype == tf.float64  # computed in float64 for float64 input
+    common = dict(positive=positive, negative=negative)
+    if kind == "nca":
+        want = ref.nca_loss(SMALL_LABELS, x, order=params[0], temperature=params[1],
+                            **common)[0]
+    else:
+        want = ref.margin_loss(SMALL_LABELS, x, margin=params[0], distance_kind=params[1],
+                               **common)[0]
+    assert want > 0
+    np.testing.assert_allclose(value.numpy(), want, rtol=1e-12, atol=1e-12)
+
+    theoretical, numerical = tf.test.compute_gradient(loss_fn, [tf.constant(x)], delta=1e-6)
+    assert np.abs(theoretical[0]).max() > 1e-3
+    np.testing.assert_allclose(theoretical[0], numerical[0], rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("kind,param", [("nca", 0.1), ("margin", 0.3)])
+def test_float64_hyperparameters_keep_float64_precision(kind, param):
+    """In float64 the loss should use the float64 value of the margin and temperature."""
+    x = _small_x()
+    if kind == "nca":
+        value = tfdml.losses.triplet_nca_loss(SMALL_LABELS, x, temperature=param)
+        want = ref.nca_loss(SMALL_LABELS, x, temperature=param)[0]
+    else:
+        value = tfdml.losses.triplet_margin_loss(SMALL_LABELS, x, margin=param)
+        want = ref.margin_loss(SMALL_LABELS, x, margin=param)[0]
+    assert value.dtype == tf.float64 and want > 0
+    np.testing.assert_allclose(value.numpy(), want, rtol=1e-12, atol=1e-12)
+
+
+# -- degenerate batches and label formats --------------------------------------------------------
+
+
+@pytest.mark.parametrize("labels", [np.zeros(6, np.int32), np.arange(6, dtype=np.int32)])
+@pytest.mark.parametrize("make_loss", [
+    lambda: tfdml.losses.TripletNCALoss(order=2),
+    lambda: tfdml.losses.TripletMarginLoss(),
+    lambda: tfdml.losses.TripletMarginLoss(miner=TripletMiner("all", "all")),
+])
+def test_no_triplet_gives_zero(labels, make_loss):
+    """One class only (no negatives) or all singletons (no positives): 0, zero gradients."""
+    x = tf.constant(_small_x(), tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        value = make_loss()(labels, x)
+    grad = tape.gradient(value, x)
+    assert value.numpy() == 0.0
+    assert grad is None or np.all(grad.numpy() == 0.0)
+    assert ref.nca_loss(labels, _small_x())[0] == 0.0
+
+
+def test_label_formats():
+    """[B, 1] and float labels give the same loss as [B] int labels."""
+    labels, x = BATCH_A
+    x = tf.constant(x, tf.float32)
+    loss = tfdml.losses.TripletNCALoss(order=2)
+    base = loss(labels, x).numpy()
+    assert loss(labels[:, None], x).numpy() == base
+    assert loss(labels.astype(np.float32)[:, None], x).numpy() == base
+    want = ref.nca_loss(labels, x.numpy().astype(np.float64), order=2)[0]
+    np.testing.assert_allclose(base, want, atol=VALUE_TOL)
+
+
+def test_random_miner_same_seed_same_loss():
+    labels, x = BATCH_A
+    x = tf.constant(x, tf.float32)
+    values = [
+        tfdml.losses.TripletNCALoss(miner=TripletMiner("random", "random", seed=5))(labels, x)
+        for _ in range(2)
+    ]
+    assert values[0].numpy() == values[1].numpy()
