@@ -120,7 +120,8 @@ def main(argv=None):
           f"with EPHN mining, batches of {args.classes_per_batch} classes x "
           f"{args.samples_per_class} images, {args.epochs} epochs x "
           f"{args.steps_per_epoch} steps")
-    model.fit(dataset, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch, verbose=2)
+    model.fit(dataset, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch, shuffle=False,
+              verbose=2)
 
     after = tfdml.metrics.recall_at_k(model.predict(x_test, verbose=0), y_test, ks=ks)
     print("\nRecall@K on the held-out digits 6-9 (cosine, query excluded):")

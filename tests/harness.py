@@ -49,6 +49,7 @@ __all__ = [
     "degenerate_batches",
     "degenerate_examples",
     "duplicate_embedding_batches",
+    "forward_backward",
     "has_triplet",
     "is_deterministic",
     "large_id_batches",
@@ -69,6 +70,7 @@ __all__ = [
     "walk_graph_ops",
     "with_examples",
     "with_reduction",
+    "xla_large_shapes",
     "zero_vector_batches",
 ]
 
@@ -249,14 +251,7 @@ def assert_jit_matches_eager(
     loss = make_loss(loss)
     eager_value, eager_grad = loss_and_grads(loss, labels, embeddings, sample_weight)
 
-    @tf.function(jit_compile=True)
-    def compiled(y, x):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            value = loss(y, x, sample_weight=sample_weight)
-        grad = tape.gradient(value, x)
-        return value, tf.zeros_like(x) if grad is None else grad
-
+    compiled = forward_backward(loss, jit_compile=True, sample_weight=sample_weight)
     jit_value, jit_grad = compiled(tf.convert_to_tensor(labels), tf.convert_to_tensor(embeddings))
     np.testing.assert_allclose(jit_value.numpy(), eager_value, rtol=rtol, atol=atol)
     np.testing.assert_allclose(jit_grad.numpy(), eager_grad, rtol=rtol, atol=10 * atol)
@@ -552,18 +547,27 @@ def large_tensor_ops(graph, max_elements: int) -> list[tuple[str, str, tuple]]:
     return found
 
 
-def trace_loss_graph(loss: LossLike, batch: int = 48, dim: int = 8):
-    """Graph of forward + backward of ``loss`` for static ``[batch]``, ``[batch, dim]`` inputs."""
+def forward_backward(loss: LossLike, jit_compile: bool = False, sample_weight=None):
+    """A ``tf.function`` returning the value of ``loss`` and its gradient w.r.t. the embeddings.
+
+    The gradient is zeros, not None, when the value does not depend on the embeddings.
+    """
     loss = make_loss(loss)
 
-    @tf.function
-    def forward_backward(labels, embeddings):
+    @tf.function(jit_compile=jit_compile)
+    def step(labels, embeddings):
         with tf.GradientTape() as tape:
             tape.watch(embeddings)
-            value = loss(labels, embeddings)
-        return value, tape.gradient(value, embeddings)
+            value = loss(labels, embeddings, sample_weight=sample_weight)
+        grad = tape.gradient(value, embeddings)
+        return value, tf.zeros_like(embeddings) if grad is None else grad
 
-    concrete = forward_backward.get_concrete_function(
+    return step
+
+
+def trace_loss_graph(loss: LossLike, batch: int = 48, dim: int = 8):
+    """Graph of forward + backward of ``loss`` for static ``[batch]``, ``[batch, dim]`` inputs."""
+    concrete = forward_backward(loss).get_concrete_function(
         tf.TensorSpec([batch], tf.int32), tf.TensorSpec([batch, dim], tf.float32)
     )
     return concrete.graph
@@ -579,18 +583,10 @@ def xla_large_shapes(loss: LossLike, max_elements: int, batch: int = 48, dim: in
     lowers some ops (a batched ``tf.searchsorted``, for one) to much larger
     intermediate tensors, so memory claims are checked on the compiled program.
     """
-    loss = make_loss(loss)
-
-    @tf.function(jit_compile=True)
-    def forward_backward(labels, embeddings):
-        with tf.GradientTape() as tape:
-            tape.watch(embeddings)
-            value = loss(labels, embeddings)
-        return value, tape.gradient(value, embeddings)
-
+    step = forward_backward(loss, jit_compile=True)
     labels = tf.constant(np.arange(batch) % max(batch // 4, 2), tf.int32)
     embeddings = tf.random.stateless_normal([batch, dim], seed=[1, 2])
-    hlo = forward_backward.experimental_get_compiler_ir(labels, embeddings)(stage="optimized_hlo")
+    hlo = step.experimental_get_compiler_ir(labels, embeddings)(stage="optimized_hlo")
     found = set()
     for match in _HLO_SHAPE.finditer(hlo):
         dims = [int(d) for d in match.group(1).split(",") if d]

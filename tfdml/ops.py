@@ -24,6 +24,7 @@ import tensorflow as tf
 
 __all__ = [
     "cast_labels",
+    "check_batch_sizes",
     "check_embeddings",
     "compute_dtype",
     "l2_normalize",

@@ -27,7 +27,14 @@ import tensorflow as tf
 from tfdml import ops
 from tfdml.miners import Miner
 
-__all__ = ["MetricLoss", "prepare_inputs", "per_anchor_mean", "reduce_anchor_losses"]
+__all__ = [
+    "MetricLoss",
+    "mean_over_valid",
+    "per_anchor_mean",
+    "prepare_inputs",
+    "reduce_anchor_losses",
+    "resolve_miner",
+]
 
 _REDUCTIONS = ("sum_over_batch_size", "mean", "mean_with_sample_weight", "sum", "none", None)
 
@@ -102,6 +109,16 @@ def per_anchor_mean(values, mask):
     return tf.math.divide_no_nan(total, count), count > 0
 
 
+def mean_over_valid(losses, valid, like):
+    """The scalar a functional loss returns: mean of ``losses`` over ``valid`` anchors.
+
+    0 (with zero gradients) when no anchor is valid; cast to the dtype of ``like``.
+    """
+    count = tf.reduce_sum(tf.cast(valid, losses.dtype))
+    value = tf.math.divide_no_nan(tf.reduce_sum(losses), count)
+    return tf.cast(value, tf.convert_to_tensor(like).dtype)
+
+
 def _scale_for_distribution(value):
     replicas = tf.distribute.get_strategy().num_replicas_in_sync
     if replicas > 1:
@@ -152,9 +169,10 @@ class MetricLoss(keras.losses.Loss):
     """Base class of tfdml losses: labels + embeddings in, one value per anchor, reduced.
 
     Subclasses implement :meth:`per_anchor`. ``__call__`` casts ``y_true`` to
-    int32 *before* any dtype conversion (Keras' base class converts labels to
-    the loss dtype, which in bfloat16 merges class ids above 256), and computes
-    in float32 whatever the dtype of ``y_pred``.
+    int32 (int64 stays int64) *before* any dtype conversion (Keras' base class
+    converts labels to the loss dtype, which in bfloat16 merges class ids
+    above 256), and computes in float32 whatever the dtype of ``y_pred``
+    (float64 for float64).
 
     Args:
         normalize: L2-normalize the embeddings first. Defaults to `True`.

@@ -8,7 +8,13 @@ import keras
 import tensorflow as tf
 
 from tfdml import ops
-from tfdml.losses.base import MetricLoss, per_anchor_mean, prepare_inputs, resolve_miner
+from tfdml.losses.base import (
+    MetricLoss,
+    mean_over_valid,
+    per_anchor_mean,
+    prepare_inputs,
+    resolve_miner,
+)
 from tfdml.miners import TripletMiner, gather_triplet_scores
 
 __all__ = [
@@ -79,12 +85,6 @@ def _margin_per_anchor(labels, embeddings, margin, distance, miner, normalize,
     return per_anchor_mean(values, triplets.mask)
 
 
-def _mean_over_valid(losses, valid, like):
-    count = tf.reduce_sum(tf.cast(valid, losses.dtype))
-    value = tf.math.divide_no_nan(tf.reduce_sum(losses), count)
-    return tf.cast(value, like.dtype)
-
-
 def triplet_nca_loss(
     y_true,
     y_pred,
@@ -116,7 +116,7 @@ def triplet_nca_loss(
     miner = resolve_miner(miner, _ephn)
     losses, valid = _nca_per_anchor(y_true, y_pred, order, temperature, miner, normalize,
                                     ref_embeddings, ref_labels, ref_offset)
-    return _mean_over_valid(losses, valid, tf.convert_to_tensor(y_pred))
+    return mean_over_valid(losses, valid, y_pred)
 
 
 def triplet_margin_loss(
@@ -138,7 +138,7 @@ def triplet_margin_loss(
     miner = resolve_miner(miner, _facenet)
     losses, valid = _margin_per_anchor(y_true, y_pred, margin, distance, miner, normalize,
                                        ref_embeddings, ref_labels, ref_offset)
-    return _mean_over_valid(losses, valid, tf.convert_to_tensor(y_pred))
+    return mean_over_valid(losses, valid, y_pred)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
