@@ -66,7 +66,7 @@ class DatasetSplit:
     def class_counts(self) -> dict:
         """``{class id: number of images}``."""
         ids, counts = np.unique(self.labels, return_counts=True)
-        return {int(i): int(c) for i, c in zip(ids, counts)}
+        return {int(i): int(c) for i, c in zip(ids, counts, strict=True)}
 
     def __repr__(self):
         kind = "paths" if self.paths is not None else "encoded" if self.encoded is not None else "images"
