@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-$(TF)
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONHASHSEED ?= 0
 
-.PHONY: demo test test-slow lint bench venv clean
+.PHONY: demo test test-slow lint bench bench-retrieval bench-pipeline venv clean
 
 venv: $(STAMP)
 
@@ -35,6 +35,12 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/loss_speed.py
+
+bench-retrieval: $(STAMP)
+	$(BIN)/python benchmarks/retrieval_speed.py
+
+bench-pipeline: $(STAMP)
+	$(BIN)/python benchmarks/pipeline_speed.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -22,37 +22,8 @@ import argparse
 import time
 
 import keras
-import numpy as np
-import tensorflow as tf
-from sklearn.datasets import load_digits
 
 import tfdml
-
-
-def pk_batches(labels, classes_per_batch, samples_per_class, seed):
-    """Endless P x K batches of indices: P classes, K samples each (with replacement if short)."""
-    rng = np.random.default_rng(seed)
-    by_class = {c: np.flatnonzero(labels == c) for c in np.unique(labels)}
-    classes = np.array(sorted(by_class))
-    while True:
-        chosen = rng.choice(classes, size=classes_per_batch, replace=False)
-        yield np.concatenate([
-            rng.choice(by_class[c], size=samples_per_class,
-                       replace=len(by_class[c]) < samples_per_class)
-            for c in chosen
-        ])
-
-
-def make_dataset(images, labels, classes_per_batch, samples_per_class, seed):
-    batches = pk_batches(labels, classes_per_batch, samples_per_class, seed)
-    batch = classes_per_batch * samples_per_class
-    return tf.data.Dataset.from_generator(
-        lambda: ((images[i], labels[i]) for i in batches),
-        output_signature=(
-            tf.TensorSpec([batch, *images.shape[1:]], tf.float32),
-            tf.TensorSpec([batch], tf.int32),
-        ),
-    ).prefetch(2)
 
 
 def build_model(kind, embedding_dim):
@@ -94,14 +65,11 @@ def main(argv=None):
 
     start = time.perf_counter()
     keras.utils.set_random_seed(args.seed)
-    digits = load_digits()
-    images = (digits.images / 16.0).astype("float32")[..., None]
-    labels = digits.target.astype("int32")
-    train = labels <= 5
-    x_train, y_train = images[train], labels[train]
-    x_test, y_test = images[~train], labels[~train]
-    print(f"tfdml {tfdml.__version__}: digits 0-5 for training ({len(y_train)} images), "
-          f"held-out digits 6-9 for testing ({len(y_test)} images)")
+    train = tfdml.datasets.load("digits", "train", dtype="float32")  # digits 0-5
+    test = tfdml.datasets.load("digits", "test", dtype="float32")    # digits 6-9
+    x_test, y_test = test.images, test.labels
+    print(f"tfdml {tfdml.__version__}: digits 0-5 for training ({len(train)} images), "
+          f"held-out digits 6-9 for testing ({len(test)} images)")
 
     model = build_model(args.model, args.embedding_dim)
     ks = (1, 2, 4, 8)
@@ -114,8 +82,8 @@ def main(argv=None):
     )
     model.compile(optimizer=keras.optimizers.Adam(args.learning_rate), loss=loss,
                   jit_compile=True)
-    dataset = make_dataset(x_train, y_train, args.classes_per_batch, args.samples_per_class,
-                           args.seed)
+    dataset = tfdml.data.pk_batches(train, args.classes_per_batch, args.samples_per_class,
+                                    seed=args.seed)
     print(f"Training a {args.model} {args.embedding_dim}-d embedding: TripletNCALoss(order={args.order}, temperature={args.temperature}) "
           f"with EPHN mining, batches of {args.classes_per_batch} classes x "
           f"{args.samples_per_class} images, {args.epochs} epochs x "

@@ -449,6 +449,193 @@ def recall_at_k(embeddings, labels, ks, gallery_embeddings=None, gallery_labels=
     return result
 
 
+def ranked_gallery(embeddings, gallery_embeddings=None, metric="cosine"):
+    """For every query, the gallery indices nearest first (ties: lower index first).
+
+    Without a gallery the queries are the gallery and each query's own index is left out.
+    """
+    queries = np.asarray(embeddings, dtype=np.float64)
+    exclude_self = gallery_embeddings is None
+    gallery = queries if exclude_self else np.asarray(gallery_embeddings, dtype=np.float64)
+    if metric == "cosine":
+        queries, gallery = l2_normalize(queries), l2_normalize(gallery)
+    rankings = []
+    for q in range(len(queries)):
+        items = []
+        for g in range(len(gallery)):
+            if exclude_self and g == q:
+                continue
+            if metric == "cosine":
+                closeness = dot(queries[q], gallery[g])
+            else:
+                closeness = -squared_distance(queries[q], gallery[g])
+            items.append((closeness, g))
+        items.sort(key=lambda item: -item[0])  # stable: equal scores keep index order
+        rankings.append([g for _, g in items])
+    return rankings
+
+
+def _retrieval_setup(labels, gallery_embeddings, gallery_labels):
+    labels = [int(v) for v in np.asarray(labels).reshape(-1)]
+    if gallery_embeddings is None:
+        return labels, labels, True
+    return labels, [int(v) for v in np.asarray(gallery_labels).reshape(-1)], False
+
+
+def match_count(q, labels, gallery_labels, exclude_self):
+    """R of query ``q``: gallery items of its class, itself excluded when it is in the gallery."""
+    count = 0
+    for g, label in enumerate(gallery_labels):
+        if label == labels[q] and not (exclude_self and g == q):
+            count += 1
+    return count
+
+
+def _mean_over_queries(values, matched, unmatched):
+    kept = []
+    for value, ok in zip(values, matched, strict=True):
+        if ok:
+            kept.append(value)
+        elif unmatched == "miss":
+            kept.append(0.0)
+    if not kept:
+        return float("nan")
+    return sum(kept) / len(kept)
+
+
+def recall_at_k_unmatched(embeddings, labels, ks, gallery_embeddings=None, gallery_labels=None,
+                          metric="cosine", unmatched="miss"):
+    """Recall@K where queries with no same-class gallery item are excluded or count as misses."""
+    labels, gallery_labels, exclude_self = _retrieval_setup(labels, gallery_embeddings,
+                                                            gallery_labels)
+    rankings = ranked_gallery(embeddings, gallery_embeddings, metric)
+    matched = [match_count(q, labels, gallery_labels, exclude_self) > 0
+               for q in range(len(labels))]
+    result = {}
+    for k in ks:
+        values = []
+        for q, ranking in enumerate(rankings):
+            hit = any(gallery_labels[g] == labels[q] for g in ranking[:k])
+            values.append(1.0 if hit else 0.0)
+        result[k] = _mean_over_queries(values, matched, unmatched)
+    return result
+
+
+def map_at_r(embeddings, labels, gallery_embeddings=None, gallery_labels=None, metric="cosine",
+             unmatched="exclude"):
+    """MAP@R (Musgrave et al. 2020): mean over queries of (1/R) sum_{i<=R} P(i) * rel(i)."""
+    labels, gallery_labels, exclude_self = _retrieval_setup(labels, gallery_embeddings,
+                                                            gallery_labels)
+    rankings = ranked_gallery(embeddings, gallery_embeddings, metric)
+    values, matched = [], []
+    for q, ranking in enumerate(rankings):
+        r = match_count(q, labels, gallery_labels, exclude_self)
+        matched.append(r > 0)
+        total, correct = 0.0, 0
+        for i in range(1, r + 1):
+            if gallery_labels[ranking[i - 1]] == labels[q]:
+                correct += 1
+                total += correct / i
+        values.append(total / r if r > 0 else 0.0)
+    return _mean_over_queries(values, matched, unmatched)
+
+
+def r_precision(embeddings, labels, gallery_embeddings=None, gallery_labels=None,
+                metric="cosine", unmatched="exclude"):
+    """R-precision: mean over queries of (same-class items among the R nearest) / R."""
+    labels, gallery_labels, exclude_self = _retrieval_setup(labels, gallery_embeddings,
+                                                            gallery_labels)
+    rankings = ranked_gallery(embeddings, gallery_embeddings, metric)
+    values, matched = [], []
+    for q, ranking in enumerate(rankings):
+        r = match_count(q, labels, gallery_labels, exclude_self)
+        matched.append(r > 0)
+        correct = sum(1 for g in ranking[:r] if gallery_labels[g] == labels[q])
+        values.append(correct / r if r > 0 else 0.0)
+    return _mean_over_queries(values, matched, unmatched)
+
+
+def cmc(query_embeddings, query_labels, gallery_embeddings, gallery_labels, top_k,
+        metric="cosine", unmatched="miss"):
+    """CMC curve: entry k-1 is the share of queries with their identity among the k nearest."""
+    recalls = recall_at_k_unmatched(query_embeddings, query_labels, range(1, top_k + 1),
+                                    gallery_embeddings, gallery_labels, metric, unmatched)
+    return [recalls[k] for k in range(1, top_k + 1)]
+
+
+def vehicleid_match_rate(embeddings, labels, ks, num_draws, seed, metric="cosine"):
+    """VehicleID protocol: per draw one gallery image per identity, the rest queries; mean CMC.
+
+    The draw consumes ``numpy.random.default_rng(seed)`` as tfdml does: one
+    ``rng.integers(0, counts)`` per draw, identities in increasing order, each picking the
+    position among that identity's images in data order.
+    """
+    embeddings = np.asarray(embeddings, dtype=np.float64)
+    labels = [int(v) for v in np.asarray(labels).reshape(-1)]
+    classes = sorted(set(labels))
+    members = {c: [i for i, label in enumerate(labels) if label == c] for c in classes}
+    counts = np.array([len(members[c]) for c in classes])
+    rng = np.random.default_rng(seed)
+    totals = {k: 0.0 for k in ks}
+    for _ in range(num_draws):
+        picks = rng.integers(0, counts)
+        chosen = [members[c][int(p)] for c, p in zip(classes, picks, strict=True)]
+        queries = [i for i in range(len(labels)) if i not in chosen]
+        curve = cmc(embeddings[queries], [labels[i] for i in queries], embeddings[chosen],
+                    [labels[i] for i in chosen], max(ks), metric)
+        for k in ks:
+            totals[k] += curve[k - 1]
+    return {k: totals[k] / num_draws for k in ks}
+
+
+def _entropy_of(groups, n):
+    total = 0.0
+    for count in groups.values():
+        p = count / n
+        total -= p * math.log(p)
+    return total
+
+
+def nmi_score(labels, clusters):
+    """NMI = I(Y; C) / ((H(Y) + H(C)) / 2), from counts (Manning et al. 2008, eq. 16.2)."""
+    labels = [int(v) for v in np.asarray(labels).reshape(-1)]
+    clusters = [int(v) for v in np.asarray(clusters).reshape(-1)]
+    n = len(labels)
+    by_label, by_cluster, joint = {}, {}, {}
+    for y, c in zip(labels, clusters, strict=True):
+        by_label[y] = by_label.get(y, 0) + 1
+        by_cluster[c] = by_cluster.get(c, 0) + 1
+        joint[(y, c)] = joint.get((y, c), 0) + 1
+    mi = 0.0
+    for (y, c), count in joint.items():
+        mi += count / n * math.log(n * count / (by_label[y] * by_cluster[c]))
+    h_y, h_c = _entropy_of(by_label, n), _entropy_of(by_cluster, n)
+    if h_y == 0.0 and h_c == 0.0:
+        return 1.0
+    return mi / ((h_y + h_c) / 2.0)
+
+
+def pairwise_f1_score(labels, clusters):
+    """Pairwise F1 over all unordered pairs (Manning et al. 2008, Sec. 16.3): 0 if TP == 0."""
+    labels = [int(v) for v in np.asarray(labels).reshape(-1)]
+    clusters = [int(v) for v in np.asarray(clusters).reshape(-1)]
+    tp = fp = fn = 0
+    for i in range(len(labels)):
+        for j in range(i + 1, len(labels)):
+            same_class = labels[i] == labels[j]
+            same_cluster = clusters[i] == clusters[j]
+            if same_class and same_cluster:
+                tp += 1
+            elif same_cluster:
+                fp += 1
+            elif same_class:
+                fn += 1
+    if tp == 0:
+        return 0.0
+    precision, recall = tp / (tp + fp), tp / (tp + fn)
+    return 2 * precision * recall / (precision + recall)
+
+
 # -- test data -----------------------------------------------------------------------------------
 
 

@@ -13,7 +13,30 @@ except ImportError as err:  # pragma: no cover - exercised only without TensorFl
         "(or `pip install tensorflow-cpu`) for the CPU-only wheel."
     ) from err
 
-from tfdml import losses, metrics, miners, ops
+from tfdml import (
+    callbacks,
+    data,
+    datasets,
+    export,
+    layers,
+    losses,
+    metrics,
+    miners,
+    models,
+    ops,
+)
 from tfdml._version import __version__
 
-__all__ = ["losses", "metrics", "miners", "ops", "__version__"]
+__all__ = [
+    "callbacks",
+    "data",
+    "datasets",
+    "export",
+    "layers",
+    "losses",
+    "metrics",
+    "miners",
+    "models",
+    "ops",
+    "__version__",
+]

@@ -27,7 +27,7 @@ class DatasetSplit:
             (not re-numbered per split), so query and gallery ids match.
         class_names: name of each class id present, ``{id: name}``.
         bboxes: optional ``[N, 4]`` float32 boxes ``(ymin, xmin, ymax, xmax)`` in
-            pixels of the original image (CUB, Cars196), or None.
+            pixels of the original image (CUB, Cars196, In-shop), or None.
     """
 
     name: str

@@ -1,0 +1,185 @@
+"""The exported SavedModel: raw uint8 in, the Keras model's L2-normalized embeddings out."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfdml import models
+from tfdml.export import export_embedding_model
+
+SMALL = (32, 32, 3)
+
+
+def _images(n, height=32, width=32, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, size=(n, height, width, 3)).astype(np.uint8)
+
+
+@pytest.fixture(scope="module")
+def resnet18_model():
+    keras.utils.set_random_seed(1)
+    return models.build_embedding_model("resnet18", embedding_dim=8, input_shape=SMALL,
+                                        weights=None, pooling="gem")
+
+
+@pytest.fixture(scope="module")
+def exported(resnet18_model, tmp_path_factory):
+    """The ResNet18 embedding model exported once with "auto" (its own torch) preprocessing."""
+    path = tmp_path_factory.mktemp("export") / "embedder"
+    export_embedding_model(resnet18_model, path)
+    return path
+
+
+def _tiny_model(input_shape=(12, 10, 3), embedding_dim=5, normalize=True):
+    """A small conv net standing in for a backbone (no preprocessing of its own)."""
+    layers = [
+        keras.Input(input_shape),
+        keras.layers.Conv2D(4, 3, activation="relu",
+                            kernel_initializer=keras.initializers.GlorotUniform(seed=2)),
+        keras.layers.GlobalAveragePooling2D(),
+        keras.layers.Dense(
+            embedding_dim, kernel_initializer=keras.initializers.GlorotUniform(seed=3)
+        ),
+    ]
+    if normalize:
+        from tfdml.layers import L2Normalization
+
+        layers.append(L2Normalization())
+    return keras.Sequential(layers)
+
+
+def test_saved_model_matches_keras_model_at_two_batch_sizes(resnet18_model, exported):
+    loaded = tf.saved_model.load(str(exported))
+    serve = loaded.signatures["serving_default"]
+    spec = serve.structured_input_signature[1]["images"]
+    assert spec.dtype == tf.uint8 and spec.shape.as_list() == [None, 32, 32, 3]
+
+    preprocess = models.get_preprocess("resnet18")
+    for batch in (1, 5):
+        images = _images(batch, seed=batch)
+        got = serve(images=tf.constant(images))["embeddings"].numpy()
+        expected = resnet18_model.predict(preprocess(images), verbose=0)
+        assert got.shape == (batch, 8) and got.dtype == np.float32
+        np.testing.assert_allclose(got, expected, atol=1e-5)
+        np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, rtol=1e-5)
+    # The preprocessing really is inside: feeding unpreprocessed pixels to Keras differs.
+    images = _images(2, seed=9)
+    raw = resnet18_model.predict(images.astype(np.float32), verbose=0)
+    assert not np.allclose(serve(images=tf.constant(images))["embeddings"].numpy(), raw, atol=1e-3)
+
+
+def test_caffe_preprocessing_and_resize_inside_the_saved_model(tmp_path):
+    model = _tiny_model(input_shape=(12, 10, 3))
+    path = tmp_path / "resized"
+    export_embedding_model(model, path, preprocess="resnet50", image_size=(20, 16))
+    serve = tf.saved_model.load(str(path)).signatures["serving_default"]
+    preprocess = models.get_preprocess("resnet50")
+    for batch in (2, 7):
+        images = _images(batch, 20, 16, seed=batch)
+        resized = tf.image.resize(tf.cast(images, tf.float32), (12, 10), method="bilinear")
+        expected = model.predict(preprocess(resized), verbose=0)
+        got = serve(images=tf.constant(images))["embeddings"].numpy()
+        np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_any_image_size_and_normalization_of_an_unnormalized_model(tmp_path):
+    model = _tiny_model(input_shape=(12, 10, 3), normalize=False)
+    path = tmp_path / "any"
+
+    def halve(x):
+        return x / 2.0
+
+    export_embedding_model(model, path, preprocess=halve, image_size=(None, None))
+    serve = tf.saved_model.load(str(path)).signatures["serving_default"]
+    for height, width in ((12, 10), (30, 17)):
+        images = _images(3, height, width, seed=height)
+        x = tf.image.resize(tf.cast(images, tf.float32), (12, 10))
+        expected = model.predict(halve(x), verbose=0)
+        expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+        got = serve(images=tf.constant(images))["embeddings"].numpy()
+        np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_model_loaded_from_keras_file_needs_preprocess_named(resnet18_model, tmp_path):
+    model_path = tmp_path / "m.keras"
+    resnet18_model.save(model_path)
+    loaded = keras.models.load_model(model_path)
+    with pytest.raises(ValueError, match=r"`preprocess`.*Received: preprocess='auto'"):
+        export_embedding_model(loaded, tmp_path / "x")
+
+
+@pytest.mark.parametrize(
+    "kwargs, arg",
+    [
+        ({"preprocess": "alexnet"}, "preprocess"),
+        ({"image_size": (32,)}, "image_size"),
+        ({"image_size": (0, 32)}, "image_size"),
+        ({"normalize": "yes"}, "normalize"),
+        ({"resize_method": "cubic"}, "resize_method"),
+    ],
+)
+def test_export_rejects_bad_arguments(kwargs, arg, tmp_path):
+    with pytest.raises(ValueError, match=rf"`{arg}`.*Received: {arg}="):
+        export_embedding_model(_tiny_model(), tmp_path / "bad", **{"preprocess": None, **kwargs})
+
+
+def test_export_rejects_a_model_that_is_not_an_image_model(tmp_path):
+    flat = keras.Sequential([keras.Input((6,)), keras.layers.Dense(2)])
+    with pytest.raises(ValueError, match=r"`model`.*Received: model.input_shape="):
+        export_embedding_model(flat, tmp_path / "flat", preprocess=None)
+    with pytest.raises(ValueError, match=r"`model`.*Received: model="):
+        export_embedding_model("model.keras", tmp_path / "str", preprocess=None)
+
+
+def test_export_and_query_example_runs_offline(tmp_path, capsys):
+    import importlib.util
+    import pathlib
+
+    script = pathlib.Path(__file__).resolve().parents[1] / "examples" / "export_and_query.py"
+    spec = importlib.util.spec_from_file_location("export_and_query", script)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    idx, sims, precision = example.main(
+        ["--steps", "0", "--gallery", "40", "--queries", "3", "--k", "4", "--out", str(tmp_path)]
+    )
+    assert idx.shape == sims.shape == (3, 4)
+    assert np.all(np.diff(sims, axis=1) <= 1e-7) and np.all(sims <= 1 + 1e-5)
+    assert 0.0 <= precision <= 1.0
+    assert (tmp_path / "embedder" / "saved_model.pb").exists()
+    out = capsys.readouterr().out
+    assert out.count("-> top-4 digits (cosine)") == 3 and "precision@4" in out
+
+    # top_k_cosine against a brute-force loop.
+    rng = np.random.default_rng(0)
+    q = rng.normal(size=(4, 6))
+    g = rng.normal(size=(9, 6))
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    g /= np.linalg.norm(g, axis=1, keepdims=True)
+    got, _ = example.top_k_cosine(q, g, 3)
+    for i in range(4):
+        ranked = sorted(range(9), key=lambda j: -float(q[i] @ g[j]))
+        assert list(got[i]) == ranked[:3]
+
+
+@pytest.mark.slow  # a fresh Python process importing TensorFlow: ~10 s
+def test_saved_model_is_served_without_tfdml(resnet18_model, exported, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    path = exported
+    images = _images(3, seed=11)
+    np.save(tmp_path / "images.npy", images)
+    code = (
+        "import sys, numpy as np, tensorflow as tf\n"
+        f"serve = tf.saved_model.load({str(path)!r}).signatures['serving_default']\n"
+        f"x = np.load({str(tmp_path / 'images.npy')!r})\n"
+        "out = serve(images=tf.constant(x))['embeddings'].numpy()\n"
+        f"np.save({str(tmp_path / 'out.npy')!r}, out)\n"
+        "assert 'tfdml' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300,
+                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    expected = resnet18_model.predict(models.get_preprocess("resnet18")(images), verbose=0)
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), expected, atol=1e-5)

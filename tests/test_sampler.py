@@ -1,0 +1,308 @@
+"""Tests for tfdml.data.PKSampler and tfdml.data.pk_batches."""
+
+import logging
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given
+from hypothesis import strategies as st
+
+import tfdml
+from tfdml.data import PKSampler, augment, pk_batches
+
+
+def _labels(num_classes=13, per_class=6, seed=0):
+    labels = np.repeat(np.arange(num_classes) * 7 + 3, per_class)  # non-contiguous ids
+    return np.random.default_rng(seed).permutation(labels)
+
+
+def _check_batch(idx, labels, p, k):
+    assert idx.shape == (p * k,)
+    groups = labels[idx].reshape(p, k)
+    assert np.all(groups == groups[:, :1]), "the K examples of a class are consecutive"
+    assert len(np.unique(groups[:, 0])) == p, "no class twice in a batch"
+
+
+def test_sampler_invariants_over_many_batches():
+    labels = _labels()
+    sampler = PKSampler(labels, 4, 3, seed=1)
+    gen = sampler.iter_batches()
+    for _ in range(300):
+        idx, seed = next(gen)
+        _check_batch(idx, labels, 4, 3)
+        assert len(np.unique(idx)) == 12  # classes of 6 give K distinct examples
+        assert seed.shape == (2,)
+
+
+@given(sizes=st.lists(st.integers(1, 9), min_size=2, max_size=12),
+       p=st.integers(1, 5), k=st.integers(1, 5), small=st.sampled_from(["replace", "skip"]),
+       drop=st.booleans(), seed=st.integers(0, 2**32))
+def test_sampler_invariants_random_class_sizes(sizes, p, k, small, drop, seed):
+    labels = np.repeat(np.arange(len(sizes)), sizes)
+    usable = [c for c, n in enumerate(sizes) if n >= 2 and (small == "replace" or n >= k)]
+    if len(usable) < p:
+        with pytest.raises(ValueError, match="classes_per_batch"):
+            PKSampler(labels, p, k, small_classes=small, drop_remainder=drop, seed=seed)
+        return
+    sampler = PKSampler(labels, p, k, small_classes=small, drop_remainder=drop, seed=seed)
+    np.testing.assert_array_equal(sampler.class_ids, usable)
+    batches = sampler.epoch_batches(0)
+    expected_steps = len(usable) // p if drop else -(-len(usable) // p)
+    assert batches.shape == (expected_steps, p * k)
+    for idx in batches:
+        _check_batch(idx, labels, p, k)
+        for group in idx.reshape(p, k):  # as many distinct images as the class allows
+            assert len(np.unique(group)) == min(k, sizes[labels[group[0]]])
+    if not drop:
+        np.testing.assert_array_equal(np.unique(labels[batches]), usable)
+
+
+def test_epoch_visits_every_class():
+    labels = _labels(num_classes=13)
+    sampler = PKSampler(labels, 4, 2, seed=0)
+    assert sampler.steps_per_epoch == 4  # ceil(13 / 4)
+    for epoch in range(5):
+        batches = sampler.epoch_batches(epoch)
+        seen = np.unique(labels[batches])
+        np.testing.assert_array_equal(seen, np.unique(labels))
+        for idx in batches:
+            _check_batch(idx, labels, 4, 2)
+    dropping = PKSampler(labels, 4, 2, seed=0, drop_remainder=True)
+    assert dropping.steps_per_epoch == 3
+    batches = dropping.epoch_batches(0)
+    firsts = labels[batches][:, ::2].ravel()
+    assert len(np.unique(firsts)) == 12  # 12 distinct classes, none repeated in the epoch
+    fixed = PKSampler(labels, 4, 2, seed=0, steps_per_epoch=10)
+    assert fixed.epoch_batches(0).shape == (10, 8)
+
+
+def test_same_seed_same_batches_other_seed_or_epoch_differs():
+    labels = _labels()
+    a = PKSampler(labels, 4, 3, seed=7).epoch_batches(0)
+    b = PKSampler(labels, 4, 3, seed=7).epoch_batches(0)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, PKSampler(labels, 4, 3, seed=8).epoch_batches(0))
+    assert not np.array_equal(a, PKSampler(labels, 4, 3, seed=7).epoch_batches(1))
+
+
+def test_small_classes_replace_and_skip(caplog):
+    labels = np.array([0] * 6 + [1] * 6 + [2] * 2 + [3] * 6)
+    sampler = PKSampler(labels, 2, 4, seed=0)
+    assert sampler.num_classes == 4
+    gen = sampler.iter_batches()
+    small_seen = 0
+    for _ in range(100):
+        idx, _ = next(gen)
+        _check_batch(idx, labels, 2, 4)
+        small = idx[labels[idx] == 2]
+        if small.size:
+            small_seen += 1
+            assert set(small) == {12, 13}  # both images of the class, plus duplicates
+    assert small_seen > 10
+    with caplog.at_level(logging.WARNING, logger="tfdml.data"):
+        skipping = PKSampler(labels, 2, 4, small_classes="skip", seed=0)
+    assert 2 not in skipping.class_ids and skipping.num_classes == 3
+    assert "skipped 1 class(es) with fewer than samples_per_class=4" in caplog.text
+    gen = skipping.iter_batches()
+    assert not any(np.any(labels[next(gen)[0]] == 2) for _ in range(50))
+
+
+def test_singleton_classes_skipped_with_count_in_log(caplog):
+    labels = np.array([0, 0, 0, 1, 1, 1, 2, 3, 4, 5, 5])
+    with caplog.at_level(logging.WARNING, logger="tfdml.data"):
+        sampler = PKSampler(labels, 2, 2, seed=0)
+    assert "skipped 3 class(es) with fewer than 2 example(s)" in caplog.text
+    np.testing.assert_array_equal(sampler.class_ids, [0, 1, 5])
+    np.testing.assert_array_equal(sampler.skipped_classes, [2, 3, 4])
+    assert PKSampler(labels, 2, 2, min_class_size=1, seed=0).num_classes == 6
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"classes_per_batch": 0}, "classes_per_batch=0"),
+    ({"samples_per_class": 2.5}, "samples_per_class=2.5"),
+    ({"classes_per_batch": 14}, "classes_per_batch=14"),
+    ({"small_classes": "drop"}, "small_classes='drop'"),
+    ({"seed": -1}, "seed=-1"),
+    ({"steps_per_epoch": 0}, "steps_per_epoch=0"),
+    ({"labels": np.zeros((4, 2), int)}, "labels"),
+])
+def test_sampler_validation(kwargs, match):
+    args = {"labels": _labels(), "classes_per_batch": 4, "samples_per_class": 2, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        PKSampler(**args)
+
+
+def test_pk_batches_in_memory_features_match_labels():
+    labels = _labels(num_classes=9, per_class=5)
+    x = np.broadcast_to(labels[:, None, None, None], (len(labels), 4, 4, 1)).astype("float32")
+    ds = pk_batches((x, labels), 3, 4, seed=0)
+    for images, y in ds.take(20):
+        assert images.shape == (12, 4, 4, 1) and y.dtype == tf.int64
+        np.testing.assert_array_equal(images.numpy()[:, 0, 0, 0], y.numpy())
+        _check_batch(np.arange(12), y.numpy(), 3, 4)
+
+
+def test_pk_batches_seeded_and_repeat_false_gives_fresh_epochs():
+    labels = _labels(num_classes=8, per_class=4)
+    x = np.arange(len(labels), dtype="float32")[:, None]
+    first = [y.numpy() for _, y in pk_batches((x, labels), 4, 2, seed=3).take(6)]
+    again = [y.numpy() for _, y in pk_batches((x, labels), 4, 2, seed=3).take(6)]
+    other = [y.numpy() for _, y in pk_batches((x, labels), 4, 2, seed=4).take(6)]
+    np.testing.assert_array_equal(first, again)
+    assert not np.array_equal(first, other)
+    assert pk_batches((x, labels), 4, 2).cardinality() == tf.data.INFINITE_CARDINALITY
+    finite = pk_batches((x, labels), 4, 2, seed=3, repeat=False)
+    assert finite.cardinality() == 2
+    epoch0 = [xb.numpy() for xb, _ in finite]
+    epoch1 = [xb.numpy() for xb, _ in finite]
+    assert len(epoch0) == len(epoch1) == 2  # ceil(8 / 4)
+    assert not np.array_equal(epoch0, epoch1)
+    for epoch in (epoch0, epoch1):  # every class once per epoch
+        seen = labels[np.concatenate(epoch).astype(int).ravel()]
+        np.testing.assert_array_equal(np.unique(seen), np.unique(labels))
+
+
+def test_pk_batches_map_fn_gets_per_element_seeds():
+    labels = np.repeat(np.arange(4), 3)
+    x = np.zeros((12, 2), "float32")
+    seeded = pk_batches((x, labels), 2, 2, seed=0,
+                        map_fn=lambda image, seed: image + tf.cast(seed[1] % 1000, tf.float32))
+    images, _ = next(iter(seeded))
+    assert len(np.unique(images.numpy()[:, 0])) == 4  # one seed per element
+    images2, _ = next(iter(pk_batches((x, labels), 2, 2, seed=0, map_fn=lambda image, seed:
+                                      image + tf.cast(seed[1] % 1000, tf.float32))))
+    np.testing.assert_array_equal(images, images2)
+    plain = pk_batches((x, labels), 2, 2, seed=0, map_fn=lambda image: image + 1.0)
+    np.testing.assert_array_equal(next(iter(plain))[0], np.ones((4, 2)))
+
+
+def _write_jpegs(directory, labels, size=24):
+    """Solid-colour JPEGs: the red channel encodes the class, so decoding can be checked."""
+    paths = []
+    for i, label in enumerate(labels):
+        image = np.zeros((size, size + i % 3, 3), np.uint8)
+        image[..., 0] = 20 * label + 10
+        path = os.path.join(directory, f"img_{i}.jpg")
+        tf.io.write_file(path, tf.io.encode_jpeg(image, quality=100))
+        paths.append(path)
+    return paths
+
+
+def test_pk_batches_decodes_jpeg_files(tmp_path):
+    labels = np.repeat(np.arange(6), 3)
+    paths = _write_jpegs(str(tmp_path), labels)
+    fn = augment.eval_transform(16, 20)
+    ds = pk_batches((paths, labels), 3, 3, seed=0, map_fn=fn)
+    for images, y in ds.take(4):
+        assert images.shape == (9, 16, 16, 3)
+        red = images.numpy()[:, 8, 8, 0]
+        np.testing.assert_allclose(red, 20 * y.numpy() + 10, atol=3)
+    # Random augmentation is reproducible under the pipeline seed, and varies with it.
+    train = augment.train_transform(12, 20)
+    a = [x.numpy() for x, _ in pk_batches((paths, labels), 3, 3, seed=5, map_fn=train).take(3)]
+    b = [x.numpy() for x, _ in pk_batches((paths, labels), 3, 3, seed=5, map_fn=train).take(3)]
+    c = [x.numpy() for x, _ in pk_batches((paths, labels), 3, 3, seed=6, map_fn=train).take(3)]
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+
+
+def test_corrupt_file_raise_names_path(tmp_path):
+    labels = np.repeat(np.arange(3), 2)
+    paths = _write_jpegs(str(tmp_path), labels)
+    with open(paths[2], "wb") as f:
+        f.write(b"not a jpeg")
+    ds = pk_batches((paths, labels), 3, 2, seed=0, map_fn=augment.eval_transform(16, 16))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="img_2.jpg"):
+        next(iter(ds))
+
+
+@pytest.mark.parametrize("repeat", [True, False])
+def test_corrupt_file_at_any_position_is_named(tmp_path, repeat):
+    labels = np.repeat(np.arange(3), 2)
+    paths = _write_jpegs(str(tmp_path), labels)
+    good = open(paths[0], "rb").read()
+    for bad in range(6):  # the gap is first, inside, or last in the batch / stream
+        for i, path in enumerate(paths):
+            with open(path, "wb") as f:
+                f.write(b"broken" if i == bad else good)
+        ds = pk_batches((paths, labels), 3, 2, seed=bad, repeat=repeat,
+                        steps_per_epoch=1 if not repeat else None)
+        with pytest.raises(tf.errors.InvalidArgumentError, match=f"img_{bad}.jpg"):
+            list(ds.take(2))
+
+
+def test_corrupt_file_skip_warns_and_keeps_batch_size(tmp_path, caplog):
+    labels = np.repeat(np.arange(3), 2)
+    paths = _write_jpegs(str(tmp_path), labels)
+    with open(paths[2], "wb") as f:
+        f.write(b"not a jpeg")
+    os.remove(paths[5])  # a missing file is skipped too
+    ds = pk_batches((paths, labels), 3, 2, seed=0, on_error="skip", prefetch=None,
+                    map_fn=augment.eval_transform(16, 16))
+    with caplog.at_level(logging.WARNING, logger="tfdml.data"):
+        images, y = next(iter(ds))
+    assert images.shape == (6, 16, 16, 3)
+    np.testing.assert_allclose(images.numpy()[:, 8, 8, 0], 20 * y.numpy() + 10, atol=3)
+    assert "img_2.jpg" in caplog.text and "img_5.jpg" in caplog.text
+
+
+def test_class_whose_images_all_fail_raises_even_with_skip(tmp_path):
+    labels = np.repeat(np.arange(2), 2)
+    paths = _write_jpegs(str(tmp_path), labels)
+    for p in paths[:2]:
+        with open(p, "wb") as f:
+            f.write(b"")
+    ds = pk_batches((paths, labels), 2, 2, seed=0, on_error="skip",
+                    map_fn=augment.eval_transform(16, 16))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="img_0.jpg"):
+        next(iter(ds))
+
+
+def test_batch_whose_images_all_fail_raises_not_hangs(tmp_path):
+    labels = np.repeat(np.arange(2), 2)
+    paths = _write_jpegs(str(tmp_path), labels)
+    os.remove(paths[0])
+    for p in paths[1:]:
+        with open(p, "wb") as f:
+            f.write(b"x")
+    for on_error in ("raise", "skip"):
+        ds = pk_batches((paths, labels), 2, 2, seed=0, on_error=on_error,
+                        map_fn=augment.eval_transform(16, 16))
+        with pytest.raises(tf.errors.InvalidArgumentError, match="img_3.jpg"):
+            next(iter(ds))
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"on_error": "ignore"}, "on_error='ignore'"),
+    ({"map_fn": 3}, "map_fn=3"),
+    ({"crop_to_bbox": True}, "crop_to_bbox"),
+    ({"channels": 0}, "channels=0"),
+])
+def test_pk_batches_validation(kwargs, match):
+    x, y = np.zeros((8, 2), "float32"), np.repeat(np.arange(4), 2)
+    with pytest.raises(ValueError, match=match):
+        pk_batches((x, y), 2, 2, **kwargs)
+    with pytest.raises(ValueError, match="source"):
+        pk_batches(x, 2, 2)
+
+
+def test_model_fit_with_keras_applications_backbone():
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(8), 4)
+    x = rng.integers(0, 256, (32, 40, 40, 3)).astype("uint8")
+    fn = augment.train_transform(32, 36, preprocess="mobilenet_v3_small")
+    ds = pk_batches((x, labels), 4, 2, seed=0, map_fn=fn)
+    backbone = keras.applications.MobileNetV3Small(
+        input_shape=(32, 32, 3), include_top=False, weights=None, pooling="avg",
+        include_preprocessing=False, minimalistic=True)
+    model = keras.Sequential([backbone, keras.layers.Dense(16)])
+    model.compile(optimizer="adam", loss=tfdml.losses.TripletNCALoss(order=2), jit_compile=False)
+    history = model.fit(ds, epochs=1, steps_per_epoch=2, verbose=0, shuffle=False)
+    assert np.all(np.isfinite(history.history["loss"]))
+    # One sampler epoch per Keras epoch, no steps_per_epoch needed: ceil(8 / 4) = 2 steps.
+    finite = pk_batches((x, labels), 4, 2, seed=0, map_fn=fn, repeat=False)
+    history = model.fit(finite, epochs=2, verbose=0, shuffle=False)
+    assert len(history.history["loss"]) == 2 and np.all(np.isfinite(history.history["loss"]))

@@ -1,0 +1,14 @@
+"""tfdml.data: the P x K batch sampler, image augmentation and the `DatasetSplit` contract.
+
+* `pk_batches(source, P, K, ...)`: a lazy, seeded ``tf.data`` pipeline of P x K batches.
+* `PKSampler`: the index sampler behind it (epochs, small classes, determinism).
+* `tfdml.data.augment`: resize / crop / flip / pad-crop / bounding-box crop and the
+  normalization of Keras Applications backbones, as ``tf.data`` map functions.
+* `DatasetSplit`: what the data set readers return.
+"""
+
+from tfdml.data import augment
+from tfdml.data.sampler import PKSampler, pk_batches
+from tfdml.data.source import DatasetSplit
+
+__all__ = ["DatasetSplit", "PKSampler", "augment", "pk_batches"]

@@ -1,0 +1,491 @@
+"""The P x K batch sampler: P classes per batch, K examples of each.
+
+`PKSampler` draws the indices (NumPy, a few microseconds per batch); `pk_batches` turns
+them into a lazy ``tf.data`` pipeline that reads, decodes, augments and batches the images.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import logging
+import math
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from tfdml.data import augment
+from tfdml.data.source import DatasetSplit
+
+__all__ = ["PKSampler", "pk_batches"]
+
+logger = logging.getLogger("tfdml.data")
+
+_SMALL_CLASSES = ("replace", "skip")
+_ON_ERROR = ("raise", "skip")
+
+
+def _check_positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+    return int(value)
+
+
+class PKSampler:
+    """Draws index batches of P classes x K examples per class.
+
+    Every batch holds `classes_per_batch` (P) distinct classes and `samples_per_class` (K)
+    indices of each, grouped by class (the K indices of the first class, then the next...).
+
+    **Epochs.** Classes are visited in a random permutation, P at a time, so by default one
+    epoch (`steps_per_epoch=None`) is `ceil(C / P)` batches and visits every one of the C
+    eligible classes once. When C is not a multiple of P the last batch of a permutation
+    holds the `C mod P` remaining classes, topped up with classes drawn at random from the
+    others (`drop_remainder=False`), or the remaining classes are left out of that epoch
+    (`drop_remainder=True`, `floor(C / P)` batches). With `steps_per_epoch=N` an epoch is N
+    batches taken from the same endless stream of permutations.
+
+    **Small classes.** Classes with fewer than `min_class_size` examples (by default,
+    the classes with a single example: they cannot give a positive pair) are left out,
+    and their number is logged (logger `"tfdml.data"`, level WARNING). A class with fewer
+    than K examples is, with `small_classes="replace"`, given all its examples in random
+    order topped up with examples drawn with replacement, or, with `small_classes="skip"`,
+    left out. A class with K or more examples gives K distinct examples drawn at random.
+
+    **Determinism.** `epoch_batches(epoch)` depends only on `seed` and `epoch`: the same
+    seed reproduces the same batches and every epoch draws new ones.
+
+    Args:
+        labels: `[N]` integer class ids.
+        classes_per_batch: P, the number of distinct classes in a batch.
+        samples_per_class: K, the number of examples of each class in a batch.
+        small_classes: `"replace"` or `"skip"`, for classes with fewer than K examples.
+            Defaults to `"replace"`.
+        min_class_size: classes with fewer examples are always left out. Defaults to `2`.
+        steps_per_epoch: batches per epoch, or `None` for one visit of every class.
+            Defaults to `None`.
+        drop_remainder: whether to leave out the classes left over when C is not a
+            multiple of P, instead of topping up the last batch. Defaults to `False`.
+        seed: integer seed, or `None` for a random one (drawn once, at construction).
+            Defaults to `None`.
+
+    Raises:
+        ValueError: on a bad argument, or if fewer than P classes are eligible.
+
+    Examples:
+
+    >>> labels = np.repeat(np.arange(10), 5)
+    >>> sampler = tfdml.data.PKSampler(labels, 4, 2, seed=0)
+    >>> sampler.steps_per_epoch
+    3
+    >>> sampler.epoch_batches(0).shape
+    (3, 8)
+    """
+
+    def __init__(self, labels, classes_per_batch, samples_per_class, small_classes="replace",
+                 min_class_size=2, steps_per_epoch=None, drop_remainder=False, seed=None):
+        self.classes_per_batch = _check_positive_int("classes_per_batch", classes_per_batch)
+        self.samples_per_class = _check_positive_int("samples_per_class", samples_per_class)
+        if small_classes not in _SMALL_CLASSES:
+            raise ValueError(
+                f"`small_classes` must be one of {_SMALL_CLASSES}. "
+                f"Received: small_classes={small_classes!r}"
+            )
+        self.small_classes = small_classes
+        self.min_class_size = _check_positive_int("min_class_size", min_class_size)
+        if steps_per_epoch is not None:
+            steps_per_epoch = _check_positive_int("steps_per_epoch", steps_per_epoch)
+        self.drop_remainder = bool(drop_remainder)
+        if seed is None:
+            seed = int(np.random.SeedSequence().entropy % (2**63))
+        elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"`seed` must be a non-negative integer or None. Received: seed={seed!r}")
+        self.seed = int(seed)
+
+        labels = np.asarray(labels)
+        if labels.ndim == 2 and labels.shape[1] == 1:
+            labels = labels[:, 0]
+        if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+            raise ValueError(
+                "`labels` must be a 1-D array of integer class ids. "
+                f"Received: labels with shape {labels.shape} and dtype {labels.dtype}"
+            )
+        self.labels = labels
+        ids, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
+        order = np.argsort(inverse, kind="stable")
+        members = np.split(order, np.cumsum(counts)[:-1])
+        keep = counts >= self.min_class_size
+        if small_classes == "skip":
+            keep &= counts >= self.samples_per_class
+        too_few = int(np.sum(counts < self.min_class_size))
+        if too_few:
+            logger.warning(
+                "PKSampler: skipped %d class(es) with fewer than %d example(s) (%d example(s) "
+                "in all); a class needs at least 2 examples to give a positive pair.",
+                too_few, self.min_class_size, int(np.sum(counts[counts < self.min_class_size])),
+            )
+        short = int(np.sum(keep == 0)) - too_few
+        if short:
+            logger.warning(
+                "PKSampler: skipped %d class(es) with fewer than samples_per_class=%d examples "
+                "(small_classes='skip').", short, self.samples_per_class,
+            )
+        self.class_ids = ids[keep]
+        self._members = [m for m, k in zip(members, keep, strict=True) if k]
+        self._counts = counts[keep]
+        self.skipped_classes = ids[~keep]
+        num = len(self.class_ids)
+        if num < self.classes_per_batch:
+            raise ValueError(
+                f"`classes_per_batch` must be at most the number of usable classes ({num} with "
+                f"at least {self.min_class_size} examples). Received: "
+                f"classes_per_batch={self.classes_per_batch}"
+            )
+        if steps_per_epoch is None:
+            per_perm = num / self.classes_per_batch
+            steps_per_epoch = math.floor(per_perm) if self.drop_remainder else math.ceil(per_perm)
+        self.steps_per_epoch = steps_per_epoch
+
+    @property
+    def batch_size(self) -> int:
+        """P x K."""
+        return self.classes_per_batch * self.samples_per_class
+
+    @property
+    def num_classes(self) -> int:
+        """The number of classes the sampler draws from (after skipping small classes)."""
+        return len(self.class_ids)
+
+    def _class_batches(self, rng):
+        """Endless stream of `[P]` arrays of class positions (into `self.class_ids`)."""
+        num, p = self.num_classes, self.classes_per_batch
+        while True:
+            perm = rng.permutation(num)
+            full = num - num % p
+            for start in range(0, full, p):
+                yield perm[start:start + p]
+            rest = perm[full:]
+            if len(rest) and not self.drop_remainder:
+                others = perm[:full]
+                yield np.concatenate([rest, rng.choice(others, p - len(rest), replace=False)])
+
+    def _class_sample(self, rng, pos):
+        members, k = self._members[pos], self.samples_per_class
+        n = len(members)
+        if n >= k:
+            return members[rng.choice(n, k, replace=False)]
+        return np.concatenate([rng.permutation(members), members[rng.integers(0, n, k - n)]])
+
+    def iter_batches(self, epoch=0):
+        """Yields `(indices [P*K] int64, seed [2] int64)` for the epochs from `epoch` on, forever.
+
+        The seed is a per-batch seed for stateless augmentation.
+        """
+        rng = np.random.default_rng([self.seed, int(epoch)])
+        for classes in self._class_batches(rng):
+            idx = np.concatenate([self._class_sample(rng, c) for c in classes]).astype(np.int64)
+            yield idx, rng.integers(0, 2**31 - 1, size=2, dtype=np.int64)
+
+    def epoch_batches(self, epoch=0):
+        """Returns the `[steps_per_epoch, P*K]` int64 indices of epoch number `epoch`.
+
+        Args:
+            epoch: non-negative epoch number. Defaults to `0`.
+        """
+        gen = self.iter_batches(epoch)
+        return np.stack([next(gen)[0] for _ in range(self.steps_per_epoch)])
+
+    def __repr__(self):
+        return (f"PKSampler(classes_per_batch={self.classes_per_batch}, samples_per_class="
+                f"{self.samples_per_class}, classes={self.num_classes}, steps_per_epoch="
+                f"{self.steps_per_epoch}, seed={self.seed})")
+
+
+def _source_arrays(source):
+    """Returns (kind, items, labels, bboxes, name) for the supported source types."""
+    if isinstance(source, DatasetSplit):
+        if source.paths is not None:
+            kind, items = "paths", np.asarray([os.fspath(p) for p in source.paths], dtype=object)
+        elif source.encoded is not None:
+            kind, items = "encoded", np.asarray(source.encoded, dtype=object)
+        else:
+            kind, items = "images", np.asarray(source.images)
+        return kind, items, source.labels, source.bboxes, f"{source.name}/{source.split}"
+    if not isinstance(source, (tuple, list)) or len(source) != 2:
+        raise ValueError(
+            "`source` must be a tfdml.data.DatasetSplit, a (features, labels) tuple or a "
+            f"(paths, labels) tuple. Received: source of type {type(source).__name__}"
+        )
+    features, labels = source
+    labels = np.asarray(labels)
+    if isinstance(features, np.ndarray) and features.dtype != object and features.dtype.kind not in "US":
+        kind, items = "images", features
+    else:
+        seq = list(features)
+        if seq and all(isinstance(x, (str, os.PathLike)) for x in seq):
+            kind, items = "paths", np.asarray([os.fspath(x) for x in seq], dtype=object)
+        elif seq and all(isinstance(x, bytes) for x in seq):
+            kind, items = "encoded", np.asarray(seq, dtype=object)
+        else:
+            kind, items = "images", np.asarray(features)
+    if len(items) != len(labels):
+        raise ValueError(
+            f"`source` features and labels must have the same length. Received: "
+            f"{len(items)} features and {len(labels)} labels"
+        )
+    return kind, items, labels, None, "source"
+
+
+def _wants_seed(fn):
+    try:
+        return "seed" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="replace",
+               min_class_size=2, steps_per_epoch=None, repeat=True, drop_remainder=False,
+               seed=None, map_fn=None, crop_to_bbox=False, channels=3, on_error="raise",
+               num_parallel_calls=tf.data.AUTOTUNE, prefetch=tf.data.AUTOTUNE):
+    """A lazy ``tf.data`` pipeline of P x K batches for metric learning.
+
+    Each batch is `(images, labels)`: `P * K` images, `K` of each of `P` distinct classes
+    (grouped by class), and their int64 class ids. Indices are drawn by a `PKSampler`
+    (see it for what an epoch is and how small classes are handled); images are read,
+    decoded, cropped to their bounding box, and passed to `map_fn` in parallel map steps,
+    one batch at a time: never all images in memory.
+
+    Use it in `model.fit(dataset, epochs=E, steps_per_epoch=S)`. The default dataset is
+    endless (`repeat=True`); take S from `PKSampler(...).steps_per_epoch` for one visit of
+    every class per epoch, or choose it. With `repeat=False` the dataset is one epoch of
+    `steps_per_epoch` batches, and each new iteration over it (each Keras epoch) draws
+    fresh batches, so `model.fit(dataset, epochs=E)` works without `steps_per_epoch`.
+
+    Args:
+        source: a `tfdml.data.DatasetSplit` (image paths, encoded bytes or in-memory
+            images), a `(features, labels)` tuple of arrays (in-memory images or any
+            numeric features), or a `(paths, labels)` tuple (a sequence of file paths;
+            a sequence of `bytes` is read as encoded images).
+        classes_per_batch: P.
+        samples_per_class: K.
+        small_classes: `"replace"` or `"skip"`, for classes with fewer than K examples.
+            Defaults to `"replace"`.
+        min_class_size: classes with fewer examples are left out (and counted in a log
+            message). Defaults to `2` (single-example classes are skipped).
+        steps_per_epoch: batches per epoch, or `None` for `ceil(C / P)` (every class once).
+            Defaults to `None`.
+        repeat: endless dataset (`True`) or one epoch per iteration (`False`).
+            Defaults to `True`.
+        drop_remainder: leave out the `C mod P` classes left over in an epoch instead of
+            topping up the last batch with other classes. Defaults to `False`.
+        seed: integer seed of the index sampling and of the per-element augmentation seeds;
+            the same seed gives the same batches. `None` draws one. Defaults to `None`.
+        map_fn: preprocessing / augmentation applied to each decoded image, e.g.
+            `tfdml.data.augment.train_transform(...)`. Called as `map_fn(image, seed=s)`
+            with a per-element shape `[2]` int64 seed if it has a `seed` parameter, else
+            as `map_fn(image)`. Must be graph-compatible and return images of one shape.
+            Defaults to `None` (decoded uint8 images, which must then all have one shape).
+        crop_to_bbox: crop each image to its `DatasetSplit.bboxes` box before `map_fn`.
+            Defaults to `False`.
+        channels: channels of decoded images. Defaults to `3`.
+        on_error: what to do with an image that cannot be read or decoded (or on which
+            `map_fn` fails): `"raise"` an `InvalidArgumentError` naming the file, or
+            `"skip"` it with a warning naming the file (logger `"tfdml.data"`) and put
+            another image of the same class in the batch in its slot, so the batch is still
+            P x K. If every image of a class in a batch fails, an error is raised even with
+            `"skip"`. Each batch is decoded on a fast path first; only a batch with a failure
+            is decoded again image by image to find the files. Encoded images are named
+            `"<name>/<split>: encoded image <index>"`. Defaults to `"raise"`.
+        num_parallel_calls: parallelism of the decode / augment map. Defaults to
+            `tf.data.AUTOTUNE`.
+        prefetch: batches to prefetch, `tf.data.AUTOTUNE`, or `0`/`None` for none.
+            Defaults to `tf.data.AUTOTUNE`.
+
+    Returns:
+        A `tf.data.Dataset` of `(images [P*K, ...], labels [P*K] int64)`.
+
+    Raises:
+        ValueError: on a bad argument (see also `PKSampler`).
+
+    Examples:
+
+    >>> x = np.random.rand(60, 8, 8, 1).astype("float32")
+    >>> y = np.repeat(np.arange(12), 5)
+    >>> ds = tfdml.data.pk_batches((x, y), 4, 3, seed=0)
+    >>> images, labels = next(iter(ds))
+    >>> images.shape, labels.shape
+    (TensorShape([12, 8, 8, 1]), TensorShape([12]))
+    """
+    if on_error not in _ON_ERROR:
+        raise ValueError(f"`on_error` must be one of {_ON_ERROR}. Received: on_error={on_error!r}")
+    if map_fn is not None and not callable(map_fn):
+        raise ValueError(f"`map_fn` must be callable or None. Received: map_fn={map_fn!r}")
+    channels = _check_positive_int("channels", channels)
+    kind, items, labels, bboxes, name = _source_arrays(source)
+    if crop_to_bbox and bboxes is None:
+        raise ValueError(
+            "`crop_to_bbox=True` needs a DatasetSplit with `bboxes`. Received: source "
+            "without bounding boxes"
+        )
+    sampler = PKSampler(labels, classes_per_batch, samples_per_class, small_classes=small_classes,
+                        min_class_size=min_class_size, steps_per_epoch=steps_per_epoch,
+                        drop_remainder=drop_remainder, seed=seed)
+    batch = sampler.batch_size
+    labels = np.asarray(sampler.labels, dtype=np.int64)
+    use_bbox = bool(crop_to_bbox)
+    boxes = np.asarray(bboxes, dtype=np.float32) if use_bbox else np.zeros((1, 4), np.float32)
+    steps = sampler.steps_per_epoch
+    iteration = itertools.count()
+    if kind == "paths":
+        names = items
+    else:
+        names = np.asarray([f"{name}: encoded image {i}" for i in range(len(labels))], dtype=object)
+
+    def generate():
+        # Every new iteration of the dataset (e.g. every Keras epoch with repeat=False) starts
+        # from the next epoch number, so it draws fresh batches; a new pipeline starts at 0.
+        epoch = next(iteration)
+        gen = sampler.iter_batches(epoch)
+        if not repeat:
+            gen = itertools.islice(gen, steps)
+        for idx, batch_seed in gen:
+            yield (items[idx], labels[idx], batch_seed, names[idx],
+                   boxes[idx] if use_bbox else np.zeros((batch, 4), np.float32))
+
+    if kind == "images":
+        item_spec = tf.TensorSpec([batch, *items.shape[1:]], tf.as_dtype(items.dtype))
+    else:
+        item_spec = tf.TensorSpec([batch], tf.string)
+    spec = (item_spec, tf.TensorSpec([batch], tf.int64), tf.TensorSpec([2], tf.int64),
+            tf.TensorSpec([batch], tf.string), tf.TensorSpec([batch, 4], tf.float32))
+    ds = tf.data.Dataset.from_generator(generate, output_signature=spec)
+    pass_seed = map_fn is not None and _wants_seed(map_fn)
+
+    def load_one(item, bbox, elem_seed):
+        if kind == "paths":
+            image = tf.io.decode_image(tf.io.read_file(item), channels=channels,
+                                       expand_animations=False)
+        elif kind == "encoded":
+            image = tf.io.decode_image(item, channels=channels, expand_animations=False)
+        else:
+            image = item
+        if use_bbox:
+            image = augment.crop_to_bbox(image, bbox)
+        if map_fn is not None:
+            image = map_fn(image, seed=elem_seed) if pass_seed else map_fn(image)
+        return image
+
+    if kind == "images" and map_fn is None and not use_bbox:
+        ds = ds.map(lambda x, y, *rest: (x, y))
+    elif kind == "images":
+        ds = _flat_pipeline(ds, load_one, batch, num_parallel_calls)
+    else:
+        ds = ds.interleave(_decoding_batch_fn(batch, load_one, num_parallel_calls, on_error),
+                           cycle_length=2, block_length=1,
+                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    # Tell Keras the length: one epoch of `steps` batches, or endless.
+    ds = ds.apply(tf.data.experimental.assert_cardinality(
+        steps if not repeat else tf.data.INFINITE_CARDINALITY))
+    if prefetch:
+        ds = ds.prefetch(prefetch)
+    return ds
+
+
+def _flat_pipeline(ds, load_one, batch, num_parallel_calls):
+    """In-memory images (nothing can fail to decode): unbatch, one parallel map, batch."""
+
+    def explode(items, y, batch_seed, names, bbox):
+        return items, y, tf.tile(batch_seed[None], [batch, 1]), tf.range(batch), bbox
+
+    def load(item, y, seed, slot, bbox):
+        return load_one(item, bbox, tf.random.experimental.stateless_fold_in(seed, slot)), y
+
+    ds = ds.map(explode).unbatch()
+    ds = ds.map(load, num_parallel_calls=num_parallel_calls, deterministic=True)
+    return ds.batch(batch)
+
+
+def _decoding_batch_fn(batch, load_one, num_parallel_calls, on_error):
+    """Returns the interleave function that reads and decodes one batch of files.
+
+    Each batch first takes the fast path: a parallel map and a batch, with errors ignored
+    at the batch level (cheap). Only if that batch failed does it take the slow path, which
+    decodes the batch again element by element with errors ignored per element, finds the
+    files that failed, and raises an error naming them or (`on_error="skip"`) puts another
+    image of the same class in their slots (`_fill`). Per-element `ignore_errors` on every
+    batch would cost about a third of the throughput.
+    """
+
+    def one_batch(items, y, batch_seed, names, bbox):
+        def element(slot, item, box):
+            elem_seed = tf.random.experimental.stateless_fold_in(batch_seed, slot)
+            return load_one(item, box, elem_seed), slot
+
+        elements = tf.data.Dataset.from_tensor_slices((tf.range(batch), items, bbox))
+        fast = elements.map(element, num_parallel_calls=num_parallel_calls, deterministic=True)
+        fast = fast.batch(batch).map(lambda imgs, slots: (imgs, y)).ignore_errors()
+
+        slow = elements.map(element, num_parallel_calls=num_parallel_calls,
+                            deterministic=True).ignore_errors().batch(batch)
+        # If every image of the batch failed, `slow` is empty: fail loudly instead of
+        # silently yielding one batch less.
+        image_spec = slow.element_spec[0]
+
+        def all_failed(_):
+            check = tf.debugging.Assert(
+                False, ["pk_batches: no image of this batch could be read or decoded:", names],
+                summarize=batch)
+            with tf.control_dependencies([check]):
+                shape = [0 if d is None else d for d in image_spec.shape]
+                shape[0] = 0
+                return tf.zeros(shape, image_spec.dtype), tf.zeros([0], tf.int32)
+
+        slow = slow.concatenate(tf.data.Dataset.from_tensors(0).map(all_failed)).take(1)
+        slow = slow.map(lambda imgs, got: _fill(imgs, got, names, y, batch, on_error))
+        return fast.concatenate(slow).take(1)
+
+    return one_batch
+
+
+def _log_skipped(names):
+    names = [n.decode() if isinstance(n, bytes) else str(n) for n in names.numpy()]
+    for n in names:
+        logger.warning("pk_batches: could not read or decode image %s; skipped, replaced by "
+                       "another image of the same class in the batch.", n)
+    return np.int32(len(names))
+
+
+def _fill(images, got, names, labels, batch, on_error):
+    """Puts the decoded images back in slot order. With `on_error="raise"` a failed slot
+    raises an error naming its file; with `"skip"` it takes the first decoded image of its
+    class in the batch (an error if there is none)."""
+    present = tf.scatter_nd(got[:, None], tf.ones_like(got, tf.bool), [batch])
+    position = tf.scatter_nd(got[:, None], tf.range(tf.shape(got)[0]), [batch])
+    missing_names = tf.boolean_mask(names, tf.logical_not(present))
+    if on_error == "raise":
+        check = tf.debugging.Assert(
+            tf.reduce_all(present),
+            ["pk_batches: could not read or decode image(s) (or map_fn failed on them):",
+             missing_names, "; on_error='skip' skips such files."],
+            summarize=batch,
+        )
+        with tf.control_dependencies([check]):
+            return tf.gather(images, position), tf.identity(labels)
+    same = tf.equal(labels[:, None], labels[None, :]) & present[None, :]
+    has_substitute = tf.reduce_any(same, axis=1)
+    check = tf.debugging.Assert(
+        tf.reduce_all(has_substitute),
+        ["pk_batches: every image of a class in this batch failed to read or decode:",
+         tf.boolean_mask(names, tf.logical_not(has_substitute))],
+        summarize=batch,
+    )
+    source_slot = tf.where(present, tf.range(batch),
+                           tf.argmax(tf.cast(same, tf.int32), axis=1, output_type=tf.int32))
+    logged = tf.cond(
+        tf.reduce_any(tf.logical_not(present)),
+        lambda: tf.py_function(_log_skipped, [missing_names], tf.int32),
+        lambda: tf.constant(0, tf.int32),
+    )
+    with tf.control_dependencies([check, logged]):
+        return tf.gather(images, tf.gather(position, source_slot)), tf.identity(labels)

@@ -1,0 +1,119 @@
+"""In-shop Clothes Retrieval (DeepFashion) from its published layout."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from tfdml.data.source import DatasetSplit
+from tfdml.datasets import common
+
+__all__ = ["load_inshop"]
+
+NAME = "inshop"
+SPLITS = ("train", "query", "gallery")
+_PARTITION = os.path.join("Eval", "list_eval_partition.txt")
+_BBOXES = os.path.join("Anno", "list_bbox_inshop.txt")
+
+
+def _read_bboxes(path):
+    """`{image_name: (ymin, xmin, ymax, xmax)}` from `Anno/list_bbox_inshop.txt`."""
+    boxes = {}
+    for r in common.read_rows(path, NAME, 7, skip=2):
+        try:
+            x1, y1, x2, y2 = (float(v) for v in r[3:7])
+        except ValueError:
+            raise ValueError(
+                f"{NAME}: malformed {path}: expected 4 box numbers. Received: {r!r}"
+            ) from None
+        boxes[r[0]] = (y1, x1, y2, x2)
+    return boxes
+
+
+def load_inshop(data_dir, split="train"):
+    """Reads a split of the In-shop Clothes Retrieval benchmark from its published layout.
+
+    The splits are the benchmark's own `list_eval_partition.txt`: `train`, and `query` and
+    `gallery`, which share item ids (each query's matches are the gallery images of its
+    item). Labels are the item numbers (`id_00000001` -> 1), the same in query and gallery.
+
+    Expected layout::
+
+        In-shop Clothes Retrieval Benchmark/     (any name; pass it as `data_dir`)
+          Eval/list_eval_partition.txt   line 1: number of images; line 2: header
+                                         `image_name item_id evaluation_status`; then e.g.
+                                         `img/WOMEN/Dresses/id_00000002/02_1_front.jpg
+                                         id_00000002 train`
+          Img/img/WOMEN/Dresses/id_00000002/02_1_front.jpg ...   (img.zip extracted in Img/;
+                                         `img/` directly under `data_dir` also works)
+          Anno/list_bbox_inshop.txt      optional: line 1 count, line 2 header, then
+                                         `<image_name> <clothes type> <pose> x_1 y_1 x_2 y_2`
+
+    Args:
+        data_dir: the benchmark folder (holding `Eval/`).
+        split: `"train"`, `"query"` or `"gallery"`. Defaults to `"train"`.
+
+    Returns:
+        A `DatasetSplit` with `paths`, `labels` (item numbers), `class_names`
+        (`{1: "id_00000001"}`) and `bboxes` in pixels of the `img/` images,
+        `(ymin, xmin, ymax, xmax)`, when `Anno/list_bbox_inshop.txt` is present (else None).
+
+    Raises:
+        ValueError: unknown `split`, or a malformed partition file.
+        FileNotFoundError: the partition file or an image is missing.
+    """
+    common.check_choice("split", split, SPLITS)
+    root = common.resolve_root(data_dir, NAME, _PARTITION)
+    path = os.path.join(root, _PARTITION)
+    with open(path, encoding="utf-8") as f:
+        first, header = f.readline().strip(), f.readline().split()
+    if header[:3] != ["image_name", "item_id", "evaluation_status"]:
+        raise ValueError(
+            f"{NAME}: malformed {path}: line 2 must be "
+            f"'image_name item_id evaluation_status'. Received: {' '.join(header)!r}"
+        )
+    rows = common.read_rows(path, NAME, 3, skip=2)
+    if first.isdigit() and int(first) != len(rows):
+        raise ValueError(
+            f"{NAME}: malformed {path}: line 1 announces {first} images. "
+            f"Received: {len(rows)} image lines"
+        )
+    unknown = {r[2] for r in rows} - set(SPLITS)
+    if unknown:
+        raise ValueError(
+            f"{NAME}: malformed {path}: evaluation_status must be one of {list(SPLITS)}. "
+            f"Received: {sorted(unknown)}"
+        )
+    rows = [r for r in rows if r[2] == split]
+    image_root = os.path.join(root, "Img")
+    if not os.path.isdir(os.path.join(image_root, "img")) and os.path.isdir(
+        os.path.join(root, "img")
+    ):
+        image_root = root
+    item_ids = [r[1] for r in rows]
+    labels = np.array(
+        [common.to_int(i.removeprefix("id_"), path, NAME) for i in item_ids], dtype=np.int64
+    )
+    paths = np.array([os.path.join(image_root, r[0]) for r in rows], dtype=str)
+    common.check_paths_exist(paths, NAME)
+    bboxes = None
+    if os.path.isfile(os.path.join(root, _BBOXES)):
+        boxes = _read_bboxes(os.path.join(root, _BBOXES))
+        missing = [r[0] for r in rows if r[0] not in boxes]
+        if missing:
+            raise ValueError(
+                f"{NAME}: malformed {os.path.join(root, _BBOXES)}: no box for {missing[0]}. "
+                f"Received: {len(boxes)} boxes"
+            )
+        bboxes = np.array([boxes[r[0]] for r in rows], dtype=np.float32).reshape(-1, 4)
+    ds = DatasetSplit(
+        name=NAME,
+        split=split,
+        labels=labels,
+        paths=paths,
+        class_names=dict(zip(labels.tolist(), item_ids, strict=True)),
+        bboxes=bboxes,
+    )
+    common.check_published_counts(ds)
+    return ds

@@ -1,0 +1,550 @@
+"""Embedding models: a Keras Applications backbone (or ResNet18), global pooling, Dense, L2 norm.
+
+The papers tfdml reproduces train ``backbone -> global pooling -> Linear -> L2
+normalize`` networks: ResNet50 / ResNet18 (extreme triplet learning, easy
+positive sampling), GoogLeNet / Inception-BN (FAPPY, LoOp), often with frozen
+BatchNormalization. :func:`build_embedding_model` builds that network from a
+backbone name; :func:`get_preprocess` says how the backbone expects its input
+pixels to be normalized.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import numbers
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import keras
+
+from tfdml.layers import GeneralizedMeanPooling2D, L2Normalization
+
+__all__ = [
+    "BACKBONES",
+    "WeightsUnavailableError",
+    "build_embedding_model",
+    "freeze_batchnorm_layers",
+    "get_preprocess",
+    "preprocess_mode",
+    "resnet18",
+]
+
+
+class WeightsUnavailableError(FileNotFoundError):
+    """Pretrained weights are neither in the Keras cache nor downloadable (offline).
+
+    The message names the exact file Keras looks for, the directory to put it
+    in, and the address to fetch it from on a machine with network access.
+    """
+
+
+# -- backbones ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Backbone:
+    constructor: str  # attribute of keras.applications, or "resnet18"
+    preprocess: str  # "caffe", "tf", "torch" or "none"
+    module: str | None  # keras.applications submodule with the matching preprocess_input
+
+
+def _table():
+    t = {}
+
+    def add(name, ctor, mode, module):
+        t[name] = _Backbone(ctor, mode, module)
+
+    add("resnet18", "resnet18", "torch", None)
+    for depth in (50, 101, 152):
+        add(f"resnet{depth}", f"ResNet{depth}", "caffe", "resnet")
+        add(f"resnet{depth}_v2", f"ResNet{depth}V2", "tf", "resnet_v2")
+    add("vgg16", "VGG16", "caffe", "vgg16")
+    add("vgg19", "VGG19", "caffe", "vgg19")
+    add("inception_v3", "InceptionV3", "tf", "inception_v3")
+    add("inception_resnet_v2", "InceptionResNetV2", "tf", "inception_resnet_v2")
+    add("xception", "Xception", "tf", "xception")
+    add("mobilenet", "MobileNet", "tf", "mobilenet")
+    add("mobilenet_v2", "MobileNetV2", "tf", "mobilenet_v2")
+    add("mobilenet_v3_small", "MobileNetV3Small", "none", "mobilenet_v3")
+    add("mobilenet_v3_large", "MobileNetV3Large", "none", "mobilenet_v3")
+    for depth in (121, 169, 201):
+        add(f"densenet{depth}", f"DenseNet{depth}", "torch", "densenet")
+    add("nasnet_mobile", "NASNetMobile", "tf", "nasnet")
+    add("nasnet_large", "NASNetLarge", "tf", "nasnet")
+    for i in range(8):
+        add(f"efficientnet_b{i}", f"EfficientNetB{i}", "none", "efficientnet")
+    for v in ("b0", "b1", "b2", "b3", "s", "m", "l"):
+        add(f"efficientnet_v2_{v}", f"EfficientNetV2{v.upper()}", "none", "efficientnet_v2")
+    for size, cls in (("tiny", "Tiny"), ("small", "Small"), ("base", "Base"), ("large", "Large"),
+                      ("xlarge", "XLarge")):
+        add(f"convnext_{size}", f"ConvNeXt{cls}", "none", "convnext")
+    return t
+
+
+_BACKBONES = _table()
+BACKBONES = tuple(_BACKBONES)
+"""The backbone names :func:`build_embedding_model` accepts."""
+
+PREPROCESS_MODES = ("caffe", "tf", "torch", "none")
+
+POOLINGS = ("avg", "max", "gem")
+
+
+def _check_backbone(backbone):
+    if not isinstance(backbone, str) or backbone.lower() not in _BACKBONES:
+        raise ValueError(
+            f"`backbone` must be one of {', '.join(BACKBONES)}. Received: backbone={backbone!r}"
+        )
+    return backbone.lower()
+
+
+def preprocess_mode(backbone: str) -> str:
+    """The input normalization a backbone expects, by name.
+
+    Args:
+        backbone: a name from :data:`BACKBONES`.
+
+    Returns:
+        ``"caffe"`` (RGB -> BGR, minus the ImageNet channel means, 0..255
+        scale: ResNet v1, VGG), ``"tf"`` (scaled to [-1, 1]: Inception,
+        MobileNet v1/v2, ResNet v2, Xception, NASNet), ``"torch"`` (scaled to
+        [0, 1], minus the ImageNet means, over their standard deviations:
+        DenseNet, ResNet18) or ``"none"`` (the model takes 0..255 pixels and
+        normalizes them itself: EfficientNet, EfficientNetV2, ConvNeXt,
+        MobileNetV3).
+
+    Raises:
+        ValueError: for an unknown backbone.
+    """
+    return _BACKBONES[_check_backbone(backbone)].preprocess
+
+
+def _identity(x):
+    import tensorflow as tf
+
+    return tf.cast(x, tf.float32)
+
+
+def get_preprocess(backbone: str) -> Callable:
+    """The ``preprocess_input`` function for a backbone (or a preprocessing mode).
+
+    The returned function takes RGB pixels in 0..255 (any numeric dtype,
+    NumPy or tensor, channels last) and returns a float32 tensor normalized as
+    the backbone expects. It is Keras' own ``preprocess_input`` of that
+    backbone's ``keras.applications`` module, called on a tensor (so a NumPy
+    input is never modified in place); for ResNet18 it is the torch
+    normalization (ImageNet means and standard deviations), as torchvision's
+    ResNet18 and the extreme-triplet paper use. Use the same function in the
+    training pipeline and in :func:`tfdml.export.export_embedding_model`.
+
+    Args:
+        backbone: a name from :data:`BACKBONES`, or a mode: ``"caffe"``,
+            ``"tf"``, ``"torch"`` or ``"none"`` (cast to float32 only).
+
+    Returns:
+        A function ``images -> float32 tensor``, with its mode in the attribute
+        ``mode``.
+
+    Examples:
+
+    >>> preprocess = tfdml.models.get_preprocess("resnet50")
+    >>> dataset = dataset.map(lambda x, y: (preprocess(x), y))
+    """
+    import tensorflow as tf
+
+    if isinstance(backbone, str) and backbone.lower() in PREPROCESS_MODES:
+        mode = backbone.lower()
+    elif isinstance(backbone, str) and backbone.lower() in _BACKBONES:
+        mode = _BACKBONES[backbone.lower()].preprocess
+    else:
+        raise ValueError(
+            f"`backbone` must be one of {', '.join(BACKBONES)} or a preprocessing mode "
+            f"{PREPROCESS_MODES}. Received: backbone={backbone!r}"
+        )
+    if mode == "none":
+        fn = _identity
+    else:
+        keras_fn = {
+            "caffe": keras.applications.resnet.preprocess_input,
+            "tf": keras.applications.mobilenet_v2.preprocess_input,
+            "torch": keras.applications.densenet.preprocess_input,
+        }[mode]
+
+        def fn(x):
+            return keras_fn(tf.cast(x, tf.float32))
+
+    def preprocess(images):
+        return fn(images)
+
+    preprocess.mode = mode
+    preprocess.__name__ = f"preprocess_{mode}"
+    preprocess.__doc__ = f"Preprocessing of mode {mode!r} (RGB 0..255 in, float32 out)."
+    return preprocess
+
+
+# -- weights --------------------------------------------------------------------------------
+
+
+def _check_weights(weights, allow_imagenet=True):
+    if weights is None or (allow_imagenet and weights == "imagenet"):
+        return weights
+    if isinstance(weights, os.PathLike):
+        weights = os.fspath(weights)
+    if isinstance(weights, str) and weights != "imagenet" and os.path.isfile(weights):
+        return weights
+    allowed = '"imagenet", None or' if allow_imagenet else "None or"
+    raise ValueError(
+        f"`weights` must be {allowed} the path of an existing weights file. "
+        f"Received: weights={weights!r}"
+    )
+
+
+def _keras_cache_dir(cache_dir, cache_subdir):
+    from keras.src.backend import config as backend_config
+
+    base = os.path.expanduser(cache_dir or backend_config.keras_home())
+    if not os.access(base, os.W_OK):  # Keras falls back to /tmp/.keras then
+        base = os.path.join("/tmp", ".keras")
+    if os.path.isabs(cache_subdir):
+        return cache_subdir
+    return os.path.join(base, cache_subdir)
+
+
+@contextlib.contextmanager
+def _explain_missing_weights(backbone):
+    """While Keras builds a backbone, a failed weights download becomes a clear error."""
+    from keras.src.utils import file_utils
+
+    original = file_utils.get_file
+
+    def get_file(fname=None, origin=None, *args, **kwargs):
+        try:
+            return original(fname, origin, *args, **kwargs)
+        except Exception as err:
+            name = fname or os.path.basename(str(origin))
+            subdir = kwargs.get("cache_subdir", "datasets")
+            folder = _keras_cache_dir(kwargs.get("cache_dir"), subdir)
+            raise WeightsUnavailableError(
+                f"The ImageNet weights of backbone {backbone!r} are not in the Keras cache and "
+                f"could not be downloaded ({type(err).__name__}: {err}). Keras looks for the "
+                f"file {name!r} in the directory {folder!r} (the 'models' folder of "
+                "$KERAS_HOME, which defaults to ~/.keras). Download it on a machine with "
+                f"network access from {origin} and copy it there under exactly that name, "
+                "or pass weights=None, or weights='/path/to/that/file'."
+            ) from err
+
+    file_utils.get_file = get_file
+    try:
+        yield
+    finally:
+        file_utils.get_file = original
+
+
+# -- ResNet18 -------------------------------------------------------------------------------
+
+
+def _conv_bn(x, filters, kernel, stride, name, relu=True):
+    pad = kernel // 2
+    if pad:
+        x = keras.layers.ZeroPadding2D(pad, name=f"{name}_pad")(x)
+    x = keras.layers.Conv2D(filters, kernel, strides=stride, use_bias=False, name=name,
+                            kernel_initializer="he_normal")(x)
+    bn_name = name.replace("conv", "bn") if "conv" in name else f"{name}_bn"
+    x = keras.layers.BatchNormalization(epsilon=1e-5, momentum=0.9, name=bn_name)(x)
+    if relu:
+        x = keras.layers.ReLU(name=f"{bn_name}_relu")(x)
+    return x
+
+
+def _basic_block(x, filters, stride, name):
+    shortcut = x
+    out = _conv_bn(x, filters, 3, stride, f"{name}_conv1")
+    out = _conv_bn(out, filters, 3, 1, f"{name}_conv2", relu=False)
+    if stride != 1 or x.shape[-1] != filters:
+        shortcut = keras.layers.Conv2D(filters, 1, strides=stride, use_bias=False,
+                                       name=f"{name}_downsample_0",
+                                       kernel_initializer="he_normal")(x)
+        shortcut = keras.layers.BatchNormalization(epsilon=1e-5, momentum=0.9,
+                                                   name=f"{name}_downsample_1")(shortcut)
+    out = keras.layers.Add(name=f"{name}_add")([out, shortcut])
+    return keras.layers.ReLU(name=f"{name}_out")(out)
+
+
+def resnet18(
+    include_top: bool = False,
+    weights=None,
+    input_tensor=None,
+    input_shape=None,
+    pooling=None,
+    classes: int = 1000,
+    classifier_activation="softmax",
+    name: str = "resnet18",
+):
+    """ResNet18 (He et al. 2016), laid out as torchvision's ``resnet18``.
+
+    ``keras.applications`` has no ResNet18 and Keras publishes no ImageNet
+    weights for it, so ``weights="imagenet"`` is refused: use ``weights=None``
+    (random He initialization) or the path of a weights file you saved or
+    converted yourself (``model.save_weights("resnet18.weights.h5")``).
+
+    The layers follow torchvision (7x7/2 stem, 3x3/2 max-pool, four stages of
+    two basic blocks with 64, 128, 256, 512 filters, explicit symmetric zero
+    padding, BatchNormalization epsilon 1e-5) and are named after its
+    parameters with ``.`` replaced by ``_`` (``layer2_0_conv1``,
+    ``layer2_0_downsample_0``, ``bn1``, ...), which makes porting a torchvision
+    checkpoint a renaming exercise (transpose conv kernels from OIHW to HWIO).
+    Without the top it has 11,176,512 trainable parameters (plus 9,600
+    BatchNormalization moving statistics). It expects ``"torch"``
+    preprocessing (:func:`get_preprocess`).
+
+    Args:
+        include_top: add global average pooling and a ``classes``-way Dense
+            classifier. Defaults to `False`.
+        weights: `None` or the path of a weights file. Defaults to `None`.
+        input_tensor: a Keras tensor to build the model on. Defaults to `None`.
+        input_shape: ``(height, width, 3)``; heights and widths may be `None`.
+            Defaults to `None` (``(224, 224, 3)`` with the top, else
+            ``(None, None, 3)``).
+        pooling: without the top: `None` (4D feature map), ``"avg"`` or
+            ``"max"``. Defaults to `None`.
+        classes: number of classes of the top. Defaults to `1000`.
+        classifier_activation: activation of the top. Defaults to `"softmax"`.
+        name: model name. Defaults to `"resnet18"`.
+
+    Returns:
+        A functional ``keras.Model``.
+
+    Examples:
+
+    >>> backbone = tfdml.models.resnet18(input_shape=(64, 64, 3))
+    >>> backbone.output.shape
+    (None, 2, 2, 512)
+    """
+    if weights == "imagenet":
+        raise ValueError(
+            "`weights` for ResNet18 must be None or the path of a weights file: Keras "
+            "publishes no ImageNet weights for ResNet18. Received: weights='imagenet'"
+        )
+    weights = _check_weights(weights, allow_imagenet=False)
+    if pooling not in (None, "avg", "max"):
+        raise ValueError(f"`pooling` must be None, 'avg' or 'max'. Received: pooling={pooling!r}")
+    if not isinstance(classes, numbers.Integral) or isinstance(classes, bool) or classes < 1:
+        raise ValueError(f"`classes` must be an integer >= 1. Received: classes={classes!r}")
+    if input_shape is None:
+        input_shape = (224, 224, 3) if include_top else (None, None, 3)
+    _check_input_shape(input_shape, min_size=32)
+    if input_tensor is None:
+        inputs = keras.Input(shape=tuple(input_shape), name="images")
+    else:
+        inputs = input_tensor
+    x = _conv_bn(inputs, 64, 7, 2, "conv1")
+    x = keras.layers.ZeroPadding2D(1, name="maxpool_pad")(x)
+    x = keras.layers.MaxPooling2D(3, strides=2, name="maxpool")(x)
+    for stage, filters in enumerate((64, 128, 256, 512), start=1):
+        for block in range(2):
+            stride = 2 if stage > 1 and block == 0 else 1
+            x = _basic_block(x, filters, stride, f"layer{stage}_{block}")
+    if include_top:
+        x = keras.layers.GlobalAveragePooling2D(name="avgpool")(x)
+        x = keras.layers.Dense(classes, activation=classifier_activation, name="fc")(x)
+    elif pooling == "avg":
+        x = keras.layers.GlobalAveragePooling2D(name="avgpool")(x)
+    elif pooling == "max":
+        x = keras.layers.GlobalMaxPooling2D(name="maxpool_global")(x)
+    model = keras.Model(inputs, x, name=name)
+    if weights is not None:
+        model.load_weights(weights)
+    return model
+
+
+# -- the embedding model --------------------------------------------------------------------
+
+
+def _check_input_shape(input_shape, min_size=1):
+    ok = isinstance(input_shape, list | tuple) and len(input_shape) == 3
+    if ok:
+        for i, d in enumerate(input_shape):
+            if d is None and i < 2:
+                continue
+            if not isinstance(d, numbers.Integral) or isinstance(d, bool) or d < 1:
+                ok = False
+        ok = ok and input_shape[2] == 3 and all(
+            d is None or d >= min_size for d in input_shape[:2]
+        )
+    if not ok:
+        raise ValueError(
+            "`input_shape` must be (height, width, 3) with height and width integers "
+            f">= {min_size} (or None). Received: input_shape={input_shape!r}"
+        )
+    return tuple(input_shape)
+
+
+def freeze_batchnorm_layers(model: keras.Model) -> list:
+    """Sets ``trainable=False`` on every BatchNormalization layer of ``model``, nested too.
+
+    In Keras 3 a BatchNormalization layer with ``trainable=False`` runs in
+    inference mode (it normalizes with its moving mean and variance, which
+    stop updating) and its ``gamma`` and ``beta`` are not trained. Every other
+    layer keeps its ``trainable`` flag.
+
+    Args:
+        model: a Keras model or layer.
+
+    Returns:
+        The list of layers frozen.
+    """
+    frozen = []
+    for layer in model._flatten_layers(include_self=True, recursive=True):
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.trainable = False
+            frozen.append(layer)
+    return frozen
+
+
+def _pooling_layer(pooling):
+    if isinstance(pooling, keras.layers.Layer):
+        return pooling
+    if pooling == "avg":
+        return keras.layers.GlobalAveragePooling2D(name="avg_pool")
+    if pooling == "max":
+        return keras.layers.GlobalMaxPooling2D(name="max_pool")
+    if pooling == "gem":
+        return GeneralizedMeanPooling2D(p=3.0, learnable=True, name="gem_pool")
+    raise ValueError(
+        "`pooling` must be 'avg', 'max', 'gem' or a Keras pooling layer instance "
+        f"(e.g. tfdml.layers.GeneralizedMeanPooling2D(p=3, learnable=False)). "
+        f"Received: pooling={pooling!r}"
+    )
+
+
+def _make_backbone(backbone, input_shape, weights):
+    spec = _BACKBONES[backbone]
+    if spec.constructor == "resnet18":
+        return resnet18(include_top=False, weights=weights, input_shape=input_shape)
+    constructor = getattr(keras.applications, spec.constructor)
+    if weights == "imagenet":
+        with _explain_missing_weights(backbone):
+            return constructor(include_top=False, weights="imagenet", input_shape=input_shape)
+    model = constructor(include_top=False, weights=None, input_shape=input_shape)
+    if weights is not None:
+        model.load_weights(weights)
+    return model
+
+
+def build_embedding_model(
+    backbone: str = "resnet50",
+    embedding_dim: int | None = 512,
+    input_shape=(224, 224, 3),
+    pooling="avg",
+    weights="imagenet",
+    normalize: bool = True,
+    freeze_batchnorm: bool = False,
+    name: str | None = None,
+) -> keras.Model:
+    """Builds ``backbone -> global pooling -> Dense(embedding_dim) -> L2 normalization``.
+
+    The backbone is a ``keras.applications`` model built with
+    ``include_top=False`` (or :func:`resnet18`) and nested as one layer named
+    after it. Its input is expected already preprocessed: apply
+    :func:`get_preprocess` ``(backbone)`` to 0..255 RGB images, in the data
+    pipeline and at export (:func:`tfdml.export.export_embedding_model` does
+    it for you). The returned model carries ``model.preprocess`` (the mode
+    name, e.g. ``"caffe"``) and ``model.backbone_name``; these Python
+    attributes do not survive ``.keras`` save/load.
+
+    The embedding head (Dense and normalization) computes in float32, so the
+    embeddings are float32 under a mixed-precision policy.
+
+    **Offline ImageNet weights.** ``weights="imagenet"`` uses Keras' cache: if
+    the file is not there and cannot be downloaded, a
+    :class:`WeightsUnavailableError` names the exact file name Keras expects
+    (e.g. ``resnet50_weights_tf_dim_ordering_tf_kernels_notop.h5``), the
+    directory to put it in (``$KERAS_HOME/models``, by default
+    ``~/.keras/models``) and the address to fetch it from.
+
+    Args:
+        backbone: a name from :data:`BACKBONES`, e.g. ``"resnet50"``,
+            ``"resnet18"``, ``"inception_v3"``, ``"efficientnet_b0"``.
+            Defaults to `"resnet50"`.
+        embedding_dim: size of the embedding (units of the Dense layer), or
+            `None` for no Dense layer (the pooled features are the embedding).
+            Defaults to `512`.
+        input_shape: ``(height, width, 3)``. Defaults to `(224, 224, 3)`.
+        pooling: ``"avg"``, ``"max"``, ``"gem"`` (a
+            :class:`tfdml.layers.GeneralizedMeanPooling2D` with a learnable
+            ``p`` starting at 3), or a pooling layer instance such as
+            ``GeneralizedMeanPooling2D(p=3, learnable=False)``. Defaults to
+            `"avg"`.
+        weights: ``"imagenet"``, `None` (random initialization) or the path of
+            a weights file for the backbone: a file Keras publishes (the
+            ``..._notop.h5`` ones) or one written by ``backbone.save_weights``.
+            ResNet18 has no ImageNet weights in Keras. Defaults to `"imagenet"`.
+        normalize: end with :class:`tfdml.layers.L2Normalization`. Defaults to
+            `True`.
+        freeze_batchnorm: freeze the backbone's BatchNormalization layers
+            (``trainable=False``, hence inference mode), as the Roth et al.
+            framework and the LoOp paper's ResNet-50 runs do. Defaults to
+            `False`.
+        name: model name. Defaults to `None` (``"<backbone>_embedding"``).
+
+    Returns:
+        A functional ``keras.Model`` from images ``[B, H, W, 3]`` to
+        embeddings ``[B, embedding_dim]``.
+
+    Raises:
+        ValueError: for an unknown backbone or pooling, a bad embedding size,
+            input shape or weights argument.
+        WeightsUnavailableError: ImageNet weights not cached and not
+            downloadable.
+
+    Examples:
+
+    >>> model = tfdml.models.build_embedding_model(
+    ...     "resnet50", embedding_dim=128, freeze_batchnorm=True)
+    >>> model.compile(optimizer="adam", loss=tfdml.losses.TripletNCALoss(order=2))
+    >>> preprocess = tfdml.models.get_preprocess("resnet50")
+    """
+    backbone = _check_backbone(backbone)
+    if embedding_dim is not None and (
+        not isinstance(embedding_dim, numbers.Integral)
+        or isinstance(embedding_dim, bool)
+        or embedding_dim < 1
+    ):
+        raise ValueError(
+            f"`embedding_dim` must be an integer >= 1 or None. Received: "
+            f"embedding_dim={embedding_dim!r}"
+        )
+    input_shape = _check_input_shape(input_shape)
+    pool = _pooling_layer(pooling)
+    if backbone == "resnet18":
+        if weights == "imagenet":
+            raise ValueError(
+                "`weights` for backbone 'resnet18' must be None or the path of a weights file: "
+                "Keras publishes no ImageNet weights for ResNet18. Received: weights='imagenet'"
+            )
+        weights = _check_weights(weights, allow_imagenet=False)
+    else:
+        weights = _check_weights(weights)
+    if not isinstance(normalize, bool):
+        raise ValueError(f"`normalize` must be True or False. Received: normalize={normalize!r}")
+    if not isinstance(freeze_batchnorm, bool):
+        raise ValueError(
+            "`freeze_batchnorm` must be True or False. "
+            f"Received: freeze_batchnorm={freeze_batchnorm!r}"
+        )
+
+    base = _make_backbone(backbone, input_shape, weights)
+    if freeze_batchnorm:
+        freeze_batchnorm_layers(base)
+    inputs = keras.Input(shape=input_shape, name="images")
+    x = base(inputs)
+    x = pool(x)
+    if embedding_dim is not None:
+        x = keras.layers.Dense(embedding_dim, dtype="float32", name="embedding")(x)
+    if normalize:
+        x = L2Normalization(dtype="float32", name="l2_normalization")(x)
+    model = keras.Model(inputs, x, name=name or f"{backbone}_embedding")
+    model.preprocess = _BACKBONES[backbone].preprocess
+    model.backbone_name = backbone
+    return model
