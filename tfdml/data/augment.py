@@ -34,6 +34,16 @@ def _check_size(name, value):
     return value
 
 
+def _check_crop_and_resize(crop_size, resize_size):
+    _check_size("crop_size", crop_size)
+    _check_size("resize_size", resize_size)
+    if crop_size > resize_size:
+        raise ValueError(
+            "`crop_size` must be at most `resize_size`. "
+            f"Received: crop_size={crop_size}, resize_size={resize_size}"
+        )
+
+
 def _as_float(image):
     image = tf.convert_to_tensor(image)
     if image.dtype != tf.float32:
@@ -239,13 +249,7 @@ def train_transform(crop_size=224, resize_size=256, flip=True, preprocess=None,
     >>> fn(tf.zeros([50, 60, 3], tf.uint8), seed=(0, 1)).shape
     TensorShape([32, 32, 3])
     """
-    _check_size("crop_size", crop_size)
-    _check_size("resize_size", resize_size)
-    if crop_size > resize_size:
-        raise ValueError(
-            "`crop_size` must be at most `resize_size`. "
-            f"Received: crop_size={crop_size}, resize_size={resize_size}"
-        )
+    _check_crop_and_resize(crop_size, resize_size)
     normalize = get_preprocess(preprocess)
 
     def fn(image, seed=None):
@@ -282,13 +286,7 @@ def eval_transform(crop_size=224, resize_size=256, preprocess=None, keep_aspect_
     >>> fn(tf.zeros([300, 400, 3], tf.uint8)).shape
     TensorShape([224, 224, 3])
     """
-    _check_size("crop_size", crop_size)
-    _check_size("resize_size", resize_size)
-    if crop_size > resize_size:
-        raise ValueError(
-            "`crop_size` must be at most `resize_size`. "
-            f"Received: crop_size={crop_size}, resize_size={resize_size}"
-        )
+    _check_crop_and_resize(crop_size, resize_size)
     normalize = get_preprocess(preprocess)
 
     def fn(image, seed=None):
