@@ -1,0 +1,2 @@
+"""Analysis tools of "Extreme triplet learning": the triplet scatter diagram and the
+gradient vector field."""
