@@ -1,4 +1,4 @@
-"""tfdml.callbacks.RecallAtK during short fits on scikit-learn's digits."""
+"""tfdml.callbacks.RecallAtK and TripletScatter during short fits on scikit-learn's digits."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import tensorflow as tf
 from sklearn.datasets import load_digits
 
 import tfdml
-from tfdml.callbacks import RecallAtK
+from tfdml.analysis.scatter import movement_statistics, rescore_triplets, triplet_scatter
+from tfdml.callbacks import RecallAtK, TripletScatter
 from tfdml.metrics import recall_at_k
 
 NAMES = ["val_recall@1", "val_recall@2", "val_recall@4"]
@@ -146,3 +147,87 @@ def test_validation_errors(kwargs, match):
     data = kwargs.pop("data", (np.zeros((4, 64)), np.zeros(4)))
     with pytest.raises(ValueError, match=match):
         RecallAtK(data, **kwargs)
+
+
+# -- TripletScatter -----------------------------------------------------------------------------
+
+MOVES = ["triplet_move_up_right", "triplet_move_up_left", "triplet_move_down_left",
+         "triplet_move_down_right", "triplet_move_still"]
+
+
+def test_triplet_scatter_writes_files_and_logs(digits, tmp_path):
+    x, y, _, _ = digits
+    x, y = x[:300], y[:300]
+    model = _model()
+    initial = model.predict(x, verbose=0)
+    out = tmp_path / "scatter"
+    callback = TripletScatter((x, y), output_dir=str(out), movement=True, batch_size=128)
+    path = os.path.join(tmp_path, "log.csv")
+    history = _fit(model, digits, [callback, keras.callbacks.CSVLogger(path)], epochs=2)
+    names = sorted(os.listdir(out))
+    assert names == ["triplet_scatter.png"] + [
+        f"triplet_scatter_epoch{e:03d}.{ext}" for e in (0, 1, 2) for ext in ("npz", "png")]
+    # Epoch 0 is the model before training.
+    with np.load(out / "triplet_scatter_epoch000.npz") as saved:
+        want = triplet_scatter(initial, y)
+        np.testing.assert_allclose(saved["s_ap"], want.s_ap, atol=1e-6)
+        np.testing.assert_array_equal(saved["negatives"], want.negatives)
+        assert int(saved["epoch"]) == 0
+    # The last one is the trained model's scatter, every sample used (no singleton class).
+    final = model.predict(x, verbose=0)
+    with np.load(out / "triplet_scatter_epoch002.npz") as saved:
+        want = triplet_scatter(final, y)
+        np.testing.assert_allclose(saved["s_ap"], want.s_ap, atol=1e-6)
+        np.testing.assert_allclose(saved["s_an"], want.s_an, atol=1e-6)
+        assert saved["used"].all() and len(saved["used"]) == 300
+        for key in ("anchors", "positives", "negatives"):
+            np.testing.assert_array_equal(saved[key], getattr(want, key))
+    assert history.history["triplet_correct"][-1] == pytest.approx(want.correct.mean())
+    # Movement of the epoch-1 triplets during epoch 2, measured on the same triplets.
+    moved = movement_statistics(callback.scatters[1], rescore_triplets(final,
+                                                                        callback.scatters[1]))
+    assert [history.history[n][-1] for n in MOVES] == pytest.approx(list(moved[:5]), abs=0.01)
+    assert sum(history.history[n][0] for n in MOVES) == pytest.approx(1.0)
+    rows = _read_csv(path)
+    assert len(rows) == 2 and all(n in rows[0] for n in MOVES + ["triplet_correct"])
+    assert sorted(callback.scatters) == [0, 1, 2]
+
+
+def test_triplet_scatter_epochs_files_and_dataset(digits, tmp_path):
+    x, y, _, _ = digits
+    x, y = x[:200], y[:200]
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(200, seed=1).batch(64)
+    callback = TripletScatter(ds, every=(2, 3), output_dir=str(tmp_path), initial=False,
+                              files=("npz", "grid"), name="run", positive="hard",
+                              negative="semihard", region="positive", verbose=1)
+    history = _fit(_model(), digits, [callback], epochs=3)
+    assert sorted(os.listdir(tmp_path)) == ["run.png", "run_epoch002.npz", "run_epoch003.npz"]
+    assert len(history.history["triplet_correct"]) == 2
+    assert "triplet_move_up_right" not in history.history
+    with np.load(tmp_path / "run_epoch003.npz") as saved:
+        s_ap, s_an = saved["s_ap"], saved["s_an"]
+        assert np.all(s_an <= s_ap) and len(s_ap) > 0  # semi-hard negatives only
+    assert callback.path(3, "npz") == os.path.join(str(tmp_path), "run_epoch003.npz")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"every": 0}, "every=0"),
+        ({"every": (0, 2)}, "every"),
+        ({"positive": "all"}, "positive='all'"),
+        ({"negative": "nearest"}, "negative='nearest'"),
+        ({"files": ("npz", "pdf")}, "files"),
+        ({"region": "half"}, "region='half'"),
+        ({"grid_columns": 0}, "grid_columns=0"),
+        ({"batch_size": 0}, "batch_size=0"),
+        ({"name": ""}, "name"),
+        ({"verbose": 3}, "verbose=3"),
+        ({"data": np.zeros((4, 64))}, "ndarray"),
+        ({"data": (np.zeros((4, 64)), np.zeros(3))}, "len\\(y\\)=3"),
+    ],
+)
+def test_triplet_scatter_validation_errors(kwargs, match, tmp_path):
+    data = kwargs.pop("data", (np.zeros((4, 64)), np.zeros(4)))
+    with pytest.raises(ValueError, match=match):
+        TripletScatter(data, output_dir=str(tmp_path), **kwargs)

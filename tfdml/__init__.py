@@ -14,6 +14,7 @@ except ImportError as err:  # pragma: no cover - exercised only without TensorFl
     ) from err
 
 from tfdml import (
+    analysis,
     callbacks,
     data,
     datasets,
@@ -28,6 +29,7 @@ from tfdml import (
 from tfdml._version import __version__
 
 __all__ = [
+    "analysis",
     "callbacks",
     "data",
     "datasets",

@@ -2,16 +2,81 @@
 
 from __future__ import annotations
 
+import os
+
 import keras
 import numpy as np
 import tensorflow as tf
 
 from tfdml import metrics as _metrics
+from tfdml.analysis import scatter as _scatter
 
-__all__ = ["RecallAtK"]
+__all__ = ["RecallAtK", "TripletScatter"]
 
 
-class RecallAtK(keras.callbacks.Callback):
+def _check_data(data):
+    """``data`` as ``(x, y)`` with NumPy labels, or the tf.data.Dataset itself."""
+    if isinstance(data, tf.data.Dataset):
+        return data
+    if isinstance(data, (tuple, list)) and len(data) == 2:
+        x, y = data
+        y = np.asarray(y)
+        if len(x) != len(y):
+            raise ValueError(
+                "`data` must be (x, y) with as many labels as inputs. "
+                f"Received: len(x)={len(x)}, len(y)={len(y)}"
+            )
+        return (x, y)
+    raise ValueError(
+        "`data` must be a tuple (x, y) of arrays or a tf.data.Dataset of (x, y). "
+        f"Received: data of type {type(data).__name__}"
+    )
+
+
+class _EmbeddingCallback(keras.callbacks.Callback):
+    """Embeds ``self.data`` with the model being trained (``batch_size``, ``verbose``)."""
+
+    def _batches(self):
+        if isinstance(self.data, tf.data.Dataset):
+            for element in self.data:
+                if not isinstance(element, (tuple, list)) or len(element) < 2:
+                    raise ValueError(
+                        "`data` must yield (x, y) batches. Received an element of type "
+                        f"{type(element).__name__}"
+                    )
+                yield element[0], element[1]
+        else:
+            x, y = self.data
+            for start in range(0, len(y), self.batch_size):
+                yield x[start : start + self.batch_size], y[start : start + self.batch_size]
+
+    def _num_batches(self):
+        if isinstance(self.data, tf.data.Dataset):
+            n = int(self.data.cardinality())
+            return n if n >= 0 else None
+        return -(-len(self.data[1]) // self.batch_size)
+
+    def embed(self):
+        """Embeds ``data`` with the current model; returns ``(embeddings, labels)``."""
+        progbar = keras.utils.Progbar(self._num_batches(), verbose=self.verbose,
+                                      unit_name="batch")
+        embeddings, labels = [], []
+        for step, (x, y) in enumerate(self._batches(), start=1):
+            out = self.model.predict_on_batch(x)
+            if isinstance(out, (list, tuple, dict)):
+                raise ValueError(
+                    f"{type(self).__name__} needs a model with a single embedding output. "
+                    f"Received: an output of type {type(out).__name__}"
+                )
+            embeddings.append(np.asarray(out))
+            labels.append(np.asarray(y).reshape(-1))
+            progbar.update(step)
+        if not embeddings:
+            raise ValueError("`data` yielded no batch.")
+        return np.concatenate(embeddings), np.concatenate(labels)
+
+
+class RecallAtK(_EmbeddingCallback):
     """Writes Recall@K of a validation set into the Keras logs at the end of chosen epochs.
 
     At the end of the first epoch and of every ``every``-th epoch the model
@@ -102,65 +167,11 @@ class RecallAtK(keras.callbacks.Callback):
         self.prefix = prefix
         self.unmatched = unmatched
         self.verbose = verbose
-        if isinstance(data, tf.data.Dataset):
-            self.data = data
-        elif isinstance(data, (tuple, list)) and len(data) == 2:
-            x, y = data
-            y = np.asarray(y)
-            if len(x) != len(y):
-                raise ValueError(
-                    "`data` must be (x, y) with as many labels as inputs. "
-                    f"Received: len(x)={len(x)}, len(y)={len(y)}"
-                )
-            self.data = (x, y)
-        else:
-            raise ValueError(
-                "`data` must be a tuple (x, y) of arrays or a tf.data.Dataset of (x, y). "
-                f"Received: data of type {type(data).__name__}"
-            )
+        self.data = _check_data(data)
 
     def names(self):
         """The log names this callback writes, e.g. ``["val_recall@1", ...]``."""
         return [f"{self.prefix}recall@{k}" for k in self.ks]
-
-    def _batches(self):
-        if isinstance(self.data, tf.data.Dataset):
-            for element in self.data:
-                if not isinstance(element, (tuple, list)) or len(element) < 2:
-                    raise ValueError(
-                        "`data` must yield (x, y) batches. Received an element of type "
-                        f"{type(element).__name__}"
-                    )
-                yield element[0], element[1]
-        else:
-            x, y = self.data
-            for start in range(0, len(y), self.batch_size):
-                yield x[start : start + self.batch_size], y[start : start + self.batch_size]
-
-    def _num_batches(self):
-        if isinstance(self.data, tf.data.Dataset):
-            n = int(self.data.cardinality())
-            return n if n >= 0 else None
-        return -(-len(self.data[1]) // self.batch_size)
-
-    def embed(self):
-        """Embeds the validation set with the current model; returns ``(embeddings, labels)``."""
-        progbar = keras.utils.Progbar(self._num_batches(), verbose=self.verbose,
-                                      unit_name="batch")
-        embeddings, labels = [], []
-        for step, (x, y) in enumerate(self._batches(), start=1):
-            out = self.model.predict_on_batch(x)
-            if isinstance(out, (list, tuple, dict)):
-                raise ValueError(
-                    "RecallAtK needs a model with a single embedding output. Received: "
-                    f"an output of type {type(out).__name__}"
-                )
-            embeddings.append(np.asarray(out))
-            labels.append(np.asarray(y).reshape(-1))
-            progbar.update(step)
-        if not embeddings:
-            raise ValueError("`data` yielded no batch.")
-        return np.concatenate(embeddings), np.concatenate(labels)
 
     def evaluate(self):
         """Recall@K of the validation set now: ``{"val_recall@1": float, ...}``."""
@@ -178,3 +189,251 @@ class RecallAtK(keras.callbacks.Callback):
         if self.verbose:
             text = " - ".join(f"{name}: {value:.4f}" for name, value in values.items())
             print(f"Epoch {epoch + 1}: {text}")
+
+
+_FILES = ("npz", "png", "grid")
+
+
+def _check_every(every):
+    """An int >= 1, or a non-empty collection of epoch numbers >= 1 (returned as a frozenset)."""
+    if isinstance(every, (int, np.integer)) and not isinstance(every, bool):
+        return _metrics._check_positive_int("every", every)
+    try:
+        epochs = frozenset(every)
+    except TypeError:
+        epochs = None
+    if not epochs or any(
+        not isinstance(e, (int, np.integer)) or isinstance(e, bool) or e < 1 for e in epochs
+    ):
+        raise ValueError(
+            "`every` must be an integer >= 1 or a collection of epoch numbers >= 1. "
+            f"Received: every={every!r}"
+        )
+    return frozenset(int(e) for e in epochs)
+
+
+class TripletScatter(_EmbeddingCallback):
+    """Records the triplet scatter diagram of a data set during training (Figure 6).
+
+    At the chosen epochs the model being trained embeds the whole of ``data``
+    and :func:`tfdml.analysis.triplet_scatter` finds, for every sample, its
+    triplet (``positive``, ``negative`` mining over the whole set, itself
+    excluded). Epoch ``k`` is the state after ``k`` epochs of training; with
+    ``initial=True`` epoch 0, the model before training ("epoch 0 =
+    initialization" in the paper), is recorded when training begins.
+
+    Files written to ``output_dir`` (``files`` chooses among them):
+
+    * ``"npz"``: ``{name}_epoch{k:03d}.npz`` with the arrays ``s_ap``, ``s_an``
+      (one value per anchor that has a triplet), ``used`` (``[N]`` bool),
+      ``anchors``, ``positives``, ``negatives`` (indices into ``data``) and
+      ``epoch``;
+    * ``"png"``: ``{name}_epoch{k:03d}.png``, the diagram of that epoch;
+    * ``"grid"``: ``{name}.png``, the recorded epochs side by side (wrapped
+      after ``grid_columns``), rewritten after every recorded epoch.
+
+    The share of correct triplets (``S_ap > S_an``) goes into the logs as
+    ``{prefix}correct``. With ``movement=True`` the triplets of the previous
+    record are measured again (same indices, :func:`rescore_triplets`) and the
+    shares of :func:`tfdml.analysis.movement_statistics` go into the logs as
+    ``{prefix}move_up_right``, ``{prefix}move_up_left``,
+    ``{prefix}move_down_left``, ``{prefix}move_down_right`` and
+    ``{prefix}move_still``. This is the movement over the epochs since the
+    previous record, not over one optimizer step as in Section 6.1 (taking an
+    extra step inside ``fit`` would change the training); for that use
+    :func:`tfdml.analysis.triplet_movement`. With ``movement=True`` the
+    triplets are also mined when training begins, so the first epoch has
+    values. Put this callback before ``CSVLogger`` or ``EarlyStopping`` in
+    ``callbacks=[...]`` for them to see the values (see
+    :class:`RecallAtK`).
+
+    Args:
+        data: the data set: a tuple ``(x, y)`` of arrays (``y`` integer class
+            ids) or a ``tf.data.Dataset`` of ``(x, y)`` batches (iterated once
+            per record; finite).
+        every: an int: record after the first epoch and every ``every``-th
+            (epochs ``1, every, 2 * every, ...``); or a collection of epoch
+            numbers, e.g. ``(5, 10, 15, 40)``. Defaults to `1`.
+        output_dir: folder for the files (created if needed). Defaults to
+            `"triplet_scatter"`.
+        positive: ``"easy"``, ``"hard"`` or ``"random"``. Defaults to `"easy"`.
+        negative: ``"hard"``, ``"semihard"``, ``"easy"`` or ``"random"``.
+            Defaults to `"hard"` (with ``"easy"``: EPHN, as in Figure 6).
+        initial: also record epoch 0 when training begins. Defaults to `True`.
+        movement: log movement statistics (see above). Defaults to `False`.
+        files: which files to write, a subset of ``("npz", "png", "grid")``.
+            ``"png"`` and ``"grid"`` need matplotlib. Defaults to
+            `("npz", "png", "grid")`.
+        name: file name stem. Defaults to `"triplet_scatter"`.
+        region: ``"full"`` or ``"positive"``, see
+            :func:`tfdml.analysis.plot_triplet_scatter`. Defaults to `"full"`.
+        grid_columns: panels per row of the grid. Defaults to `5`.
+        batch_size: batch size for embedding arrays (a dataset keeps its own
+            batches). Defaults to `256`.
+        chunk_size: anchors per chunk of the mining. Defaults to `1024`.
+        prefix: prefix of the log names. Defaults to `"triplet_"`.
+        seed: seed of random strategies. Defaults to `None`.
+        verbose: 1 shows a progress bar while embedding and prints a line
+            per record, 0 is silent. Defaults to `0`.
+
+    Attributes:
+        scatters: ``{epoch: TripletScatterResult}`` of the recorded epochs
+            (kept for the grid; with ``"grid"`` not in ``files`` only the
+            last one is kept).
+
+    Raises:
+        ValueError: bad arguments (see above).
+        ImportError: ``"png"`` or ``"grid"`` without matplotlib installed.
+
+    Examples:
+
+    >>> scatter = tfdml.callbacks.TripletScatter(
+    ...     (x_train, y_train), every=(5, 10, 15, 40), output_dir="scatter")
+    >>> model.fit(train_ds, epochs=40, callbacks=[scatter])
+    >>> # scatter/triplet_scatter.png: epochs 0, 5, 10, 15 and 40 side by side
+    """
+
+    def __init__(
+        self,
+        data,
+        every=1,
+        output_dir: str = "triplet_scatter",
+        positive: str = "easy",
+        negative: str = "hard",
+        initial: bool = True,
+        movement: bool = False,
+        files=("npz", "png", "grid"),
+        name: str = "triplet_scatter",
+        region: str = "full",
+        grid_columns: int = 5,
+        batch_size: int = 256,
+        chunk_size: int = 1024,
+        prefix: str = "triplet_",
+        seed: int | None = None,
+        verbose: int = 0,
+    ):
+        super().__init__()
+        self.data = _check_data(data)
+        self.every = _check_every(every)
+        _scatter._check_strategies(positive, negative)
+        if isinstance(files, str):
+            files = (files,)
+        try:
+            files = tuple(files)
+        except TypeError:
+            files = None
+        if files is None or any(f not in _FILES for f in files):
+            raise ValueError(
+                f"`files` must be a subset of {_FILES}. Received: files={files!r}"
+            )
+        if region not in _scatter.REGIONS:
+            raise ValueError(
+                f"`region` must be one of {_scatter.REGIONS}. Received: region={region!r}"
+            )
+        for arg, value in (("output_dir", output_dir), ("name", name), ("prefix", prefix)):
+            if not isinstance(value, (str, os.PathLike)) or (arg == "name" and not value):
+                raise ValueError(f"`{arg}` must be a non-empty string. Received: {arg}={value!r}")
+        _metrics._check_choice("verbose", verbose, (0, 1))
+        self.grid_columns = _metrics._check_positive_int("grid_columns", grid_columns)
+        self.batch_size = _metrics._check_positive_int("batch_size", batch_size)
+        self.chunk_size = _metrics._check_positive_int("chunk_size", chunk_size)
+        if "png" in files or "grid" in files:
+            _scatter._import_pyplot()  # fail now, not after the first epoch
+        self.output_dir = os.fspath(output_dir)
+        self.positive = positive
+        self.negative = negative
+        self.initial = bool(initial)
+        self.movement = bool(movement)
+        self.files = files
+        self.name = name
+        self.region = region
+        self.prefix = prefix
+        self.seed = seed
+        self.verbose = verbose
+        self.scatters = {}
+        self._reference = None  # triplets of the previous record, for movement
+
+    def names(self):
+        """The log names this callback writes."""
+        names = [f"{self.prefix}correct"]
+        if self.movement:
+            names += [f"{self.prefix}move_{d}" for d in _scatter.DIRECTIONS]
+        return names
+
+    def path(self, epoch=None, ext="png"):
+        """Path of the file of ``epoch`` (``None``: the grid)."""
+        stem = self.name if epoch is None else f"{self.name}_epoch{epoch:03d}"
+        return os.path.join(self.output_dir, f"{stem}.{ext}")
+
+    def _due(self, epoch):
+        if isinstance(self.every, frozenset):
+            return epoch in self.every
+        return epoch == 1 or epoch % self.every == 0
+
+    def record(self, epoch):
+        """Embeds ``data``, writes the files of ``epoch`` and returns its log values."""
+        embeddings, labels = self.embed()
+        values = {}
+        if self.movement and self._reference is not None:
+            before = self._reference
+            after = _scatter.rescore_triplets(embeddings, before)
+            stats = _scatter.movement_statistics(before, after)
+            for direction in _scatter.DIRECTIONS:
+                values[f"{self.prefix}move_{direction}"] = getattr(stats, direction)
+        points = _scatter.triplet_scatter(embeddings, labels, self.positive, self.negative,
+                                          chunk_size=self.chunk_size, seed=self.seed)
+        self._reference = points
+        correct = float(points.correct.mean()) if len(points.s_ap) else float("nan")
+        values = {f"{self.prefix}correct": correct, **values}
+        if "grid" not in self.files:
+            self.scatters.clear()
+        self.scatters[epoch] = points
+        if self.files:
+            os.makedirs(self.output_dir, exist_ok=True)
+        if "npz" in self.files:
+            np.savez(self.path(epoch, "npz"), epoch=epoch, **points._asdict())
+        if "png" in self.files:
+            self._save_figure([epoch], self.path(epoch, "png"))
+        if "grid" in self.files:
+            self._save_figure(sorted(self.scatters), self.path(None, "png"))
+        if self.verbose:
+            text = " - ".join(f"{k}: {v:.4f}" for k, v in values.items())
+            print(f"Triplet scatter, epoch {epoch}: {text}")
+        return values
+
+    def _save_figure(self, epochs, path):
+        from matplotlib.figure import Figure
+
+        columns = min(len(epochs), self.grid_columns)
+        rows = -(-len(epochs) // columns)
+        fig = Figure(figsize=(3.2 * columns, 3.4 * rows), layout="constrained")
+        axes = np.atleast_1d(fig.subplots(rows, columns, squeeze=False)).reshape(-1)
+        for ax, epoch in zip(axes, epochs, strict=False):
+            points = self.scatters[epoch]
+            _scatter.plot_triplet_scatter(points.s_ap, points.s_an, ax=ax, region=self.region,
+                                          title=f"epoch {epoch}")
+        for ax in axes[len(epochs):]:
+            ax.set_axis_off()
+        strategy = f"{self.positive} positive, {self.negative} negative"
+        fig.suptitle(f"Triplet scatter ({strategy}; {len(self.scatters[epochs[-1]].used)} "
+                     "samples)")
+        fig.savefig(path, dpi=120)
+
+    def on_train_begin(self, logs=None):
+        if self.scatters or self._reference is not None:
+            return  # a later fit() continues the record
+        if self.initial:
+            self.record(0)
+        elif self.movement:
+            embeddings, labels = self.embed()
+            self._reference = _scatter.triplet_scatter(
+                embeddings, labels, self.positive, self.negative, chunk_size=self.chunk_size,
+                seed=self.seed)
+
+    def on_epoch_end(self, epoch, logs=None):
+        epoch = epoch + 1
+        if not self._due(epoch):
+            return
+        values = self.record(epoch)
+        if logs is not None:
+            logs.update(values)

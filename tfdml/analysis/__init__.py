@@ -1,2 +1,34 @@
-"""Analysis tools of "Extreme triplet learning": the triplet scatter diagram and the
-gradient vector field."""
+"""Analysis tools of "Extreme triplet learning": the triplet scatter diagram, the movement of
+triplets under an optimizer step, and the gradient vector field of the triplet losses."""
+
+from tfdml.analysis.scatter import (
+    MovementStatistics,
+    TripletScatterResult,
+    movement_statistics,
+    plot_triplet_scatter,
+    rescore_triplets,
+    triplet_movement,
+    triplet_scatter,
+)
+from tfdml.analysis.vector_field import (
+    SimilarityChange,
+    plot_problem_regions,
+    plot_vector_field,
+    problem_masks,
+    similarity_change,
+)
+
+__all__ = [
+    "MovementStatistics",
+    "SimilarityChange",
+    "TripletScatterResult",
+    "movement_statistics",
+    "plot_problem_regions",
+    "plot_triplet_scatter",
+    "plot_vector_field",
+    "problem_masks",
+    "rescore_triplets",
+    "similarity_change",
+    "triplet_movement",
+    "triplet_scatter",
+]
