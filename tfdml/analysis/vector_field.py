@@ -20,6 +20,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tfdml.analysis.scatter import _import_pyplot
+
 __all__ = [
     "LOSSES",
     "SimilarityChange",
@@ -274,17 +276,6 @@ def similarity_change(
 # -- plotting ---------------------------------------------------------------------------------
 
 
-def _pyplot():
-    try:
-        import matplotlib.pyplot as plt
-    except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "Plotting needs matplotlib. Install it with `pip install matplotlib` "
-            "(or `pip install tfdml[plot]`)."
-        ) from err
-    return plt
-
-
 def _check_grid(grid, minimum=2):
     if not isinstance(grid, numbers.Integral) or isinstance(grid, bool) or grid < minimum:
         raise ValueError(f"`grid` must be an int >= {minimum}. Received: grid={grid!r}")
@@ -389,7 +380,7 @@ def plot_vector_field(
     change = similarity_change(s_ap, s_an, gamma, p, loss, lr,
                                temperature=temperature, margin=margin)
     u, v = change.ds_ap_total, change.ds_an_total
-    plt = _pyplot()
+    plt = _import_pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(4.2, 4.2))
     from matplotlib.colors import Normalize
@@ -502,7 +493,7 @@ def plot_problem_regions(
     extent = _extent(region)
     s_ap, s_an, masks = problem_masks(gamma, p, loss, grid, extent, lr,
                                       temperature=temperature, margin=margin)
-    plt = _pyplot()
+    plt = _import_pyplot()
     from matplotlib.colors import ListedColormap
 
     if axes is None:
