@@ -419,34 +419,17 @@ def finite_difference_gradient(f, x, h=1e-6):
 def recall_at_k(embeddings, labels, ks, gallery_embeddings=None, gallery_labels=None,
                 metric="cosine"):
     """Share of queries with a same-label item among their K nearest gallery items."""
-    queries = np.asarray(embeddings, dtype=np.float64)
     labels = [int(v) for v in np.asarray(labels).reshape(-1)]
-    exclude_self = gallery_embeddings is None
-    if exclude_self:
-        gallery, gallery_labels = queries, labels
+    if gallery_embeddings is None:
+        gallery_labels = labels
     else:
-        gallery = np.asarray(gallery_embeddings, dtype=np.float64)
         gallery_labels = [int(v) for v in np.asarray(gallery_labels).reshape(-1)]
-    if metric == "cosine":
-        queries, gallery = l2_normalize(queries), l2_normalize(gallery)
-    result = {}
-    for k in ks:
-        hits = 0
-        for q in range(len(queries)):
-            items = []
-            for g in range(len(gallery)):
-                if exclude_self and g == q:
-                    continue
-                if metric == "cosine":
-                    closeness = dot(queries[q], gallery[g])
-                else:
-                    closeness = -math.sqrt(squared_distance(queries[q], gallery[g]))
-                items.append((closeness, g))
-            items.sort(key=lambda item: -item[0])
-            if any(gallery_labels[g] == labels[q] for _, g in items[:k]):
-                hits += 1
-        result[k] = hits / len(queries)
-    return result
+    rankings = ranked_gallery(embeddings, gallery_embeddings, metric)
+    return {
+        k: sum(any(gallery_labels[g] == labels[q] for g in ranking[:k])
+               for q, ranking in enumerate(rankings)) / len(labels)
+        for k in ks
+    }
 
 
 def ranked_gallery(embeddings, gallery_embeddings=None, metric="cosine"):

@@ -7,7 +7,6 @@ import os
 
 import numpy as np
 
-from tfdml.data.source import DatasetSplit
 from tfdml.datasets import common
 
 __all__ = ["load_cars196"]
@@ -133,13 +132,5 @@ def load_cars196(data_dir, split="train"):
     common.check_paths_exist(paths, NAME)
     x1, y1, x2, y2 = boxes[keep].T
     labels = labels[keep]
-    ds = DatasetSplit(
-        name=NAME,
-        split=split,
-        labels=labels,
-        paths=paths,
-        class_names={int(c): class_names.get(int(c), str(c)) for c in np.unique(labels)},
-        bboxes=np.stack([y1, x1, y2, x2], axis=1).reshape(-1, 4),
-    )
-    common.check_published_counts(ds)
-    return ds
+    bboxes = np.stack([y1, x1, y2, x2], axis=1).reshape(-1, 4)
+    return common.make_split(NAME, split, labels, paths, class_names, bboxes)

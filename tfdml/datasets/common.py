@@ -179,6 +179,28 @@ def split_counts(class_counts, num_train_classes, first_id=1):
     }
 
 
+def make_split(name, split, labels, paths, names=None, bboxes=None):
+    """A `DatasetSplit` of image files, its published counts checked (see below).
+
+    Args:
+        names: `{class id: name}` for (at least) the classes present; a class
+            without an entry is named by its id.
+    """
+    from tfdml.data.source import DatasetSplit
+
+    names = names or {}
+    ds = DatasetSplit(
+        name=name,
+        split=split,
+        labels=labels,
+        paths=paths,
+        class_names={int(c): names.get(int(c), str(int(c))) for c in np.unique(labels)},
+        bboxes=bboxes,
+    )
+    check_published_counts(ds)
+    return ds
+
+
 def check_published_counts(ds, key=None):
     """Logs a warning when a full split's class or image count differs from the published one.
 

@@ -6,7 +6,6 @@ import os
 
 import numpy as np
 
-from tfdml.data.source import DatasetSplit
 from tfdml.datasets import common
 
 __all__ = ["load_cub200"]
@@ -98,13 +97,4 @@ def load_cub200(data_dir, split="train"):
             )
         bboxes = np.array([boxes[i] for i in ids], dtype=np.float32).reshape(-1, 4)
     labels = labels[keep]
-    ds = DatasetSplit(
-        name=NAME,
-        split=split,
-        labels=labels,
-        paths=paths,
-        class_names={int(c): class_names.get(int(c), str(c)) for c in np.unique(labels)},
-        bboxes=bboxes,
-    )
-    common.check_published_counts(ds)
-    return ds
+    return common.make_split(NAME, split, labels, paths, class_names, bboxes)

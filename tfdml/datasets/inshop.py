@@ -6,7 +6,6 @@ import os
 
 import numpy as np
 
-from tfdml.data.source import DatasetSplit
 from tfdml.datasets import common
 
 __all__ = ["load_inshop"]
@@ -107,13 +106,5 @@ def load_inshop(data_dir, split="train"):
                 f"Received: {len(boxes)} boxes"
             )
         bboxes = np.array([boxes[r[0]] for r in rows], dtype=np.float32).reshape(-1, 4)
-    ds = DatasetSplit(
-        name=NAME,
-        split=split,
-        labels=labels,
-        paths=paths,
-        class_names=dict(zip(labels.tolist(), item_ids, strict=True)),
-        bboxes=bboxes,
-    )
-    common.check_published_counts(ds)
-    return ds
+    names = dict(zip(labels.tolist(), item_ids, strict=True))
+    return common.make_split(NAME, split, labels, paths, names, bboxes)

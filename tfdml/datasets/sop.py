@@ -6,7 +6,6 @@ import os
 
 import numpy as np
 
-from tfdml.data.source import DatasetSplit
 from tfdml.datasets import common
 
 __all__ = ["load_sop", "SUPER_CLASSES"]
@@ -79,6 +78,4 @@ def load_sop(data_dir, split="train"):
     paths = np.array([os.path.join(root, r[3]) for r in rows], dtype=str)
     common.check_paths_exist(paths, NAME)
     class_names = {int(c): SUPER_CLASSES[s - 1] for c, s in zip(labels, supers, strict=True)}
-    ds = DatasetSplit(name=NAME, split=split, labels=labels, paths=paths, class_names=class_names)
-    common.check_published_counts(ds)
-    return ds
+    return common.make_split(NAME, split, labels, paths, class_names)

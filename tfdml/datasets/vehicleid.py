@@ -59,15 +59,7 @@ def load_vehicleid(data_dir, split="train"):
     names = [r[0] if r[0].lower().endswith(".jpg") else r[0] + ".jpg" for r in rows]
     paths = np.array([os.path.join(root, "image", n) for n in names], dtype=str)
     common.check_paths_exist(paths, NAME)
-    ds = DatasetSplit(
-        name=NAME,
-        split=split,
-        labels=labels,
-        paths=paths,
-        class_names={int(c): str(int(c)) for c in np.unique(labels)},
-    )
-    common.check_published_counts(ds)
-    return ds
+    return common.make_split(NAME, split, labels, paths)
 
 
 def vehicleid_query_gallery(ds, seed=0):
