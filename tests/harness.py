@@ -92,6 +92,9 @@ def make_loss(loss: LossLike) -> keras.losses.Loss:
 
 def _miner_config(loss) -> dict:
     miner = getattr(loss, "miner", None)
+    inner = getattr(loss, "loss", None)  # a wrapper such as TrimmedLoss
+    if miner is None and isinstance(inner, keras.losses.Loss):
+        return _miner_config(inner)
     if miner is None or not hasattr(miner, "get_config"):
         return {}
     return miner.get_config()
@@ -100,7 +103,8 @@ def _miner_config(loss) -> dict:
 def is_deterministic(loss) -> bool:
     """False when the loss's miner draws random choices (two calls may differ)."""
     config = _miner_config(make_loss(loss))
-    return "random" not in (config.get("positive"), config.get("negative"))
+    random = ("random", "distance_weighted")
+    return config.get("positive") not in random and config.get("negative") not in random
 
 
 def builds_all_triplets(loss) -> bool:
@@ -120,12 +124,16 @@ class LossCase:
             :func:`is_deterministic` of a fresh instance.
         cubic: the loss is allowed to (and does) build a ``B x B x B`` tensor;
             defaults to :func:`builds_all_triplets`.
+        zero_without_triplet: an anchor without both a positive and a
+            negative has loss 0 (false for pair losses over all pairs, where
+            a negative pair alone already gives a loss).
     """
 
     id: str
     factory: Callable[[], keras.losses.Loss]
     deterministic: bool | None = None
     cubic: bool | None = None
+    zero_without_triplet: bool = True
 
     def make(self) -> keras.losses.Loss:
         return make_loss(self.factory)

@@ -38,13 +38,28 @@ from harness import (
 from hypothesis import given, settings
 
 import tfdml
-from tfdml.losses import TripletMarginLoss, TripletNCALoss, triplet_margin_loss, triplet_nca_loss
-from tfdml.miners import TripletMiner
+from tfdml.losses import (
+    ContrastiveLoss,
+    MarginLoss,
+    MultiSimilarityLoss,
+    TrimmedLoss,
+    TripletMarginLoss,
+    TripletNCALoss,
+    triplet_margin_loss,
+    triplet_nca_loss,
+)
+from tfdml.miners import MultiSimilarityMiner, TripletMiner
+
+# The contract tests call MarginLoss without a model to train its beta.
+pytestmark = pytest.mark.filterwarnings("ignore:MarginLoss .* has a learnable beta")
 
 # -- the one list of loss configurations -------------------------------------------------------
 
 # Short aliases keep each case on one line.
 NCA, Margin, Miner = TripletNCALoss, TripletMarginLoss, TripletMiner
+WuMargin, MS, MSMiner, Con, Trim = (
+    MarginLoss, MultiSimilarityLoss, MultiSimilarityMiner, ContrastiveLoss, TrimmedLoss
+)
 
 LOSS_CASES = [
     LossCase("nca_order1", lambda: NCA(order=1)),
@@ -66,6 +81,26 @@ LOSS_CASES = [
     LossCase("margin_cos_random", lambda: Margin(0.1, "cosine", Miner("random", "random", seed=3))),
     LossCase("nca2_disjoint_easy_hard", lambda: NCA(2, miner=Miner("easy", "hard", disjoint=True))),
     LossCase("margin_disjoint_semihard", lambda: Margin(miner=Miner("easy", "semihard", True))),
+    LossCase("nca2_easy_dw", lambda: NCA(2, miner=Miner("easy", "distance_weighted", seed=6))),
+    LossCase("margin_disjoint_dw", lambda: Margin(miner=Miner("easy", "distance_weighted", True, 2))),
+    LossCase("wu_default", lambda: WuMargin(miner=Miner("random", "distance_weighted", seed=5))),
+    LossCase("wu_eps_dw", lambda: WuMargin(miner=Miner("easy", "distance_weighted", seed=1))),
+    LossCase("wu_all_dw", lambda: WuMargin(miner=Miner("all", "distance_weighted", seed=2))),
+    LossCase("wu_ms_pairs", lambda: WuMargin(miner=MSMiner())),
+    LossCase("wu_fixed_easy_hard", lambda: WuMargin(0.1, 1.0, False, miner=Miner("easy", "hard"))),
+    LossCase("wu_cosine_all_all", lambda: WuMargin(0.3, 0.9, distance="cosine", miner=Miner("all", "all"))),
+    LossCase("ms_default", lambda: MS()),
+    LossCase("ms_eps", lambda: MS(miner=MSMiner(positive="easy"))),
+    LossCase("ms_all_positives", lambda: MS(1.0, 20.0, 1.0, MSMiner(0.05, "all"))),
+    LossCase("ms_easy_semihard", lambda: MS(miner=Miner("easy", "semihard"))),
+    LossCase("ms_all_semihard", lambda: MS(miner=Miner("all", "semihard"))),
+    LossCase("contrastive_all_pairs", lambda: Con(), zero_without_triplet=False),
+    LossCase("contrastive_sq_l2", lambda: Con(0.1, 1.0, "squared_l2"), zero_without_triplet=False),
+    LossCase("contrastive_ms_eps", lambda: Con(miner=MSMiner(positive="easy"))),
+    LossCase("contrastive_easy_hard", lambda: Con(0.0, 0.8, "cosine", Miner("easy", "hard"))),
+    LossCase("trimmed_margin_random", lambda: Trim(Margin(miner=Miner("random", "random", seed=4)))),
+    LossCase("trimmed_nca2", lambda: Trim(NCA(2), 0.5)),
+    LossCase("trimmed_wu_eps", lambda: Trim(WuMargin(miner=Miner("easy", "hard")), 0.3)),
 ]
 
 CASES = {case.id: case for case in LOSS_CASES}
@@ -107,7 +142,7 @@ def triplet_anchors(labels):
 def test_config_roundtrip(case):
     loss = case.make()
     clone = assert_config_roundtrip(loss)
-    if hasattr(loss, "miner"):
+    if getattr(loss, "miner", None) is not None:
         assert_config_roundtrip(loss.miner)
         assert clone.miner is not loss.miner
     # The rebuilt loss computes the same thing.
@@ -134,7 +169,10 @@ def test_jit_matches_eager(case):
     assert_jit_matches_eager(case.factory, LABELS, EMBEDDINGS)
 
 
-@pytest.mark.parametrize("case", pick("nca2_random", "margin_cos_random"))
+@pytest.mark.parametrize(
+    "case", pick("nca2_random", "margin_cos_random", "nca2_easy_dw", "wu_all_dw", "wu_default",
+                 "margin_disjoint_dw")
+)
 def test_seeded_random_miner_reproducible_and_compiles(case):
     first = case.make()
     a = first(LABELS, EMBEDDINGS).numpy()
@@ -185,6 +223,8 @@ def test_degenerate_batches_finite(case, batch):
         assert np.all(np.isfinite(value)), f"non-finite {key}: {value}"
     assert out["value"] >= 0.0
     assert out["none"].shape == batch.labels.shape
+    if not case.zero_without_triplet:
+        return
     assert np.all(out["none"][~triplet_anchors(batch.labels)] == 0.0)
     if not batch.has_triplet:
         assert out["value"] == 0.0
@@ -196,6 +236,8 @@ def test_degenerate_batches_finite(case, batch):
 @given(batch=no_triplet_batches())
 @with_examples([b for b in degenerate_examples() if not b.has_triplet])
 def test_no_triplet_gives_exact_zero(case, batch):
+    if not case.zero_without_triplet:
+        pytest.skip("a pair loss over all pairs learns from negative pairs alone")
     assert not batch.has_triplet
     out = probe(case.id)(batch.labels, batch.embeddings)
     for key in ("value", "none", "grad"):
@@ -205,6 +247,8 @@ def test_no_triplet_gives_exact_zero(case, batch):
 @pytest.mark.parametrize("case", ALL)
 def test_no_triplet_zero_for_every_reduction(case):
     """(The default reduction is fuzzed above.)"""
+    if not case.zero_without_triplet:
+        pytest.skip("a pair loss over all pairs learns from negative pairs alone")
     weights = np.linspace(0.5, 2.0, 10).astype(np.float32)
     for labels in (np.full(10, 2**16 + 1), np.arange(10) * 300):
         for reduction in ("mean_with_sample_weight", "sum", "none"):
@@ -365,6 +409,30 @@ BAD_INPUTS = [
      r"`y_true`.*Received: y_true\.shape=\(4,\)"),
     ("ref_labels_alone", lambda: triplet_nca_loss(LABELS, EMBEDDINGS, ref_labels=LABELS),
      r"`ref_labels`"),
+    ("dw_lower_cutoff", lambda: TripletMiner("easy", "distance_weighted", lower_cutoff=2.0),
+     r"`lower_cutoff`.*Received: lower_cutoff=2\.0"),
+    ("dw_upper_cutoff", lambda: TripletMiner("easy", "distance_weighted", upper_cutoff=0.4),
+     r"`upper_cutoff`.*Received: upper_cutoff=0\.4"),
+    ("dw_without_embeddings", lambda: TripletMiner("easy", "distance_weighted").mine(
+        tf.eye(3), [0, 0, 1]), r"needs the embeddings"),
+    ("ms_epsilon_negative", lambda: MultiSimilarityMiner(epsilon=-0.1),
+     r"`epsilon`.*Received: epsilon=-0\.1"),
+    ("ms_positive_name", lambda: MultiSimilarityMiner(positive="semihard"),
+     r"`positive`.*Received: positive='semihard'"),
+    ("ms_alpha_zero", lambda: MultiSimilarityLoss(alpha=0), r"`alpha`.*Received: alpha=0"),
+    ("wu_margin_negative", lambda: MarginLoss(margin=-0.2), r"`margin`.*Received: margin=-0\.2"),
+    ("wu_num_classes_zero", lambda: MarginLoss(num_classes=0),
+     r"`num_classes`.*Received: num_classes=0"),
+    ("wu_beta_list_no_classes", lambda: MarginLoss(beta=[1.0, 1.2]), r"`num_classes`"),
+    ("wu_labels_out_of_range", lambda: MarginLoss(num_classes=3)(LABELS, EMBEDDINGS),
+     r"`num_classes=3`.*\[0, 3\).*from 0 to 4"),
+    ("wu_beta_lr", lambda: MarginLoss(beta_lr_multiplier=0.0), r"`beta_lr_multiplier`"),
+    ("contrastive_distance", lambda: ContrastiveLoss(distance="l1"),
+     r"`distance`.*Received: distance='l1'"),
+    ("contrastive_margin", lambda: ContrastiveLoss(negative_margin=-1),
+     r"`negative_margin`.*Received: negative_margin=-1"),
+    ("trim_one", lambda: TrimmedLoss(TripletNCALoss(), trim=1.0), r"`trim`.*Received: trim=1\.0"),
+    ("trim_keras_loss", lambda: TrimmedLoss(keras.losses.MeanSquaredError()), r"`loss`"),
 ]
 
 
@@ -446,7 +514,8 @@ def test_reductions_consistent_with_per_anchor(case):
     losses, valid = (t.numpy() for t in fresh(base).per_anchor(LABELS, EMBEDDINGS))
     assert losses.shape == valid.shape == LABELS.shape
     assert valid.sum() > 0
-    assert not valid[~triplet_anchors(LABELS)].any()
+    if case.zero_without_triplet:
+        assert not valid[~triplet_anchors(LABELS)].any()
     masked = np.where(valid, losses, 0.0)
     w = np.linspace(0.5, 2.0, len(LABELS)).astype(np.float32)
 
@@ -500,7 +569,9 @@ def test_no_cubic_tensor_unless_all_all(case):
 
 
 @pytest.mark.parametrize("case", pick("margin_squared_l2", "nca2_all_semihard", "nca2_easy_semihard",
-                                      "nca2_easy_hard", "margin_all_all", "margin_cos_random"))
+                                      "nca2_easy_hard", "margin_all_all", "margin_cos_random",
+                                      "wu_all_dw", "wu_eps_dw", "ms_default", "ms_all_semihard",
+                                      "contrastive_all_pairs", "trimmed_nca2"))
 def test_no_cubic_tensor_in_compiled_xla_program(case):
     """Same claim on the optimized HLO: XLA lowers some ops to larger tensors than the graph has."""
     big = xla_large_shapes(case.factory, CUBE_LIMIT, GRAPH_BATCH, GRAPH_DIM)

@@ -34,9 +34,11 @@ class RecordingMiner(Miner):
         self.inner = inner
         self.triplets = None
 
-    def mine(self, scores, labels, ref_labels=None, ref_offset=0):
+    def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
+             ref_embeddings=None):
         self.triplets = self.inner.mine(scores, labels, ref_labels=ref_labels,
-                                        ref_offset=ref_offset)
+                                        ref_offset=ref_offset, embeddings=embeddings,
+                                        ref_embeddings=ref_embeddings)
         return self.triplets
 
 

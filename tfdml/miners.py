@@ -2,13 +2,25 @@
 
 A miner looks at a score matrix ``scores[a, r]`` (larger means more similar:
 a cosine similarity, or a negated distance) between ``B`` anchors and ``R``
-reference samples, and the class ids of both, and returns a fixed-shape
-:class:`Triplets` description. Losses gather the scores of the chosen pairs
-from it and apply their formula; mining itself is never differentiated.
+reference samples, the class ids of both and (for strategies that need them,
+such as distance-weighted sampling) the embeddings, and returns a fixed-shape
+description of what to train on:
+
+* :class:`Triplets` (from :class:`TripletMiner`): (anchor, positive,
+  negative) index triples and a mask;
+* :class:`Pairs` (from :class:`MultiSimilarityMiner`): ``[B, R]`` masks of
+  the positive and negative pairs each anchor keeps.
+
+Every tfdml loss accepts either kind: :func:`as_pairs` turns triplets into
+the pairs they contain, :func:`as_triplets` turns pairs into every
+(positive pair, negative pair) combination of an anchor. Losses gather the
+scores of the chosen pairs and apply their formula; mining itself is never
+differentiated.
 
 Everything compiles under ``jit_compile=True``: selections are masked
 arg-max/arg-min, sorts and searches of fixed shape. Only the
-``positive="all", negative="all"`` strategy builds a ``[B, R, R]`` tensor.
+``positive="all", negative="all"`` strategy (and :func:`as_triplets`) builds a
+``[B, R, R]`` tensor.
 """
 
 from __future__ import annotations
@@ -21,10 +33,20 @@ import tensorflow as tf
 
 from tfdml import ops
 
-__all__ = ["Miner", "TripletMiner", "Triplets", "gather_triplet_scores"]
+__all__ = [
+    "Miner",
+    "MultiSimilarityMiner",
+    "Pairs",
+    "TripletMiner",
+    "Triplets",
+    "as_pairs",
+    "as_triplets",
+    "gather_triplet_scores",
+]
 
 POSITIVE_STRATEGIES = ("easy", "hard", "random", "all")
-NEGATIVE_STRATEGIES = ("hard", "semihard", "easy", "random", "all")
+NEGATIVE_STRATEGIES = ("hard", "semihard", "easy", "random", "distance_weighted", "all")
+MS_POSITIVE_STRATEGIES = ("hard", "easy", "all")
 
 
 class Triplets(NamedTuple):
@@ -48,6 +70,73 @@ class Triplets(NamedTuple):
     positive: tf.Tensor | None
     negative: tf.Tensor | None
     mask: tf.Tensor
+
+
+class Pairs(NamedTuple):
+    """Mined pairs: which reference samples each anchor is paired with.
+
+    Attributes:
+        positive: ``[B, R]`` bool, true for the kept same-class pairs
+            (never the anchor itself).
+        negative: ``[B, R]`` bool, true for the kept different-class pairs.
+    """
+
+    positive: tf.Tensor
+    negative: tf.Tensor
+
+
+def _scatter_columns(indices, valid, width):
+    """``[B, width]`` bool: true at ``indices[b, t]`` for every valid ``t`` (O(B T) memory)."""
+    columns = tf.where(valid, indices, width)  # column `width` collects the invalid ones
+    target = tf.zeros([tf.shape(indices)[0], width + 1], tf.int32)
+    hits = _row_scatter(target, columns, tf.ones_like(columns), tf.tensor_scatter_nd_max)
+    return tf.cast(hits[:, :width], tf.bool)
+
+
+def as_pairs(mined, num_ref=None) -> Pairs:
+    """The pairs contained in mined triplets (or ``mined`` itself if it is :class:`Pairs`).
+
+    A triplet ``(a, p, n)`` contributes the positive pair ``(a, p)`` and the
+    negative pair ``(a, n)``; a pair used by several triplets appears once.
+
+    Args:
+        mined: :class:`Triplets` or :class:`Pairs`.
+        num_ref: ``R``, the size of the reference set. Needed only when
+            neither index tensor is ``None`` (it is read from the mask
+            otherwise). Defaults to `None`.
+    """
+    if isinstance(mined, Pairs):
+        return mined
+    mask = mined.mask
+    if num_ref is None:
+        if mined.positive is None:
+            num_ref = tf.shape(mask)[1]
+        elif mined.negative is None:
+            num_ref = tf.shape(mask)[2]
+        else:
+            raise ValueError("`num_ref` is needed to turn single-choice triplets into pairs.")
+    pair_valid = tf.reduce_any(mask, axis=2)  # [B, P]
+    if mined.positive is None:
+        positive = pair_valid
+    else:
+        positive = _scatter_columns(mined.positive, pair_valid, num_ref)
+    if mined.negative is None:
+        negative = tf.reduce_any(mask, axis=1)
+    else:
+        negative = _scatter_columns(mined.negative, pair_valid, num_ref)
+    return Pairs(positive, negative)
+
+
+def as_triplets(mined) -> Triplets:
+    """Triplets from mined pairs: every (positive pair, negative pair) of an anchor.
+
+    :class:`Triplets` pass through unchanged. From :class:`Pairs` the result
+    has ``P = N = R`` and a ``[B, R, R]`` mask.
+    """
+    if isinstance(mined, Triplets):
+        return mined
+    mask = tf.logical_and(mined.positive[:, :, None], mined.negative[:, None, :])
+    return Triplets(None, None, mask)
 
 
 def gather_triplet_scores(scores, triplets: Triplets):
@@ -76,8 +165,9 @@ def gather_triplet_scores(scores, triplets: Triplets):
 class Miner:
     """Base class of tfdml miners: serializable objects passed to losses as ``miner=``."""
 
-    def mine(self, scores, labels, ref_labels=None, ref_offset=0) -> Triplets:
-        """Selects triplets.
+    def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
+             ref_embeddings=None):
+        """Selects triplets or pairs.
 
         Args:
             scores: ``[B, R]`` float tensor, larger means more similar.
@@ -87,11 +177,21 @@ class Miner:
             ref_offset: anchor ``i`` is reference row ``i + ref_offset``
                 (excluded from its positives); ``None`` when the anchors are
                 not in the reference set. Defaults to `0`.
+            embeddings: ``[B, D]`` anchor embeddings, for strategies that
+                need more than the scores (distance-weighted sampling).
+                tfdml losses always pass them. Defaults to `None`.
+            ref_embeddings: ``[R, D]`` reference embeddings. Defaults to
+                ``embeddings``.
+
+        Returns:
+            :class:`Triplets` or :class:`Pairs`.
         """
         raise NotImplementedError
 
-    def __call__(self, scores, labels, ref_labels=None, ref_offset=0) -> Triplets:
-        return self.mine(scores, labels, ref_labels=ref_labels, ref_offset=ref_offset)
+    def __call__(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
+                 ref_embeddings=None):
+        return self.mine(scores, labels, ref_labels=ref_labels, ref_offset=ref_offset,
+                         embeddings=embeddings, ref_embeddings=ref_embeddings)
 
     def get_config(self) -> dict:
         return {}
@@ -122,6 +222,10 @@ def _compact(mask, values):
     return _row_scatter(target, slot, values)[:, :width]
 
 
+def _is_number(x):
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
 def _check_choice(name, value, allowed):
     if value not in allowed:
         raise ValueError(f"`{name}` must be one of {allowed}. Received: {name}={value!r}")
@@ -144,11 +248,35 @@ class TripletMiner(Miner):
       the chosen positive (``s_an <= s_ap``); with ``positive="all"`` it is
       found per (anchor, positive) from one sort of each anchor's scores
       (``O(B R log R)`` time, ``O(B R)`` memory, also under XLA);
+      ``"distance_weighted"``: a random negative drawn with probability
+      proportional to ``1 / q(d)`` (Wu et al. 2017), where ``d`` is the
+      Euclidean distance between the embeddings and
+      ``q(d) ~ d^(n-2) (1 - d^2/4)^((n-3)/2)`` is the density of pairwise
+      distances of points spread uniformly on the unit sphere in ``n``
+      dimensions (see below);
       ``"all"``: every other-class sample.
+
+    Distance-weighted sampling computes the weights in log space,
+    ``log w = (2 - n) log d - (n - 3)/2 log(1 - d^2/4)``, with ``d`` clipped
+    below at ``lower_cutoff`` (so that near-duplicates do not dominate) and
+    ``1 - d^2/4`` clipped below at 1e-6 (antipodal points, or embeddings that
+    are not unit vectors). Only negatives closer than ``upper_cutoff`` are
+    drawn (farther ones have zero loss under the margin loss with its
+    defaults, ``beta + margin = 1.4``); an anchor with no negative that close
+    draws uniformly from all its negatives. One negative is drawn per
+    (anchor, positive) pair, independently; with ``positive="all"`` the
+    draws use one sort per anchor (inverse CDF), ``O(B R log R)``.
+    The weights need the embeddings: tfdml losses pass them to the miner
+    (``mine(..., embeddings=, ref_embeddings=)``), and mining without them
+    raises a ValueError.
 
     The named combinations of the extreme-triplet paper: EPHN = ``("easy",
     "hard")``, EPSHN = ``("easy", "semihard")``, HPHN = ``("hard", "hard")``,
-    EPEN = ``("easy", "easy")``.
+    EPEN = ``("easy", "easy")``. Easy positive sampling (EPS) of the
+    class-collapse paper is ``positive="easy"`` with any negative strategy
+    (``"random"``, ``"distance_weighted"``, ``"semihard"``); it needs more
+    than two samples per class in a batch: with two, every anchor has a
+    single positive and ``"easy"``, ``"hard"`` and ``"random"`` all pick it.
 
     An anchor without a positive, without a negative, or (semi-hard) without
     a negative at most as similar as its positive has no triplet and is left
@@ -163,18 +291,29 @@ class TripletMiner(Miner):
             the samples no earlier triplet used, and is skipped if it was
             itself used. Needs single-choice strategies (not ``"all"``).
             Defaults to `False`.
-        seed: seed of the random strategies; the same seed gives the same
-            sequence of choices. Defaults to `None` (unseeded).
+        seed: seed of the random strategies (``"random"``,
+            ``"distance_weighted"``); the same seed gives the same sequence
+            of choices. Defaults to `None` (unseeded).
+        lower_cutoff: distance-weighted sampling: distances are clipped
+            below at this value. Defaults to `0.5` (Wu et al.).
+        upper_cutoff: distance-weighted sampling: only negatives closer than
+            this are drawn; `None` draws from all. Defaults to `1.4` (Wu et
+            al.'s code: ``beta + margin`` of the margin loss).
 
     Examples:
 
     >>> miner = tfdml.miners.TripletMiner("easy", "semihard")
     >>> loss = tfdml.losses.TripletNCALoss(order=2, miner=miner)
+    >>> eps = tfdml.miners.TripletMiner("easy", "distance_weighted", seed=0)
+    >>> loss = tfdml.losses.MarginLoss(miner=eps)
 
     Reference:
         Xuan, Stylianou, Pless, "Improved embeddings with easy positive
         triplet mining", WACV 2020; "Extreme triplet learning: effectively
-        optimizing easy positives and hard negatives".
+        optimizing easy positives and hard negatives"; Wu, Manmatha, Smola,
+        Krahenbuhl, "Sampling matters in deep embedding learning", ICCV 2017;
+        "Reducing class collapse in metric learning with easy positive
+        sampling".
     """
 
     def __init__(
@@ -183,6 +322,8 @@ class TripletMiner(Miner):
         negative: str = "hard",
         disjoint: bool = False,
         seed: int | None = None,
+        lower_cutoff: float = 0.5,
+        upper_cutoff: float | None = 1.4,
     ):
         _check_choice("positive", positive, POSITIVE_STRATEGIES)
         _check_choice("negative", negative, NEGATIVE_STRATEGIES)
@@ -194,12 +335,24 @@ class TripletMiner(Miner):
         if seed is not None and (not isinstance(seed, numbers.Integral) or isinstance(seed, bool)):
             raise ValueError(f"`seed` must be an int or None. Received: seed={seed!r}")
         seed = None if seed is None else int(seed)
+        if not _is_number(lower_cutoff) or not 0 <= lower_cutoff < 2:
+            raise ValueError(
+                f"`lower_cutoff` must be a number in [0, 2). Received: lower_cutoff={lower_cutoff!r}"
+            )
+        if upper_cutoff is not None and (not _is_number(upper_cutoff)
+                                         or not upper_cutoff > lower_cutoff):
+            raise ValueError(
+                "`upper_cutoff` must be None or a number > lower_cutoff. "
+                f"Received: upper_cutoff={upper_cutoff!r}, lower_cutoff={lower_cutoff!r}"
+            )
         self.positive = positive
         self.negative = negative
         self.disjoint = bool(disjoint)
         self.seed = seed
+        self.lower_cutoff = float(lower_cutoff)
+        self.upper_cutoff = None if upper_cutoff is None else float(upper_cutoff)
         self._seed_generator = None
-        if "random" in (positive, negative):
+        if "random" in (positive, negative) or negative == "distance_weighted":
             self._seed_generator = keras.random.SeedGenerator(seed)
 
     def get_config(self):
@@ -208,6 +361,8 @@ class TripletMiner(Miner):
             "negative": self.negative,
             "disjoint": self.disjoint,
             "seed": self.seed,
+            "lower_cutoff": self.lower_cutoff,
+            "upper_cutoff": self.upper_cutoff,
         }
 
     # -- helpers -------------------------------------------------------------------------------
@@ -215,13 +370,83 @@ class TripletMiner(Miner):
     def _noise(self, shape, dtype):
         return keras.random.uniform(shape, dtype=dtype, seed=self._seed_generator)
 
+    def _gumbel(self, shape, dtype):
+        u = keras.random.uniform(shape, minval=1e-20, maxval=1.0, dtype=dtype,
+                                 seed=self._seed_generator)
+        return -tf.math.log(-tf.math.log(u))
+
     def _pick(self, strategy, scores, mask, noise):
-        """Single choice along the last axis: ``(index, found)``."""
+        """Single choice along the last axis: ``(index, found)``.
+
+        ``noise`` is uniform noise for ``"random"`` and log-weights plus
+        Gumbel noise for ``"distance_weighted"`` (Gumbel-max sampling).
+        """
         if strategy in ("easy_positive", "hard_negative"):
             return ops.masked_argmax(scores, mask)
         if strategy in ("hard_positive", "easy_negative"):
             return ops.masked_argmin(scores, mask)
-        return ops.masked_argmax(noise, mask)  # random
+        return ops.masked_argmax(noise, mask)  # random, distance_weighted
+
+    def _distance_log_weights(self, embeddings, ref_embeddings):
+        """``(log_w, within)``: ``[B, R]`` log of ``1 / q(d)`` and ``d < upper_cutoff``."""
+        if embeddings is None:
+            raise ValueError(
+                "negative='distance_weighted' needs the embeddings: call "
+                "`mine(scores, labels, ..., embeddings=x, ref_embeddings=ref)` "
+                "(tfdml losses pass them)."
+            )
+        x = tf.stop_gradient(tf.convert_to_tensor(embeddings))
+        ref = x if ref_embeddings is None else tf.stop_gradient(tf.convert_to_tensor(ref_embeddings))
+        x = tf.cast(x, ops.compute_dtype(x.dtype))
+        ref = tf.cast(ref, x.dtype)
+        dist = ops.pairwise_distance(x, ref)
+        dim = x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1]
+        dim = tf.cast(dim, dist.dtype)
+        d = tf.maximum(dist, tf.constant(self.lower_cutoff, dist.dtype))
+        one_minus = tf.maximum(1.0 - 0.25 * tf.square(d), tf.constant(1e-6, dist.dtype))
+        log_w = (2.0 - dim) * tf.math.log(d) - 0.5 * (dim - 3.0) * tf.math.log(one_minus)
+        if self.upper_cutoff is None:
+            within = tf.ones_like(dist, tf.bool)
+        else:
+            within = dist < tf.constant(self.upper_cutoff, dist.dtype)
+        return log_w, within
+
+    @staticmethod
+    def _distance_candidates(log_w, within, negative_mask):
+        """Negatives to draw from and their log-weights (uniform when none is within reach)."""
+        candidates = tf.logical_and(negative_mask, within)
+        any_within = tf.reduce_any(candidates, axis=-1, keepdims=True)
+        candidates = tf.where(any_within, candidates, negative_mask)
+        log_w = tf.where(any_within, log_w, tf.zeros_like(log_w))
+        return log_w, candidates
+
+    def _categorical_per_pair(self, log_w, candidates):
+        """One draw per (anchor, reference j) from each anchor's distribution: ``[B, R]``.
+
+        Inverse CDF without a ``[B, R, R]`` comparison: the ``R`` cumulative
+        weights and the ``R`` uniform draws of a row are sorted together (the
+        weights first on ties), and a draw's index is the number of
+        cumulative weights sorted before it (``<= u``).
+        """
+        logits = tf.where(candidates, log_w, tf.constant(-float("inf"), log_w.dtype))
+        top = tf.reduce_max(logits, axis=1, keepdims=True)
+        top = tf.where(tf.math.is_finite(top), top, tf.zeros_like(top))
+        weights = tf.where(candidates, tf.exp(logits - top), tf.zeros_like(logits))
+        cdf = tf.cumsum(weights, axis=1)
+        width = tf.shape(cdf)[1]
+        u = self._noise(tf.shape(cdf), cdf.dtype) * cdf[:, -1:]
+        merged = tf.concat([cdf, u], axis=1)
+        is_cdf = tf.concat([tf.ones_like(cdf, tf.int32), tf.zeros_like(u, tf.int32)], axis=1)
+        order = tf.argsort(merged, axis=1, stable=True)
+        before = tf.cumsum(tf.gather(is_cdf, order, batch_dims=1), axis=1)
+        count = _row_scatter(tf.zeros_like(order), order, before)[:, width:]
+        found = tf.reduce_any(candidates, axis=1, keepdims=True)
+        last, _ = ops.masked_argmax(
+            tf.broadcast_to(tf.cast(tf.range(width), cdf.dtype), tf.shape(candidates)), candidates
+        )
+        index = tf.where(count >= width, last[:, None], count)
+        found = tf.broadcast_to(found, tf.shape(index))
+        return tf.where(found, index, tf.zeros_like(index)), found
 
     def _semihard_single(self, scores, negative_mask, s_ap):
         """Semi-hard negative for one positive per anchor. ``s_ap`` has shape [B, 1]."""
@@ -275,11 +500,18 @@ class TripletMiner(Miner):
 
     # -- mining --------------------------------------------------------------------------------
 
-    def mine(self, scores, labels, ref_labels=None, ref_offset=0) -> Triplets:
+    def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
+             ref_embeddings=None) -> Triplets:
         scores = tf.stop_gradient(tf.convert_to_tensor(scores))
         positive_mask, negative_mask = ops.label_masks(labels, ref_labels, ref_offset)
+        log_w = None
+        if self.negative == "distance_weighted":
+            log_w, within = self._distance_log_weights(embeddings, ref_embeddings)
+            log_w = tf.cast(log_w, scores.dtype)
         if self.disjoint:
-            return self._mine_disjoint(scores, positive_mask, negative_mask, ref_offset)
+            if log_w is not None:
+                log_w = (log_w, within)
+            return self._mine_disjoint(scores, positive_mask, negative_mask, ref_offset, log_w)
         shape = tf.shape(scores)
 
         if self.positive == "all":
@@ -305,6 +537,14 @@ class TripletMiner(Miner):
                 negative, found = negative[:, None], found[:, None]
         elif self.negative == "random" and positive is None:
             negative, found = self._random_all(negative_mask)
+        elif self.negative == "distance_weighted":
+            log_w, candidates = self._distance_candidates(log_w, within, negative_mask)
+            if positive is None:
+                negative, found = self._categorical_per_pair(log_w, candidates)
+            else:
+                noise = log_w + self._gumbel(shape, scores.dtype)
+                negative, found = self._pick("distance_weighted", scores, candidates, noise)
+                negative, found = negative[:, None], found[:, None]
         else:
             noise = self._noise(shape, scores.dtype) if self.negative == "random" else None
             negative, found = self._pick(self.negative + "_negative", scores, negative_mask, noise)
@@ -313,11 +553,14 @@ class TripletMiner(Miner):
         mask = tf.logical_and(pair_found, found)[:, :, None]
         return Triplets(positive, negative, mask)
 
-    def _mine_disjoint(self, scores, positive_mask, negative_mask, ref_offset):
+    def _mine_disjoint(self, scores, positive_mask, negative_mask, ref_offset, distance_weights):
         batch = tf.shape(scores)[0]
         num_ref = tf.shape(scores)[1]
         noise_p = self._noise(tf.shape(scores), scores.dtype) if self.positive == "random" else None
         noise_n = self._noise(tf.shape(scores), scores.dtype) if self.negative == "random" else None
+        if distance_weights is not None:
+            log_w, within = distance_weights
+            gumbel = self._gumbel(tf.shape(scores), scores.dtype)
         ref_columns = tf.range(num_ref, dtype=tf.int32)
         batch_rows = tf.range(batch, dtype=tf.int32)
         offset = None if ref_offset is None else tf.cast(ref_offset, tf.int32)
@@ -334,6 +577,11 @@ class TripletMiner(Miner):
             n_mask = tf.logical_and(negative_mask[i][None, :], free)
             if self.negative == "semihard":
                 n, n_found = self._semihard_single(row, n_mask, s_ap)
+            elif self.negative == "distance_weighted":
+                w_row, candidates = self._distance_candidates(log_w[i][None, :],
+                                                              within[i][None, :], n_mask)
+                n, n_found = self._pick("distance_weighted", row, candidates,
+                                        w_row + gumbel[i][None, :])
             else:
                 n, n_found = self._pick(
                     self.negative + "_negative", row, n_mask,
@@ -361,3 +609,79 @@ class TripletMiner(Miner):
         positive = tf.where(valid, positive, 0)
         negative = tf.where(valid, negative, 0)
         return Triplets(positive[:, None], negative[:, None], valid[:, None, None])
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class MultiSimilarityMiner(Miner):
+    """Pair mining of the multi-similarity loss, with an easy-positive option.
+
+    For anchor ``a`` with scores ``S`` (cosine similarities for
+    :class:`tfdml.losses.MultiSimilarityLoss`):
+
+    * a negative pair ``(a, n)`` is kept if ``S_an > min_p S_ap - epsilon``,
+      i.e. it is more similar than the anchor's least similar positive minus
+      ``epsilon``;
+    * ``positive="hard"``: a positive pair ``(a, p)`` is kept if
+      ``S_ap < max_n S_an + epsilon``, less similar than the anchor's most
+      similar negative plus ``epsilon`` (Wang et al. 2019);
+      ``positive="easy"``: only the most similar positive is kept (easy
+      positive sampling, EPS, of the class-collapse paper, which replaces the
+      positive mining and keeps the same negative mining);
+      ``positive="all"``: every positive pair is kept.
+
+    The comparisons are strict, as in the authors' code. An anchor keeps
+    pairs only if it has at least one positive and one negative in the
+    reference set (the mining compares the two). ``epsilon`` is in the units
+    of the scores. The authors' code also drops positive pairs with similarity
+    above ``1 - 1e-5`` (to skip the anchor itself); tfdml excludes the anchor
+    by index instead and keeps exact duplicates.
+
+    EPS needs more than two samples per class in a batch: with two, the one
+    positive is the easy one too.
+
+    Args:
+        epsilon: the mining margin, ``>= 0``. Defaults to `0.1` (Wang et al.).
+        positive: ``"hard"``, ``"easy"`` or ``"all"``. Defaults to `"hard"`.
+
+    Returns (from :meth:`mine`):
+        :class:`Pairs`.
+
+    Examples:
+
+    >>> loss = tfdml.losses.MultiSimilarityLoss(
+    ...     miner=tfdml.miners.MultiSimilarityMiner(positive="easy"))
+
+    Reference:
+        Wang, Han, Huang, Dong, Scott, "Multi-similarity loss with general
+        pair weighting for deep metric learning", CVPR 2019; "Reducing class
+        collapse in metric learning with easy positive sampling".
+    """
+
+    def __init__(self, epsilon: float = 0.1, positive: str = "hard"):
+        if not _is_number(epsilon) or not epsilon >= 0:
+            raise ValueError(f"`epsilon` must be a number >= 0. Received: epsilon={epsilon!r}")
+        _check_choice("positive", positive, MS_POSITIVE_STRATEGIES)
+        self.epsilon = float(epsilon)
+        self.positive = positive
+
+    def get_config(self):
+        return {"epsilon": self.epsilon, "positive": self.positive}
+
+    def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
+             ref_embeddings=None) -> Pairs:
+        scores = tf.stop_gradient(tf.convert_to_tensor(scores))
+        positive_mask, negative_mask = ops.label_masks(labels, ref_labels, ref_offset)
+        epsilon = tf.constant(self.epsilon, scores.dtype)
+        least_positive, has_positive = ops.masked_min(scores, positive_mask)
+        negative = tf.logical_and(negative_mask, scores + epsilon > least_positive[:, None])
+        negative = tf.logical_and(negative, has_positive[:, None])
+        if self.positive == "hard":
+            most_negative, _ = ops.masked_max(scores, negative_mask)
+            positive = tf.logical_and(positive_mask, scores - epsilon < most_negative[:, None])
+        elif self.positive == "easy":
+            index, found = ops.masked_argmax(scores, positive_mask)
+            positive = _scatter_columns(index[:, None], found[:, None], tf.shape(scores)[1])
+        else:
+            positive = positive_mask
+        has_negative = tf.reduce_any(negative_mask, axis=1, keepdims=True)
+        return Pairs(tf.logical_and(positive, has_negative), negative)

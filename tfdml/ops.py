@@ -27,6 +27,7 @@ __all__ = [
     "check_batch_sizes",
     "check_embeddings",
     "compute_dtype",
+    "distance_matrix",
     "l2_normalize",
     "label_masks",
     "masked_argmax",
@@ -157,6 +158,21 @@ def pairwise_distance(x, y=None, squared: bool = False) -> tf.Tensor:
     sq = x_sq + tf.transpose(y_sq) - 2.0 * tf.matmul(x, y, transpose_b=True)
     sq = tf.maximum(sq, tf.zeros_like(sq))
     return sq if squared else safe_sqrt(sq)
+
+
+DISTANCES = ("squared_l2", "l2", "cosine")
+
+
+def distance_matrix(x, y=None, distance: str = "l2") -> tf.Tensor:
+    """``[B, R]`` distances by name: ``"l2"``, ``"squared_l2"`` or ``"cosine"`` (``1 - x.y``).
+
+    The ``"l2"`` square root is guarded (gradient 0 at distance 0).
+    """
+    if distance not in DISTANCES:
+        raise ValueError(f"`distance` must be one of {DISTANCES}. Received: distance={distance!r}")
+    if distance == "cosine":
+        return 1.0 - pairwise_similarity(x, y)
+    return pairwise_distance(x, y, squared=distance == "squared_l2")
 
 
 def label_masks(labels, ref_labels=None, ref_offset=0):

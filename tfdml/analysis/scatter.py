@@ -191,7 +191,8 @@ def triplet_scatter(
     for start in range(0, n, chunk_size):
         stop = min(start + chunk_size, n)
         scores = ops.pairwise_similarity(x[start:stop], x)
-        triplets = miner.mine(scores, labels[start:stop], ref_labels=labels, ref_offset=start)
+        triplets = miner.mine(scores, labels[start:stop], ref_labels=labels, ref_offset=start,
+                              embeddings=x[start:stop], ref_embeddings=x)
         p, q = triplets.positive[:, 0], triplets.negative[:, 0]
         pos[start:stop] = p.numpy()
         neg[start:stop] = q.numpy()
@@ -522,7 +523,8 @@ def triplet_movement(
     ops.check_batch_sizes(labels, tf.constant(before_emb), "y", "model(x)")
     normed = ops.l2_normalize(tf.constant(before_emb))
     scores = ops.pairwise_similarity(normed)
-    triplets = TripletMiner(positive, negative, disjoint=disjoint).mine(scores, labels)
+    triplets = TripletMiner(positive, negative, disjoint=disjoint).mine(
+        scores, labels, embeddings=normed)
     used = triplets.mask[:, 0, 0].numpy()
     template = TripletScatterResult(
         np.zeros(0), np.zeros(0), np.flatnonzero(used).astype(np.int64),

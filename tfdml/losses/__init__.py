@@ -5,6 +5,10 @@ anchors that have something to learn from) and a class for ``model.compile``.
 """
 
 from tfdml.losses.base import MetricLoss
+from tfdml.losses.contrastive import ContrastiveLoss, contrastive_loss
+from tfdml.losses.margin import MarginLoss, margin_loss
+from tfdml.losses.multi_similarity import MultiSimilarityLoss, multi_similarity_loss
+from tfdml.losses.trimmed import TrimmedLoss
 from tfdml.losses.triplet import (
     TripletMarginLoss,
     TripletNCALoss,
@@ -13,9 +17,16 @@ from tfdml.losses.triplet import (
 )
 
 __all__ = [
+    "ContrastiveLoss",
+    "MarginLoss",
     "MetricLoss",
+    "MultiSimilarityLoss",
+    "TrimmedLoss",
     "TripletMarginLoss",
     "TripletNCALoss",
+    "contrastive_loss",
+    "margin_loss",
+    "multi_similarity_loss",
     "triplet_margin_loss",
     "triplet_nca_loss",
 ]

@@ -21,15 +21,18 @@ divided by the number of replicas, as Keras' own losses are.
 
 from __future__ import annotations
 
+import re
+
 import keras
 import tensorflow as tf
 
 from tfdml import ops
-from tfdml.miners import Miner
+from tfdml.miners import Miner, Pairs
 
 __all__ = [
     "MetricLoss",
     "mean_over_valid",
+    "pair_mean",
     "per_anchor_mean",
     "prepare_inputs",
     "reduce_anchor_losses",
@@ -106,6 +109,25 @@ def per_anchor_mean(values, mask):
     axes = list(range(1, len(mask.shape)))
     count = tf.reduce_sum(weights, axis=axes)
     total = tf.reduce_sum(values * weights, axis=axes)
+    return tf.math.divide_no_nan(total, count), count > 0
+
+
+def pair_mean(positive_values, negative_values, pairs: Pairs):
+    """Per anchor, the mean of a pair loss over its mined positive and negative pairs.
+
+    Args:
+        positive_values: ``[B, R]`` loss of each pair if it were a positive pair.
+        negative_values: ``[B, R]`` loss of each pair if it were a negative pair.
+        pairs: the mined :class:`tfdml.miners.Pairs`.
+
+    Returns:
+        ``(losses, valid)`` as in :func:`per_anchor_mean`; valid anchors have
+        at least one mined pair.
+    """
+    positive = tf.cast(pairs.positive, positive_values.dtype)
+    negative = tf.cast(pairs.negative, negative_values.dtype)
+    total = tf.reduce_sum(positive_values * positive + negative_values * negative, axis=1)
+    count = tf.reduce_sum(positive, axis=1) + tf.reduce_sum(negative, axis=1)
     return tf.math.divide_no_nan(total, count), count > 0
 
 
@@ -192,6 +214,74 @@ class MetricLoss(keras.losses.Loss):
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
         """Returns ``(losses [B], valid [B])`` in the compute dtype."""
         raise NotImplementedError
+
+    # -- trainable state (e.g. the learnable boundary of MarginLoss) -------------------------
+
+    def _state_layer(self):
+        """A ``keras.layers.Layer`` owning the loss's variables, or None."""
+        return None
+
+    @property
+    def trainable_variables(self):
+        """The loss's own trainable variables (empty for most losses)."""
+        layer = self._state_layer()
+        return [] if layer is None else list(layer.trainable_variables)
+
+    def attach(self, model):
+        """Lets ``model`` own this loss's trainable variables, so ``model.fit`` trains them.
+
+        Keras trains ``model.trainable_variables`` only; a loss is not part of
+        the model. ``attach`` adds the layer that holds the loss's variables to
+        the model as a tracked attribute (it is not part of the model's
+        computation). Call it before the optimizer is built, i.e. before the
+        first ``fit`` (calling it after ``compile`` is fine), or compile again
+        with a new optimizer afterwards. A loss without variables leaves the
+        model unchanged.
+
+        A ``keras.Sequential`` model cannot hold state outside its stack of
+        layers; wrap it first: ``model = keras.Model(seq.inputs, seq.outputs)``
+        (the functional model shares the layers and weights).
+
+        Args:
+            model: a functional or subclassed ``keras.Model``.
+
+        Returns:
+            ``model``.
+
+        Raises:
+            ValueError: for a ``keras.Sequential`` model, or if ``model``'s
+                optimizer was already built without these variables.
+        """
+        layer = self._state_layer()
+        if layer is None:
+            return model
+        if isinstance(model, keras.Sequential):
+            raise ValueError(
+                f"Loss {self.name!r} cannot attach its variables to the Sequential model "
+                f"{model.name!r}: Keras only tracks a Sequential model's stack of layers. "
+                "Wrap it in a functional model that shares its layers, "
+                "`model = keras.Model(seq.inputs, seq.outputs)`, and attach to that."
+            )
+        optimizer = getattr(model, "optimizer", None)
+        if optimizer is not None and getattr(optimizer, "built", False):
+            known = {id(v) for v in getattr(optimizer, "_trainable_variables", [])}
+            if not all(id(v) in known for v in layer.trainable_variables):
+                raise ValueError(
+                    f"The optimizer of model {model.name!r} was already built without the "
+                    f"variables of loss {self.name!r}. Call `loss.attach(model)` before the "
+                    "first `fit`, or `model.compile(...)` again with a new optimizer after it."
+                )
+        tracker = getattr(model, "_tracker", None)
+        locked = bool(getattr(tracker, "locked", False))
+        if locked:
+            tracker.unlock()
+        try:
+            setattr(model, "tfdml_" + re.sub(r"\W", "_", self.name) + "_state", layer)
+        finally:
+            if locked:
+                tracker.lock()
+        self._attached = True
+        return model
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         with tf.name_scope(self.name):

@@ -15,7 +15,7 @@ from tfdml.losses.base import (
     prepare_inputs,
     resolve_miner,
 )
-from tfdml.miners import TripletMiner, gather_triplet_scores
+from tfdml.miners import TripletMiner, as_triplets, gather_triplet_scores
 
 __all__ = [
     "TripletMarginLoss",
@@ -24,7 +24,7 @@ __all__ = [
     "triplet_nca_loss",
 ]
 
-DISTANCES = ("squared_l2", "l2", "cosine")
+DISTANCES = ops.DISTANCES
 
 
 def _is_number(x):
@@ -59,7 +59,7 @@ def _nca_per_anchor(labels, embeddings, order, temperature, miner, normalize,
         labels, embeddings, ref_embeddings, ref_labels, ref_offset, normalize
     )
     scores = ops.pairwise_similarity(x, ref)
-    triplets = miner.mine(scores, labels, ref_labels, ref_offset)
+    triplets = as_triplets(miner.mine(scores, labels, ref_labels, ref_offset, x, ref))
     s_ap, s_an = gather_triplet_scores(scores, triplets)
     if order == 1:
         logits = s_an - s_ap
@@ -74,12 +74,8 @@ def _margin_per_anchor(labels, embeddings, margin, distance, miner, normalize,
     labels, x, ref_labels, ref, ref_offset = prepare_inputs(
         labels, embeddings, ref_embeddings, ref_labels, ref_offset, normalize
     )
-    if distance == "cosine":
-        dist = 1.0 - ops.pairwise_similarity(x, ref)
-    else:
-        dist = ops.pairwise_distance(x, ref, squared=distance == "squared_l2")
-    scores = -dist
-    triplets = miner.mine(scores, labels, ref_labels, ref_offset)
+    scores = -ops.distance_matrix(x, ref, distance)
+    triplets = as_triplets(miner.mine(scores, labels, ref_labels, ref_offset, x, ref))
     s_ap, s_an = gather_triplet_scores(scores, triplets)
     values = tf.nn.relu(s_an - s_ap + tf.constant(margin, scores.dtype))
     return per_anchor_mean(values, triplets.mask)

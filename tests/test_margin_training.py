@@ -1,0 +1,222 @@
+"""MarginLoss's learnable beta under model.fit: attach, per-class updates, save/load, XLA."""
+
+from __future__ import annotations
+
+import warnings
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from harness import assert_keras_save_load, pk_dataset
+from harness import small_embedding_model as small_sequential_model
+
+from tfdml.losses import MarginLoss, TrimmedLoss, margin_loss
+from tfdml.miners import TripletMiner
+
+EASY_HARD = TripletMiner("easy", "hard")
+
+
+def small_embedding_model():
+    """The harness's model as a functional model (a Sequential one cannot hold beta)."""
+    seq = small_sequential_model()
+    return keras.Model(seq.inputs, seq.outputs)
+
+
+def _fit(model, loss, dataset=None, steps=3, jit_compile=True, lr=0.05, attach=True):
+    model.compile(optimizer=keras.optimizers.Adam(lr), loss=loss, jit_compile=jit_compile)
+    if attach:
+        loss.attach(model)
+    dataset = pk_dataset(num_classes=3, per_class=4) if dataset is None else dataset
+    return model.fit(dataset, epochs=1, steps_per_epoch=steps, shuffle=False, verbose=0)
+
+
+@pytest.mark.parametrize("jit_compile", [True, False], ids=["xla", "graph"])
+def test_attached_beta_is_trained_by_fit(jit_compile):
+    loss = MarginLoss(miner=TripletMiner("easy", "hard"))
+    model = small_embedding_model()
+    assert len(model.trainable_variables) == 2
+    _fit(model, loss, jit_compile=jit_compile, attach=False)  # build + train without beta
+    before = float(loss.beta.numpy())
+    assert before == pytest.approx(1.2)
+
+    loss = MarginLoss(miner=TripletMiner("easy", "hard"))
+    model = small_embedding_model()
+    _fit(model, loss, jit_compile=jit_compile)
+    assert len(model.trainable_variables) == 3
+    assert any(v is loss.trainable_variables[0] for v in model.trainable_variables)
+    after = float(loss.beta.numpy())
+    assert abs(after - 1.2) > 1e-3, "beta did not move under model.fit"
+
+
+def test_without_attach_beta_stays_and_warns():
+    loss = MarginLoss(miner=EASY_HARD)
+    model = small_embedding_model()
+    with pytest.warns(UserWarning, match="learnable beta that no model trains"):
+        _fit(model, loss, attach=False)
+    assert float(loss.beta.numpy()) == np.float32(1.2)
+
+
+def test_attached_loss_does_not_warn():
+    loss = MarginLoss(miner=EASY_HARD)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _fit(small_embedding_model(), loss, steps=1)
+
+
+def test_per_class_beta_moves_only_for_classes_in_the_batches():
+    # Classes 0..5 appear (two batches of three classes); classes 6..9 never do.
+    loss = MarginLoss(0.5, list(np.linspace(1.0, 1.3, 10)), num_classes=10,
+                      miner=TripletMiner("all", "all"))
+    initial = loss.beta.numpy().copy()
+    _fit(small_embedding_model(), loss, steps=4)
+    after = loss.beta.numpy()
+    assert np.all(np.abs(after[:6] - initial[:6]) > 1e-4), after - initial
+    np.testing.assert_array_equal(after[6:], initial[6:])
+
+
+def test_beta_lr_multiplier_scales_the_adam_step():
+    """Adam's first step moves every parameter with a gradient by about lr: beta by m * lr."""
+    steps = {}
+    for m in (1.0, 10.0):
+        loss = MarginLoss(miner=EASY_HARD, beta_lr_multiplier=m)
+        _fit(small_embedding_model(), loss, steps=1, lr=1e-3)
+        steps[m] = abs(float(loss.beta.numpy()) - 1.2)
+    assert steps[1.0] == pytest.approx(1e-3, rel=0.05)
+    assert steps[10.0] == pytest.approx(1e-2, rel=0.05)
+
+
+def test_attach_after_optimizer_built_raises_then_recompile_works():
+    loss = MarginLoss(miner=EASY_HARD)
+    model = small_embedding_model()
+    _fit(model, loss, steps=1, attach=False)
+    with pytest.raises(ValueError, match="already built without the variables"):
+        loss.attach(model)
+    model.compile(optimizer=keras.optimizers.Adam(0.05), loss=loss)
+    loss.attach(model)
+    model.fit(pk_dataset(num_classes=3, per_class=4), steps_per_epoch=2, shuffle=False, verbose=0)
+    assert abs(float(loss.beta.numpy()) - 1.2) > 1e-3
+
+
+def test_attach_to_functional_and_built_subclassed_models():
+    inputs = keras.Input((6,))
+    functional = keras.Model(inputs, keras.layers.Dense(4)(inputs))
+
+    class Sub(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(4)
+
+        def call(self, x):
+            return self.dense(x)
+
+    sub = Sub()
+    sub(np.zeros((1, 6), np.float32))  # built: its state is locked
+    for model in (functional, sub):
+        loss = MarginLoss(miner=EASY_HARD)
+        assert loss.attach(model) is model
+        assert any(v is loss.trainable_variables[0] for v in model.trainable_variables)
+        model.compile(optimizer=keras.optimizers.Adam(0.05), loss=loss, jit_compile=True)
+        model.fit(pk_dataset(num_classes=3, per_class=4), steps_per_epoch=2, shuffle=False,
+                  verbose=0)
+        assert abs(float(loss.beta.numpy()) - 1.2) > 1e-3
+    with pytest.raises(ValueError, match="cannot add new elements of state"):
+        sub.extra = keras.layers.Dense(2)  # attach restored the lock
+
+
+def test_attach_to_sequential_raises_with_the_wrapping_recipe():
+    seq = small_sequential_model()
+    with pytest.raises(ValueError, match=r"keras\.Model\(seq\.inputs, seq\.outputs\)"):
+        MarginLoss().attach(seq)
+    model = MarginLoss().attach(keras.Model(seq.inputs, seq.outputs))
+    assert len(model.trainable_variables) == 3
+
+
+def test_fixed_beta_has_no_variables_and_attach_is_a_no_op():
+    loss = MarginLoss(learn_beta=False, miner=EASY_HARD)
+    model = small_embedding_model()
+    assert loss.trainable_variables == []
+    assert loss.attach(model) is model
+    assert len(model.trainable_variables) == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _fit(model, loss, steps=1)
+    assert float(loss.beta.numpy()) == pytest.approx(1.2)
+
+
+def test_trimmed_wrapper_attaches_the_inner_beta():
+    inner = MarginLoss(miner=EASY_HARD)
+    loss = TrimmedLoss(inner, trim=0.25)
+    assert loss.trainable_variables == inner.trainable_variables
+    _fit(small_embedding_model(), loss)
+    assert abs(float(inner.beta.numpy()) - 1.2) > 1e-3
+
+
+def test_save_load_keeps_learned_beta_and_training_resumes(tmp_path):
+    loss = MarginLoss(num_classes=6, miner=EASY_HARD)
+    model = small_embedding_model()
+    _fit(model, loss, steps=3)
+    learned = loss.beta.numpy().copy()
+    assert not np.allclose(learned, 1.2)
+    path = tmp_path / "margin.keras"
+    model.save(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Keras: the saved optimizer state does not match
+        loaded = keras.models.load_model(path)
+    np.testing.assert_allclose(loaded.loss.beta.numpy(), learned, rtol=1e-6)
+    features = np.random.default_rng(0).normal(size=(5, 6)).astype(np.float32)
+    np.testing.assert_allclose(loaded(features), model(features), rtol=1e-6)
+    # Keep training: compile with a new optimizer, attach the loaded loss.
+    loaded.compile(optimizer=keras.optimizers.Adam(0.05), loss=loaded.loss)
+    loaded.loss.attach(loaded)
+    loaded.fit(pk_dataset(num_classes=3, per_class=4), steps_per_epoch=2, shuffle=False, verbose=0)
+    assert not np.allclose(loaded.loss.beta.numpy(), learned)
+
+
+def test_per_class_loss_survives_keras_save_load(tmp_path):
+    labels = np.repeat(np.arange(3), 3)
+    features = np.random.default_rng(1).normal(size=(9, 6)).astype(np.float32)
+    assert_keras_save_load(
+        lambda: MarginLoss(num_classes=3, beta=[1.0, 1.1, 1.3], miner=EASY_HARD),
+        tmp_path, labels=labels, features=features,
+    )
+
+
+def test_per_class_beta_under_xla_matches_eager():
+    loss = MarginLoss(num_classes=4, beta=[0.9, 1.0, 1.1, 1.2], miner=EASY_HARD)
+    labels = np.array([0, 1, 2, 3, 0, 1, 2, 3, 3], np.int32)
+    x = np.random.default_rng(2).normal(size=(9, 5)).astype(np.float32)
+    eager = loss(labels, x).numpy()
+    compiled = tf.function(lambda y, e: loss(y, e), jit_compile=True)(labels, x).numpy()
+    np.testing.assert_allclose(compiled, eager, rtol=1e-5)
+
+
+def test_out_of_range_ids_fail_inside_tf_function():
+    loss = MarginLoss(num_classes=3, miner=EASY_HARD)
+    fn = tf.function(lambda y, e: loss(y, e))
+    x = np.random.default_rng(3).normal(size=(4, 5)).astype(np.float32)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"num_classes=3"):
+        fn(np.array([0, 0, 5, 5], np.int32), x)
+
+
+def test_custom_loop_differentiates_beta():
+    # With beta = 0.1 every positive term is active and no negative one is: dL/dbeta = -1/2.
+    loss = MarginLoss(beta=0.1, miner=EASY_HARD)
+    labels = np.array([0, 0, 1, 1, 2, 2], np.int32)
+    x = tf.constant(np.random.default_rng(4).normal(size=(6, 3)), tf.float32)
+    with tf.GradientTape() as tape:
+        value = loss(labels, x)
+    (grad,) = tape.gradient(value, loss.trainable_variables)
+    assert float(grad) == pytest.approx(-0.5)
+
+
+def test_functional_form_accepts_a_variable_beta():
+    beta = tf.Variable([0.1, 0.15, 0.2])
+    labels = np.array([0, 0, 1, 1, 2, 2], np.int32)
+    x = tf.constant(np.random.default_rng(5).normal(size=(6, 3)), tf.float32)
+    with tf.GradientTape() as tape:
+        value = margin_loss(labels, x, beta=beta, miner=EASY_HARD)
+    grad = tf.convert_to_tensor(tape.gradient(value, beta)).numpy()
+    np.testing.assert_allclose(grad, [-1 / 6] * 3, rtol=1e-6)  # two anchors per class
+    fixed = margin_loss(labels, x, beta=[0.1, 0.15, 0.2], miner=EASY_HARD)
+    np.testing.assert_allclose(fixed.numpy(), value.numpy(), rtol=1e-6)

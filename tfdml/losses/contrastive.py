@@ -1,0 +1,163 @@
+"""The contrastive (pair) loss of Hadsell, Chopra and LeCun, in the form of the class-collapse paper."""
+
+from __future__ import annotations
+
+import numbers
+
+import keras
+import tensorflow as tf
+
+from tfdml import ops
+from tfdml.losses.base import (
+    MetricLoss,
+    mean_over_valid,
+    pair_mean,
+    prepare_inputs,
+    resolve_miner,
+)
+from tfdml.miners import Miner, Pairs, as_pairs
+
+__all__ = ["ContrastiveLoss", "contrastive_loss"]
+
+
+def _check_args(positive_margin, negative_margin, distance):
+    for name, value in (("positive_margin", positive_margin), ("negative_margin", negative_margin)):
+        if not isinstance(value, numbers.Real) or isinstance(value, bool) or not value >= 0:
+            raise ValueError(f"`{name}` must be a number >= 0. Received: {name}={value!r}")
+    if distance not in ops.DISTANCES:
+        raise ValueError(
+            f"`distance` must be one of {ops.DISTANCES}. Received: distance={distance!r}"
+        )
+
+
+def _resolve(miner):
+    return None if miner is None else resolve_miner(miner, lambda: None)
+
+
+def _contrastive_per_anchor(labels, embeddings, positive_margin, negative_margin, distance,
+                            miner: Miner | None, normalize, ref_embeddings, ref_labels,
+                            ref_offset):
+    labels, x, ref_labels, ref, ref_offset = prepare_inputs(
+        labels, embeddings, ref_embeddings, ref_labels, ref_offset, normalize
+    )
+    dist = ops.distance_matrix(x, ref, distance)
+    if miner is None:
+        pairs = Pairs(*ops.label_masks(labels, ref_labels, ref_offset))
+    else:
+        pairs = as_pairs(miner.mine(-dist, labels, ref_labels, ref_offset, x, ref),
+                         num_ref=tf.shape(dist)[1])
+    positive = tf.nn.relu(dist - tf.constant(positive_margin, dist.dtype))
+    negative = tf.nn.relu(tf.constant(negative_margin, dist.dtype) - dist)
+    return pair_mean(positive, negative, pairs)
+
+
+def contrastive_loss(
+    y_true,
+    y_pred,
+    positive_margin: float = 0.0,
+    negative_margin: float = 0.5,
+    distance: str = "l2",
+    miner=None,
+    normalize: bool = True,
+    ref_embeddings=None,
+    ref_labels=None,
+    ref_offset=None,
+):
+    """Functional form of :class:`ContrastiveLoss`: the mean over anchors with a pair.
+
+    Arguments as in :class:`ContrastiveLoss`; ``ref_embeddings``,
+    ``ref_labels`` and ``ref_offset`` as in :func:`tfdml.losses.triplet_nca_loss`.
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 when no anchor has a pair.
+    """
+    _check_args(positive_margin, negative_margin, distance)
+    losses, valid = _contrastive_per_anchor(
+        y_true, y_pred, float(positive_margin), float(negative_margin), distance,
+        _resolve(miner), normalize, ref_embeddings, ref_labels, ref_offset,
+    )
+    return mean_over_valid(losses, valid, y_pred)
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class ContrastiveLoss(MetricLoss):
+    """Contrastive loss: pull positive pairs within a margin, push negatives beyond one.
+
+    With ``d`` the distance of a pair::
+
+        positive pair: L = max(d - positive_margin, 0)
+        negative pair: L = max(negative_margin - d, 0)
+
+    Per anchor the loss is the mean over its pairs (all same-class and all
+    other-class reference samples, or those a miner keeps; mined triplets
+    contribute their positive and negative pairs), and the anchors with at
+    least one pair are averaged, i.e. the mean over all pairs of the
+    class-collapse paper's objective ``O_con``.
+
+    With ``distance="squared_l2"`` and ``positive_margin=0`` this is the
+    form the class-collapse paper writes (Section 3):
+    ``delta D + (1 - delta) max(alpha - D, 0)`` with ``D`` the squared
+    distance. Hadsell et al.'s original squares the hinges of the Euclidean
+    distance instead (``D^2 / 2`` and ``max(m - D, 0)^2 / 2``); the
+    ``positive_margin`` generalization (no pull once a positive is closer
+    than it) follows common practice. With ``positive_margin=0`` every
+    minimizer of the loss over all pairs collapses each class to a point,
+    the class-collapse paper's starting observation (Section 4.1).
+
+    Args:
+        positive_margin: ``>= 0``. Defaults to `0.0`.
+        negative_margin: ``>= 0``. Defaults to `0.5`.
+        distance: ``"l2"``, ``"squared_l2"`` or ``"cosine"``. Defaults to
+            `"l2"`.
+        miner: a :class:`tfdml.miners.Miner`, or `None` for all pairs.
+            Defaults to `None`.
+        normalize: L2-normalize the embeddings first. Defaults to `True`.
+        reduction: see :mod:`tfdml.losses.base`. Defaults to
+            `"sum_over_batch_size"` (mean over anchors with a pair).
+        name: name of the loss. Defaults to `"contrastive_loss"`.
+        dtype: dtype of the returned value. Defaults to `None` (floatx).
+
+    Examples:
+
+    >>> loss = tfdml.losses.ContrastiveLoss(negative_margin=0.5)
+    >>> loss = tfdml.losses.ContrastiveLoss(
+    ...     miner=tfdml.miners.MultiSimilarityMiner(positive="easy"))
+
+    Reference:
+        Hadsell, Chopra, LeCun, "Dimensionality reduction by learning an
+        invariant mapping", CVPR 2006; "Reducing class collapse in metric
+        learning with easy positive sampling" (Section 3).
+    """
+
+    def __init__(
+        self,
+        positive_margin: float = 0.0,
+        negative_margin: float = 0.5,
+        distance: str = "l2",
+        miner=None,
+        normalize: bool = True,
+        reduction="sum_over_batch_size",
+        name: str = "contrastive_loss",
+        dtype=None,
+    ):
+        _check_args(positive_margin, negative_margin, distance)
+        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype)
+        self.positive_margin = float(positive_margin)
+        self.negative_margin = float(negative_margin)
+        self.distance = distance
+        self.miner = _resolve(miner)
+
+    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
+        return _contrastive_per_anchor(labels, embeddings, self.positive_margin,
+                                       self.negative_margin, self.distance, self.miner,
+                                       self.normalize, ref_embeddings, ref_labels, ref_offset)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            positive_margin=self.positive_margin,
+            negative_margin=self.negative_margin,
+            distance=self.distance,
+            miner=None if self.miner is None else keras.saving.serialize_keras_object(self.miner),
+        )
+        return config

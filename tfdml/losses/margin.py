@@ -1,0 +1,331 @@
+"""The margin loss of Wu et al. with a learnable boundary ``beta`` (one, or one per class)."""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tfdml import ops
+from tfdml.losses.base import (
+    MetricLoss,
+    mean_over_valid,
+    pair_mean,
+    per_anchor_mean,
+    prepare_inputs,
+    resolve_miner,
+)
+from tfdml.miners import Pairs, TripletMiner, gather_triplet_scores
+
+__all__ = ["MarginLoss", "margin_loss"]
+
+
+def _is_number(x):
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def _distance_weighted():
+    return TripletMiner("random", "distance_weighted")
+
+
+def _check_args(margin, distance):
+    if not _is_number(margin) or not margin >= 0:
+        raise ValueError(f"`margin` must be a number >= 0. Received: margin={margin!r}")
+    if distance not in ops.DISTANCES:
+        raise ValueError(
+            f"`distance` must be one of {ops.DISTANCES}. Received: distance={distance!r}"
+        )
+
+
+def _check_beta(beta, num_classes):
+    """``beta`` as a float or a float64 array of shape ``[num_classes]``."""
+    if num_classes is not None and (
+        not isinstance(num_classes, numbers.Integral) or isinstance(num_classes, bool)
+        or num_classes < 1
+    ):
+        raise ValueError(
+            f"`num_classes` must be None or an int >= 1. Received: num_classes={num_classes!r}"
+        )
+    if _is_number(beta):
+        beta = float(beta)
+        if not np.isfinite(beta):
+            raise ValueError(f"`beta` must be finite. Received: beta={beta!r}")
+        return beta if num_classes is None else np.full([int(num_classes)], beta)
+    try:
+        values = np.asarray(beta, dtype=np.float64)
+    except (TypeError, ValueError):
+        values = None
+    if values is None or values.ndim != 1 or not np.all(np.isfinite(values)):
+        raise ValueError(
+            "`beta` must be a finite number, or one per class (a list of length "
+            f"`num_classes`). Received: beta={beta!r}"
+        )
+    if num_classes is None or len(values) != num_classes:
+        raise ValueError(
+            "A per-class `beta` needs `num_classes` equal to its length. "
+            f"Received: len(beta)={len(values)}, num_classes={num_classes!r}"
+        )
+    return values
+
+
+def _check_class_ids(labels, num_classes):
+    """Class ids must index the per-class ``beta``: ValueError eagerly, an assertion in graphs."""
+    message = f"With `num_classes={num_classes}`, class ids (y_true) must be in [0, {num_classes})."
+    if tf.executing_eagerly():
+        values = np.asarray(labels)
+        if values.size and (values.min() < 0 or values.max() >= num_classes):
+            raise ValueError(
+                f"{message} Received ids from {values.min()} to {values.max()}."
+            )
+        return labels
+    ok = tf.logical_and(
+        tf.reduce_all(labels >= 0), tf.reduce_all(labels < tf.cast(num_classes, labels.dtype))
+    )
+    with tf.control_dependencies([tf.debugging.Assert(ok, [message])]):
+        return tf.identity(labels)
+
+
+def _margin_per_anchor(labels, embeddings, margin, beta, distance, miner, normalize,
+                       ref_embeddings, ref_labels, ref_offset, num_classes=None):
+    labels, x, ref_labels, ref, ref_offset = prepare_inputs(
+        labels, embeddings, ref_embeddings, ref_labels, ref_offset, normalize
+    )
+    dist = ops.distance_matrix(x, ref, distance)
+    mined = miner.mine(-dist, labels, ref_labels, ref_offset, x, ref)
+    beta = tf.cast(tf.convert_to_tensor(beta), dist.dtype)
+    if beta.shape.rank == 1:
+        if num_classes is not None:
+            labels = _check_class_ids(labels, num_classes)
+        beta = tf.gather(beta, labels)[:, None]  # each anchor's own boundary: [B, 1]
+    elif beta.shape.rank != 0:
+        raise ValueError(f"`beta` must be a scalar or [num_classes]. Received shape {beta.shape}")
+    m = tf.constant(margin, dist.dtype)
+    if isinstance(mined, Pairs):
+        return pair_mean(tf.nn.relu(dist - beta + m), tf.nn.relu(beta - dist + m), mined)
+    neg_d_ap, neg_d_an = gather_triplet_scores(-dist, mined)
+    if beta.shape.rank == 2:
+        beta = beta[:, :, None]
+    values = 0.5 * (tf.nn.relu(-neg_d_ap - beta + m) + tf.nn.relu(beta + neg_d_an + m))
+    return per_anchor_mean(values, mined.mask)
+
+
+def margin_loss(
+    y_true,
+    y_pred,
+    margin: float = 0.2,
+    beta=1.2,
+    distance: str = "l2",
+    miner=None,
+    normalize: bool = True,
+    ref_embeddings=None,
+    ref_labels=None,
+    ref_offset=None,
+):
+    """Functional form of :class:`MarginLoss`: the mean over anchors with a mined pair.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_pred: ``[B, D]`` embeddings.
+        margin, distance, miner, normalize: as in :class:`MarginLoss`.
+        beta: the boundary: a number, or a ``[num_classes]`` array/tensor/
+            variable indexed by the anchor's class id (pass your own
+            ``tf.Variable`` to learn it in a custom training loop).
+            Defaults to `1.2`.
+        ref_embeddings, ref_labels, ref_offset: a reference set to mine
+            from, as in :func:`tfdml.losses.triplet_nca_loss`.
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 when no anchor has a pair.
+    """
+    _check_args(margin, distance)
+    if _is_number(beta) or isinstance(beta, (list, tuple, np.ndarray)):
+        beta = _check_beta(beta, None if _is_number(beta) else len(beta))
+    miner = resolve_miner(miner, _distance_weighted)
+    losses, valid = _margin_per_anchor(y_true, y_pred, margin, beta, distance, miner,
+                                       normalize, ref_embeddings, ref_labels, ref_offset)
+    return mean_over_valid(losses, valid, y_pred)
+
+
+class _MarginBeta(keras.layers.Layer):
+    """Holds the learnable boundary of a :class:`MarginLoss` (not part of any computation)."""
+
+    def __init__(self, initial, trainable=True, **kwargs):
+        super().__init__(trainable=trainable, dtype="float32", **kwargs)
+        initial = np.asarray(initial, dtype=np.float32)
+        self.beta = self.add_weight(
+            shape=initial.shape,
+            initializer=keras.initializers.Constant(initial),
+            trainable=trainable,
+            name="beta",
+        )
+
+    def call(self, inputs):
+        return inputs
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class MarginLoss(MetricLoss):
+    """Margin loss of "Sampling matters in deep embedding learning", with a learnable boundary.
+
+    With ``d`` the distance between two embeddings, ``beta_a`` the boundary
+    of the anchor (one shared value, or its class's value when
+    ``num_classes`` is given) and ``alpha`` the margin:
+
+    * positive pair: ``L = max(d(a, p) - beta_a + alpha, 0)``;
+    * negative pair: ``L = max(beta_a - d(a, n) + alpha, 0)``.
+
+    Pairs come from the miner: a mined triplet ``(a, p, n)`` contributes its
+    positive and its negative pair (default: a random positive and a
+    distance-weighted negative per anchor); a pair miner such as
+    :class:`tfdml.miners.MultiSimilarityMiner` gives the pairs directly.
+    Per anchor the loss is the mean over its mined pairs, and the anchors
+    with at least one pair are averaged. (Wu et al.'s code divides the sum
+    over the batch by the number of pairs with a non-zero loss instead, and
+    can add ``nu * beta`` as a regularizer; neither is done here.)
+
+    **Learning beta.** With ``learn_beta=True`` (default) ``beta`` is a
+    trainable float32 variable held by the loss (``loss.trainable_variables``).
+    Keras only trains the variables of the model, so hand the loss's
+    variables to the model once, before the first ``fit``::
+
+        loss = tfdml.losses.MarginLoss(num_classes=100)
+        model.compile(optimizer="adam", loss=loss)
+        loss.attach(model)   # model.trainable_variables now include beta
+        model.fit(...)
+
+    In a custom training loop, differentiate with respect to
+    ``model.trainable_variables + loss.trainable_variables`` (or attach
+    first). Without ``attach`` beta stays where it is, and the loss warns
+    once. Frameworks that follow Wu et al. give beta its own, larger
+    learning rate (e.g. 5e-4 for beta against 1e-5 for the network):
+    ``beta_lr_multiplier=m`` stores ``beta / m`` and multiplies it back, so
+    adaptive optimizers such as Adam move beta about ``m`` times faster than
+    the weights (plain SGD ``m^2`` times).
+
+    ``get_config`` stores the current value of beta, so a model saved with
+    ``model.save`` and reloaded gets a loss that starts from the learned
+    beta. To keep training it, compile again with a new optimizer and then
+    attach: ``model.compile(optimizer=..., loss=model.loss)``,
+    ``model.loss.attach(model)`` (loading warns that the saved optimizer
+    state does not match, and skips it). A ``keras.Sequential`` model
+    cannot hold beta: wrap it, ``model = keras.Model(seq.inputs,
+    seq.outputs)``.
+
+    With ``num_classes`` class ids must be in ``[0, num_classes)``: eagerly
+    a ValueError, inside ``tf.function`` an assertion (not checked under
+    XLA, where an out-of-range id reads the nearest valid entry).
+
+    Defaults follow Wu et al. and the class-collapse paper: ``alpha = 0.2``,
+    ``beta`` initialised to 1.2, Euclidean distance between L2-normalized
+    embeddings, distance-weighted negatives (clipped at 0.5, drawn below
+    1.4). Easy positive sampling (EPS + Dist-Margin in the class-collapse
+    paper) is ``miner=TripletMiner("easy", "distance_weighted")``.
+
+    Args:
+        margin: ``alpha >= 0``. Defaults to `0.2`.
+        beta: initial boundary: a number, or one per class (a list of
+            length ``num_classes``). Defaults to `1.2`.
+        learn_beta: make beta a trainable variable. Defaults to `True`.
+        num_classes: one beta per class when given; class ids must then be
+            in ``[0, num_classes)``. Defaults to `None` (one shared beta).
+        miner: a :class:`tfdml.miners.Miner`. Defaults to
+            `TripletMiner("random", "distance_weighted")`.
+        distance: ``"l2"``, ``"squared_l2"`` or ``"cosine"``. Defaults to
+            `"l2"`.
+        beta_lr_multiplier: ``m > 0``, see above. Defaults to `1.0`.
+        normalize: L2-normalize the embeddings first. Defaults to `True`.
+        reduction: see :mod:`tfdml.losses.base`. Defaults to
+            `"sum_over_batch_size"` (mean over anchors with a pair).
+        name: name of the loss. Defaults to `"margin_loss"`.
+        dtype: dtype of the returned value. Defaults to `None` (floatx).
+
+    Examples:
+
+    >>> loss = tfdml.losses.MarginLoss(
+    ...     num_classes=100, miner=tfdml.miners.TripletMiner("easy", "distance_weighted"))
+    >>> model.compile(optimizer="adam", loss=loss)
+    >>> loss.attach(model)
+    >>> model.fit(pk_dataset, epochs=10)
+
+    Reference:
+        Wu, Manmatha, Smola, Krahenbuhl, "Sampling matters in deep embedding
+        learning", ICCV 2017; "Reducing class collapse in metric learning
+        with easy positive sampling" (Section 3 and 5.2).
+    """
+
+    def __init__(
+        self,
+        margin: float = 0.2,
+        beta=1.2,
+        learn_beta: bool = True,
+        num_classes: int | None = None,
+        miner=None,
+        distance: str = "l2",
+        beta_lr_multiplier: float = 1.0,
+        normalize: bool = True,
+        reduction="sum_over_batch_size",
+        name: str = "margin_loss",
+        dtype=None,
+    ):
+        _check_args(margin, distance)
+        beta = _check_beta(beta, num_classes)
+        if not _is_number(beta_lr_multiplier) or not beta_lr_multiplier > 0:
+            raise ValueError(
+                "`beta_lr_multiplier` must be a number > 0. "
+                f"Received: beta_lr_multiplier={beta_lr_multiplier!r}"
+            )
+        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype)
+        self.margin = float(margin)
+        self.learn_beta = bool(learn_beta)
+        self.num_classes = None if num_classes is None else int(num_classes)
+        self.distance = distance
+        self.beta_lr_multiplier = float(beta_lr_multiplier)
+        self.miner = resolve_miner(miner, _distance_weighted)
+        self._attached = False
+        self._warned = False
+        self._beta_layer = None
+        self._fixed_beta = beta
+        if self.learn_beta:
+            self._beta_layer = _MarginBeta(
+                np.asarray(beta, np.float64) / self.beta_lr_multiplier, name=f"{name}_beta"
+            )
+
+    def _state_layer(self):
+        return self._beta_layer
+
+    @property
+    def beta(self):
+        """The current boundary: a float32 tensor, scalar or ``[num_classes]``."""
+        if self._beta_layer is None:
+            return tf.constant(self._fixed_beta, tf.float32)
+        return self._beta_layer.beta * self.beta_lr_multiplier
+
+    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
+        if self.learn_beta and not self._attached and not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"MarginLoss {self.name!r} has a learnable beta that no model trains: call "
+                "`loss.attach(model)` before `fit` (or differentiate with respect to "
+                "`loss.trainable_variables` in your own loop).",
+                stacklevel=3,
+            )
+        return _margin_per_anchor(labels, embeddings, self.margin, self.beta, self.distance,
+                                  self.miner, self.normalize, ref_embeddings, ref_labels,
+                                  ref_offset, self.num_classes)
+
+    def get_config(self):
+        config = super().get_config()
+        beta = np.asarray(keras.ops.convert_to_numpy(self.beta), np.float64)
+        config.update(
+            margin=self.margin,
+            beta=float(beta) if beta.ndim == 0 else beta.tolist(),
+            learn_beta=self.learn_beta,
+            num_classes=self.num_classes,
+            miner=keras.saving.serialize_keras_object(self.miner),
+            distance=self.distance,
+            beta_lr_multiplier=self.beta_lr_multiplier,
+        )
+        return config

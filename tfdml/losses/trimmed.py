@@ -1,0 +1,104 @@
+"""Trimmed loss: train only on the anchors with the lowest current loss (Shen & Sanghavi 2019)."""
+
+from __future__ import annotations
+
+import numbers
+
+import keras
+import tensorflow as tf
+
+from tfdml.losses.base import MetricLoss
+
+__all__ = ["TrimmedLoss", "trim_mask"]
+
+
+def trim_mask(losses, valid, trim: float):
+    """Which anchors a trimmed loss keeps: the valid ones, minus the ``floor(trim * n)`` worst.
+
+    Args:
+        losses: ``[B]`` per-anchor losses.
+        valid: ``[B]`` bool, the anchors that have a loss (``n`` of them).
+        trim: fraction in ``[0, 1)`` of the valid anchors to drop, those
+            with the highest loss (ties: the later anchor is dropped).
+
+    Returns:
+        ``[B]`` bool. Never differentiated; at least one valid anchor is kept.
+    """
+    losses = tf.stop_gradient(losses)
+    count = tf.reduce_sum(tf.cast(valid, tf.int32))
+    # The small tolerance makes 0.2 * 5 drop exactly one anchor.
+    drop = tf.cast(tf.floor(float(trim) * tf.cast(count, tf.float64) + 1e-9), tf.int32)
+    keep = count - drop
+    ranked = tf.where(valid, losses, tf.constant(float("inf"), losses.dtype))
+    order = tf.argsort(ranked, stable=True)
+    size = tf.shape(losses)[0]
+    rank = tf.scatter_nd(order[:, None], tf.range(size), [size])
+    return tf.logical_and(valid, rank < keep)
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class TrimmedLoss(MetricLoss):
+    """Wraps any tfdml loss and back-propagates only its lowest per-anchor losses.
+
+    Per batch, the wrapped loss gives one value per anchor; the ``trim``
+    fraction of anchors with the highest values (``floor(trim * n)`` of the
+    ``n`` anchors that have a loss) is left out, and the rest are reduced as
+    usual (by default their mean). This is the iterative trimmed loss of
+    Shen & Sanghavi (2019), the comparison of appendix C of the class-collapse
+    paper: it treats a positive from another mode of the class as a noisy
+    label, but trims whole anchors rather than positives only (which is what
+    easy positive sampling does), and the paper found it helps little.
+
+    Args:
+        loss: a tfdml loss (a :class:`tfdml.losses.MetricLoss`), or its
+            serialized config. Its reduction is ignored.
+        trim: fraction of anchors to drop, in ``[0, 1)``. Defaults to `0.2`.
+        reduction: see :mod:`tfdml.losses.base`. Defaults to
+            `"sum_over_batch_size"` (mean over the kept anchors).
+        name: name of the loss. Defaults to `"trimmed_" + loss.name`.
+        dtype: dtype of the returned value. Defaults to `None` (floatx).
+
+    Examples:
+
+    >>> base = tfdml.losses.TripletMarginLoss(
+    ...     miner=tfdml.miners.TripletMiner("random", "random"))
+    >>> loss = tfdml.losses.TrimmedLoss(base, trim=0.2)
+    >>> model.compile(optimizer="adam", loss=loss)
+
+    Reference:
+        Shen, Sanghavi, "Learning with bad training data via iterative
+        trimmed loss minimization", ICML 2019; appendix C of "Reducing class
+        collapse in metric learning with easy positive sampling".
+    """
+
+    def __init__(self, loss, trim: float = 0.2, reduction="sum_over_batch_size", name=None,
+                 dtype=None):
+        if isinstance(loss, dict):
+            loss = keras.saving.deserialize_keras_object(loss)
+        if not isinstance(loss, MetricLoss):
+            raise ValueError(
+                f"`loss` must be a tfdml loss (tfdml.losses.MetricLoss). Received: loss={loss!r}"
+            )
+        if not isinstance(trim, numbers.Real) or isinstance(trim, bool) or not 0 <= trim < 1:
+            raise ValueError(f"`trim` must be a number in [0, 1). Received: trim={trim!r}")
+        super().__init__(normalize=loss.normalize, reduction=reduction,
+                         name=name or f"trimmed_{loss.name}", dtype=dtype)
+        self.loss = loss
+        self.trim = float(trim)
+
+    def _state_layer(self):
+        return self.loss._state_layer()
+
+    def attach(self, model):
+        return self.loss.attach(model)
+
+    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
+        losses, valid = self.loss.per_anchor(labels, embeddings, ref_embeddings, ref_labels,
+                                             ref_offset)
+        return losses, trim_mask(losses, valid, self.trim)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("normalize", None)
+        config.update(loss=keras.saving.serialize_keras_object(self.loss), trim=self.trim)
+        return config
