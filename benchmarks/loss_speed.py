@@ -7,6 +7,11 @@ the loss value and its gradient w.r.t. the embeddings inside one ``tf.function``
 * ``margin-semihard``: ``TripletMarginLoss`` with ``TripletMiner("all", "semihard")``;
 * ``floor``: L2-normalize + ``B x B`` matmul + sum, the least any of these losses does.
 
+``--losses`` picks others (not run by default): ``margin-dw`` (``MarginLoss``, random
+positive + distance-weighted negative), ``margin-dw-all`` (``MarginLoss``, every positive,
+each with a distance-weighted negative: one inverse-CDF sort per anchor), ``ms``
+(``MultiSimilarityLoss`` with its pair mining) and ``ms-eps`` (the same with easy positives).
+
 Each (loss, B, XLA) configuration runs in a fresh worker process (this file run with
 ``--worker``), so that the peak resident set size (``ru_maxrss``) belongs to that
 configuration alone: it is read before the first loss call, after the warm-up calls and
@@ -44,7 +49,12 @@ LOSS_LABELS = {
     "floor": "floor (normalize + B x B matmul + sum)",
     "nca2-ephn": "TripletNCALoss(order=2), EPHN",
     "margin-semihard": "TripletMarginLoss, all/semihard",
+    "margin-dw": "MarginLoss, random/distance_weighted",
+    "margin-dw-all": "MarginLoss, all/distance_weighted",
+    "ms": "MultiSimilarityLoss, MultiSimilarityMiner()",
+    "ms-eps": "MultiSimilarityLoss, MultiSimilarityMiner(positive='easy')",
 }
+ALL_LOSSES = tuple(LOSS_LABELS)
 SAMPLES_PER_CLASS = 4
 SEED = 1234
 WARMUP_CALLS = 2
@@ -102,6 +112,15 @@ def _loss_fn(name):
         return tfdml.losses.TripletNCALoss(order=2, miner=tfdml.miners.TripletMiner("easy", "hard"))
     if name == "margin-semihard":
         return tfdml.losses.TripletMarginLoss(miner=tfdml.miners.TripletMiner("all", "semihard"))
+    miners = tfdml.miners
+    if name in ("margin-dw", "margin-dw-all"):
+        positive = "all" if name == "margin-dw-all" else "random"
+        return tfdml.losses.MarginLoss(
+            learn_beta=False, miner=miners.TripletMiner(positive, "distance_weighted", seed=SEED)
+        )
+    if name in ("ms", "ms-eps"):
+        positive = "easy" if name == "ms-eps" else "hard"
+        return tfdml.losses.MultiSimilarityLoss(miner=miners.MultiSimilarityMiner(positive=positive))
     raise ValueError(f"unknown loss {name!r}")
 
 
@@ -295,7 +314,8 @@ def _report(args, results, machine, started, elapsed, load):
         lines.append(_row(config, result))
     lines += [
         "",
-        "Losses: " + "; ".join(f"`{k}` = {v}" for k, v in LOSS_LABELS.items()) + ".",
+        "Losses: " + "; ".join(f"`{k}` = {v}" for k, v in LOSS_LABELS.items()
+                               if k in args.losses) + ".",
         "",
         "Ratio to floor: loss median / floor median, both timed in alternating rounds in "
         "the same worker process (floor rows: their own worker, ratio 1 by definition). "
@@ -362,7 +382,7 @@ def run_driver(args):
         (loss, batch, xla)
         for batch in args.sizes
         for xla in (False, True)
-        for loss in LOSSES
+        for loss in args.losses
     ]
     _log(f"loss_speed: {len(configs)} configurations, one worker process each")
     results = []
@@ -413,7 +433,9 @@ def main(argv=None):
     parser.add_argument("--output", default="benchmarks/results/loss_speed.md",
                         help="markdown file to write the report to ('' to skip)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--loss", choices=LOSSES, help=argparse.SUPPRESS)
+    parser.add_argument("--losses", nargs="+", choices=ALL_LOSSES, default=list(LOSSES),
+                        help="losses to run (default: " + " ".join(LOSSES) + ")")
+    parser.add_argument("--loss", choices=ALL_LOSSES, help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--xla", type=int, choices=(0, 1), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -640,3 +640,251 @@ def make_batch(counts, dim, seed):
     labels = make_labels(counts, seed)
     rng = np.random.default_rng(seed + 1000)
     return labels, rng.normal(size=(len(labels), dim))
+
+
+# -- distance-weighted sampling (Wu et al. 2017) -------------------------------------------------
+
+
+def distance_weighted_probabilities(anchor, ref_embeddings, candidates, lower_cutoff=0.5,
+                                    upper_cutoff=1.4):
+    """Target distribution of a distance-weighted negative draw for one anchor: ``[R]``.
+
+    ``candidates``: the reference rows the anchor may draw from (its negatives).
+    For points spread uniformly on the unit sphere in ``n`` dimensions the
+    pairwise distance has density ``q(d) ~ d^(n-2) (1 - d^2/4)^((n-3)/2)``;
+    a negative is drawn with probability proportional to ``1 / q(d)``, with
+    ``d`` clipped below at ``lower_cutoff`` and ``1 - d^2/4`` clipped below at
+    1e-6. Only candidates with (unclipped) ``d < upper_cutoff`` are drawn; if
+    none is that close, every candidate is equally likely. Rows that are not
+    candidates get probability 0.
+    """
+    anchor = _floats(np.asarray(anchor, dtype=np.float64))
+    ref_rows = np.asarray(ref_embeddings, dtype=np.float64).tolist()
+    n = len(anchor)
+    probs = np.zeros(len(ref_rows))
+    if not candidates:
+        return probs
+    dist = {r: math.sqrt(squared_distance(anchor, ref_rows[r])) for r in candidates}
+    close = [r for r in candidates if upper_cutoff is None or dist[r] < upper_cutoff]
+    if not close:
+        for r in candidates:
+            probs[r] = 1.0 / len(candidates)
+        return probs
+    log_w = {}
+    for r in close:
+        d = max(dist[r], lower_cutoff)
+        log_q = (n - 2) * math.log(d) + 0.5 * (n - 3) * math.log(max(1.0 - d * d / 4.0, 1e-6))
+        log_w[r] = -log_q  # w = 1 / q(d)
+    top = max(log_w.values())
+    total = sum(math.exp(v - top) for v in log_w.values())
+    for r, v in log_w.items():
+        probs[r] = math.exp(v - top) / total
+    return probs
+
+
+# -- pairs -----------------------------------------------------------------------------------------
+
+
+def multi_similarity_pairs(scores, labels, ref_labels=None, ref_offset=0, epsilon=0.1,
+                           positive="hard"):
+    """Pair mining of the multi-similarity loss: boolean ``(positive, negative)`` ``[B, R]``.
+
+    For anchor ``a``: a negative ``n`` is kept if ``S_an + epsilon > min_p S_ap``
+    Positives: ``"hard"`` keeps ``p`` if ``S_ap - epsilon < max_n S_an``,
+    ``"easy"`` only the most similar positive (first one on ties), ``"all"``
+    every positive. An anchor without a positive or without a negative keeps
+    no pair at all.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    labels = [int(v) for v in np.asarray(labels).reshape(-1)]
+    ref_labels = labels if ref_labels is None else [int(v) for v in np.asarray(ref_labels)]
+    pos_mask = np.zeros(scores.shape, dtype=bool)
+    neg_mask = np.zeros(scores.shape, dtype=bool)
+    for a in range(len(labels)):
+        row = scores[a].tolist()
+        pos = positives_of(a, labels, ref_labels, ref_offset)
+        neg = negatives_of(a, labels, ref_labels)
+        if not pos or not neg:
+            continue
+        if pos:
+            least_positive = min(row[p] for p in pos)
+            for n in neg:
+                if row[n] + epsilon > least_positive:
+                    neg_mask[a, n] = True
+        if positive == "hard":
+            if neg:
+                most_negative = max(row[n] for n in neg)
+                for p in pos:
+                    if row[p] - epsilon < most_negative:
+                        pos_mask[a, p] = True
+        elif positive == "easy":
+            if pos:
+                pos_mask[a, most_similar(row, pos)] = True
+        elif positive == "all":
+            for p in pos:
+                pos_mask[a, p] = True
+        else:
+            raise ValueError(positive)
+    return pos_mask, neg_mask
+
+
+def pairs_from_triplets(triplets, batch, num_ref):
+    """The positive and negative pairs used by a set of ``(a, p, n)`` triplets: ``[B, R]`` masks."""
+    pos_mask = np.zeros((batch, num_ref), dtype=bool)
+    neg_mask = np.zeros((batch, num_ref), dtype=bool)
+    for a, p, n in triplets:
+        pos_mask[a, p] = True
+        neg_mask[a, n] = True
+    return pos_mask, neg_mask
+
+
+def triplets_from_pairs(pos_mask, neg_mask):
+    """Every ``(a, p, n)`` with ``(a, p)`` a kept positive pair and ``(a, n)`` a kept negative pair."""
+    pos_mask, neg_mask = np.asarray(pos_mask), np.asarray(neg_mask)
+    out = set()
+    for a in range(pos_mask.shape[0]):
+        for p in range(pos_mask.shape[1]):
+            for n in range(neg_mask.shape[1]):
+                if pos_mask[a, p] and neg_mask[a, n]:
+                    out.add((a, p, n))
+    return out
+
+
+# -- pair losses -----------------------------------------------------------------------------------
+
+
+def _distances(embeddings, ref_embeddings, distance_kind, normalize):
+    x, ref = _prepare(embeddings, ref_embeddings, normalize)
+    out = np.zeros((x.shape[0], ref.shape[0]))
+    xs, refs = x.tolist(), ref.tolist()
+    for i in range(x.shape[0]):
+        for j in range(ref.shape[0]):
+            out[i, j] = distance(xs[i], refs[j], distance_kind)
+    return out
+
+
+def _mean(values):
+    return sum(values) / len(values)
+
+
+def mean_of_anchors(per_anchor, keep=None):
+    """Mean of ``{anchor: value}`` over the anchors in ``keep`` (default: all); 0 if none."""
+    values = [v for a, v in per_anchor.items() if keep is None or a in keep]
+    return _mean(values) if values else 0.0
+
+
+def _pair_loss(pos_mask, neg_mask, pos_value, neg_value):
+    """``{anchor: mean over its kept pairs}`` for the anchors with at least one pair."""
+    pos_mask, neg_mask = np.asarray(pos_mask), np.asarray(neg_mask)
+    per_anchor = {}
+    for a in range(pos_mask.shape[0]):
+        values = []
+        for r in range(pos_mask.shape[1]):
+            if pos_mask[a, r]:
+                values.append(pos_value(a, r))
+            if neg_mask[a, r]:
+                values.append(neg_value(a, r))
+        if values:
+            per_anchor[a] = _mean(values)
+    return per_anchor
+
+
+def hinge(z):
+    return max(z, 0.0)
+
+
+def contrastive_loss(embeddings, pos_mask, neg_mask, positive_margin=0.0, negative_margin=0.5,
+                     distance_kind="l2", normalize=True, ref_embeddings=None):
+    """Contrastive loss on given pairs. Returns ``(value, {anchor: loss})``.
+
+    Positive pair: ``max(d - positive_margin, 0)``; negative pair:
+    ``max(negative_margin - d, 0)``; per anchor the mean over its pairs, then the
+    mean over the anchors that have a pair.
+    """
+    d = _distances(embeddings, ref_embeddings, distance_kind, normalize)
+    per_anchor = _pair_loss(pos_mask, neg_mask,
+                            lambda a, r: hinge(d[a, r] - positive_margin),
+                            lambda a, r: hinge(negative_margin - d[a, r]))
+    return mean_of_anchors(per_anchor), per_anchor
+
+
+def _anchor_beta(beta, label):
+    """A scalar ``beta``, or the entry of a per-class ``beta`` for the anchor's class id."""
+    if isinstance(beta, (int, float)):
+        return float(beta)
+    return float(beta[int(label)])
+
+
+def margin_pair_loss(labels, embeddings, pos_mask, neg_mask, margin=0.2, beta=1.2,
+                     distance_kind="l2", normalize=True, ref_embeddings=None):
+    """Margin loss of Wu et al. on given pairs. Returns ``(value, {anchor: loss})``.
+
+    Positive pair: ``max(d - beta_a + margin, 0)``; negative pair:
+    ``max(beta_a - d + margin, 0)``; ``beta_a`` is ``beta`` or ``beta[label of a]``.
+    """
+    labels = [int(v) for v in np.asarray(labels).reshape(-1)]
+    d = _distances(embeddings, ref_embeddings, distance_kind, normalize)
+    per_anchor = _pair_loss(
+        pos_mask, neg_mask,
+        lambda a, r: hinge(d[a, r] - _anchor_beta(beta, labels[a]) + margin),
+        lambda a, r: hinge(_anchor_beta(beta, labels[a]) - d[a, r] + margin),
+    )
+    return mean_of_anchors(per_anchor), per_anchor
+
+
+def margin_triplet_input_loss(labels, embeddings, triplets, margin=0.2, beta=1.2,
+                              distance_kind="l2", normalize=True, ref_embeddings=None):
+    """Margin loss of Wu et al. on triplets. Returns ``(value, {anchor: loss})``.
+
+    A triplet ``(a, p, n)`` is worth the mean of its positive-pair and
+    negative-pair terms; per anchor the mean over its triplets.
+    """
+    labels = [int(v) for v in np.asarray(labels).reshape(-1)]
+    d = _distances(embeddings, ref_embeddings, distance_kind, normalize)
+    by_anchor = {}
+    for a, p, n in triplets:
+        b = _anchor_beta(beta, labels[a])
+        value = 0.5 * (hinge(d[a, p] - b + margin) + hinge(b - d[a, n] + margin))
+        by_anchor.setdefault(a, []).append(value)
+    per_anchor = {a: _mean(v) for a, v in by_anchor.items()}
+    return mean_of_anchors(per_anchor), per_anchor
+
+
+def multi_similarity_loss(embeddings, pos_mask, neg_mask, alpha=2.0, beta=50.0, base=0.5,
+                          normalize=True, ref_embeddings=None):
+    """Multi-similarity loss (Wang et al. 2019, eq. 12) on given pairs. Returns ``(value, {anchor: loss})``.
+
+    ``L_a = 1/alpha log(1 + sum_P exp(-alpha (S_ap - base)))
+          + 1/beta log(1 + sum_N exp(beta (S_an - base)))`` for the anchors that
+    keep at least one positive and one negative pair; the mean over those.
+    """
+    s = nca_scores(embeddings, ref_embeddings, normalize)
+    pos_mask, neg_mask = np.asarray(pos_mask), np.asarray(neg_mask)
+    per_anchor = {}
+    for a in range(s.shape[0]):
+        pos = [r for r in range(s.shape[1]) if pos_mask[a, r]]
+        neg = [r for r in range(s.shape[1]) if neg_mask[a, r]]
+        if not pos or not neg:
+            continue
+        pull = 1.0 + sum(math.exp(-alpha * (s[a, p] - base)) for p in pos)
+        push = 1.0 + sum(math.exp(beta * (s[a, n] - base)) for n in neg)
+        per_anchor[a] = math.log(pull) / alpha + math.log(push) / beta
+    return mean_of_anchors(per_anchor), per_anchor
+
+
+# -- trimming --------------------------------------------------------------------------------------
+
+
+def trim_keep(losses, valid, trim):
+    """The anchors a trimmed loss keeps (Shen & Sanghavi 2019), as a set of indices.
+
+    Of the ``n`` valid anchors, the ``floor(trim * n)`` with the highest loss are
+    dropped (``trim`` read as the exact decimal it is written as); among equal
+    losses the later anchor is dropped first.
+    """
+    from fractions import Fraction
+
+    valid_anchors = [a for a in range(len(losses)) if valid[a]]
+    drop = math.floor(Fraction(repr(float(trim))) * len(valid_anchors))
+    ranked = sorted(valid_anchors, key=lambda a: (float(losses[a]), a))
+    return set(ranked[:len(ranked) - drop])

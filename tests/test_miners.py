@@ -270,3 +270,558 @@ def test_semihard_all_counts_ties_as_not_more_similar(jit):
                 if candidates:
                     n = negative[a, p]
                     assert labels[n] != labels[a] and scores[a, n] == max(candidates)
+
+
+# == pair mining, pairs <-> triplets, distance-weighted sampling ==================================
+
+import math  # noqa: E402
+
+import scipy.stats  # noqa: E402
+
+import tfdml  # noqa: E402
+from tfdml.miners import MultiSimilarityMiner, Pairs, as_pairs, as_triplets  # noqa: E402
+
+
+def _ms_random_case(seed):
+    labels, x = ref.make_batch([4, 3, 3, 2, 1], 6, seed=seed)  # B=13, D=6
+    return ref.nca_scores(x), labels, None, 0
+
+
+MS_CASES = dict(CASES)
+MS_CASES.update({f"seed_{s}": (lambda s=s: _ms_random_case(s)) for s in (10, 11, 12)})
+
+
+def _mine_pairs(miner, scores, labels, ref_labels, ref_offset):
+    pairs = _mine(miner, scores, labels, ref_labels, ref_offset)
+    assert isinstance(pairs, Pairs)
+    pos, neg = pairs.positive.numpy(), pairs.negative.numpy()
+    assert pos.dtype == bool and neg.dtype == bool
+    assert pos.shape == neg.shape == scores.shape
+    return pos, neg
+
+
+@pytest.mark.parametrize("epsilon", [0.1, 0.0, 0.3])
+@pytest.mark.parametrize("positive", ["hard", "easy", "all"])
+@pytest.mark.parametrize("case", sorted(MS_CASES))
+def test_multi_similarity_miner_matches_reference(case, positive, epsilon):
+    scores, labels, ref_labels, ref_offset = MS_CASES[case]()
+    scores = scores.astype(np.float32)
+    miner = MultiSimilarityMiner(epsilon=epsilon, positive=positive)
+    pos, neg = _mine_pairs(miner, scores, labels, ref_labels, ref_offset)
+    want_pos, want_neg = ref.multi_similarity_pairs(scores, labels, ref_labels, ref_offset,
+                                                    epsilon, positive)
+    np.testing.assert_array_equal(pos, want_pos)
+    np.testing.assert_array_equal(neg, want_neg)
+    # Every pair is a real positive / negative pair.
+    all_pos, all_neg = ref.label_masks(labels, ref_labels, ref_offset)
+    assert not np.any(pos & ~all_pos) and not np.any(neg & ~all_neg)
+    assert neg.any() and pos.any()
+
+
+@pytest.mark.parametrize("case", sorted(MS_CASES))
+def test_multi_similarity_mining_is_selective(case):
+    """The fixtures exercise both filters: some pairs are dropped, some kept."""
+    scores, labels, ref_labels, ref_offset = MS_CASES[case]()
+    scores = scores.astype(np.float32)
+    all_pos, all_neg = ref.label_masks(labels, ref_labels, ref_offset)
+    pos, neg = _mine_pairs(MultiSimilarityMiner(0.1, "hard"), scores, labels, ref_labels,
+                           ref_offset)
+    assert neg.sum() < (all_neg & all_pos.any(axis=1, keepdims=True)).sum()
+    easy_pos, _ = _mine_pairs(MultiSimilarityMiner(0.1, "easy"), scores, labels, ref_labels,
+                              ref_offset)
+    np.testing.assert_array_equal(easy_pos.sum(axis=1), all_pos.any(axis=1).astype(int))
+
+
+def test_multi_similarity_miner_hand_example():
+    # labels 0 0 0 1 1, epsilon 1/8; all values exact in float32 (ties are real ties).
+    scores = np.array(
+        [
+            [1.0, 0.75, 0.375, 0.25, 0.0625],
+            [0.75, 1.0, 0.625, 0.6875, 0.1875],
+            [0.375, 0.625, 1.0, 0.5, 0.4375],
+            [0.25, 0.6875, 0.5, 1.0, 0.875],
+            [0.0625, 0.1875, 0.4375, 0.875, 1.0],
+        ],
+        np.float32,
+    )
+    labels = np.array([0, 0, 0, 1, 1])
+    # Anchor 0: min S_ap = 0.375; negative kept if S + 0.125 > 0.375: 3 (0.25) ties -> no.
+    #   Hard positives: S_ap - 0.125 < max S_an = 0.25: 2 (0.375) ties -> no; 1 no.
+    # Anchor 1: min S_ap = 0.625 -> negative 3 (0.6875) kept, 4 not; max S_an = 0.6875 ->
+    #   positives 0 (0.75 - 0.125 < 0.6875) and 2 (0.625) kept.
+    # Anchor 2: min S_ap = 0.375 -> negatives 3 (0.5) and 4 (0.4375) kept; max S_an = 0.5 ->
+    #   positive 0 (0.375) kept, 1 (0.625 - 0.125 = 0.5, a tie) dropped.
+    # Anchor 3: its one positive 4 (0.875) -> negatives need S > 0.75: none; max S_an = 0.6875:
+    #   0.875 - 0.125 not < 0.6875 -> no positive either.
+    # Anchor 4: positive 3 (0.875); negatives need S > 0.75: none; max S_an 0.4375: none.
+    want_hard_pos = {(1, 0), (1, 2), (2, 0)}
+    want_neg = {(1, 3), (2, 3), (2, 4)}
+    pos, neg = _mine_pairs(MultiSimilarityMiner(0.125, "hard"), scores, labels, None, 0)
+    assert set(zip(*np.nonzero(pos), strict=True)) == want_hard_pos
+    assert set(zip(*np.nonzero(neg), strict=True)) == want_neg
+    pos, neg = _mine_pairs(MultiSimilarityMiner(0.125, "easy"), scores, labels, None, 0)
+    assert set(zip(*np.nonzero(pos), strict=True)) == {(0, 1), (1, 0), (2, 1), (3, 4), (4, 3)}
+    assert set(zip(*np.nonzero(neg), strict=True)) == want_neg
+    ref_pos, ref_neg = ref.multi_similarity_pairs(scores, labels, epsilon=0.125, positive="hard")
+    assert set(zip(*np.nonzero(ref_pos), strict=True)) == want_hard_pos
+    assert set(zip(*np.nonzero(ref_neg), strict=True)) == want_neg
+
+
+def test_multi_similarity_easy_ties_pick_lowest_index():
+    scores = np.array([[1.0, 0.5, 0.5, 0.1], [0.5, 1.0, 0.2, 0.3], [0.5, 0.2, 1.0, 0.0],
+                       [0.1, 0.3, 0.0, 1.0]], np.float32)
+    labels = np.array([0, 0, 0, 1])
+    pos, _ = _mine_pairs(MultiSimilarityMiner(0.1, "easy"), scores, labels, None, 0)
+    assert pos[0].tolist() == [False, True, False, False]
+
+
+def test_multi_similarity_anchor_without_positive_or_negative():
+    scores = np.array([[1.0, 0.2, 0.9], [0.2, 1.0, 0.1], [0.9, 0.1, 1.0]], np.float32)
+    labels = np.array([0, 1, 1])  # anchor 0 has no positive
+    for positive in ("hard", "easy", "all"):
+        pos, neg = _mine_pairs(MultiSimilarityMiner(5.0, positive), scores, labels, None, 0)
+        assert not pos[0].any() and not neg[0].any()
+    one_class = np.zeros(3, np.int32)  # no negative anywhere: no pair at all
+    for positive in ("hard", "easy", "all"):
+        pos, neg = _mine_pairs(MultiSimilarityMiner(5.0, positive), scores, one_class, None, 0)
+        assert not pos.any() and not neg.any()
+    # The same anchors with a negative available keep their positives.
+    with_negative = np.concatenate([scores, np.full((3, 1), 0.5, np.float32)], axis=1)
+    pos, neg = _mine_pairs(MultiSimilarityMiner(5.0, "all"), with_negative, one_class,
+                           np.array([0, 0, 0, 1]), 0)
+    assert pos.sum() == 6 and neg[:, 3].all()
+
+
+def test_multi_similarity_miner_invalid_arguments():
+    for epsilon in (-0.1, "0.1", None, True, float("nan")):
+        with pytest.raises(ValueError, match="epsilon"):
+            MultiSimilarityMiner(epsilon=epsilon)
+    for positive in ("random", "semihard", None):
+        with pytest.raises(ValueError, match="positive"):
+            MultiSimilarityMiner(positive=positive)
+
+
+# -- as_pairs / as_triplets ------------------------------------------------------------------------
+
+PAIR_COMBOS = [("easy", "hard", False), ("hard", "semihard", False), ("all", "semihard", False),
+               ("all", "hard", False), ("easy", "all", False), ("all", "all", False),
+               ("random", "random", False), ("all", "random", False),
+               ("easy", "hard", True), ("random", "semihard", True)]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("positive,negative,disjoint", PAIR_COMBOS)
+def test_as_pairs_matches_reference(positive, negative, disjoint, case):
+    scores, labels, ref_labels, ref_offset = CASES[case]()
+    scores = scores.astype(np.float32)
+    triplets = _mine(TripletMiner(positive, negative, disjoint=disjoint, seed=4), scores,
+                     labels, ref_labels, ref_offset)
+    got_set = ref.triplet_set(*_arrays(triplets))
+    pairs = as_pairs(triplets, num_ref=scores.shape[1])
+    want_pos, want_neg = ref.pairs_from_triplets(got_set, *scores.shape)
+    np.testing.assert_array_equal(pairs.positive.numpy(), want_pos)
+    np.testing.assert_array_equal(pairs.negative.numpy(), want_neg)
+    assert want_pos.any()
+    if triplets.positive is None or triplets.negative is None:  # num_ref read from the mask
+        again = as_pairs(triplets)
+        np.testing.assert_array_equal(again.positive.numpy(), want_pos)
+        np.testing.assert_array_equal(again.negative.numpy(), want_neg)
+    else:
+        with pytest.raises(ValueError, match="num_ref"):
+            as_pairs(triplets)
+
+
+@pytest.mark.parametrize("positive", ["hard", "easy", "all"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_as_triplets_matches_reference(case, positive):
+    scores, labels, ref_labels, ref_offset = CASES[case]()
+    scores = scores.astype(np.float32)
+    pairs = _mine(MultiSimilarityMiner(0.2, positive), scores, labels, ref_labels, ref_offset)
+    triplets = as_triplets(pairs)
+    assert triplets.positive is None and triplets.negative is None
+    assert triplets.mask.shape == (scores.shape[0], scores.shape[1], scores.shape[1])
+    want = ref.triplets_from_pairs(pairs.positive.numpy(), pairs.negative.numpy())
+    assert want
+    assert ref.triplet_set(*_arrays(triplets)) == want
+    assert as_pairs(pairs) is pairs
+    # Round trip: the pairs of the triplets are the pairs of anchors with both kinds.
+    back = as_pairs(triplets)
+    both = pairs.positive.numpy().any(axis=1) & pairs.negative.numpy().any(axis=1)
+    np.testing.assert_array_equal(back.positive.numpy(), pairs.positive.numpy() & both[:, None])
+    np.testing.assert_array_equal(back.negative.numpy(), pairs.negative.numpy() & both[:, None])
+
+
+def test_as_triplets_passes_triplets_through():
+    scores, labels, _, _ = _batch_case()
+    t = TripletMiner("easy", "hard").mine(tf.constant(scores, tf.float32), tf.constant(labels))
+    assert as_triplets(t) is t
+
+
+# -- distance-weighted sampling --------------------------------------------------------------------
+
+DW_DIM = 6
+
+
+def _unit(v):
+    v = np.asarray(v, np.float64)
+    return v / np.linalg.norm(v, axis=-1, keepdims=True)
+
+
+def _at_distance(anchor, d, rng):
+    """A unit vector at Euclidean distance ``d`` from the unit vector ``anchor``."""
+    u = rng.normal(size=anchor.shape)
+    u = _unit(u - np.dot(u, anchor) * anchor)
+    cos = 1.0 - d * d / 2.0
+    return cos * anchor + math.sqrt(max(1.0 - cos * cos, 0.0)) * u
+
+
+def _dw_problem(copies, seed=0):
+    """3 distinct anchors (classes 0, 1, 2), each repeated ``copies`` times, against a
+    reference set of 14 unit vectors; the anchors are not in the reference set."""
+    rng = np.random.default_rng(seed)
+    ref_x = _unit(rng.normal(size=(14, DW_DIM))).astype(np.float32)
+    ref_labels = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 4, 5, 6], np.int32)
+    anchors = _unit(rng.normal(size=(3, DW_DIM))).astype(np.float32)
+    anchor_labels = np.array([0, 1, 2], np.int32)
+    x = np.repeat(anchors, copies, axis=0)
+    labels = np.repeat(anchor_labels, copies)
+    return x, labels, ref_x, ref_labels
+
+
+def _dw_target(x, labels, ref_x, ref_labels, rows, **cutoffs):
+    """Reference probabilities over the reference rows for each anchor row in ``rows``."""
+    out = {}
+    for a in rows:
+        negatives = ref.negatives_of(a, [int(v) for v in labels], [int(v) for v in ref_labels])
+        out[a] = ref.distance_weighted_probabilities(x[a], ref_x, negatives, **cutoffs)
+    return out
+
+
+def _chi2_statistic(counts, probs):
+    """Pearson's statistic and degrees of freedom; cells with expected count < 5 are pooled.
+
+    A draw from a zero-probability cell fails the test outright.
+    """
+    counts = np.asarray(counts, np.float64)
+    probs = np.asarray(probs, np.float64)
+    assert np.all(counts[probs == 0] == 0), (counts, probs)
+    total = counts.sum()
+    expected = probs * total
+    keep = expected >= 5
+    obs = list(counts[keep])
+    exp = list(expected[keep])
+    rest = (probs > 0) & ~keep
+    if rest.any():
+        obs.append(counts[rest].sum())
+        exp.append(expected[rest].sum())
+    obs, exp = np.array(obs), np.array(exp)
+    return float(np.sum((obs - exp) ** 2 / exp)), len(obs) - 1
+
+
+def _chi2_pvalue(groups):
+    """Combined goodness-of-fit p-value of independent ``(counts, probs)`` groups."""
+    stat, dof = 0.0, 0
+    for counts, probs in groups:
+        s, d = _chi2_statistic(counts, probs)
+        stat += s
+        dof += d
+    assert dof > 0
+    return float(scipy.stats.chi2.sf(stat, dof))
+
+
+def _uniform_over_support(probs):
+    support = np.asarray(probs) > 0
+    return support / support.sum()
+
+
+def _mine_dw(miner, x, labels, ref_x, ref_labels, ref_offset=None, scores=None):
+    if scores is None:
+        scores = x @ ref_x.T
+    return miner.mine(tf.constant(scores, tf.float32), tf.constant(labels),
+                      tf.constant(ref_labels), ref_offset, embeddings=tf.constant(x),
+                      ref_embeddings=tf.constant(ref_x))
+
+
+COPIES = 1500
+
+
+def test_distance_weighted_reference_is_normalized_and_follows_formula():
+    """Sanity check of the reference on one hand-made anchor (dimension 4)."""
+    rng = np.random.default_rng(0)
+    anchor = _unit(rng.normal(size=4))
+    distances = [0.3, 0.9, 1.2, 1.5]
+    ref_x = np.stack([_at_distance(anchor, d, rng) for d in distances])
+    probs = ref.distance_weighted_probabilities(anchor, ref_x, [0, 1, 2, 3])
+    # n = 4: w = 1/q = d^-2 (1 - d^2/4)^(-1/2); d = 0.3 is clipped to 0.5; 1.5 >= 1.4 excluded.
+    w = [0.5 ** -2 / math.sqrt(1 - 0.0625), 0.9 ** -2 / math.sqrt(1 - 0.2025),
+         1.2 ** -2 / math.sqrt(1 - 0.36)]
+    np.testing.assert_allclose(probs, np.array(w + [0.0]) / sum(w), rtol=1e-9)
+
+
+def test_distance_weighted_easy_positive_matches_target():
+    x, labels, ref_x, ref_labels = _dw_problem(COPIES)
+    t = _mine_dw(TripletMiner("easy", "distance_weighted", seed=3), x, labels, ref_x, ref_labels)
+    pos, neg, mask = _arrays(t)
+    assert mask.all()
+    scores = (x @ ref_x.T).astype(np.float32)
+    targets = _dw_target(x, labels, ref_x, ref_labels, [0, COPIES, 2 * COPIES])
+    groups, uniform_groups = [], []
+    for k, first in enumerate([0, COPIES, 2 * COPIES]):
+        rows = slice(first, first + COPIES)
+        # The positive is the easy (most similar) one for every copy.
+        want_p = ref.most_similar(scores[first].tolist(),
+                                  ref.positives_of(first, list(labels), list(ref_labels), None))
+        assert np.all(pos[rows, 0] == want_p), k
+        counts = np.bincount(neg[rows, 0], minlength=len(ref_labels))
+        groups.append((counts, targets[first]))
+        uniform_groups.append((counts, _uniform_over_support(targets[first])))
+    assert _chi2_pvalue(groups) > 1e-3
+    # The test has power: the same draws reject uniform sampling among the candidates.
+    assert _chi2_pvalue(uniform_groups) < 1e-6
+
+
+def test_distance_weighted_all_positives_matches_target():
+    x, labels, ref_x, ref_labels = _dw_problem(COPIES // 3)
+    copies = COPIES // 3
+    t = _mine_dw(TripletMiner("all", "distance_weighted", seed=8), x, labels, ref_x, ref_labels)
+    pos, neg, mask = _arrays(t)
+    assert pos is None
+    all_pos, _ = ref.label_masks(labels, ref_labels, None)
+    np.testing.assert_array_equal(mask[:, :, 0], all_pos)  # one triplet per positive pair
+    targets = _dw_target(x, labels, ref_x, ref_labels, [0, copies, 2 * copies])
+    groups, uniform_groups = [], []
+    for first in (0, copies, 2 * copies):
+        rows = slice(first, first + copies)
+        draws = neg[rows][mask[rows, :, 0]]
+        assert len(draws) == 3 * copies  # 3 positives per anchor
+        counts = np.bincount(draws, minlength=len(ref_labels))
+        groups.append((counts, targets[first]))
+        uniform_groups.append((counts, _uniform_over_support(targets[first])))
+    assert _chi2_pvalue(groups) > 1e-3
+    assert _chi2_pvalue(uniform_groups) < 1e-6
+
+    # Draws are independent per (anchor, positive): the chance that the 3 positives of an
+    # anchor get the same negative is sum_k p_k^3, not 1.
+    first = 0
+    p_same = float(np.sum(targets[first] ** 3))
+    rows = neg[:copies][mask[:copies, :, 0]].reshape(copies, 3)
+    same = int(np.sum((rows[:, 0] == rows[:, 1]) & (rows[:, 1] == rows[:, 2])))
+    assert scipy.stats.binomtest(same, copies, p_same).pvalue > 1e-3
+
+
+def test_distance_weighted_disjoint_first_anchor_matches_target():
+    x, labels, ref_x, ref_labels = _dw_problem(1)  # 3 anchors, not in the reference set
+    miner = TripletMiner("easy", "distance_weighted", disjoint=True, seed=5)
+    mine = tf.function(lambda: miner.mine(
+        tf.constant(x @ ref_x.T), tf.constant(labels), tf.constant(ref_labels), None,
+        embeddings=tf.constant(x), ref_embeddings=tf.constant(ref_x)))
+    draws = []
+    for _ in range(1200):
+        t = mine()
+        assert bool(t.mask[0, 0, 0])
+        draws.append(int(t.negative[0, 0]))
+    counts = np.bincount(draws, minlength=len(ref_labels))
+    target = _dw_target(x, labels, ref_x, ref_labels, [0])[0]
+    assert _chi2_pvalue([(counts, target)]) > 1e-3
+    assert _chi2_pvalue([(counts, _uniform_over_support(target))]) < 1e-4
+
+
+@pytest.mark.parametrize("positive,disjoint", [("easy", False), ("random", False),
+                                               ("all", False), ("easy", True)])
+def test_distance_weighted_same_seed_same_draws(positive, disjoint):
+    x, labels, ref_x, ref_labels = _dw_problem(20)
+    runs = []
+    for seed in (7, 7, 8):
+        miner = TripletMiner(positive, "distance_weighted", disjoint=disjoint, seed=seed)
+        runs.append([_arrays(_mine_dw(miner, x, labels, ref_x, ref_labels)) for _ in range(2)])
+    for first, second in zip(runs[0], runs[1], strict=True):
+        for u, v in zip(first, second, strict=True):
+            np.testing.assert_array_equal(u, v)
+    if not disjoint:  # 60 anchors: other seeds and later calls draw other negatives
+        assert not np.array_equal(runs[0][0][1], runs[2][0][1])
+        assert not np.array_equal(runs[0][0][1], runs[0][1][1])
+
+
+def _constructed_problem(negative_distances, copies, seed=0, positive_distance=0.4):
+    """One anchor (class 0) repeated ``copies`` times; reference: one positive and negatives
+    (classes 1, 2, ...) at the given Euclidean distances from the anchor."""
+    rng = np.random.default_rng(seed)
+    anchor = _unit(rng.normal(size=DW_DIM))
+    rows = [_at_distance(anchor, positive_distance, rng)]
+    rows += [_at_distance(anchor, d, rng) for d in negative_distances]
+    ref_x = np.stack(rows).astype(np.float32)
+    ref_labels = np.arange(len(rows), dtype=np.int32)
+    x = np.repeat(anchor[None].astype(np.float32), copies, axis=0)
+    return x, np.zeros(copies, np.int32), ref_x, ref_labels
+
+
+def test_distance_weighted_upper_cutoff_falls_back_to_uniform():
+    # Every negative is at least 1.45 away: uniform over all 5 negatives.
+    x, labels, ref_x, ref_labels = _constructed_problem([1.45, 1.6, 1.75, 1.9, 1.98], 2000)
+    t = _mine_dw(TripletMiner("easy", "distance_weighted", seed=2), x, labels, ref_x, ref_labels)
+    counts = np.bincount(_arrays(t)[1][:, 0], minlength=6)
+    target = _dw_target(x, labels, ref_x, ref_labels, [0])[0]
+    np.testing.assert_allclose(target, [0, 0.2, 0.2, 0.2, 0.2, 0.2])
+    assert _chi2_pvalue([(counts, target)]) > 1e-3
+    # The weighted distribution over the same 5 (upper_cutoff=None) is far from uniform
+    # and is what the miner draws without a cutoff.
+    weighted = _dw_target(x, labels, ref_x, ref_labels, [0], upper_cutoff=None)[0]
+    assert _chi2_pvalue([(counts, weighted)]) < 1e-6
+    t = _mine_dw(TripletMiner("easy", "distance_weighted", seed=2, upper_cutoff=None), x,
+                 labels, ref_x, ref_labels)
+    counts = np.bincount(_arrays(t)[1][:, 0], minlength=6)
+    assert _chi2_pvalue([(counts, weighted)]) > 1e-3
+
+
+def test_distance_weighted_upper_cutoff_excludes_far_negatives():
+    # One negative within 1.4: it is always drawn, however likely the far ones would be.
+    x, labels, ref_x, ref_labels = _constructed_problem([1.3, 1.5, 1.9, 1.95], 500)
+    for positive in ("easy", "all"):
+        t = _mine_dw(TripletMiner(positive, "distance_weighted", seed=2), x, labels, ref_x,
+                     ref_labels)
+        _, neg, mask = _arrays(t)
+        drawn = neg[mask[:, :, 0]]
+        assert len(drawn) == 500 and np.all(drawn == 1), np.bincount(drawn)
+    # A lower upper cutoff (1.2) leaves none within reach: uniform again.
+    t = _mine_dw(TripletMiner("easy", "distance_weighted", seed=2, upper_cutoff=1.2), x,
+                 labels, ref_x, ref_labels)
+    counts = np.bincount(_arrays(t)[1][:, 0], minlength=5)
+    assert _chi2_pvalue([(counts, [0, 0.25, 0.25, 0.25, 0.25])]) > 1e-3
+
+
+def test_distance_weighted_lower_cutoff_clips_close_negatives():
+    distances = [0.15, 0.3, 0.45, 0.8, 1.1]
+    x, labels, ref_x, ref_labels = _constructed_problem(distances, 3000)
+    clipped = _dw_target(x, labels, ref_x, ref_labels, [0], lower_cutoff=0.5)[0]
+    unclipped = _dw_target(x, labels, ref_x, ref_labels, [0], lower_cutoff=0.1)[0]
+    # Below the cutoff all negatives weigh the same.
+    np.testing.assert_allclose(clipped[1:4], clipped[1], rtol=1e-9)
+    assert unclipped[1] > 5 * unclipped[3]
+    results = {}
+    for lower in (0.5, 0.1):
+        miner = TripletMiner("easy", "distance_weighted", seed=6, lower_cutoff=lower)
+        results[lower] = np.bincount(
+            _arrays(_mine_dw(miner, x, labels, ref_x, ref_labels))[1][:, 0], minlength=6)
+    assert _chi2_pvalue([(results[0.5], clipped)]) > 1e-3
+    assert _chi2_pvalue([(results[0.1], unclipped)]) > 1e-3
+    assert _chi2_pvalue([(results[0.5], unclipped)]) < 1e-6
+    assert _chi2_pvalue([(results[0.1], clipped)]) < 1e-6
+
+
+@pytest.mark.parametrize("positive,disjoint", [("easy", False), ("all", False), ("easy", True)])
+def test_distance_weighted_needs_embeddings(positive, disjoint):
+    scores, labels, ref_labels, ref_offset = _batch_case()
+    miner = TripletMiner(positive, "distance_weighted", disjoint=disjoint, seed=0)
+    with pytest.raises(ValueError, match="embeddings"):
+        _mine(miner, scores.astype(np.float32), labels, ref_labels, ref_offset)
+
+
+def test_distance_weighted_invalid_cutoffs():
+    bad = [dict(lower_cutoff=-0.1), dict(lower_cutoff=2.0), dict(lower_cutoff="0.5"),
+           dict(lower_cutoff=None), dict(upper_cutoff=0.5), dict(upper_cutoff=0.3),
+           dict(lower_cutoff=1.0, upper_cutoff=0.9), dict(upper_cutoff="1.4"),
+           dict(upper_cutoff=True)]
+    for kwargs in bad:
+        with pytest.raises(ValueError, match="cutoff"):
+            TripletMiner("easy", "distance_weighted", **kwargs)
+    TripletMiner("easy", "distance_weighted", lower_cutoff=0.0, upper_cutoff=None)  # fine
+
+
+def _check_distance_weighted_triplets(triplets, x, labels, ref_x, ref_labels, ref_offset):
+    """Every mined triplet is valid and its negative is in the support of the target."""
+    pos, neg, mask = _arrays(triplets)
+    got = ref.triplet_set(pos, neg, mask)
+    lab, rlab = [int(v) for v in labels], [int(v) for v in ref_labels]
+    anchors_with_triplet = set()
+    for a, p, n in got:
+        anchors_with_triplet.add(a)
+        assert rlab[p] == lab[a] and (ref_offset is None or p != a + ref_offset)
+        assert rlab[n] != lab[a]
+        target = ref.distance_weighted_probabilities(x[a], ref_x, ref.negatives_of(a, lab, rlab))
+        assert target[n] > 0, (a, p, n)
+    return got, anchors_with_triplet
+
+
+@pytest.mark.parametrize("positive,disjoint", [("easy", False), ("all", False),
+                                               ("random", False), ("easy", True)])
+def test_distance_weighted_under_xla_gives_valid_negatives(positive, disjoint):
+    labels, x = ref.make_batch([4, 3, 3, 2, 1], 6, seed=2)
+    x = _unit(x).astype(np.float32)
+    miner = TripletMiner(positive, "distance_weighted", disjoint=disjoint, seed=1)
+    mine = tf.function(lambda s, lab, e: miner.mine(s, lab, embeddings=e), jit_compile=True)
+    for _ in range(3):
+        t = mine(tf.constant(x @ x.T), tf.constant(labels), tf.constant(x))
+        got, anchors = _check_distance_weighted_triplets(t, x, labels, x, labels, 0)
+        if not disjoint:  # every anchor with a positive has a triplet (all have negatives)
+            has_pos = ref.label_masks(labels)[0].any(axis=1)
+            assert anchors == set(np.nonzero(has_pos)[0].tolist())
+            if positive == "all":
+                assert len(got) == ref.label_masks(labels)[0].sum()
+        else:
+            assert got
+
+
+# -- two samples per class: easy positives are the only positives -------------------------------
+
+
+def _two_per_class_batch():
+    labels = ref.make_labels([2, 2, 2, 2, 2], seed=6)  # B=10
+    x = np.random.default_rng(16).normal(size=(10, 6)).astype(np.float32)
+    return labels, x
+
+
+@pytest.mark.parametrize("negative", ["hard", "semihard", "easy", "random", "distance_weighted",
+                                      "all"])
+def test_two_per_class_easy_positive_equals_random_positive(negative):
+    labels, x = _two_per_class_batch()
+    xn = _unit(x).astype(np.float32)
+    scores = tf.constant(xn @ xn.T)
+    chosen = {}
+    for positive in ("easy", "random", "hard"):
+        miner = TripletMiner(positive, negative, seed=3)
+        t = miner.mine(scores, tf.constant(labels), embeddings=tf.constant(xn))
+        chosen[positive] = t.positive.numpy()[:, 0]
+        assert t.mask.numpy().any(axis=(1, 2)).all()
+    want = [next(j for j in range(10) if j != a and labels[j] == labels[a]) for a in range(10)]
+    for positive in ("easy", "random", "hard"):
+        np.testing.assert_array_equal(chosen[positive], want)
+
+
+@pytest.mark.parametrize("negative", ["hard", "semihard", "easy", "all"])
+@pytest.mark.parametrize("make_loss", [
+    lambda miner: tfdml.losses.TripletNCALoss(order=2, miner=miner),
+    lambda miner: tfdml.losses.TripletMarginLoss(miner=miner),
+    lambda miner: tfdml.losses.MarginLoss(learn_beta=False, miner=miner),
+    lambda miner: tfdml.losses.ContrastiveLoss(miner=miner),
+    lambda miner: tfdml.losses.MultiSimilarityLoss(miner=miner),
+], ids=["nca", "triplet_margin", "margin", "contrastive", "multi_similarity"])
+def test_two_per_class_easy_positive_loss_equals_random_positive_loss(negative, make_loss):
+    labels, x = _two_per_class_batch()
+    values = {}
+    for positive in ("easy", "random"):
+        xt = tf.constant(x)
+        with tf.GradientTape() as tape:
+            tape.watch(xt)
+            value = make_loss(TripletMiner(positive, negative, seed=9))(labels, xt)
+        values[positive] = (value.numpy(), tape.gradient(value, xt).numpy())
+    assert values["easy"][0] > 0 or negative == "easy"
+    assert values["easy"][0] == values["random"][0]
+    np.testing.assert_array_equal(values["easy"][1], values["random"][1])
+
+
+@pytest.mark.parametrize("make_loss", [
+    lambda miner: tfdml.losses.MultiSimilarityLoss(miner=miner),
+    lambda miner: tfdml.losses.ContrastiveLoss(miner=miner),
+    lambda miner: tfdml.losses.MarginLoss(learn_beta=False, miner=miner),
+], ids=["multi_similarity", "contrastive", "margin"])
+def test_two_per_class_multi_similarity_easy_equals_all(make_loss):
+    labels, x = _two_per_class_batch()
+    xn = _unit(x).astype(np.float32)
+    easy = MultiSimilarityMiner(0.1, "easy").mine(tf.constant(xn @ xn.T), tf.constant(labels))
+    every = MultiSimilarityMiner(0.1, "all").mine(tf.constant(xn @ xn.T), tf.constant(labels))
+    np.testing.assert_array_equal(easy.positive.numpy(), every.positive.numpy())
+    np.testing.assert_array_equal(easy.negative.numpy(), every.negative.numpy())
+    assert easy.positive.numpy().sum() == 10
+    value_easy = make_loss(MultiSimilarityMiner(0.1, "easy"))(labels, x).numpy()
+    value_all = make_loss(MultiSimilarityMiner(0.1, "all"))(labels, x).numpy()
+    assert value_easy > 0 and value_easy == value_all

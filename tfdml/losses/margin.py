@@ -95,7 +95,10 @@ def _margin_per_anchor(labels, embeddings, margin, beta, distance, miner, normal
     )
     dist = ops.distance_matrix(x, ref, distance)
     mined = miner.mine(-dist, labels, ref_labels, ref_offset, x, ref)
-    beta = tf.cast(tf.convert_to_tensor(beta), dist.dtype)
+    if isinstance(beta, (numbers.Real, np.ndarray, list, tuple)):
+        beta = tf.constant(np.asarray(beta, np.float64), dist.dtype)  # full precision in float64
+    else:
+        beta = tf.cast(beta, dist.dtype)
     if beta.shape.rank == 1:
         if num_classes is not None:
             labels = _check_class_ids(labels, num_classes)
@@ -312,7 +315,8 @@ class MarginLoss(MetricLoss):
                 "`loss.trainable_variables` in your own loop).",
                 stacklevel=3,
             )
-        return _margin_per_anchor(labels, embeddings, self.margin, self.beta, self.distance,
+        beta = self._fixed_beta if self._beta_layer is None else self.beta
+        return _margin_per_anchor(labels, embeddings, self.margin, beta, self.distance,
                                   self.miner, self.normalize, ref_embeddings, ref_labels,
                                   ref_offset, self.num_classes)
 

@@ -1,0 +1,283 @@
+"""ContrastiveLoss / contrastive_loss against the naive references of tests/references.py.
+
+Values must match to 1e-5 (float32); float32 gradients are compared with central finite
+differences of the float64 reference with the pairs held fixed (all pairs without a miner;
+otherwise the miner's recorded output, checked against the reference miner first).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import references as ref
+import tensorflow as tf
+
+from tfdml.losses import ContrastiveLoss, contrastive_loss
+from tfdml.miners import Miner, MultiSimilarityMiner, Pairs, TripletMiner
+
+VALUE_TOL = 1e-5
+GRAD_ATOL = 1e-5
+GRAD_RTOL = 1e-4
+
+
+class RecordingMiner(Miner):
+    """Delegates to another miner and keeps the scores it saw and what it returned."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.scores = None
+        self.mined = None
+
+    def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
+             ref_embeddings=None):
+        self.scores = np.asarray(scores)
+        self.mined = self.inner.mine(scores, labels, ref_labels=ref_labels, ref_offset=ref_offset,
+                                     embeddings=embeddings, ref_embeddings=ref_embeddings)
+        return self.mined
+
+
+def checked_pairs(recorder, labels, ref_labels, ref_offset):
+    """The recorded mining result as ``(pos, neg)`` masks, checked against the reference."""
+    inner, mined, scores = recorder.inner, recorder.mined, recorder.scores
+    ref_labels = labels if ref_labels is None else ref_labels
+    if isinstance(mined, Pairs):
+        pos, neg = mined.positive.numpy(), mined.negative.numpy()
+        want = ref.multi_similarity_pairs(scores, labels, ref_labels, ref_offset,
+                                          inner.epsilon, inner.positive)
+        np.testing.assert_array_equal(pos, want[0])
+        np.testing.assert_array_equal(neg, want[1])
+        return pos, neg
+    arrays = [None if t is None else t.numpy() for t in mined]
+    got = ref.triplet_set(*arrays)
+    negative = "random" if inner.negative == "distance_weighted" else inner.negative
+    want = ref.mine_triplets(scores, labels, ref_labels, ref_offset, inner.positive, negative,
+                             disjoint=inner.disjoint,
+                             chooser=ref.chooser_from(*arrays, disjoint=inner.disjoint))
+    assert got == want
+    return ref.pairs_from_triplets(got, *scores.shape)
+
+
+def _as_f32(x):
+    x32 = np.asarray(x, np.float32)
+    return x32, x32.astype(np.float64)
+
+
+def run_contrastive(labels, x, miner=None, positive_margin=0.0, negative_margin=0.5,
+                    distance="l2", ref_set=None, functional=False, grad=True, normalize=True):
+    x32, x64 = _as_f32(x)
+    recorder = None if miner is None else RecordingMiner(miner)
+    kwargs, ref_kwargs = {}, {}
+    ref_labels, ref_offset = None, 0
+    if ref_set is not None:
+        r32, r64 = _as_f32(ref_set[0])
+        ref_labels, ref_offset = ref_set[1], ref_set[2]
+        kwargs = dict(ref_embeddings=tf.constant(r32), ref_labels=tf.constant(ref_labels),
+                      ref_offset=ref_offset)
+        ref_kwargs = dict(ref_embeddings=r64)
+    xt = tf.constant(x32)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        if functional:
+            value = contrastive_loss(tf.constant(labels), xt, positive_margin=positive_margin,
+                                     negative_margin=negative_margin, distance=distance,
+                                     miner=recorder, normalize=normalize, **kwargs)
+        else:
+            assert ref_set is None
+            loss = ContrastiveLoss(positive_margin=positive_margin,
+                                   negative_margin=negative_margin, distance=distance,
+                                   miner=recorder, normalize=normalize)
+            value = loss(tf.constant(labels), xt)
+    assert value.dtype == tf.float32 and value.shape == ()
+    if recorder is None:
+        pos, neg = ref.label_masks(labels, ref_labels, ref_offset)
+    else:
+        pos, neg = checked_pairs(recorder, labels, ref_labels, ref_offset)
+
+    def reference(e):
+        return ref.contrastive_loss(e, pos, neg, positive_margin, negative_margin, distance,
+                                    normalize, **ref_kwargs)
+
+    want, per_anchor = reference(x64)
+    np.testing.assert_allclose(value.numpy(), want, rtol=0, atol=VALUE_TOL)
+    if grad:
+        tf_grad = tape.gradient(value, xt).numpy()
+        fd = ref.finite_difference_gradient(lambda e: reference(e)[0], x64)
+        assert np.all(np.isfinite(tf_grad))
+        np.testing.assert_allclose(tf_grad, fd, rtol=GRAD_RTOL, atol=GRAD_ATOL)
+    return want, per_anchor
+
+
+BATCH_A = ref.make_batch([4, 3, 2, 2, 1], 7, seed=0)  # B=12, D=7
+BATCH_B = ref.make_batch([3, 3, 2, 1, 1], 16, seed=1)  # B=10, D=16
+
+MINERS = {
+    "none": lambda: None,
+    "ms_hard": lambda: MultiSimilarityMiner(0.1, "hard"),
+    "ms_easy": lambda: MultiSimilarityMiner(0.1, "easy"),
+    "easy_hard": lambda: TripletMiner("easy", "hard"),
+    "all_semihard": lambda: TripletMiner("all", "semihard"),
+    "all_all": lambda: TripletMiner("all", "all"),
+    "dw_easy": lambda: TripletMiner("easy", "distance_weighted", seed=2),
+    "random_random": lambda: TripletMiner("random", "random", seed=3),
+}
+
+
+@pytest.mark.parametrize("miner", sorted(MINERS))
+def test_class_form_matches_reference(miner):
+    want, per_anchor = run_contrastive(*BATCH_A, MINERS[miner](), negative_margin=1.4)
+    assert want > 0 and per_anchor
+    run_contrastive(*BATCH_B, MINERS[miner](), positive_margin=0.8, negative_margin=1.3,
+                    grad=False)
+
+
+@pytest.mark.parametrize("distance,margins", [("squared_l2", (0.0, 2.0)),
+                                              ("squared_l2", (0.5, 1.5)),
+                                              ("cosine", (0.2, 0.9)), ("l2", (0.9, 1.3))])
+@pytest.mark.parametrize("miner", ["none", "ms_easy", "all_semihard"])
+def test_distances_and_margins(miner, distance, margins):
+    want, _ = run_contrastive(*BATCH_A, MINERS[miner](), *margins, distance=distance)
+    assert want > 0
+
+
+def test_without_normalization():
+    labels, x = BATCH_A
+    want, _ = run_contrastive(labels, 0.5 * x, None, 0.5, 2.0, normalize=False)
+    assert want > 0
+
+
+def test_positive_margin_stops_the_pull():
+    """Positive pairs closer than positive_margin contribute 0 (and no gradient)."""
+    labels, x = BATCH_A
+    x = np.asarray(x, np.float32)
+    loss = ContrastiveLoss(positive_margin=2.5, negative_margin=0.0)  # every d <= 2 < 2.5
+    xt = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        value = loss(labels, xt)
+    assert value.numpy() == 0.0
+    assert np.all(tape.gradient(value, xt).numpy() == 0.0)
+
+
+# -- reference sets --------------------------------------------------------------------------------
+
+REF_LABELS, REF_X = ref.make_batch([4, 3, 3, 2, 1, 1], 5, seed=3)  # R=14, D=5
+
+
+@pytest.mark.parametrize("miner", ["none", "ms_hard", "easy_hard", "all_all", "dw_easy"])
+def test_functional_reference_set_with_offset(miner):
+    labels, x = REF_LABELS[3:9], REF_X[3:9]
+    run_contrastive(labels, x, MINERS[miner](), 0.2, 1.3, ref_set=(REF_X, REF_LABELS, 3),
+                    functional=True)
+
+
+@pytest.mark.parametrize("miner", ["none", "ms_easy", "all_semihard", "dw_easy"])
+def test_functional_reference_set_without_offset(miner):
+    rng = np.random.default_rng(21)
+    x = rng.normal(size=(6, 5))
+    labels = np.array([1, 4, 7, 100, 1, 16], np.int32)  # 100 has no positive
+    run_contrastive(labels, x, MINERS[miner](), 0.0, 1.2, ref_set=(REF_X, REF_LABELS, None),
+                    functional=True)
+
+
+def test_anchor_with_negatives_only_counts_without_miner():
+    """Without a miner an anchor with no positive still has its negative pairs."""
+    labels, x = BATCH_A
+    singleton = [a for a in range(len(labels)) if np.sum(labels == labels[a]) == 1]
+    assert singleton
+    per_anchor = ContrastiveLoss(negative_margin=1.4, reduction="none")(
+        labels, np.asarray(x, np.float32)).numpy()
+    pos, neg = ref.label_masks(labels)
+    _, want = ref.contrastive_loss(np.asarray(x, np.float32).astype(np.float64), pos, neg,
+                                   0.0, 1.4)
+    assert set(want) == set(range(len(labels)))
+    np.testing.assert_allclose(per_anchor, [want[a] for a in range(len(labels))],
+                               atol=VALUE_TOL)
+    assert per_anchor[singleton[0]] > 0
+
+
+# -- float64 and tf.test.compute_gradient ---------------------------------------------------------
+
+SMALL_LABELS = np.array([2, 5, 2, 5, 2, 9], np.int32)
+
+
+@pytest.mark.parametrize("make_miner,distance", [
+    (lambda: None, "l2"), (lambda: None, "squared_l2"),
+    (lambda: MultiSimilarityMiner(0.3, "easy"), "cosine"),
+    (lambda: TripletMiner("easy", "hard"), "l2"),
+])
+def test_float64_compute_gradient(make_miner, distance):
+    x = np.random.default_rng(4).normal(size=(6, 4))
+    labels = tf.constant(SMALL_LABELS)
+
+    def loss_fn(e):
+        return contrastive_loss(labels, e, positive_margin=0.1, negative_margin=1.1,
+                                distance=distance, miner=make_miner())
+
+    value = loss_fn(tf.constant(x))
+    assert value.dtype == tf.float64
+    miner = make_miner()
+    if miner is None:
+        pos, neg = ref.label_masks(SMALL_LABELS)
+    else:
+        recorder = RecordingMiner(miner)
+        contrastive_loss(labels, tf.constant(x), distance=distance, miner=recorder)
+        pos, neg = checked_pairs(recorder, SMALL_LABELS, None, 0)
+    want = ref.contrastive_loss(x, pos, neg, 0.1, 1.1, distance)[0]
+    assert want > 0
+    np.testing.assert_allclose(value.numpy(), want, rtol=1e-12, atol=1e-12)
+    theoretical, numerical = tf.test.compute_gradient(loss_fn, [tf.constant(x)], delta=1e-6)
+    assert np.abs(theoretical[0]).max() > 1e-3
+    np.testing.assert_allclose(theoretical[0], numerical[0], rtol=1e-6, atol=1e-8)
+
+
+# -- the published formula --------------------------------------------------------------------------
+
+
+def test_squared_l2_equals_class_collapse_paper_section_3():
+    """L_con(x_i, x_j) = delta D + (1 - delta) (alpha - D)_+ with D = ||f(x_i) - f(x_j)||^2.
+
+    Points (not normalized): x0 = (0, 0), x1 = (1, 0) of class 0; x2 = (0, 1), x3 = (2, 0)
+    of class 1; alpha = 1.5. D01 = 1, D02 = 1, D03 = 4, D12 = 2, D13 = 1, D23 = 5.
+      a0: pos x1: 1; neg x2: 0.5; neg x3: 0       -> 1.5 / 3
+      a1: pos x0: 1; neg x2: 0;   neg x3: 0.5     -> 1.5 / 3
+      a2: pos x3: 5; neg x0: 0.5; neg x1: 0       -> 5.5 / 3
+      a3: pos x2: 5; neg x0: 0;   neg x1: 0.5     -> 5.5 / 3
+    Mean over anchors: 14 / 12. The paper's O_con = (1/n^2) sum_{i,j} L_con (self pairs add
+    0) = 14 / 16, i.e. the loss times (n - 1) / n.
+    """
+    x = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [2.0, 0.0]], np.float32)
+    labels = np.array([0, 0, 1, 1], np.int32)
+    loss = ContrastiveLoss(positive_margin=0.0, negative_margin=1.5, distance="squared_l2",
+                           normalize=False)
+    value = loss(labels, x).numpy()
+    np.testing.assert_allclose(value, 14 / 12, rtol=1e-6)
+    np.testing.assert_allclose(value * 3 / 4, 14 / 16, rtol=1e-6)
+    per_anchor = ContrastiveLoss(negative_margin=1.5, distance="squared_l2", normalize=False,
+                                 reduction="none")(labels, x).numpy()
+    np.testing.assert_allclose(per_anchor, [0.5, 0.5, 5.5 / 3, 5.5 / 3], rtol=1e-6)
+    # The same from the paper's formula written out pair by pair.
+    paper = 0.0
+    for i in range(4):
+        for j in range(4):
+            d = float(np.sum((x[i] - x[j]) ** 2))
+            paper += d if labels[i] == labels[j] else max(1.5 - d, 0.0)
+    np.testing.assert_allclose(value * 3 / 4, paper / 16, rtol=1e-6)
+
+
+# -- arguments -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(positive_margin=-0.1), "positive_margin"),
+    (dict(negative_margin=-1.0), "negative_margin"),
+    (dict(negative_margin="0.5"), "negative_margin"),
+    (dict(positive_margin=None), "positive_margin"),
+    (dict(distance="manhattan"), "distance"),
+    (dict(miner="all"), "miner"),
+])
+def test_invalid_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ContrastiveLoss(**kwargs)
+    labels, x = BATCH_A
+    with pytest.raises(ValueError, match=match):
+        contrastive_loss(labels, x, **kwargs)

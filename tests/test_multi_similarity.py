@@ -1,0 +1,284 @@
+"""MultiSimilarityLoss / multi_similarity_loss (Wang et al. 2019) against tests/references.py.
+
+Values must match to 1e-5 (float32); float32 gradients are compared with central finite
+differences of the float64 reference with the mined pairs held fixed (the miner's output
+is recorded and checked against the reference miner first).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import references as ref
+import tensorflow as tf
+
+from tfdml.losses import MultiSimilarityLoss, multi_similarity_loss
+from tfdml.miners import Miner, MultiSimilarityMiner, Pairs, TripletMiner
+
+VALUE_TOL = 1e-5
+GRAD_ATOL = 2e-5
+GRAD_RTOL = 1e-4
+
+
+class RecordingMiner(Miner):
+    """Delegates to another miner and keeps the scores it saw and what it returned."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.scores = None
+        self.mined = None
+
+    def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
+             ref_embeddings=None):
+        self.scores = np.asarray(scores)
+        self.mined = self.inner.mine(scores, labels, ref_labels=ref_labels, ref_offset=ref_offset,
+                                     embeddings=embeddings, ref_embeddings=ref_embeddings)
+        return self.mined
+
+
+def checked_pairs(recorder, labels, ref_labels, ref_offset):
+    """The recorded mining result as ``(pos, neg)`` masks, checked against the reference."""
+    inner, mined, scores = recorder.inner, recorder.mined, recorder.scores
+    ref_labels = labels if ref_labels is None else ref_labels
+    if isinstance(mined, Pairs):
+        pos, neg = mined.positive.numpy(), mined.negative.numpy()
+        want = ref.multi_similarity_pairs(scores, labels, ref_labels, ref_offset,
+                                          inner.epsilon, inner.positive)
+        np.testing.assert_array_equal(pos, want[0])
+        np.testing.assert_array_equal(neg, want[1])
+        return pos, neg
+    arrays = [None if t is None else t.numpy() for t in mined]
+    got = ref.triplet_set(*arrays)
+    negative = "random" if inner.negative == "distance_weighted" else inner.negative
+    want = ref.mine_triplets(scores, labels, ref_labels, ref_offset, inner.positive, negative,
+                             disjoint=inner.disjoint,
+                             chooser=ref.chooser_from(*arrays, disjoint=inner.disjoint))
+    assert got == want
+    return ref.pairs_from_triplets(got, *scores.shape)
+
+
+def _as_f32(x):
+    x32 = np.asarray(x, np.float32)
+    return x32, x32.astype(np.float64)
+
+
+def run_ms(labels, x, miner, alpha=2.0, beta=50.0, base=0.5, ref_set=None, functional=False,
+           grad=True, normalize=True):
+    x32, x64 = _as_f32(x)
+    recorder = RecordingMiner(miner)
+    kwargs, ref_kwargs = {}, {}
+    ref_labels, ref_offset = None, 0
+    if ref_set is not None:
+        r32, r64 = _as_f32(ref_set[0])
+        ref_labels, ref_offset = ref_set[1], ref_set[2]
+        kwargs = dict(ref_embeddings=tf.constant(r32), ref_labels=tf.constant(ref_labels),
+                      ref_offset=ref_offset)
+        ref_kwargs = dict(ref_embeddings=r64)
+    xt = tf.constant(x32)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        if functional:
+            value = multi_similarity_loss(tf.constant(labels), xt, alpha=alpha, beta=beta,
+                                          base=base, miner=recorder, normalize=normalize,
+                                          **kwargs)
+        else:
+            assert ref_set is None
+            loss = MultiSimilarityLoss(alpha=alpha, beta=beta, base=base, miner=recorder,
+                                       normalize=normalize)
+            value = loss(tf.constant(labels), xt)
+    assert value.dtype == tf.float32 and value.shape == ()
+    pos, neg = checked_pairs(recorder, labels, ref_labels, ref_offset)
+
+    def reference(e):
+        return ref.multi_similarity_loss(e, pos, neg, alpha, beta, base, normalize,
+                                         **ref_kwargs)
+
+    want, per_anchor = reference(x64)
+    np.testing.assert_allclose(value.numpy(), want, rtol=0, atol=VALUE_TOL)
+    if grad:
+        tf_grad = tape.gradient(value, xt).numpy()
+        fd = ref.finite_difference_gradient(lambda e: reference(e)[0], x64)
+        assert np.all(np.isfinite(tf_grad))
+        np.testing.assert_allclose(tf_grad, fd, rtol=GRAD_RTOL, atol=GRAD_ATOL)
+    return want, per_anchor
+
+
+BATCH_A = ref.make_batch([4, 3, 2, 2, 1], 7, seed=0)  # B=12, D=7
+BATCH_B = ref.make_batch([3, 3, 2, 1, 1], 16, seed=1)  # B=10, D=16
+BATCH_C = ref.make_batch([5, 4, 4, 3], 3, seed=2)  # B=16, D=3: similarities spread widely
+
+MINERS = {
+    "ms_hard": lambda: MultiSimilarityMiner(0.1, "hard"),
+    "ms_easy": lambda: MultiSimilarityMiner(0.1, "easy"),
+    "ms_all": lambda: MultiSimilarityMiner(0.1, "all"),
+    "ms_hard_eps0": lambda: MultiSimilarityMiner(0.0, "hard"),
+    "ms_easy_eps0.5": lambda: MultiSimilarityMiner(0.5, "easy"),
+    "easy_semihard": lambda: TripletMiner("easy", "semihard"),
+    "all_hard": lambda: TripletMiner("all", "hard"),
+    "all_all": lambda: TripletMiner("all", "all"),
+    "random_random": lambda: TripletMiner("random", "random", seed=4),
+    "dw_easy": lambda: TripletMiner("easy", "distance_weighted", seed=1),
+}
+
+
+@pytest.mark.parametrize("miner", sorted(MINERS))
+def test_class_form_matches_reference(miner):
+    want, per_anchor = run_ms(*BATCH_A, MINERS[miner]())
+    assert want > 0 and per_anchor
+    run_ms(*BATCH_B, MINERS[miner](), alpha=1.0, beta=20.0, base=1.0, grad=False)
+    run_ms(*BATCH_C, MINERS[miner](), grad=False)
+
+
+def test_default_miner_is_wang_et_al():
+    loss = MultiSimilarityLoss()
+    assert isinstance(loss.miner, MultiSimilarityMiner)
+    assert (loss.miner.epsilon, loss.miner.positive) == (0.1, "hard")
+    assert (loss.alpha, loss.beta, loss.base) == (2.0, 50.0, 0.5)
+    labels, x = BATCH_C
+    x = np.asarray(x, np.float32)
+    value = loss(labels, x).numpy()
+    x64 = x.astype(np.float64)
+    pos, neg = ref.multi_similarity_pairs(ref.nca_scores(x64), labels, epsilon=0.1,
+                                          positive="hard")
+    np.testing.assert_allclose(value, ref.multi_similarity_loss(x64, pos, neg)[0],
+                               atol=VALUE_TOL)
+
+
+@pytest.mark.parametrize("alpha,beta,base", [(2.0, 50.0, 1.0), (0.5, 10.0, 0.0),
+                                             (4.0, 40.0, 0.3)])
+def test_hyperparameters(alpha, beta, base):
+    run_ms(*BATCH_C, MultiSimilarityMiner(0.1, "easy"), alpha=alpha, beta=beta, base=base)
+
+
+def test_without_normalization():
+    labels, x = BATCH_A
+    run_ms(labels, 0.3 * x, MultiSimilarityMiner(0.2, "all"), normalize=False)
+
+
+def test_anchors_need_a_positive_and_a_negative_pair():
+    """Anchors with only one kind of pair are left out of the mean, not counted as 0."""
+    labels, x = BATCH_A
+    x = np.asarray(x, np.float32)
+    miner = MultiSimilarityMiner(0.0, "hard")
+    per_anchor = MultiSimilarityLoss(miner=miner, reduction="none")(labels, x).numpy()
+    pos, neg = ref.multi_similarity_pairs(ref.nca_scores(x.astype(np.float64)), labels,
+                                          epsilon=0.0, positive="hard")
+    value, want = ref.multi_similarity_loss(x.astype(np.float64), pos, neg)
+    kept = sorted(want)
+    assert 0 < len(kept) < len(labels)  # some anchors are left out
+    np.testing.assert_allclose(per_anchor[kept], [want[a] for a in kept], atol=VALUE_TOL)
+    assert np.all(per_anchor[[a for a in range(len(labels)) if a not in want]] == 0)
+    np.testing.assert_allclose(MultiSimilarityLoss(miner=miner)(labels, x).numpy(), value,
+                               atol=VALUE_TOL)
+
+
+# -- reference sets --------------------------------------------------------------------------------
+
+REF_LABELS, REF_X = ref.make_batch([4, 3, 3, 2, 1, 1], 5, seed=3)  # R=14, D=5
+REF_MINERS = ["ms_hard", "ms_easy", "ms_all", "all_all", "easy_semihard"]
+
+
+@pytest.mark.parametrize("miner", REF_MINERS)
+def test_functional_reference_set_with_offset(miner):
+    labels, x = REF_LABELS[3:9], REF_X[3:9]
+    run_ms(labels, x, MINERS[miner](), ref_set=(REF_X, REF_LABELS, 3), functional=True)
+
+
+@pytest.mark.parametrize("miner", REF_MINERS)
+def test_functional_reference_set_without_offset(miner):
+    rng = np.random.default_rng(21)
+    x = rng.normal(size=(6, 5))
+    labels = np.array([1, 4, 7, 100, 1, 16], np.int32)  # 100 has no positive
+    run_ms(labels, x, MINERS[miner](), ref_set=(REF_X, REF_LABELS, None), functional=True,
+           base=1.0)
+
+
+# -- float64 and tf.test.compute_gradient ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("make_miner", [lambda: MultiSimilarityMiner(0.1, "hard"),
+                                        lambda: MultiSimilarityMiner(0.3, "easy"),
+                                        lambda: TripletMiner("all", "all")])
+def test_float64_compute_gradient(make_miner):
+    labels_np, x = BATCH_C
+    x = x[:8]
+    labels_np = labels_np[:8]
+    labels = tf.constant(labels_np)
+
+    def loss_fn(e):
+        return multi_similarity_loss(labels, e, alpha=2.0, beta=10.0, base=0.5,
+                                     miner=make_miner())
+
+    value = loss_fn(tf.constant(x))
+    assert value.dtype == tf.float64
+    recorder = RecordingMiner(make_miner())
+    multi_similarity_loss(labels, tf.constant(x), beta=10.0, miner=recorder)
+    pos, neg = checked_pairs(recorder, labels_np, None, 0)
+    want = ref.multi_similarity_loss(x, pos, neg, 2.0, 10.0, 0.5)[0]
+    assert want > 0
+    np.testing.assert_allclose(value.numpy(), want, rtol=1e-12, atol=1e-12)
+    theoretical, numerical = tf.test.compute_gradient(loss_fn, [tf.constant(x)], delta=1e-6)
+    assert np.abs(theoretical[0]).max() > 1e-3
+    np.testing.assert_allclose(theoretical[0], numerical[0], rtol=1e-6, atol=1e-8)
+
+
+# -- the published formula --------------------------------------------------------------------------
+
+
+def test_hand_example_matches_wang_et_al():
+    """Eq. 12 of Wang et al. on four unit vectors in the plane, worked out by hand.
+
+    Angles 0 and 90 degrees (class 0), 45 and 135 degrees (class 1); c = cos 45 = 0.7071.
+      a0 (0):   positive 90 (S = 0); negatives 45 (c), 135 (-c).
+      a1 (90):  positive 0 (S = 0); negatives 45 (c), 135 (c).
+      a2 (45):  positive 135 (S = 0); negatives 0 (c), 90 (c).
+      a3 (135): positive 45 (S = 0); negatives 0 (-c), 90 (c).
+    Mining (epsilon 0.1): negatives kept if S_an + 0.1 > min S_ap = 0, i.e. S_an = c only;
+    hard positives kept if 0 - 0.1 < max S_an = c: all kept.
+    """
+    x = np.array([[1, 0], [0, 1], [1, 1], [-1, 1]], np.float32)
+    labels = np.array([0, 0, 1, 1], np.int32)
+    c = math.sqrt(0.5)
+    alpha, beta, lam = 2.0, 50.0, 0.5
+
+    def anchor_loss(s_pos, s_neg):
+        pull = math.log(1 + sum(math.exp(-alpha * (s - lam)) for s in s_pos)) / alpha
+        push = math.log(1 + sum(math.exp(beta * (s - lam)) for s in s_neg)) / beta
+        return pull + push
+
+    per_anchor = [anchor_loss([0.0], [c]), anchor_loss([0.0], [c, c]),
+                  anchor_loss([0.0], [c, c]), anchor_loss([0.0], [c])]
+    want = sum(per_anchor) / 4
+    loss = MultiSimilarityLoss(alpha=alpha, beta=beta, base=lam)
+    np.testing.assert_allclose(loss(labels, x).numpy(), want, rtol=1e-6)
+    got = MultiSimilarityLoss(alpha=alpha, beta=beta, base=lam, reduction="none")(labels, x)
+    np.testing.assert_allclose(got.numpy(), per_anchor, rtol=1e-6)
+    # With all pairs kept, the negative at -c adds to anchors 0 and 3 (a visible change).
+    everything = MultiSimilarityLoss(alpha=alpha, beta=beta, base=lam,
+                                     miner=TripletMiner("all", "all"), reduction="none")
+    np.testing.assert_allclose(everything(labels, x).numpy()[0], anchor_loss([0.0], [c, -c]),
+                               rtol=1e-6)
+    # The class-collapse paper's lambda = 1.
+    np.testing.assert_allclose(
+        MultiSimilarityLoss(base=1.0)(labels, x).numpy(),
+        sum(math.log(1 + math.exp(2.0)) / 2 + math.log(1 + k * math.exp(50 * (c - 1))) / 50
+            for k in (1, 2, 2, 1)) / 4,
+        rtol=1e-6)
+
+
+# -- arguments -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(alpha=0.0), "alpha"), (dict(alpha=-1.0), "alpha"), (dict(alpha="2"), "alpha"),
+    (dict(beta=0.0), "beta"), (dict(beta=True), "beta"), (dict(base="0.5"), "base"),
+    (dict(base=None), "base"), (dict(miner="hard"), "miner"),
+])
+def test_invalid_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        MultiSimilarityLoss(**kwargs)
+    labels, x = BATCH_A
+    with pytest.raises(ValueError, match=match):
+        multi_similarity_loss(labels, x, **kwargs)

@@ -1,0 +1,249 @@
+"""TrimmedLoss / trim_mask (Shen & Sanghavi 2019) against the naive references of
+tests/references.py: the kept anchors, the value (mean over kept anchors of the wrapped
+loss's per-anchor values) and its gradient (finite differences with the pairs and the kept
+anchors held fixed).
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import references as ref
+import tensorflow as tf
+
+from tfdml.losses import (
+    ContrastiveLoss,
+    MarginLoss,
+    MultiSimilarityLoss,
+    TrimmedLoss,
+    TripletNCALoss,
+)
+from tfdml.losses.trimmed import trim_mask
+from tfdml.miners import Miner, MultiSimilarityMiner, Pairs, TripletMiner
+
+VALUE_TOL = 1e-5
+GRAD_ATOL = 2e-5
+GRAD_RTOL = 1e-4
+
+# -- trim_mask -------------------------------------------------------------------------------------
+
+
+def _trim_mask(losses, valid, trim):
+    return trim_mask(tf.constant(losses, tf.float32), tf.constant(valid), trim).numpy()
+
+
+@pytest.mark.parametrize("trim", [0.0, 0.1, 0.2, 0.25, 0.3, 0.5, 0.7, 0.99])
+def test_trim_mask_matches_reference(trim):
+    rng = np.random.default_rng(int(trim * 100))
+    for size in range(1, 13):
+        for _ in range(4):
+            # Integer losses: many ties, which must drop the later anchor first.
+            losses = rng.integers(0, 4, size=size).astype(np.float32)
+            valid = rng.random(size) < 0.8
+            got = _trim_mask(losses, valid, trim)
+            keep = ref.trim_keep(losses, valid, trim)
+            assert set(np.nonzero(got)[0].tolist()) == keep, (losses, valid, trim)
+            if valid.any():
+                assert got.any()  # never drops every valid anchor
+
+
+def test_trim_mask_hand_examples():
+    # 5 valid anchors, trim 0.2: exactly one dropped, the highest loss.
+    assert _trim_mask([0.5, 2.0, 0.1, 1.0, 0.7], [True] * 5, 0.2).tolist() == [
+        True, False, True, True, True]
+    # Tie for the highest loss: the later anchor goes.
+    assert _trim_mask([3.0, 1.0, 3.0, 0.0, 2.0], [True] * 5, 0.2).tolist() == [
+        True, True, False, True, True]
+    # Invalid anchors are neither counted nor kept: 4 valid, floor(0.5 * 4) = 2 dropped.
+    assert _trim_mask([9.0, 1.0, 5.0, 0.0, 2.0, 7.0], [False, True, True, True, True, False],
+                      0.5).tolist() == [False, True, False, True, False, False]
+    # floor(trim * n) read as decimals: 0.29 * 100 = 29 (not 28.999...), 0.57 * 100 = 57.
+    for trim, drop in ((0.29, 29), (0.57, 57), (0.3, 30)):
+        kept = _trim_mask(np.arange(100, dtype=np.float32), [True] * 100, trim)
+        assert kept.sum() == 100 - drop and kept[: 100 - drop].all()
+
+
+# -- TrimmedLoss against references ---------------------------------------------------------------
+
+
+class RecordingMiner(Miner):
+    """Delegates to another miner and keeps the scores it saw and what it returned."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.scores = None
+        self.mined = None
+
+    def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
+             ref_embeddings=None):
+        self.scores = np.asarray(scores)
+        self.mined = self.inner.mine(scores, labels, ref_labels=ref_labels, ref_offset=ref_offset,
+                                     embeddings=embeddings, ref_embeddings=ref_embeddings)
+        return self.mined
+
+
+def checked_pairs(recorder, labels):
+    """The recorded pairs (or pairs of the recorded triplets), checked against the reference."""
+    inner, mined, scores = recorder.inner, recorder.mined, recorder.scores
+    if isinstance(mined, Pairs):
+        pos, neg = mined.positive.numpy(), mined.negative.numpy()
+        want = ref.multi_similarity_pairs(scores, labels, labels, 0, inner.epsilon,
+                                          inner.positive)
+        np.testing.assert_array_equal(pos, want[0])
+        np.testing.assert_array_equal(neg, want[1])
+        return pos, neg, None
+    arrays = [None if t is None else t.numpy() for t in mined]
+    got = ref.triplet_set(*arrays)
+    negative = "random" if inner.negative == "distance_weighted" else inner.negative
+    want = ref.mine_triplets(scores, labels, labels, 0, inner.positive, negative,
+                             chooser=ref.chooser_from(*arrays))
+    assert got == want
+    return (*ref.pairs_from_triplets(got, *scores.shape), got)
+
+
+def _contrastive_case():
+    def make(miner):
+        return ContrastiveLoss(negative_margin=1.3, miner=miner)
+
+    def reference(labels, e, mined):
+        return ref.contrastive_loss(e, mined[0], mined[1], 0.0, 1.3)[1]
+
+    return make, reference, lambda: MultiSimilarityMiner(0.2, "easy")
+
+
+def _contrastive_all_pairs_case():
+    def reference(labels, e, mined):
+        pos, neg = ref.label_masks(labels)
+        return ref.contrastive_loss(e, pos, neg, 0.2, 1.2)[1]
+
+    return (lambda miner: ContrastiveLoss(0.2, 1.2)), reference, None
+
+
+def _margin_case():
+    def make(miner):
+        return MarginLoss(beta=1.1, learn_beta=False, miner=miner)
+
+    def reference(labels, e, mined):
+        return ref.margin_triplet_input_loss(labels, e, mined[2], 0.2, 1.1)[1]
+
+    return make, reference, lambda: TripletMiner("easy", "distance_weighted", seed=4)
+
+
+def _ms_case():
+    def make(miner):
+        return MultiSimilarityLoss(miner=miner)
+
+    def reference(labels, e, mined):
+        return ref.multi_similarity_loss(e, mined[0], mined[1])[1]
+
+    return make, reference, lambda: MultiSimilarityMiner(0.3, "hard")
+
+
+CASES = {"contrastive_ms_easy": _contrastive_case, "contrastive_all": _contrastive_all_pairs_case,
+         "margin_eps_dw": _margin_case, "multi_similarity": _ms_case}
+BATCH = ref.make_batch([4, 4, 3, 3, 2], 6, seed=5)  # B=16, D=6
+
+
+@pytest.mark.parametrize("trim", [0.0, 0.2, 0.5])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_trimmed_loss_matches_reference(case, trim):
+    make, reference, make_miner = CASES[case]()
+    labels, x = BATCH
+    x32 = np.asarray(x, np.float32)
+    x64 = x32.astype(np.float64)
+    recorder = None if make_miner is None else RecordingMiner(make_miner())
+    loss = TrimmedLoss(make(recorder), trim=trim)
+    xt = tf.constant(x32)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        value = loss(labels, xt)
+    tf_grad = tape.gradient(value, xt).numpy()
+    mined = None if recorder is None else checked_pairs(recorder, labels)
+
+    per_anchor = reference(labels, x64, mined)
+    losses = [per_anchor.get(a, 0.0) for a in range(len(labels))]
+    valid = [a in per_anchor for a in range(len(labels))]
+    keep = ref.trim_keep(losses, valid, trim)
+    assert len(keep) == sum(valid) - int(np.floor(trim * sum(valid) + 1e-9))
+    want = ref.mean_of_anchors(per_anchor, keep)
+    assert want > 0
+    np.testing.assert_allclose(value.numpy(), want, atol=VALUE_TOL)
+    if trim > 0:  # trimming removed the largest losses: the value went down
+        assert want < ref.mean_of_anchors(per_anchor) - 1e-4
+
+    # Per anchor: the wrapped loss's value on kept anchors, 0 elsewhere.
+    none = TrimmedLoss(make(None if recorder is None else _Replay(recorder.mined)), trim=trim,
+                       reduction="none")(labels, xt).numpy()
+    np.testing.assert_allclose(none, [per_anchor[a] if a in keep else 0.0
+                                      for a in range(len(labels))], atol=VALUE_TOL)
+
+    fd = ref.finite_difference_gradient(
+        lambda e: ref.mean_of_anchors(reference(labels, e, mined), keep), x64)
+    np.testing.assert_allclose(tf_grad, fd, rtol=GRAD_RTOL, atol=GRAD_ATOL)
+    # The trimmed anchors' terms are really left out of the gradient.
+    if trim > 0:
+        full = ref.finite_difference_gradient(
+            lambda e: ref.mean_of_anchors(reference(labels, e, mined)), x64)
+        assert np.abs(full - fd).max() > 1e-3
+
+
+class _Replay(Miner):
+    """Returns a fixed, previously mined result (so a second loss sees the same pairs)."""
+
+    def __init__(self, mined):
+        self.mined = mined
+
+    def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
+             ref_embeddings=None):
+        return self.mined
+
+
+@pytest.mark.parametrize("make_loss", [
+    lambda: ContrastiveLoss(negative_margin=1.2),
+    lambda: MultiSimilarityLoss(miner=MultiSimilarityMiner(0.1, "easy")),
+    lambda: MarginLoss(learn_beta=False, miner=TripletMiner("easy", "semihard")),
+    lambda: TripletNCALoss(order=2, miner=TripletMiner("all", "semihard")),
+], ids=["contrastive", "multi_similarity", "margin", "nca"])
+def test_trim_zero_equals_wrapped_loss(make_loss):
+    labels, x = BATCH
+    xt = tf.constant(np.asarray(x, np.float32))
+    results = []
+    for loss in (make_loss(), TrimmedLoss(make_loss(), trim=0.0)):
+        with tf.GradientTape() as tape:
+            tape.watch(xt)
+            value = loss(labels, xt)
+        results.append((value.numpy(), tape.gradient(value, xt).numpy()))
+    assert results[0][0] > 0
+    np.testing.assert_allclose(results[1][0], results[0][0], rtol=1e-7)
+    np.testing.assert_allclose(results[1][1], results[0][1], rtol=1e-6, atol=1e-9)
+
+
+def test_trimmed_loss_honours_wrapped_normalize():
+    """normalize=False on the wrapped loss is honoured (raw embeddings)."""
+    labels, x = BATCH
+    x32 = np.asarray(0.4 * x, np.float32)
+    inner = ContrastiveLoss(0.0, 1.0, distance="squared_l2", normalize=False)
+    value = TrimmedLoss(inner, trim=0.25)(labels, x32).numpy()
+    pos, neg = ref.label_masks(labels)
+    _, per_anchor = ref.contrastive_loss(x32.astype(np.float64), pos, neg, 0.0, 1.0,
+                                         "squared_l2", normalize=False)
+    losses = [per_anchor[a] for a in range(len(labels))]
+    keep = ref.trim_keep(losses, [True] * len(labels), 0.25)
+    np.testing.assert_allclose(value, ref.mean_of_anchors(per_anchor, keep), atol=VALUE_TOL)
+
+
+# -- arguments -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("trim", [-0.1, 1.0, 1.5, "0.2", None, True, float("nan")])
+def test_invalid_trim(trim):
+    with pytest.raises(ValueError, match="trim"):
+        TrimmedLoss(ContrastiveLoss(), trim=trim)
+
+
+@pytest.mark.parametrize("loss", [keras.losses.MeanSquaredError(), "contrastive_loss", None,
+                                  lambda y, p: 0.0])
+def test_non_tfdml_loss_rejected(loss):
+    with pytest.raises(ValueError, match="loss"):
+        TrimmedLoss(loss)
