@@ -23,6 +23,7 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/python examples/digits_demo.py
+	MPLBACKEND=Agg $(BIN)/python examples/class_collapse/digits_even_odd.py
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

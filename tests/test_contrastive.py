@@ -11,69 +11,21 @@ import numpy as np
 import pytest
 import references as ref
 import tensorflow as tf
+from recorded_mining import RecordingMiner, as_f32, checked_pairs, reference_set_arguments
 
 from tfdml.losses import ContrastiveLoss, contrastive_loss
-from tfdml.miners import Miner, MultiSimilarityMiner, Pairs, TripletMiner
+from tfdml.miners import MultiSimilarityMiner, TripletMiner
 
 VALUE_TOL = 1e-5
 GRAD_ATOL = 1e-5
 GRAD_RTOL = 1e-4
 
 
-class RecordingMiner(Miner):
-    """Delegates to another miner and keeps the scores it saw and what it returned."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.scores = None
-        self.mined = None
-
-    def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
-             ref_embeddings=None):
-        self.scores = np.asarray(scores)
-        self.mined = self.inner.mine(scores, labels, ref_labels=ref_labels, ref_offset=ref_offset,
-                                     embeddings=embeddings, ref_embeddings=ref_embeddings)
-        return self.mined
-
-
-def checked_pairs(recorder, labels, ref_labels, ref_offset):
-    """The recorded mining result as ``(pos, neg)`` masks, checked against the reference."""
-    inner, mined, scores = recorder.inner, recorder.mined, recorder.scores
-    ref_labels = labels if ref_labels is None else ref_labels
-    if isinstance(mined, Pairs):
-        pos, neg = mined.positive.numpy(), mined.negative.numpy()
-        want = ref.multi_similarity_pairs(scores, labels, ref_labels, ref_offset,
-                                          inner.epsilon, inner.positive)
-        np.testing.assert_array_equal(pos, want[0])
-        np.testing.assert_array_equal(neg, want[1])
-        return pos, neg
-    arrays = [None if t is None else t.numpy() for t in mined]
-    got = ref.triplet_set(*arrays)
-    negative = "random" if inner.negative == "distance_weighted" else inner.negative
-    want = ref.mine_triplets(scores, labels, ref_labels, ref_offset, inner.positive, negative,
-                             disjoint=inner.disjoint,
-                             chooser=ref.chooser_from(*arrays, disjoint=inner.disjoint))
-    assert got == want
-    return ref.pairs_from_triplets(got, *scores.shape)
-
-
-def _as_f32(x):
-    x32 = np.asarray(x, np.float32)
-    return x32, x32.astype(np.float64)
-
-
 def run_contrastive(labels, x, miner=None, positive_margin=0.0, negative_margin=0.5,
                     distance="l2", ref_set=None, functional=False, grad=True, normalize=True):
-    x32, x64 = _as_f32(x)
+    x32, x64 = as_f32(x)
     recorder = None if miner is None else RecordingMiner(miner)
-    kwargs, ref_kwargs = {}, {}
-    ref_labels, ref_offset = None, 0
-    if ref_set is not None:
-        r32, r64 = _as_f32(ref_set[0])
-        ref_labels, ref_offset = ref_set[1], ref_set[2]
-        kwargs = dict(ref_embeddings=tf.constant(r32), ref_labels=tf.constant(ref_labels),
-                      ref_offset=ref_offset)
-        ref_kwargs = dict(ref_embeddings=r64)
+    kwargs, ref_kwargs, ref_labels, ref_offset = reference_set_arguments(ref_set)
     xt = tf.constant(x32)
     with tf.GradientTape() as tape:
         tape.watch(xt)
@@ -91,7 +43,7 @@ def run_contrastive(labels, x, miner=None, positive_margin=0.0, negative_margin=
     if recorder is None:
         pos, neg = ref.label_masks(labels, ref_labels, ref_offset)
     else:
-        pos, neg = checked_pairs(recorder, labels, ref_labels, ref_offset)
+        pos, neg, _ = checked_pairs(recorder, labels, ref_labels, ref_offset)
 
     def reference(e):
         return ref.contrastive_loss(e, pos, neg, positive_margin, negative_margin, distance,
@@ -221,7 +173,7 @@ def test_float64_compute_gradient(make_miner, distance):
     else:
         recorder = RecordingMiner(miner)
         contrastive_loss(labels, tf.constant(x), distance=distance, miner=recorder)
-        pos, neg = checked_pairs(recorder, SMALL_LABELS, None, 0)
+        pos, neg, _ = checked_pairs(recorder, SMALL_LABELS, None, 0)
     want = ref.contrastive_loss(x, pos, neg, 0.1, 1.1, distance)[0]
     assert want > 0
     np.testing.assert_allclose(value.numpy(), want, rtol=1e-12, atol=1e-12)

@@ -13,54 +13,17 @@ import numpy as np
 import pytest
 import references as ref
 import tensorflow as tf
+from recorded_mining import RecordingMiner, as_f32, checked_mined, reference_set_arguments
 
 import tfdml
 from tfdml.losses import MarginLoss, margin_loss
-from tfdml.miners import Miner, MultiSimilarityMiner, Pairs, TripletMiner
+from tfdml.miners import MultiSimilarityMiner, TripletMiner
 
 pytestmark = pytest.mark.filterwarnings("ignore:MarginLoss .* has a learnable beta")
 
 VALUE_TOL = 1e-5
 GRAD_ATOL = 1e-5
 GRAD_RTOL = 1e-4
-
-
-class RecordingMiner(Miner):
-    """Delegates to another miner and keeps the scores it saw and what it returned."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.scores = None
-        self.mined = None
-
-    def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
-             ref_embeddings=None):
-        self.scores = np.asarray(scores)
-        self.mined = self.inner.mine(scores, labels, ref_labels=ref_labels, ref_offset=ref_offset,
-                                     embeddings=embeddings, ref_embeddings=ref_embeddings)
-        return self.mined
-
-
-def checked_mined(recorder, labels, ref_labels, ref_offset):
-    """The recorded mining result as ``("pairs", pos, neg)`` or ``("triplets", set)``,
-    after checking it against the reference miner."""
-    inner, mined, scores = recorder.inner, recorder.mined, recorder.scores
-    ref_labels = labels if ref_labels is None else ref_labels
-    if isinstance(mined, Pairs):
-        pos, neg = mined.positive.numpy(), mined.negative.numpy()
-        want = ref.multi_similarity_pairs(scores, labels, ref_labels, ref_offset,
-                                          inner.epsilon, inner.positive)
-        np.testing.assert_array_equal(pos, want[0])
-        np.testing.assert_array_equal(neg, want[1])
-        return "pairs", pos, neg
-    arrays = [None if t is None else t.numpy() for t in mined]
-    got = ref.triplet_set(*arrays)
-    negative = "random" if inner.negative == "distance_weighted" else inner.negative
-    chooser = ref.chooser_from(*arrays, disjoint=inner.disjoint)
-    want = ref.mine_triplets(scores, labels, ref_labels, ref_offset, inner.positive, negative,
-                             disjoint=inner.disjoint, chooser=chooser)
-    assert got == want
-    return "triplets", got
 
 
 def reference_margin(labels, emb, mined, margin, beta, distance, normalize=True,
@@ -72,25 +35,13 @@ def reference_margin(labels, emb, mined, margin, beta, distance, normalize=True,
                                          normalize, ref_embeddings)
 
 
-def _as_f32(x):
-    x32 = np.asarray(x, np.float32)
-    return x32, x32.astype(np.float64)
-
-
 def run_margin(labels, x, miner, margin=0.2, beta=1.2, distance="l2", num_classes=None,
                ref_set=None, functional=False, grad=True, normalize=True):
     """Runs the TF loss and the reference on the same float32 inputs; returns the reference
     value and the mining result. ``ref_set``: ``(ref_embeddings, ref_labels, ref_offset)``."""
-    x32, x64 = _as_f32(x)
+    x32, x64 = as_f32(x)
     recorder = RecordingMiner(miner)
-    kwargs, ref_kwargs = {}, {}
-    ref_labels, ref_offset, r64 = None, 0, None
-    if ref_set is not None:
-        r32, r64 = _as_f32(ref_set[0])
-        ref_labels, ref_offset = ref_set[1], ref_set[2]
-        kwargs = dict(ref_embeddings=tf.constant(r32), ref_labels=tf.constant(ref_labels),
-                      ref_offset=ref_offset)
-        ref_kwargs = dict(ref_embeddings=r64)
+    kwargs, ref_kwargs, ref_labels, ref_offset = reference_set_arguments(ref_set)
     xt = tf.constant(x32)
     with tf.GradientTape() as tape:
         tape.watch(xt)

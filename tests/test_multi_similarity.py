@@ -13,69 +13,21 @@ import numpy as np
 import pytest
 import references as ref
 import tensorflow as tf
+from recorded_mining import RecordingMiner, as_f32, checked_pairs, reference_set_arguments
 
 from tfdml.losses import MultiSimilarityLoss, multi_similarity_loss
-from tfdml.miners import Miner, MultiSimilarityMiner, Pairs, TripletMiner
+from tfdml.miners import MultiSimilarityMiner, TripletMiner
 
 VALUE_TOL = 1e-5
 GRAD_ATOL = 2e-5
 GRAD_RTOL = 1e-4
 
 
-class RecordingMiner(Miner):
-    """Delegates to another miner and keeps the scores it saw and what it returned."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.scores = None
-        self.mined = None
-
-    def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
-             ref_embeddings=None):
-        self.scores = np.asarray(scores)
-        self.mined = self.inner.mine(scores, labels, ref_labels=ref_labels, ref_offset=ref_offset,
-                                     embeddings=embeddings, ref_embeddings=ref_embeddings)
-        return self.mined
-
-
-def checked_pairs(recorder, labels, ref_labels, ref_offset):
-    """The recorded mining result as ``(pos, neg)`` masks, checked against the reference."""
-    inner, mined, scores = recorder.inner, recorder.mined, recorder.scores
-    ref_labels = labels if ref_labels is None else ref_labels
-    if isinstance(mined, Pairs):
-        pos, neg = mined.positive.numpy(), mined.negative.numpy()
-        want = ref.multi_similarity_pairs(scores, labels, ref_labels, ref_offset,
-                                          inner.epsilon, inner.positive)
-        np.testing.assert_array_equal(pos, want[0])
-        np.testing.assert_array_equal(neg, want[1])
-        return pos, neg
-    arrays = [None if t is None else t.numpy() for t in mined]
-    got = ref.triplet_set(*arrays)
-    negative = "random" if inner.negative == "distance_weighted" else inner.negative
-    want = ref.mine_triplets(scores, labels, ref_labels, ref_offset, inner.positive, negative,
-                             disjoint=inner.disjoint,
-                             chooser=ref.chooser_from(*arrays, disjoint=inner.disjoint))
-    assert got == want
-    return ref.pairs_from_triplets(got, *scores.shape)
-
-
-def _as_f32(x):
-    x32 = np.asarray(x, np.float32)
-    return x32, x32.astype(np.float64)
-
-
 def run_ms(labels, x, miner, alpha=2.0, beta=50.0, base=0.5, ref_set=None, functional=False,
            grad=True, normalize=True):
-    x32, x64 = _as_f32(x)
+    x32, x64 = as_f32(x)
     recorder = RecordingMiner(miner)
-    kwargs, ref_kwargs = {}, {}
-    ref_labels, ref_offset = None, 0
-    if ref_set is not None:
-        r32, r64 = _as_f32(ref_set[0])
-        ref_labels, ref_offset = ref_set[1], ref_set[2]
-        kwargs = dict(ref_embeddings=tf.constant(r32), ref_labels=tf.constant(ref_labels),
-                      ref_offset=ref_offset)
-        ref_kwargs = dict(ref_embeddings=r64)
+    kwargs, ref_kwargs, ref_labels, ref_offset = reference_set_arguments(ref_set)
     xt = tf.constant(x32)
     with tf.GradientTape() as tape:
         tape.watch(xt)
@@ -89,7 +41,7 @@ def run_ms(labels, x, miner, alpha=2.0, beta=50.0, base=0.5, ref_set=None, funct
                                        normalize=normalize)
             value = loss(tf.constant(labels), xt)
     assert value.dtype == tf.float32 and value.shape == ()
-    pos, neg = checked_pairs(recorder, labels, ref_labels, ref_offset)
+    pos, neg, _ = checked_pairs(recorder, labels, ref_labels, ref_offset)
 
     def reference(e):
         return ref.multi_similarity_loss(e, pos, neg, alpha, beta, base, normalize,
@@ -215,7 +167,7 @@ def test_float64_compute_gradient(make_miner):
     assert value.dtype == tf.float64
     recorder = RecordingMiner(make_miner())
     multi_similarity_loss(labels, tf.constant(x), beta=10.0, miner=recorder)
-    pos, neg = checked_pairs(recorder, labels_np, None, 0)
+    pos, neg, _ = checked_pairs(recorder, labels_np, None, 0)
     want = ref.multi_similarity_loss(x, pos, neg, 2.0, 10.0, 0.5)[0]
     assert want > 0
     np.testing.assert_allclose(value.numpy(), want, rtol=1e-12, atol=1e-12)

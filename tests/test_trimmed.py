@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import references as ref
 import tensorflow as tf
+from recorded_mining import RecordingMiner, checked_pairs
 
 from tfdml.losses import (
     ContrastiveLoss,
@@ -20,7 +21,7 @@ from tfdml.losses import (
     TripletNCALoss,
 )
 from tfdml.losses.trimmed import trim_mask
-from tfdml.miners import Miner, MultiSimilarityMiner, Pairs, TripletMiner
+from tfdml.miners import Miner, MultiSimilarityMiner, TripletMiner
 
 VALUE_TOL = 1e-5
 GRAD_ATOL = 2e-5
@@ -65,41 +66,6 @@ def test_trim_mask_hand_examples():
 
 
 # -- TrimmedLoss against references ---------------------------------------------------------------
-
-
-class RecordingMiner(Miner):
-    """Delegates to another miner and keeps the scores it saw and what it returned."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.scores = None
-        self.mined = None
-
-    def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
-             ref_embeddings=None):
-        self.scores = np.asarray(scores)
-        self.mined = self.inner.mine(scores, labels, ref_labels=ref_labels, ref_offset=ref_offset,
-                                     embeddings=embeddings, ref_embeddings=ref_embeddings)
-        return self.mined
-
-
-def checked_pairs(recorder, labels):
-    """The recorded pairs (or pairs of the recorded triplets), checked against the reference."""
-    inner, mined, scores = recorder.inner, recorder.mined, recorder.scores
-    if isinstance(mined, Pairs):
-        pos, neg = mined.positive.numpy(), mined.negative.numpy()
-        want = ref.multi_similarity_pairs(scores, labels, labels, 0, inner.epsilon,
-                                          inner.positive)
-        np.testing.assert_array_equal(pos, want[0])
-        np.testing.assert_array_equal(neg, want[1])
-        return pos, neg, None
-    arrays = [None if t is None else t.numpy() for t in mined]
-    got = ref.triplet_set(*arrays)
-    negative = "random" if inner.negative == "distance_weighted" else inner.negative
-    want = ref.mine_triplets(scores, labels, labels, 0, inner.positive, negative,
-                             chooser=ref.chooser_from(*arrays))
-    assert got == want
-    return (*ref.pairs_from_triplets(got, *scores.shape), got)
 
 
 def _contrastive_case():
