@@ -199,10 +199,10 @@ class MarginLoss(MetricLoss):
         loss.attach(model)   # model.trainable_variables now include beta
         model.fit(...)
 
-    In a custom training loop, differentiate with respect to
-    ``model.trainable_variables + loss.trainable_variables`` (or attach
-    first). Without ``attach`` beta stays where it is, and the loss warns
-    once. Frameworks that follow Wu et al. give beta its own, larger
+    In a custom training loop, attach too (``model.trainable_variables``
+    then include beta), or differentiate with respect to
+    ``model.trainable_variables + loss.trainable_variables``. Without
+    ``attach`` the loss warns once, since under ``fit`` beta would not move. Frameworks that follow Wu et al. give beta its own, larger
     learning rate (e.g. 5e-4 for beta against 1e-5 for the network):
     ``beta_lr_multiplier=m`` stores ``beta / m`` and multiplies it back, so
     adaptive optimizers such as Adam move beta about ``m`` times faster than
@@ -311,8 +311,8 @@ class MarginLoss(MetricLoss):
             self._warned = True
             warnings.warn(
                 f"MarginLoss {self.name!r} has a learnable beta that no model trains: call "
-                "`loss.attach(model)` before `fit` (or differentiate with respect to "
-                "`loss.trainable_variables` in your own loop).",
+                "`loss.attach(model)` before training (then `model.trainable_variables` "
+                "include beta, for `fit` and custom loops alike).",
                 stacklevel=3,
             )
         beta = self._fixed_beta if self._beta_layer is None else self.beta
