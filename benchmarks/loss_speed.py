@@ -10,7 +10,9 @@ the loss value and its gradient w.r.t. the embeddings inside one ``tf.function``
 ``--losses`` picks others (not run by default): ``margin-dw`` (``MarginLoss``, random
 positive + distance-weighted negative), ``margin-dw-all`` (``MarginLoss``, every positive,
 each with a distance-weighted negative: one inverse-CDF sort per anchor), ``ms``
-(``MultiSimilarityLoss`` with its pair mining) and ``ms-eps`` (the same with easy positives).
+(``MultiSimilarityLoss`` with its pair mining) and ``ms-eps`` (the same with easy positives);
+the LoOp losses ``loop-triplet``, ``loop-hphn``, ``loop-ls``, ``loop-ms`` and their bases
+``triplet-all`` (``TripletMarginLoss``, L2, every triplet), ``hphn``, ``ls`` and ``ms``.
 
 Each (loss, B, XLA) configuration runs in a fresh worker process (this file run with
 ``--worker``), so that the peak resident set size (``ru_maxrss``) belongs to that
@@ -53,6 +55,13 @@ LOSS_LABELS = {
     "margin-dw-all": "MarginLoss, all/distance_weighted",
     "ms": "MultiSimilarityLoss, MultiSimilarityMiner()",
     "ms-eps": "MultiSimilarityLoss, MultiSimilarityMiner(positive='easy')",
+    "triplet-all": "TripletMarginLoss(distance='l2'), all/all",
+    "hphn": "HPHNTripletLoss",
+    "ls": "LiftedStructureLoss (eq. 16)",
+    "loop-triplet": "LoOpLoss('triplet')",
+    "loop-hphn": "LoOpLoss('hphn_triplet')",
+    "loop-ls": "LoOpLoss('lifted_structure')",
+    "loop-ms": "LoOpLoss('multi_similarity')",
 }
 ALL_LOSSES = tuple(LOSS_LABELS)
 SAMPLES_PER_CLASS = 4
@@ -121,6 +130,16 @@ def _loss_fn(name):
     if name in ("ms", "ms-eps"):
         positive = "easy" if name == "ms-eps" else "hard"
         return tfdml.losses.MultiSimilarityLoss(miner=miners.MultiSimilarityMiner(positive=positive))
+    if name == "triplet-all":
+        return tfdml.losses.TripletMarginLoss(distance="l2", miner=miners.TripletMiner("all", "all"))
+    if name == "hphn":
+        return tfdml.losses.HPHNTripletLoss()
+    if name == "ls":
+        return tfdml.losses.LiftedStructureLoss()
+    if name.startswith("loop-"):
+        base = {"triplet": "triplet", "hphn": "hphn_triplet", "ls": "lifted_structure",
+                "ms": "multi_similarity"}[name[5:]]
+        return tfdml.losses.LoOpLoss(base)
     raise ValueError(f"unknown loss {name!r}")
 
 

@@ -40,6 +40,9 @@ from hypothesis import given, settings
 import tfdml
 from tfdml.losses import (
     ContrastiveLoss,
+    HPHNTripletLoss,
+    LiftedStructureLoss,
+    LoOpLoss,
     MarginLoss,
     MultiSimilarityLoss,
     TrimmedLoss,
@@ -101,6 +104,14 @@ LOSS_CASES = [
     LossCase("trimmed_margin_random", lambda: Trim(Margin(miner=Miner("random", "random", seed=4)))),
     LossCase("trimmed_nca2", lambda: Trim(NCA(2), 0.5)),
     LossCase("trimmed_wu_eps", lambda: Trim(WuMargin(miner=Miner("easy", "hard")), 0.3)),
+    LossCase("loop_triplet", lambda: LoOpLoss("triplet")),
+    LossCase("loop_hphn", lambda: LoOpLoss("hphn_triplet", 0.3)),
+    LossCase("loop_lifted", lambda: LoOpLoss("lifted_structure")),
+    LossCase("loop_ms", lambda: LoOpLoss("multi_similarity", epsilon=-0.02)),
+    LossCase("loop_triplet_segments", lambda: LoOpLoss("triplet", normalized=False)),
+    LossCase("loop_ms_segments", lambda: LoOpLoss("multi_similarity", 0.4, False)),
+    LossCase("hphn_triplet", lambda: HPHNTripletLoss()),
+    LossCase("lifted_structure", lambda: LiftedStructureLoss(0.5, normalize=False)),
 ]
 
 CASES = {case.id: case for case in LOSS_CASES}
@@ -571,7 +582,8 @@ def test_no_cubic_tensor_unless_all_all(case):
 @pytest.mark.parametrize("case", pick("margin_squared_l2", "nca2_all_semihard", "nca2_easy_semihard",
                                       "nca2_easy_hard", "margin_all_all", "margin_cos_random",
                                       "wu_all_dw", "wu_eps_dw", "ms_default", "ms_all_semihard",
-                                      "contrastive_all_pairs", "trimmed_nca2"))
+                                      "contrastive_all_pairs", "trimmed_nca2", "loop_ms",
+                                      "loop_triplet_segments"))
 def test_no_cubic_tensor_in_compiled_xla_program(case):
     """Same claim on the optimized HLO: XLA lowers some ops to larger tensors than the graph has."""
     big = xla_large_shapes(case.factory, CUBE_LIMIT, GRAPH_BATCH, GRAPH_DIM)

@@ -6,6 +6,14 @@ anchors that have something to learn from) and a class for ``model.compile``.
 
 from tfdml.losses.base import MetricLoss
 from tfdml.losses.contrastive import ContrastiveLoss, contrastive_loss
+from tfdml.losses.loop import (
+    HPHNTripletLoss,
+    LiftedStructureLoss,
+    LoOpLoss,
+    hphn_triplet_loss,
+    lifted_structure_loss,
+    loop_loss,
+)
 from tfdml.losses.margin import MarginLoss, margin_loss
 from tfdml.losses.multi_similarity import MultiSimilarityLoss, multi_similarity_loss
 from tfdml.losses.trimmed import TrimmedLoss
@@ -18,6 +26,9 @@ from tfdml.losses.triplet import (
 
 __all__ = [
     "ContrastiveLoss",
+    "HPHNTripletLoss",
+    "LiftedStructureLoss",
+    "LoOpLoss",
     "MarginLoss",
     "MetricLoss",
     "MultiSimilarityLoss",
@@ -25,6 +36,9 @@ __all__ = [
     "TripletMarginLoss",
     "TripletNCALoss",
     "contrastive_loss",
+    "hphn_triplet_loss",
+    "lifted_structure_loss",
+    "loop_loss",
     "margin_loss",
     "multi_similarity_loss",
     "triplet_margin_loss",

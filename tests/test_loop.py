@@ -1,0 +1,207 @@
+"""LoOp losses and the HPHN / lifted-structure baselines against NumPy loop references.
+
+The references loop over positive pairs and negative pairs and take the LoOp distance
+from a brute-force minimum between the arcs (dense sampling + bounded refinement).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import references as ref
+import tensorflow as tf
+
+from tfdml.losses import (
+    HPHNTripletLoss,
+    LiftedStructureLoss,
+    LoOpLoss,
+    hphn_triplet_loss,
+    lifted_structure_loss,
+    loop_loss,
+)
+from tfdml.losses.loop import BASES, label_pairs
+
+# Classes of 4, 3 (one unpaired), 2, 2 and a singleton; shuffled; B=12 != D=5.
+LABELS = ref.make_labels([4, 3, 2, 2, 1], seed=3)
+X = np.random.default_rng(11).normal(size=(12, 5))
+# Two per class: HPHN and lifted structure coincide.
+TWO_LABELS = ref.make_labels([2, 2, 2, 2], seed=4)
+TWO_X = np.random.default_rng(12).normal(size=(8, 6))
+
+
+def _value_and_per_anchor(loss, labels, x):
+    value = loss(labels, tf.constant(x, tf.float32)).numpy()
+    losses, valid = (t.numpy() for t in loss.per_anchor(labels, tf.constant(x, tf.float32)))
+    return value, losses, valid
+
+
+def _check_against_reference(loss, labels, x, want, per_key):
+    value, losses, valid = _value_and_per_anchor(loss, labels, x)
+    np.testing.assert_allclose(value, want, rtol=0, atol=2e-5)
+    assert sorted(np.flatnonzero(valid).tolist()) == sorted(per_key)
+    for key, expected in per_key.items():
+        np.testing.assert_allclose(losses[key], expected, rtol=0, atol=2e-5)
+    assert np.all(losses[~valid] == 0.0)
+
+
+# -- pairing ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_label_pairs_match_reference(seed):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 4, size=int(rng.integers(1, 15))) * 1000 + 7
+    first, second, valid = (t.numpy() for t in label_pairs(tf.constant(labels)))
+    got = sorted((int(a), int(b)) for a, b, v in zip(first, second, valid, strict=True) if v)
+    assert got == sorted(ref.label_pairs(labels))
+    assert sorted(first.tolist()) == list(range(len(labels)))  # one slot per sample
+
+
+def test_label_pairs_need_no_order_and_leave_odd_samples_out():
+    labels = np.array([5, 9, 5, 9, 5, 2])
+    first, second, valid = (t.numpy() for t in label_pairs(labels))
+    got = {(int(a), int(b)) for a, b, v in zip(first, second, valid, strict=True) if v}
+    assert got == {(0, 2), (1, 3)}  # sample 4 (third 5) and the singleton 2 stay unpaired
+
+
+def test_label_pairs_under_xla():
+    labels = tf.constant(LABELS)
+    eager = [t.numpy() for t in label_pairs(labels)]
+    compiled = [t.numpy() for t in tf.function(label_pairs, jit_compile=True)(labels)]
+    for a, b in zip(eager, compiled, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+# -- parity -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("normalized", [True, False], ids=["arcs", "segments"])
+@pytest.mark.parametrize("base", BASES)
+def test_loop_loss_matches_reference(base, normalized):
+    margin = 0.4 if base == "multi_similarity" else 0.3
+    options = {"epsilon": 0.2} if base == "multi_similarity" else {}
+    x = X if normalized else X * 0.4
+    loss = LoOpLoss(base, margin=margin, normalized=normalized, **options)
+    want, per_key = ref.loop_losses(LABELS, x, base, margin, normalized, **options)
+    assert per_key, "the test batch must give the loss something to do"
+    _check_against_reference(loss, LABELS, x, want, per_key)
+    functional = loop_loss(LABELS, tf.constant(x, tf.float32), base, margin, normalized,
+                           **options)
+    np.testing.assert_allclose(functional.numpy(), want, rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize("make,base", [(HPHNTripletLoss, "hphn_triplet"),
+                                       (LiftedStructureLoss, "lifted_structure")])
+@pytest.mark.parametrize("normalize", [True, False])
+def test_baselines_match_reference(make, base, normalize):
+    want, per_key = ref.loop_losses(LABELS, X, base, 0.5, normalize, loop=False)
+    assert per_key
+    _check_against_reference(make(margin=0.5, normalize=normalize), LABELS, X, want, per_key)
+    functional = (hphn_triplet_loss if base == "hphn_triplet" else lifted_structure_loss)(
+        LABELS, tf.constant(X, tf.float32), margin=0.5, normalize=normalize)
+    np.testing.assert_allclose(functional.numpy(), want, rtol=0, atol=2e-5)
+
+
+def test_hphn_equals_lifted_structure_with_two_per_class():
+    for loop in (False, True):
+        if loop:
+            a, b = LoOpLoss("hphn_triplet", 0.3), LoOpLoss("lifted_structure", 0.3)
+        else:
+            a, b = HPHNTripletLoss(0.3), LiftedStructureLoss(0.3)
+        np.testing.assert_allclose(a(TWO_LABELS, TWO_X).numpy(), b(TWO_LABELS, TWO_X).numpy(),
+                                   rtol=1e-6)
+    # ...but not with more samples per class.
+    assert not np.isclose(HPHNTripletLoss(0.3)(LABELS, X).numpy(),
+                          LiftedStructureLoss(0.3)(LABELS, X).numpy())
+
+
+@pytest.mark.parametrize("base", ["hphn_triplet", "lifted_structure"])
+def test_loop_negative_is_at_least_as_hard_as_the_endpoints(base):
+    """The LoOp distance never exceeds the endpoint distances, so the loss never decreases."""
+    loop = LoOpLoss(base, 0.3)(LABELS, X).numpy()
+    if base == "lifted_structure":
+        plain = LiftedStructureLoss(0.3)(LABELS, X).numpy()
+    else:
+        plain = HPHNTripletLoss(0.3)(LABELS, X).numpy()
+    assert loop >= plain - 1e-6
+
+
+# -- gradients ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("normalized", [True, False], ids=["arcs", "segments"])
+@pytest.mark.parametrize("base", BASES)
+def test_float64_gradients_match_finite_differences(base, normalized):
+    labels = np.array([0, 1, 0, 1, 2, 2, 1, 1])
+    x = np.random.default_rng(5).normal(size=(8, 4))
+    options = {"epsilon": 0.3} if base == "multi_similarity" else {}
+    loss = LoOpLoss(base, margin=0.45, normalized=normalized, dtype="float64", **options)
+    theoretical, numerical = tf.test.compute_gradient(
+        lambda e: loss(labels, e), [tf.constant(x, tf.float64)], delta=1e-6)
+    assert np.all(np.isfinite(theoretical[0]))
+    assert np.abs(theoretical[0]).max() > 0
+    np.testing.assert_allclose(theoretical[0], numerical[0], rtol=1e-4, atol=1e-6)
+
+
+def test_gradients_finite_on_degenerate_pairs():
+    """Duplicate pairs (arcs that are points), antipodal pairs, intersecting arcs."""
+    e = np.array([[1.0, 0, 0], [1.0, 0, 0], [0, 1.0, 0], [0, -1.0, 0],
+                  [0, 0, 1.0], [0, 0, -1.0], [1.0, 0, 0], [0, 1.0, 0]])
+    labels = np.array([0, 0, 1, 1, 2, 2, 3, 3])
+    for base in BASES:
+        for normalized in (True, False):
+            xt = tf.constant(e, tf.float32)
+            with tf.GradientTape() as tape:
+                tape.watch(xt)
+                value = LoOpLoss(base, normalized=normalized)(labels, xt)
+            grad = tape.gradient(value, xt).numpy()
+            assert np.isfinite(value.numpy()) and np.all(np.isfinite(grad)), (base, normalized)
+
+
+# -- behaviour ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("base", BASES)
+def test_no_positive_pair_gives_zero(base):
+    for labels in (np.arange(6), np.zeros(6, int)):  # all singletons; one class
+        x = tf.constant(X[:6], tf.float32)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            value = LoOpLoss(base)(labels, x)
+        assert value.numpy() == 0.0
+        assert np.all(tape.gradient(value, x).numpy() == 0.0)
+
+
+def test_shuffled_batch_matches_reference():
+    """Pairs come from the labels: any batch order works (classes need not be consecutive)."""
+    perm = np.random.default_rng(0).permutation(len(LABELS))
+    labels, x = LABELS[perm], X[perm]
+    for base in BASES:
+        want, _ = ref.loop_losses(labels, x, base, LoOpLoss(base).margin)
+        np.testing.assert_allclose(LoOpLoss(base)(labels, x).numpy(), want, atol=2e-5)
+
+
+def test_options_and_config():
+    loss = LoOpLoss("multi_similarity", margin=0.6, epsilon=-0.02, alpha=3.0, beta=40.0)
+    config = loss.get_config()
+    assert config["epsilon"] == -0.02 and config["alpha"] == 3.0 and config["normalized"]
+    clone = LoOpLoss.from_config(config)
+    np.testing.assert_allclose(clone(LABELS, X).numpy(), loss(LABELS, X).numpy(), rtol=1e-6)
+    assert LoOpLoss().margin == 0.2 and LoOpLoss("multi_similarity").margin == 0.5
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda: LoOpLoss("npair"), r"`base`.*Received: base='npair'"),
+    (lambda: LoOpLoss("triplet", epsilon=0.1), r"no option\(s\) \['epsilon'\]"),
+    (lambda: LoOpLoss("multi_similarity", gamma=1.0), r"no option\(s\) \['gamma'\]"),
+    (lambda: LoOpLoss("multi_similarity", alpha=0), r"`alpha`.*Received: alpha=0"),
+    (lambda: LoOpLoss("triplet", margin=-0.1), r"`margin`.*Received: margin=-0\.1"),
+    (lambda: LoOpLoss()(LABELS, X[:, :, None]), r"`y_pred`"),
+    (lambda: LoOpLoss()(LABELS[:5], X), r"`y_true`"),
+    (lambda: LoOpLoss().per_anchor(LABELS, X, ref_embeddings=X, ref_labels=LABELS),
+     r"no reference set"),
+    (lambda: HPHNTripletLoss(margin="0.2"), r"`margin`"),
+])
+def test_bad_input(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()

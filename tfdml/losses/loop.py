@@ -1,0 +1,421 @@
+"""LoOp: optimal hard negatives (minimum distance between arcs), its four losses and baselines.
+
+"LoOp: Looking for Optimal Hard Negative Embeddings for Deep Metric Learning"
+(Vasudeva et al., ICCV 2021). For a positive pair ``(x1, x2)`` and a negative pair
+``(y1, y2)`` of another class, the LoOp distance ``d_ijkl`` is the minimum
+distance between the great-circle arc ``x1 -> x2`` and the arc ``y1 -> y2``
+(:func:`tfdml.geometry.arc_distance`), or between the straight segments when the
+embeddings are not normalized (:func:`tfdml.geometry.segment_distance`). It
+replaces the anchor-negative distance of four losses (Section 3.3).
+
+Pairs are formed from the labels, not from positions in the batch: the samples of
+each class, in batch order, are paired as (1st, 2nd), (3rd, 4th), ... A class with
+an odd number of samples leaves its last one unpaired (see :func:`label_pairs`).
+Everything is computed from the ``B x B`` matrix of dot products: no ``[B, B, D]``
+tensor, and it compiles under XLA.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import keras
+import tensorflow as tf
+
+from tfdml import geometry, ops
+from tfdml.losses.base import MetricLoss, mean_over_valid, prepare_inputs
+from tfdml.losses.multi_similarity import _log1p_sum_exp
+
+__all__ = [
+    "HPHNTripletLoss",
+    "LiftedStructureLoss",
+    "LoOpLoss",
+    "hphn_triplet_loss",
+    "label_pairs",
+    "lifted_structure_loss",
+    "loop_loss",
+]
+
+BASES = ("triplet", "hphn_triplet", "lifted_structure", "multi_similarity")
+_MS_OPTIONS = {"alpha": 2.0, "beta": 50.0, "epsilon": 0.1}
+_DEFAULT_MARGIN = {"triplet": 0.2, "hphn_triplet": 0.2, "lifted_structure": 0.2,
+                   "multi_similarity": 0.5}
+
+
+def _is_number(x):
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def label_pairs(labels):
+    """Disjoint same-class pairs, formed from the class ids.
+
+    The samples of each class, in batch order, are paired as (1st, 2nd),
+    (3rd, 4th), ...; with an odd count the last one stays unpaired. The result
+    has one slot per sample (fixed shape ``[B]``, XLA-friendly): slot ``t`` holds
+    the pair ``(first[t], second[t])`` when ``valid[t]``.
+
+    Args:
+        labels: ``[B]`` int class ids.
+
+    Returns:
+        ``(first, second, valid)``: int32 sample indices ``[B]`` and bool ``[B]``.
+        Every sample is the ``first`` of exactly one slot (valid or not).
+    """
+    labels = ops.cast_labels(labels)
+    size = tf.shape(labels)[0]
+    order = tf.argsort(labels, stable=True)
+    ordered = tf.gather(labels, order)
+    positions = tf.range(size)
+    starts = tf.concat([tf.ones_like(ordered[:1], tf.bool), ordered[1:] != ordered[:-1]], 0)
+    group = tf.cumsum(tf.cast(starts, tf.int32)) - 1
+    group_start = tf.gather(tf.math.unsorted_segment_min(positions, group, size), group)
+    rank = positions - group_start
+    next_same = tf.concat([ordered[1:] == ordered[:-1], tf.zeros_like(ordered[:1], tf.bool)], 0)
+    valid = tf.logical_and(tf.equal(rank % 2, 0), next_same)
+    second = tf.concat([order[1:], order[:1]], 0)
+    return order, second, valid
+
+
+class _Geometry:
+    """Distances of a batch, its label pairs and the LoOp distances between pairs."""
+
+    def __init__(self, labels, x, normalized):
+        self.labels = labels
+        gram = ops.pairwise_similarity(x, x)
+        self.dist = ops.pairwise_distance(x, x)  # x is unit-norm when normalized
+        self.sim = 1.0 - 0.5 * tf.square(self.dist)  # s = 1 - d^2 / 2 (Section 3.3)
+        self.first, self.second, self.valid = label_pairs(labels)
+        a, b = self.first, self.second
+        pair_labels = tf.gather(labels, a)
+        self.positive_mask, self.negative_mask = ops.label_masks(labels, labels, 0)
+        self.pair_dist = tf.gather_nd(self.dist, tf.stack([a, b], axis=-1))  # d(a_t, b_t)
+        rows_a, rows_b = tf.gather(gram, a), tf.gather(gram, b)
+        aa, ab = tf.gather(rows_a, a, axis=1), tf.gather(rows_a, b, axis=1)
+        ba, bb = tf.gather(rows_b, a, axis=1), tf.gather(rows_b, b, axis=1)
+        x1x2 = tf.linalg.diag_part(ab)  # dots within each pair
+        if normalized:
+            s = geometry.arc_similarity_from_dots(
+                x1x2[:, None], x1x2[None, :], aa, ab, ba, bb
+            )
+            self.loop_dist = ops.safe_sqrt(tf.maximum(2.0 - 2.0 * s, 0.0))
+        else:
+            norms = tf.linalg.diag_part(gram)
+            na, nb = tf.gather(norms, a), tf.gather(norms, b)
+            squared = geometry.segment_squared_distance_from_dots(
+                na[:, None], nb[:, None], x1x2[:, None], na[None, :], nb[None, :],
+                x1x2[None, :], aa, ab, ba, bb,
+            )
+            self.loop_dist = ops.safe_sqrt(tf.maximum(squared, 0.0))
+        self.loop_sim = 1.0 - 0.5 * tf.square(self.loop_dist)
+        # Slot t against slot u: both real pairs, of different classes.
+        self.loop_mask = tf.logical_and(
+            tf.logical_and(self.valid[:, None], self.valid[None, :]),
+            tf.not_equal(pair_labels[:, None], pair_labels[None, :]),
+        )
+
+    def by_sample(self, slot_values, slot_valid):
+        """Slot values moved to the index of the pair's first sample: ``[B]``."""
+        index = self.first[:, None]
+        size = tf.shape(self.first)
+        return (tf.scatter_nd(index, slot_values, size),
+                tf.scatter_nd(index, tf.cast(slot_valid, tf.int32), size) > 0)
+
+    def hardest_positive(self, index):
+        """``max_{c[k] = c[i]} d(i, k)`` for each ``i`` in ``index`` (0 if alone)."""
+        same = tf.gather(tf.logical_or(self.positive_mask,
+                                       tf.eye(tf.shape(self.dist)[0], dtype=tf.bool)), index)
+        return ops.masked_max(tf.gather(self.dist, index), same)[0]
+
+    def hardest_negative(self, index):
+        """``(min_{c[k] != c[i]} d(i, k), found)`` for each ``i`` in ``index``."""
+        return ops.masked_min(tf.gather(self.dist, index), tf.gather(self.negative_mask, index))
+
+
+def _pair_losses(geo: _Geometry, base, margin, loop):
+    """Per-slot losses of the triplet, HPHN-triplet and lifted-structure forms."""
+    m = tf.constant(margin, geo.dist.dtype)
+    if loop:
+        if base == "triplet":
+            hinge = tf.nn.relu(geo.pair_dist[:, None] - geo.loop_dist + m)
+            weights = tf.cast(geo.loop_mask, hinge.dtype)
+            values = tf.reduce_sum(hinge * weights, axis=1)
+            found = tf.reduce_any(geo.loop_mask, axis=1)
+        else:
+            closest, found = ops.masked_min(geo.loop_dist, geo.loop_mask)
+    else:
+        na, found_a = geo.hardest_negative(geo.first)
+        nb, found_b = geo.hardest_negative(geo.second)
+        closest = tf.minimum(tf.where(found_a, na, nb), tf.where(found_b, nb, na))
+        found = tf.logical_or(found_a, found_b)
+    if base == "hphn_triplet":
+        far = tf.maximum(geo.hardest_positive(geo.first), geo.hardest_positive(geo.second))
+        values = tf.nn.relu(far + m - closest)
+    elif base == "lifted_structure":
+        values = tf.nn.relu(geo.pair_dist + m - closest)
+    valid = tf.logical_and(geo.valid, found)
+    values = tf.where(valid, values, tf.zeros_like(values))
+    return geo.by_sample(values, valid)
+
+
+def _ms_losses(geo: _Geometry, margin, alpha, beta, epsilon):
+    """Per-sample losses of the LoOp multi-similarity loss."""
+    size = tf.shape(geo.first)[0]
+    slots = tf.range(size)
+    # Each paired sample's slot: scatter the slot index to both members of valid slots.
+    target = tf.fill([size + 1], -1)
+    for members in (geo.first, geo.second):
+        target = tf.tensor_scatter_nd_max(
+            target, tf.where(geo.valid, members, size)[:, None], slots
+        )
+    slot_of = target[:size]
+    paired = slot_of >= 0
+    slot_of = tf.maximum(slot_of, 0)
+    sim = geo.sim
+    eps = tf.constant(epsilon, sim.dtype)
+    least_positive, has_positive = ops.masked_min(sim, geo.positive_mask)
+    most_negative, has_negative = ops.masked_max(sim, geo.negative_mask)
+    positive = tf.logical_and(geo.positive_mask, sim - eps < most_negative[:, None])
+    positive = tf.logical_and(positive, has_negative[:, None])
+    loop_sim = tf.gather(geo.loop_sim, slot_of)
+    negative = tf.logical_and(tf.gather(geo.loop_mask, slot_of), paired[:, None])
+    negative = tf.logical_and(negative, loop_sim > least_positive[:, None] - eps)
+    negative = tf.logical_and(negative, has_positive[:, None])
+    lam = tf.constant(margin, sim.dtype)
+    pos_term = _log1p_sum_exp(-alpha * (sim - lam), positive) / alpha
+    neg_term = _log1p_sum_exp(beta * (loop_sim - lam), negative) / beta
+    valid = tf.logical_and(tf.reduce_any(positive, axis=1), tf.reduce_any(negative, axis=1))
+    valid = tf.logical_and(valid, paired)
+    return tf.where(valid, pos_term + neg_term, tf.zeros_like(pos_term)), valid
+
+
+def _per_anchor(labels, embeddings, base, margin, normalized, loop, options):
+    labels, x, _, _, _ = prepare_inputs(labels, embeddings, normalize=normalized)
+    geo = _Geometry(labels, x, normalized)
+    if base == "multi_similarity":
+        return _ms_losses(geo, margin, options["alpha"], options["beta"], options["epsilon"])
+    return _pair_losses(geo, base, margin, loop)
+
+
+def _check_base(base, margin, options):
+    if base not in BASES:
+        raise ValueError(f"`base` must be one of {BASES}. Received: base={base!r}")
+    allowed = _MS_OPTIONS if base == "multi_similarity" else {}
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f"LoOp base {base!r} takes no option(s) {unknown}; "
+            f"its options are {sorted(allowed) or 'none besides margin'}."
+        )
+    full = {**allowed, **options}
+    for name in ("alpha", "beta"):
+        if name in full and (not _is_number(full[name]) or not full[name] > 0):
+            raise ValueError(f"`{name}` must be a number > 0. Received: {name}={full[name]!r}")
+    if "epsilon" in full and not _is_number(full["epsilon"]):
+        raise ValueError(f"`epsilon` must be a number. Received: epsilon={full['epsilon']!r}")
+    if margin is None:
+        margin = _DEFAULT_MARGIN[base]
+    if not _is_number(margin) or (base != "multi_similarity" and not margin >= 0):
+        raise ValueError(f"`margin` must be a number >= 0. Received: margin={margin!r}")
+    return float(margin), {k: float(v) for k, v in full.items()}
+
+
+def loop_loss(y_true, y_pred, base="triplet", margin=None, normalized=True, **base_options):
+    """Functional form of :class:`LoOpLoss`: the mean over pairs (or anchors) with a loss."""
+    margin, options = _check_base(base, margin, base_options)
+    losses, valid = _per_anchor(y_true, y_pred, base, margin, bool(normalized), True, options)
+    return mean_over_valid(losses, valid, y_pred)
+
+
+def hphn_triplet_loss(y_true, y_pred, margin=0.2, normalize=True):
+    """Functional form of :class:`HPHNTripletLoss`."""
+    margin, _ = _check_base("hphn_triplet", margin, {})
+    losses, valid = _per_anchor(y_true, y_pred, "hphn_triplet", margin, bool(normalize), False,
+                                {})
+    return mean_over_valid(losses, valid, y_pred)
+
+
+def lifted_structure_loss(y_true, y_pred, margin=0.2, normalize=True):
+    """Functional form of :class:`LiftedStructureLoss`."""
+    margin, _ = _check_base("lifted_structure", margin, {})
+    losses, valid = _per_anchor(y_true, y_pred, "lifted_structure", margin, bool(normalize),
+                                False, {})
+    return mean_over_valid(losses, valid, y_pred)
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class LoOpLoss(MetricLoss):
+    """The LoOp losses: optimal hard negatives between pairs (Section 3.3 of the LoOp paper).
+
+    Positive pairs ``(i, j)`` are the disjoint same-class pairs of
+    :func:`label_pairs`; ``d_ij`` is their Euclidean distance and ``d_ijkl`` the
+    LoOp distance to a pair ``(k, l)`` of another class: the minimum distance
+    between the arcs ``X[i] -> X[j]`` and ``X[k] -> X[l]`` on the unit sphere
+    (or between the segments, ``normalized=False``). With ``m`` the margin:
+
+    * ``base="triplet"`` (eq. 15): per pair,
+      ``sum_{(k,l)} max(d_ij - d_ijkl + m, 0)`` over all negative pairs;
+    * ``"hphn_triplet"``: ``max(max(dp_i, dp_j) + m - min_{(k,l)} d_ijkl, 0)``
+      with ``dp_i = max_{c[k]=c[i]} d_ik`` the hardest positive distance;
+    * ``"lifted_structure"`` (eq. 16, LoOp form): ``max(d_ij + m - min_{(k,l)} d_ijkl, 0)``;
+    * ``"multi_similarity"``: the MS loss per anchor ``i`` in a pair, with
+      ``s = 1 - d^2 / 2``, ``lambda = margin``: positives kept if
+      ``s_ij < max_{neg} s_ik + epsilon`` (unchanged), and the negatives are the
+      pairs ``(k, l)``, kept if ``s_ijkl > min_{pos} s_ik - epsilon``, weighted
+      ``1/beta log(1 + sum exp(beta (s_ijkl - lambda)))``.
+
+    The loss is the mean over the positive pairs (the MS form: over the paired
+    anchors) that have a negative pair of another class. A batch without any
+    positive pair, or with a single class, gives 0 with zero gradients. The
+    last sample of a class with an odd count is left out of the pairs (it
+    still counts as a positive or negative for ``dp`` and the MS positive
+    term); use an even number of samples per class (P x K sampling with even
+    K), as the paper does. With ``reduction="none"`` a pair's value is reported
+    at the index of its first sample.
+
+    The authors pair consecutive batch elements ``(X[0::2], X[1::2])``, which
+    needs each class's samples to be consecutive and even in number; tfdml
+    pairs by label, so any batch order works.
+
+    Defaults: ``margin`` 0.2 for the triplet forms (the paper does not state
+    its value; Fig. 3b varies it), 0.5 for MS (``lambda``, Fig. 3c);
+    ``alpha=2``, ``beta=50`` (the paper's settings), ``epsilon=0.1`` (the paper
+    finds small and even negative values better with LoOp, e.g. -0.02).
+
+    Args:
+        base: ``"triplet"``, ``"hphn_triplet"``, ``"lifted_structure"`` or
+            ``"multi_similarity"``. Defaults to `"triplet"`.
+        margin: ``m`` (``lambda`` for MS). Defaults to `None` (see above).
+        normalized: L2-normalize the embeddings and use arcs; `False` uses
+            the raw embeddings and straight segments (Section 4.2).
+            Defaults to `True`.
+        **base_options: for ``"multi_similarity"``: ``alpha`` (2.0),
+            ``beta`` (50.0) and ``epsilon`` (0.1, may be negative).
+        reduction: see :mod:`tfdml.losses.base`. Defaults to
+            `"sum_over_batch_size"` (mean over pairs with a loss).
+        name: name of the loss. Defaults to `"loop_loss"`.
+        dtype: dtype of the returned value. Defaults to `None` (floatx).
+
+    Examples:
+
+    >>> loss = tfdml.losses.LoOpLoss("multi_similarity", epsilon=-0.02)
+    >>> model.compile(optimizer="adam", loss=loss, jit_compile=True)
+    >>> model.fit(pk_batches_with_even_k, epochs=10)
+
+    Reference:
+        Vasudeva, Deora, Bhattacharya, Pandey, "LoOp: Looking for Optimal Hard
+        Negative Embeddings for Deep Metric Learning", ICCV 2021.
+    """
+
+    def __init__(self, base="triplet", margin=None, normalized=True,
+                 reduction="sum_over_batch_size", name="loop_loss", dtype=None,
+                 **base_options):
+        margin, options = _check_base(base, margin, base_options)
+        super().__init__(normalize=normalized, reduction=reduction, name=name, dtype=dtype)
+        self.base = base
+        self.margin = margin
+        self.options = options
+
+    @property
+    def normalized(self):
+        return self.normalize
+
+    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
+        if ref_embeddings is not None:
+            raise ValueError("LoOpLoss pairs the samples of the batch; it takes no reference set.")
+        return _per_anchor(labels, embeddings, self.base, self.margin, self.normalize, True,
+                           self.options)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("normalize", None)
+        config.update(base=self.base, margin=self.margin, normalized=self.normalize,
+                      **self.options)
+        return config
+
+
+class _PairBaseline(MetricLoss):
+    _base = None
+
+    def __init__(self, margin=0.2, normalize=True, reduction="sum_over_batch_size", name=None,
+                 dtype=None):
+        margin, _ = _check_base(self._base, margin, {})
+        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype)
+        self.margin = margin
+
+    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
+        if ref_embeddings is not None:
+            raise ValueError(f"{type(self).__name__} pairs the samples of the batch; "
+                             "it takes no reference set.")
+        return _per_anchor(labels, embeddings, self._base, self.margin, self.normalize, False, {})
+
+    def get_config(self):
+        config = super().get_config()
+        config["margin"] = self.margin
+        return config
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class HPHNTripletLoss(_PairBaseline):
+    """Hard-positive hard-negative triplet loss over label pairs (LoOp paper, Section 3.3.2).
+
+    For each disjoint same-class pair ``(i, j)`` (see
+    :func:`tfdml.losses.loop.label_pairs`)::
+
+        L_ij = max(max(max_{c[k]=c[i]} d_ik, max_{c[l]=c[j]} d_jl) + m
+                   - min(min_{c[k]!=c[i]} d_ik, min_{c[l]!=c[j]} d_jl), 0)
+
+    averaged over the pairs that have a negative. With two samples per class
+    it equals :class:`LiftedStructureLoss`. ``LoOpLoss("hphn_triplet")`` is
+    its LoOp form.
+
+    Args:
+        margin: ``m >= 0``. Defaults to `0.2`.
+        normalize: L2-normalize the embeddings first. Defaults to `True`.
+        reduction: see :mod:`tfdml.losses.base`. Defaults to
+            `"sum_over_batch_size"`.
+        name: name of the loss. Defaults to `"hphn_triplet_loss"`.
+        dtype: dtype of the returned value. Defaults to `None` (floatx).
+
+    Reference:
+        Xuan, Stylianou, Pless, "Improved embeddings with easy positive
+        triplet mining" (HPHN), WACV 2020; the LoOp paper (ICCV 2021).
+    """
+
+    _base = "hphn_triplet"
+
+    def __init__(self, margin=0.2, normalize=True, reduction="sum_over_batch_size",
+                 name="hphn_triplet_loss", dtype=None):
+        super().__init__(margin, normalize, reduction, name, dtype)
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class LiftedStructureLoss(_PairBaseline):
+    """The lifted structure loss in the hinge form of the LoOp paper's eq. 16.
+
+    For each disjoint same-class pair ``(i, j)``::
+
+        L_ij = max(d_ij + m - min(min_{c[k]!=c[i]} d_ik, min_{c[l]!=c[j]} d_jl), 0)
+
+    averaged over the pairs that have a negative. (Song et al.'s original,
+    and the LoOp authors' released code, use a log-sum-exp over the negatives
+    instead of the hard minimum.) ``LoOpLoss("lifted_structure")`` is its
+    LoOp form.
+
+    Args:
+        margin: ``m >= 0``. Defaults to `0.2`.
+        normalize: L2-normalize the embeddings first. Defaults to `True`.
+        reduction: see :mod:`tfdml.losses.base`. Defaults to
+            `"sum_over_batch_size"`.
+        name: name of the loss. Defaults to `"lifted_structure_loss"`.
+        dtype: dtype of the returned value. Defaults to `None` (floatx).
+
+    Reference:
+        Oh Song, Xiang, Jegelka, Savarese, "Deep metric learning via lifted
+        structured feature embedding", CVPR 2016; the LoOp paper, eq. 16.
+    """
+
+    _base = "lifted_structure"
+
+    def __init__(self, margin=0.2, normalize=True, reduction="sum_over_batch_size",
+                 name="lifted_structure_loss", dtype=None):
+        super().__init__(margin, normalize, reduction, name, dtype)
