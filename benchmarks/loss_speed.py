@@ -12,7 +12,9 @@ positive + distance-weighted negative), ``margin-dw-all`` (``MarginLoss``, every
 each with a distance-weighted negative: one inverse-CDF sort per anchor), ``ms``
 (``MultiSimilarityLoss`` with its pair mining) and ``ms-eps`` (the same with easy positives);
 the LoOp losses ``loop-triplet``, ``loop-hphn``, ``loop-ls``, ``loop-ms`` and their bases
-``triplet-all`` (``TripletMarginLoss``, L2, every triplet), ``hphn``, ``ls`` and ``ms``.
+``triplet-all`` (``TripletMarginLoss``, L2, every triplet), ``hphn``, ``ls`` and ``ms``;
+``fappy-0.01``, ``fappy-0.0001`` (``FAPPYLoss`` with that ``min_bin_width``) and
+``histogram`` (``HistogramLoss``, bin width 0.01).
 
 Each (loss, B, XLA) configuration runs in a fresh worker process (this file run with
 ``--worker``), so that the peak resident set size (``ru_maxrss``) belongs to that
@@ -62,6 +64,9 @@ LOSS_LABELS = {
     "loop-hphn": "LoOpLoss('hphn_triplet')",
     "loop-ls": "LoOpLoss('lifted_structure')",
     "loop-ms": "LoOpLoss('multi_similarity')",
+    "fappy-0.01": "FAPPYLoss(min_bin_width=0.01)",
+    "fappy-0.0001": "FAPPYLoss(min_bin_width=0.0001)",
+    "histogram": "HistogramLoss(bin_width=0.01)",
 }
 ALL_LOSSES = tuple(LOSS_LABELS)
 SAMPLES_PER_CLASS = 4
@@ -140,6 +145,10 @@ def _loss_fn(name):
         base = {"triplet": "triplet", "hphn": "hphn_triplet", "ls": "lifted_structure",
                 "ms": "multi_similarity"}[name[5:]]
         return tfdml.losses.LoOpLoss(base)
+    if name.startswith("fappy-"):
+        return tfdml.losses.FAPPYLoss(min_bin_width=float(name[6:]))
+    if name == "histogram":
+        return tfdml.losses.HistogramLoss()
     raise ValueError(f"unknown loss {name!r}")
 
 

@@ -40,6 +40,8 @@ from hypothesis import given, settings
 import tfdml
 from tfdml.losses import (
     ContrastiveLoss,
+    FAPPYLoss,
+    HistogramLoss,
     HPHNTripletLoss,
     LiftedStructureLoss,
     LoOpLoss,
@@ -112,6 +114,10 @@ LOSS_CASES = [
     LossCase("loop_ms_segments", lambda: LoOpLoss("multi_similarity", 0.4, False)),
     LossCase("hphn_triplet", lambda: HPHNTripletLoss()),
     LossCase("lifted_structure", lambda: LiftedStructureLoss(0.5, normalize=False)),
+    LossCase("fappy", lambda: FAPPYLoss()),
+    LossCase("fappy_0.003", lambda: FAPPYLoss(0.003)),
+    LossCase("histogram", lambda: HistogramLoss()),
+    LossCase("histogram_0.05", lambda: HistogramLoss(0.05)),
 ]
 
 CASES = {case.id: case for case in LOSS_CASES}
@@ -583,7 +589,7 @@ def test_no_cubic_tensor_unless_all_all(case):
                                       "nca2_easy_hard", "margin_all_all", "margin_cos_random",
                                       "wu_all_dw", "wu_eps_dw", "ms_default", "ms_all_semihard",
                                       "contrastive_all_pairs", "trimmed_nca2", "loop_ms",
-                                      "loop_triplet_segments"))
+                                      "loop_triplet_segments", "fappy", "histogram"))
 def test_no_cubic_tensor_in_compiled_xla_program(case):
     """Same claim on the optimized HLO: XLA lowers some ops to larger tensors than the graph has."""
     big = xla_large_shapes(case.factory, CUBE_LIMIT, GRAPH_BATCH, GRAPH_DIM)

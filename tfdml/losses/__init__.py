@@ -6,6 +6,7 @@ anchors that have something to learn from) and a class for ``model.compile``.
 
 from tfdml.losses.base import MetricLoss
 from tfdml.losses.contrastive import ContrastiveLoss, contrastive_loss
+from tfdml.losses.fappy import FAPPYLoss, HistogramLoss, false_positive_probability
 from tfdml.losses.loop import (
     HPHNTripletLoss,
     LiftedStructureLoss,
@@ -26,7 +27,9 @@ from tfdml.losses.triplet import (
 
 __all__ = [
     "ContrastiveLoss",
+    "FAPPYLoss",
     "HPHNTripletLoss",
+    "HistogramLoss",
     "LiftedStructureLoss",
     "LoOpLoss",
     "MarginLoss",
@@ -36,6 +39,7 @@ __all__ = [
     "TripletMarginLoss",
     "TripletNCALoss",
     "contrastive_loss",
+    "false_positive_probability",
     "hphn_triplet_loss",
     "lifted_structure_loss",
     "loop_loss",
