@@ -168,9 +168,10 @@ class FAPPYLoss(MetricLoss):
     values of its pairs, scaled so that the default mean over the anchors
     that have a positive equals ``L``. A batch without positive pairs gives 0.
     Gradients reach a negative similarity only near ``s_ij``: in ``s_ij``'s
-    bin and in the bin just below it (the triangular kernel puts part of a
-    negative from the lower bin on ``s_ij``'s lower node; see the note in the
-    tests on the paper's Lemma 1).
+    bin (``h_right / (Delta |N|)``) and in the bin just below it
+    (``h_left / (Delta |N|)``: the triangular kernel puts part of a negative
+    from the lower bin on ``s_ij``'s lower node). The paper's Lemma 1 names
+    only the first bin; its proof drops the second term (docs/losses.md).
 
     Cost: ``O(B^2 + B n)`` memory per scale for ``n = 2 / Delta + 1`` nodes
     (about ``B * 4 / min_bin_width`` numbers over all scales), all scales in
