@@ -16,6 +16,7 @@ except ImportError as err:  # pragma: no cover - exercised only without TensorFl
 from tfdml import (
     analysis,
     callbacks,
+    compat,
     data,
     datasets,
     export,
@@ -32,6 +33,7 @@ from tfdml._version import __version__
 __all__ = [
     "analysis",
     "callbacks",
+    "compat",
     "data",
     "datasets",
     "export",

@@ -222,6 +222,40 @@ def _compact(mask, values):
     return _row_scatter(target, slot, values)[:, :width]
 
 
+def negatives_at_or_below(values, negative_mask):
+    """Per row: how many negatives are ``<=`` each entry, and the negatives in ascending order.
+
+    One stable sort per row, then counts instead of searches (a batched binary
+    search lowers to a ``[B, R, R]`` comparison under XLA).
+
+    Args:
+        values: ``[B, R]`` float tensor (scores or distances).
+        negative_mask: ``[B, R]`` bool.
+
+    Returns:
+        ``(count, negatives)``, both ``[B, R]`` int32: ``count[a, j]`` is the
+        number of negatives of row ``a`` with value ``<= values[a, j]`` (ties
+        included), and ``negatives[a, :n_a]`` are the column indices of the
+        row's ``n_a`` negatives by ascending value (0 after them).
+    """
+    order = tf.argsort(values, axis=1, stable=True)
+    ordered = tf.gather(values, order, batch_dims=1)
+    is_negative = tf.gather(negative_mask, order, batch_dims=1)
+    negatives_so_far = tf.cumsum(tf.cast(is_negative, tf.int32), axis=1)
+    # Extend each position to the end of its group of equal values.
+    starts = tf.concat(
+        [tf.ones_like(ordered[:, :1], tf.bool), tf.not_equal(ordered[:, 1:], ordered[:, :-1])],
+        axis=1,
+    )
+    group = tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1
+    positions = tf.broadcast_to(tf.range(tf.shape(order)[1]), tf.shape(order))
+    group_end = _row_scatter(tf.zeros_like(order), group, positions, tf.tensor_scatter_nd_max)
+    last = tf.gather(group_end, group, batch_dims=1)
+    count_sorted = tf.gather(negatives_so_far, last, batch_dims=1)
+    count = _row_scatter(tf.zeros_like(order), order, count_sorted)  # back to column order
+    return count, _compact(is_negative, order)
+
+
 def _is_number(x):
     return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
@@ -472,28 +506,11 @@ class TripletMiner(Miner):
     def _semihard_all(scores, negative_mask):
         """Semi-hard negative for every (anchor, positive = reference j) pair: [B, R].
 
-        One stable sort per row, then counts instead of searches (a batched
-        binary search lowers to a [B, R, R] comparison under XLA):
-        ``count[a, j]`` = number of negatives with score <= ``scores[a, j]``,
-        ties included, and the semi-hard negative is the ``count``-th
-        smallest negative. O(B R log R) time, O(B R) memory.
+        The semi-hard negative is the ``count``-th smallest negative, with
+        ``count`` from :func:`negatives_at_or_below`. O(B R log R) time,
+        O(B R) memory.
         """
-        order = tf.argsort(scores, axis=1, stable=True)
-        values = tf.gather(scores, order, batch_dims=1)
-        is_negative = tf.gather(negative_mask, order, batch_dims=1)
-        negatives_so_far = tf.cumsum(tf.cast(is_negative, tf.int32), axis=1)
-        # Extend each position to the end of its group of equal scores.
-        starts = tf.concat(
-            [tf.ones_like(values[:, :1], tf.bool), tf.not_equal(values[:, 1:], values[:, :-1])],
-            axis=1,
-        )
-        group = tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1
-        positions = tf.broadcast_to(tf.range(tf.shape(order)[1]), tf.shape(order))
-        group_end = _row_scatter(tf.zeros_like(order), group, positions, tf.tensor_scatter_nd_max)
-        last = tf.gather(group_end, group, batch_dims=1)
-        count_sorted = tf.gather(negatives_so_far, last, batch_dims=1)
-        count = _row_scatter(tf.zeros_like(order), order, count_sorted)  # back to reference order
-        negatives = _compact(is_negative, order)  # reference indices, ascending score
+        count, negatives = negatives_at_or_below(scores, negative_mask)
         found = count > 0
         index = tf.gather(negatives, tf.maximum(count - 1, 0), batch_dims=1)
         return tf.where(found, index, tf.zeros_like(index)), found

@@ -1,0 +1,184 @@
+"""tfdml.compat.tfa: TensorFlow Addons' triplet losses, same values, O(B^2) memory."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import references as ref
+import tensorflow as tf
+from harness import run_under_policy, small_embedding_model
+
+from tfdml.compat import tfa
+
+METRICS = ["L2", "squared-L2", "angular"]
+LABELS = ref.make_labels([4, 3, 2, 2, 1], seed=8)  # B=12, with a singleton
+X = np.random.default_rng(21).normal(size=(12, 5)) * 1.7  # B != D, norms far from 1
+
+
+def _grad_check(fn, x, rtol=1e-4, atol=1e-6):
+    theoretical, numerical = tf.test.compute_gradient(fn, [tf.constant(x, tf.float64)],
+                                                      delta=1e-6)
+    assert np.all(np.isfinite(theoretical[0]))
+    np.testing.assert_allclose(theoretical[0], numerical[0], rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_distances_match_reference(metric):
+    if metric == "angular":
+        got = tfa.losses.metric_learning.angular_distance(X).numpy()
+    else:
+        got = tfa.losses.metric_learning.pairwise_distance(X, squared=metric == "squared-L2")
+        got = got.numpy()
+    np.testing.assert_allclose(got, ref.tfa_distances(X, metric), rtol=1e-10, atol=1e-10)
+    assert np.all(np.diag(got) == 0.0)
+
+
+@pytest.mark.parametrize("margin", [1.0, 0.3])
+@pytest.mark.parametrize("metric", METRICS)
+def test_semihard_matches_reference(metric, margin):
+    for seed in range(4):
+        labels = ref.make_labels([3, 3, 2, 2, 1, 1], seed=seed)
+        x = np.random.default_rng(seed).normal(size=(12, 7)) * (1 + seed)
+        want = ref.tfa_triplet_semihard(labels, x, margin, metric)
+        got = tfa.losses.triplet_semihard_loss(labels, x.astype(np.float32), margin, metric)
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+        loss = tfa.losses.TripletSemiHardLoss(margin=margin, distance_metric=metric)
+        np.testing.assert_allclose(loss(labels[:, None], x).numpy(), want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("soft", [False, True])
+@pytest.mark.parametrize("metric", METRICS)
+def test_hard_matches_reference(metric, soft):
+    for seed in range(3):
+        labels = ref.make_labels([3, 3, 2, 1, 1], seed=seed)
+        x = np.random.default_rng(seed + 10).normal(size=(10, 4))
+        want = ref.tfa_triplet_hard(labels, x, 0.7, soft, metric)
+        got = tfa.losses.triplet_hard_loss(labels, x.astype(np.float32), 0.7, soft, metric)
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_semihard_fallbacks():
+    """No farther negative: the farthest negative. No negative at all: the row minimum (0)."""
+    x = np.array([[0.0, 0.0], [3.0, 0.0], [0.5, 0.0], [0.0, 1.0]])
+    labels = np.array([0, 0, 1, 1])
+    # Anchor 0, positive 1 (d=3): both negatives are closer, so the farthest (1.0) is used.
+    want = ref.tfa_triplet_semihard(labels, x, 1.0, "L2")
+    np.testing.assert_allclose(tfa.losses.triplet_semihard_loss(labels, x).numpy(), want)
+    one_class = tfa.losses.triplet_semihard_loss(np.zeros(4), x).numpy()
+    np.testing.assert_allclose(one_class, ref.tfa_triplet_semihard(np.zeros(4), x), rtol=1e-12)
+    assert one_class > 0  # margin + d_ap against a "negative" at distance 0, as in TFA
+
+
+def test_ties_are_not_farther():
+    """A negative exactly as far as the positive is not semi-hard (strictly farther only)."""
+    x = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 2.0]])
+    labels = np.array([0, 0, 1, 1])
+    want = ref.tfa_triplet_semihard(labels, x, 1.0, "squared-L2")
+    got = tfa.losses.triplet_semihard_loss(labels, x, 1.0, "squared-L2").numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_no_positive_pair_gives_zero_not_nan():
+    x = tf.constant(X, tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        value = tfa.losses.triplet_semihard_loss(np.arange(12), x)
+    assert value.numpy() == 0.0 and np.all(tape.gradient(value, x).numpy() == 0.0)
+
+
+def test_callable_metric():
+    def manhattan(e):
+        return tf.reduce_sum(tf.abs(e[:, None, :] - e[None, :, :]), axis=-1)
+
+    dist = np.abs(X[:, None, :] - X[None, :, :]).sum(-1)
+    want = ref.tfa_triplet_semihard(LABELS, X, 1.0, dist=dist)
+    np.testing.assert_allclose(tfa.losses.triplet_semihard_loss(LABELS, X, 1.0, manhattan),
+                               want, rtol=1e-10)
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_gradients_match_finite_differences(metric):
+    _grad_check(lambda e: tfa.losses.triplet_semihard_loss(LABELS, e, 1.0, metric), X)
+    _grad_check(lambda e: tfa.losses.triplet_hard_loss(LABELS, e, 1.0, False, metric), X)
+    _grad_check(lambda e: tfa.losses.triplet_hard_loss(LABELS, e, 1.0, True, metric), X)
+
+
+def test_xla_matches_eager():
+    x = tf.constant(X, tf.float32)
+    for fn in (tfa.losses.triplet_semihard_loss, tfa.losses.triplet_hard_loss):
+        eager = fn(LABELS, x).numpy()
+        compiled = tf.function(lambda y, e, fn=fn: fn(y, e), jit_compile=True)(LABELS, x)
+        np.testing.assert_allclose(compiled.numpy(), eager, rtol=1e-5)
+
+
+def test_low_precision_embeddings_keep_class_ids_and_dtype():
+    labels = np.array([256, 257, 256, 257, 4096, 4097, 4096, 4097])
+    x = np.random.default_rng(3).normal(size=(8, 4)).astype(np.float32)
+    want = ref.tfa_triplet_semihard(labels, x.astype(np.float64))
+    for dtype in ("bfloat16", "float16"):
+        value = tfa.losses.triplet_semihard_loss(labels, tf.cast(x, dtype))
+        assert value.dtype == dtype
+        np.testing.assert_allclose(float(value), want, rtol=2e-2)
+
+
+def test_model_fit_jit_mixed_precision_and_keras_round_trip(tmp_path):
+    features = np.random.default_rng(0).normal(size=(24, 6)).astype(np.float32)
+    labels = np.repeat(np.arange(6), 4)
+    with run_under_policy("mixed_bfloat16"):
+        model = small_embedding_model()
+        model.compile(optimizer="adam", loss=tfa.losses.TripletSemiHardLoss(), jit_compile=True)
+        history = model.fit(features, labels, batch_size=24, epochs=2, verbose=0)
+    assert np.all(np.isfinite(history.history["loss"]))
+    model = small_embedding_model()
+    model.compile(optimizer="sgd", loss=tfa.losses.TripletHardLoss(margin=0.5, soft=True))
+    path = tmp_path / "m.keras"
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    assert type(loaded.loss) is tfa.TripletHardLoss
+    assert loaded.loss.get_config()["soft"] is True
+    assert keras.saving.get_registered_name(tfa.TripletSemiHardLoss) == "Addons>TripletSemiHardLoss"
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="distance_metric"):
+        tfa.losses.TripletSemiHardLoss(distance_metric="cosine")
+    with pytest.raises(ValueError, match="margin"):
+        tfa.losses.triplet_hard_loss(LABELS, X, margin="1")
+    with pytest.raises(ValueError, match="y_true"):
+        tfa.losses.triplet_semihard_loss(LABELS[:5], X)
+
+
+@pytest.mark.parametrize("margin", [1.0, 0.5])
+def test_lifted_struct_matches_reference(margin):
+    for seed in range(3):
+        labels = ref.make_labels([3, 3, 2, 2, 1], seed=seed)
+        x = np.random.default_rng(seed + 30).normal(size=(11, 6))
+        want = ref.tfa_lifted_struct(labels, x, margin)
+        got = tfa.losses.lifted_struct_loss(labels, x.astype(np.float32), margin).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+        loss = tfa.losses.LiftedStructLoss(margin=margin)
+        np.testing.assert_allclose(loss(labels, x).numpy(), want, rtol=1e-10)
+    _grad_check(lambda e: tfa.losses.lifted_struct_loss(LABELS, e, margin), X)
+
+
+def test_lifted_struct_without_negatives_or_positives_is_zero():
+    assert tfa.losses.lifted_struct_loss(np.zeros(5), X[:5]).numpy() == 0.0
+    assert tfa.losses.lifted_struct_loss(np.arange(5), X[:5]).numpy() == 0.0
+
+
+def test_contrastive_matches_reference():
+    y = np.array([1, 0, 0, 1, 0])
+    d = np.array([0.3, 0.2, 1.5, 2.0, 0.99])
+    np.testing.assert_allclose(tfa.losses.contrastive_loss(y, d, 1.0).numpy(),
+                               ref.tfa_contrastive(y, d, 1.0), rtol=1e-12)
+    np.testing.assert_allclose(tfa.losses.ContrastiveLoss(margin=0.5)(y, d).numpy(),
+                               ref.tfa_contrastive(y, d, 0.5).mean(), rtol=1e-6)
+
+
+def test_npairs_matches_reference():
+    s = X @ X[::-1].T
+    np.testing.assert_allclose(tfa.losses.npairs_loss(LABELS, s).numpy(),
+                               ref.tfa_npairs(LABELS, s), rtol=1e-10)
+    np.testing.assert_allclose(tfa.losses.NpairsLoss()(LABELS[:, None], s).numpy(),
+                               ref.tfa_npairs(LABELS, s), rtol=1e-10)

@@ -1,0 +1,452 @@
+"""A drop-in for TensorFlow Addons' metric-learning losses (``tfa.losses``, TFA 0.23).
+
+TensorFlow Addons is end of life and does not import under Keras 3. Replacing::
+
+    import tensorflow_addons as tfa
+
+by::
+
+    from tfdml.compat import tfa
+
+keeps ``tfa.losses.TripletSemiHardLoss(margin=1.0, distance_metric="L2")``,
+``TripletHardLoss``, ``LiftedStructLoss``, ``ContrastiveLoss``, ``NpairsLoss``,
+their functional forms and
+``tfa.losses.metric_learning.pairwise_distance`` / ``angular_distance`` working
+with TFA's arguments, defaults and values: no L2-normalization inside, the
+distance metrics ``"L2"``, ``"squared-L2"``, ``"angular"`` or a callable, TFA's
+averaging and its fallbacks. The classes are registered under TFA's names
+(``Addons>TripletSemiHardLoss``...), so models saved with them load.
+
+Differences, on purpose:
+
+* Memory. TFA's semi-hard and lifted-structure losses tile a ``B^2 x B``
+  tensor. Here one sort per row of the ``B x B`` distance matrix finds the
+  same semi-hard negatives, and the lifted loss uses that both members of a
+  positive pair have the same negatives (one log-sum-exp per row): ``O(B^2)``
+  memory, also under XLA.
+* Labels are cast to integers before anything else (under mixed precision TFA
+  would compare class ids in the loss dtype).
+* A batch without any positive pair gives 0 where TFA gives NaN (a 0/0); so
+  does a lifted-structure pair whose class has no negative (TFA: NaN).
+"""
+
+from __future__ import annotations
+
+import numbers
+import types
+
+import keras
+import tensorflow as tf
+
+from tfdml import ops
+from tfdml.miners import negatives_at_or_below
+
+__all__ = [
+    "ContrastiveLoss",
+    "LiftedStructLoss",
+    "NpairsLoss",
+    "TripletHardLoss",
+    "TripletSemiHardLoss",
+    "angular_distance",
+    "contrastive_loss",
+    "lifted_struct_loss",
+    "losses",
+    "npairs_loss",
+    "pairwise_distance",
+    "triplet_hard_loss",
+    "triplet_semihard_loss",
+]
+
+_METRICS = ("L2", "squared-L2", "angular")
+
+
+def pairwise_distance(feature, squared: bool = False):
+    """Pairwise Euclidean distances of the rows of ``feature`` (TFA semantics).
+
+    Squared distances below 0 (rounding) are clipped to 0; the square root of
+    a zero distance is 0 with a zero gradient; the diagonal is exactly 0.
+
+    Args:
+        feature: ``[B, D]`` embeddings (not normalized).
+        squared: return squared distances. Defaults to `False`.
+
+    Returns:
+        ``[B, B]`` distances, in the dtype of ``feature``.
+    """
+    feature = tf.convert_to_tensor(feature)
+    dist = ops.pairwise_distance(feature, feature, squared=squared)
+    return dist * (1.0 - tf.eye(tf.shape(dist)[0], dtype=dist.dtype))
+
+
+def angular_distance(feature):
+    """``1 - cos`` between the rows of ``feature`` (L2-normalized first), as in TFA.
+
+    Returns:
+        ``[B, B]`` distances in ``[0, 2]``, diagonal exactly 0.
+    """
+    x = ops.l2_normalize(tf.convert_to_tensor(feature))
+    dist = tf.maximum(1.0 - ops.pairwise_similarity(x, x), 0.0)
+    return dist * (1.0 - tf.eye(tf.shape(dist)[0], dtype=dist.dtype))
+
+
+def _distances(embeddings, distance_metric):
+    if distance_metric == "L2":
+        return pairwise_distance(embeddings, squared=False)
+    if distance_metric == "squared-L2":
+        return pairwise_distance(embeddings, squared=True)
+    if distance_metric == "angular":
+        return angular_distance(embeddings)
+    return distance_metric(embeddings)
+
+
+def _check(margin, distance_metric):
+    if not isinstance(margin, numbers.Real) or isinstance(margin, bool):
+        raise ValueError(f"`margin` must be a number. Received: margin={margin!r}")
+    if not callable(distance_metric) and distance_metric not in _METRICS:
+        raise ValueError(
+            f"`distance_metric` must be one of {_METRICS} or a callable. "
+            f"Received: distance_metric={distance_metric!r}"
+        )
+
+
+def _prepare(y_true, y_pred):
+    labels = tf.reshape(ops.cast_labels(y_true, "y_true"), [-1])
+    embeddings = tf.convert_to_tensor(y_pred)
+    ops.check_embeddings(embeddings, "y_pred")
+    ops.check_batch_sizes(labels, embeddings, "y_true", "y_pred")
+    precise = embeddings
+    if embeddings.dtype in (tf.float16, tf.bfloat16):
+        precise = tf.cast(embeddings, tf.float32)
+    labels, _ = ops.same_label_dtype(labels, labels)
+    same = tf.equal(labels[:, None], labels[None, :])
+    return same, precise, embeddings.dtype
+
+
+def _masked_maximum(data, mask):
+    """TFA's masked maximum: the maximum over ``mask``; the row minimum if ``mask`` is empty."""
+    row_min = tf.reduce_min(data, axis=1, keepdims=True)
+    mask = tf.cast(mask, data.dtype)
+    return tf.reduce_max((data - row_min) * mask, axis=1, keepdims=True) + row_min
+
+
+def _masked_minimum(data, mask):
+    """TFA's masked minimum: the minimum over ``mask``; the row maximum if ``mask`` is empty."""
+    row_max = tf.reduce_max(data, axis=1, keepdims=True)
+    mask = tf.cast(mask, data.dtype)
+    return tf.reduce_min((data - row_max) * mask, axis=1, keepdims=True) + row_max
+
+
+def triplet_semihard_loss(y_true, y_pred, margin: float = 1.0, distance_metric="L2"):
+    """TFA's semi-hard triplet loss, in ``O(B^2)`` memory.
+
+    For every anchor ``a`` and positive ``p`` (same label, ``p != a``), the
+    negative is the closest one *farther* than the positive
+    (``d_an > d_ap``); if there is none, the farthest negative of ``a`` (TFA's
+    fallback; with no negative at all, the smallest distance of ``a``'s row,
+    normally 0). The loss is ``mean over (a, p) of max(margin + d_ap - d_an, 0)``.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer labels.
+        y_pred: ``[B, D]`` embeddings; not normalized here.
+        margin: the margin. Defaults to `1.0`.
+        distance_metric: ``"L2"``, ``"squared-L2"``, ``"angular"`` or a
+            callable mapping embeddings to a ``[B, B]`` distance matrix.
+            Defaults to `"L2"`.
+
+    Returns:
+        A scalar in the dtype of ``y_pred``; 0 when there is no positive pair
+        (TFA returns NaN).
+    """
+    _check(margin, distance_metric)
+    same, precise, dtype = _prepare(y_true, y_pred)
+    dist = _distances(precise, distance_metric)
+    negative = tf.logical_not(same)
+    positive = tf.logical_and(same, tf.logical_not(tf.eye(tf.shape(dist)[0], dtype=tf.bool)))
+    # The closest negative farther than the positive: the count-th negative in
+    # ascending distance, count = number of negatives at most as far as p.
+    count, negatives = negatives_at_or_below(tf.stop_gradient(dist), negative)
+    num_negatives = tf.reduce_sum(tf.cast(negative, tf.int32), axis=1, keepdims=True)
+    outside_found = count < num_negatives
+    outside = tf.gather(negatives, tf.minimum(count, tf.maximum(num_negatives - 1, 0)),
+                        batch_dims=1)
+    outside_dist = tf.gather(dist, outside, batch_dims=1)
+    inside_dist = _masked_maximum(dist, negative)  # [B, 1]
+    d_an = tf.where(outside_found, outside_dist, tf.broadcast_to(inside_dist, tf.shape(dist)))
+    weights = tf.cast(positive, dist.dtype)
+    hinge = tf.maximum((margin + dist - d_an) * weights, 0.0)
+    loss = tf.math.divide_no_nan(tf.reduce_sum(hinge), tf.reduce_sum(weights))
+    return tf.cast(loss, dtype)
+
+
+def triplet_hard_loss(y_true, y_pred, margin: float = 1.0, soft: bool = False,
+                      distance_metric="L2"):
+    """TFA's batch-hard triplet loss.
+
+    Per anchor, the farthest positive and the closest negative (TFA's masked
+    maximum and minimum: an anchor without positives uses its row's smallest
+    distance, one without negatives its row's largest), then
+    ``max(d_ap - d_an + margin, 0)`` or, with ``soft=True``,
+    ``log1p(exp(d_ap - d_an))``; the mean over all anchors.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer labels.
+        y_pred: ``[B, D]`` embeddings; not normalized here.
+        margin: the margin. Defaults to `1.0`.
+        soft: soft-margin form. Defaults to `False`.
+        distance_metric: as in :func:`triplet_semihard_loss`. Defaults to `"L2"`.
+
+    Returns:
+        A scalar in the dtype of ``y_pred``.
+    """
+    _check(margin, distance_metric)
+    same, precise, dtype = _prepare(y_true, y_pred)
+    dist = _distances(precise, distance_metric)
+    positive = tf.logical_and(same, tf.logical_not(tf.eye(tf.shape(dist)[0], dtype=tf.bool)))
+    hardest_positive = _masked_maximum(dist, positive)
+    hardest_negative = _masked_minimum(dist, tf.logical_not(same))
+    if soft:
+        losses = tf.math.log1p(tf.exp(hardest_positive - hardest_negative))
+    else:
+        losses = tf.maximum(hardest_positive - hardest_negative + margin, 0.0)
+    return tf.cast(tf.reduce_mean(losses), dtype)
+
+
+def lifted_struct_loss(labels, embeddings, margin: float = 1.0):
+    """TFA's lifted structured loss (Oh Song et al. 2016), in ``O(B^2)`` memory.
+
+    With ``D`` the Euclidean distances and ``N`` the samples of other classes
+    (the same set for both members of a positive pair ``(i, j)``)::
+
+        J_ij = log(sum_{k in N} exp(margin - D_ik) + sum_{l in N} exp(margin - D_jl)) + D_ij
+        L = sum over unordered positive pairs of max(J_ij, 0)^2 / (2 * #pairs)
+
+    Args:
+        labels: ``[B]`` or ``[B, 1]`` integer labels.
+        embeddings: ``[B, D]``; not normalized here.
+        margin: Defaults to `1.0`.
+
+    Returns:
+        A scalar in the dtype of ``embeddings``; 0 without positive pairs, and
+        pairs without any negative count 0 (TFA: NaN in both cases).
+    """
+    _check(margin, "L2")
+    same, precise, dtype = _prepare(labels, embeddings)
+    dist = pairwise_distance(precise)
+    negative = tf.logical_not(same)
+    positive = tf.logical_and(same, tf.logical_not(tf.eye(tf.shape(dist)[0], dtype=tf.bool)))
+    logits = tf.where(negative, margin - dist, tf.constant(-float("inf"), dist.dtype))
+    row_max = tf.reduce_max(logits, axis=1, keepdims=True)
+    row_max = tf.stop_gradient(tf.where(tf.math.is_finite(row_max), row_max, 0.0))
+    row_sum = tf.reduce_sum(tf.exp(logits - row_max), axis=1, keepdims=True)  # [B, 1]
+    has_negative = row_sum > 0
+    # log(e^{lse_i} + e^{lse_j}) with lse_i = row_max_i + log(row_sum_i), computed stably.
+    top = tf.maximum(row_max, tf.transpose(row_max))
+    both = (row_sum * tf.exp(row_max - top)
+            + tf.transpose(row_sum) * tf.exp(tf.transpose(row_max) - top))
+    usable = tf.logical_and(positive, tf.logical_and(has_negative, tf.transpose(has_negative)))
+    both = tf.where(usable, both, tf.ones_like(both))
+    j = top + tf.math.log(both) + dist
+    hinge = tf.where(usable, tf.square(tf.maximum(j, 0.0)), tf.zeros_like(j))
+    pairs = 0.5 * tf.reduce_sum(tf.cast(positive, dist.dtype))
+    loss = tf.math.divide_no_nan(0.25 * tf.reduce_sum(hinge), pairs)
+    return tf.cast(loss, dtype)
+
+
+def contrastive_loss(y_true, y_pred, margin: float = 1.0):
+    """TFA's contrastive loss on given pair distances, one value per pair.
+
+    ``y_true * y_pred^2 + (1 - y_true) * max(margin - y_pred, 0)^2``.
+
+    Args:
+        y_true: ``[N]`` binary: 1 for a similar pair.
+        y_pred: ``[N]`` distances of the pairs.
+        margin: Defaults to `1.0`.
+
+    Returns:
+        ``[N]`` losses.
+    """
+    _check(margin, "L2")
+    y_pred = tf.convert_to_tensor(y_pred)
+    y_true = tf.cast(y_true, y_pred.dtype)
+    return y_true * tf.square(y_pred) + (1.0 - y_true) * tf.square(
+        tf.maximum(margin - y_pred, 0.0))
+
+
+def npairs_loss(y_true, y_pred):
+    """TFA's N-pairs loss (Sohn 2016) on a similarity matrix.
+
+    Each row of ``y_pred`` (``[B, B]`` similarities, e.g. anchors x positives)
+    is a softmax over the columns; the target spreads evenly over the columns
+    with the row's label. The mean cross-entropy over rows.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer labels.
+        y_pred: ``[B, B]`` similarity logits.
+
+    Returns:
+        A scalar.
+    """
+    labels = tf.reshape(ops.cast_labels(y_true, "y_true"), [-1])
+    y_pred = tf.convert_to_tensor(y_pred)
+    target = tf.cast(tf.equal(labels[:, None], labels[None, :]), y_pred.dtype)
+    target = target / tf.reduce_sum(target, axis=1, keepdims=True)
+    return tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=target, logits=y_pred))
+
+
+class _TFALoss(keras.losses.Loss):
+    """A scalar batch loss with TFA's reduction (none: the function's value itself)."""
+
+    def __init__(self, name, **kwargs):
+        kwargs.pop("reduction", None)
+        super().__init__(name=name, reduction="none", **kwargs)
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        with tf.name_scope(self.name):
+            value = self.call(y_true, y_pred)
+            if sample_weight is not None:
+                value = value * tf.reduce_mean(tf.cast(sample_weight, value.dtype))
+            return value
+
+
+@keras.saving.register_keras_serializable(package="Addons")
+class TripletSemiHardLoss(_TFALoss):
+    """``tfa.losses.TripletSemiHardLoss``: see :func:`triplet_semihard_loss`.
+
+    Args:
+        margin: Defaults to `1.0`.
+        distance_metric: ``"L2"``, ``"squared-L2"``, ``"angular"`` or a
+            callable. Defaults to `"L2"`.
+        name: Defaults to `"triplet_semihard_loss"`.
+
+    A ``sample_weight`` scales the batch value by its mean.
+    """
+
+    def __init__(self, margin=1.0, distance_metric="L2", name=None, **kwargs):
+        _check(margin, distance_metric)
+        super().__init__(name=name or "triplet_semihard_loss", **kwargs)
+        self.margin = margin
+        self.distance_metric = distance_metric
+
+    def call(self, y_true, y_pred):
+        return triplet_semihard_loss(y_true, y_pred, self.margin, self.distance_metric)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("reduction", None)
+        config.update(margin=self.margin, distance_metric=self.distance_metric)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="Addons")
+class TripletHardLoss(_TFALoss):
+    """``tfa.losses.TripletHardLoss``: see :func:`triplet_hard_loss`.
+
+    Args:
+        margin: Defaults to `1.0`.
+        soft: Defaults to `False`.
+        distance_metric: Defaults to `"L2"`.
+        name: Defaults to `"triplet_hard_loss"`.
+    """
+
+    def __init__(self, margin=1.0, soft=False, distance_metric="L2", name=None, **kwargs):
+        _check(margin, distance_metric)
+        super().__init__(name=name or "triplet_hard_loss", **kwargs)
+        self.margin = margin
+        self.soft = bool(soft)
+        self.distance_metric = distance_metric
+
+    def call(self, y_true, y_pred):
+        return triplet_hard_loss(y_true, y_pred, self.margin, self.soft, self.distance_metric)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("reduction", None)
+        config.update(margin=self.margin, soft=self.soft, distance_metric=self.distance_metric)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="Addons")
+class LiftedStructLoss(_TFALoss):
+    """``tfa.losses.LiftedStructLoss``: see :func:`lifted_struct_loss`.
+
+    Args:
+        margin: Defaults to `1.0`.
+        name: Defaults to `"lifted_struct_loss"`.
+    """
+
+    def __init__(self, margin=1.0, name=None, **kwargs):
+        _check(margin, "L2")
+        super().__init__(name=name or "lifted_struct_loss", **kwargs)
+        self.margin = margin
+
+    def call(self, y_true, y_pred):
+        return lifted_struct_loss(y_true, y_pred, self.margin)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("reduction", None)
+        config["margin"] = self.margin
+        return config
+
+
+@keras.saving.register_keras_serializable(package="Addons")
+class NpairsLoss(_TFALoss):
+    """``tfa.losses.NpairsLoss``: see :func:`npairs_loss`.
+
+    Args:
+        name: Defaults to `"npairs_loss"`.
+    """
+
+    def __init__(self, name=None, **kwargs):
+        super().__init__(name=name or "npairs_loss", **kwargs)
+
+    def call(self, y_true, y_pred):
+        return npairs_loss(y_true, y_pred)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("reduction", None)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="Addons")
+class ContrastiveLoss(keras.losses.Loss):
+    """``tfa.losses.ContrastiveLoss``: :func:`contrastive_loss` per pair, then the reduction.
+
+    Args:
+        margin: Defaults to `1.0`.
+        reduction: Keras reduction of the per-pair values. Defaults to
+            `"sum_over_batch_size"` (TFA's default, the mean).
+        name: Defaults to `"contrastive_loss"`.
+    """
+
+    def __init__(self, margin=1.0, reduction="sum_over_batch_size", name="contrastive_loss",
+                 **kwargs):
+        _check(margin, "L2")
+        super().__init__(name=name, reduction=reduction, **kwargs)
+        self.margin = margin
+
+    def call(self, y_true, y_pred):
+        return contrastive_loss(y_true, y_pred, self.margin)
+
+    def get_config(self):
+        config = super().get_config()
+        config["margin"] = self.margin
+        return config
+
+
+losses = types.SimpleNamespace(
+    ContrastiveLoss=ContrastiveLoss,
+    LiftedStructLoss=LiftedStructLoss,
+    NpairsLoss=NpairsLoss,
+    TripletHardLoss=TripletHardLoss,
+    TripletSemiHardLoss=TripletSemiHardLoss,
+    contrastive_loss=contrastive_loss,
+    lifted_struct_loss=lifted_struct_loss,
+    npairs_loss=npairs_loss,
+    triplet_hard_loss=triplet_hard_loss,
+    triplet_semihard_loss=triplet_semihard_loss,
+    metric_learning=types.SimpleNamespace(
+        pairwise_distance=pairwise_distance, angular_distance=angular_distance
+    ),
+)
