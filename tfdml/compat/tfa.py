@@ -28,6 +28,10 @@ Differences, on purpose:
   would compare class ids in the loss dtype).
 * A batch without any positive pair gives 0 where TFA gives NaN (a 0/0); so
   does a lifted-structure pair whose class has no negative (TFA: NaN).
+* The soft batch-hard loss uses a softplus: TFA's ``log1p(exp(x))`` overflows
+  to inf for large distances (e.g. squared-L2 on unnormalized embeddings).
+* ``npairs_loss`` accepts ``[B, 1]`` labels (TFA broadcasts them wrongly and
+  returns NaN).
 """
 
 from __future__ import annotations
@@ -79,14 +83,16 @@ def pairwise_distance(feature, squared: bool = False):
 
 
 def angular_distance(feature):
-    """``1 - cos`` between the rows of ``feature`` (L2-normalized first), as in TFA.
+    """``max(1 - cos, 0)`` between the rows of ``feature`` (L2-normalized first), as in TFA.
+
+    As in TFA the diagonal is not forced to 0: it is 0 up to rounding, and 1 for
+    a zero vector.
 
     Returns:
-        ``[B, B]`` distances in ``[0, 2]``, diagonal exactly 0.
+        ``[B, B]`` distances in ``[0, 2]``.
     """
     x = ops.l2_normalize(tf.convert_to_tensor(feature))
-    dist = tf.maximum(1.0 - ops.pairwise_similarity(x, x), 0.0)
-    return dist * (1.0 - tf.eye(tf.shape(dist)[0], dtype=dist.dtype))
+    return tf.maximum(1.0 - ops.pairwise_similarity(x, x), 0.0)
 
 
 def _distances(embeddings, distance_metric):
@@ -204,8 +210,8 @@ def triplet_hard_loss(y_true, y_pred, margin: float = 1.0, soft: bool = False,
     positive = tf.logical_and(same, tf.logical_not(tf.eye(tf.shape(dist)[0], dtype=tf.bool)))
     hardest_positive = _masked_maximum(dist, positive)
     hardest_negative = _masked_minimum(dist, tf.logical_not(same))
-    if soft:
-        losses = tf.math.log1p(tf.exp(hardest_positive - hardest_negative))
+    if soft:  # log1p(exp(.)) as softplus: the same value, but no overflow to inf
+        losses = tf.math.softplus(hardest_positive - hardest_negative)
     else:
         losses = tf.maximum(hardest_positive - hardest_negative + margin, 0.0)
     return tf.cast(tf.reduce_mean(losses), dtype)
