@@ -123,7 +123,6 @@ def _prepare(y_true, y_pred):
     precise = embeddings
     if embeddings.dtype in (tf.float16, tf.bfloat16):
         precise = tf.cast(embeddings, tf.float32)
-    labels, _ = ops.same_label_dtype(labels, labels)
     same = tf.equal(labels[:, None], labels[None, :])
     return same, precise, embeddings.dtype
 
