@@ -42,6 +42,7 @@ __all__ = [
     "as_pairs",
     "as_triplets",
     "gather_triplet_scores",
+    "negatives_at_or_below",
 ]
 
 POSITIVE_STRATEGIES = ("easy", "hard", "random", "all")
