@@ -14,7 +14,10 @@ each with a distance-weighted negative: one inverse-CDF sort per anchor), ``ms``
 the LoOp losses ``loop-triplet``, ``loop-hphn``, ``loop-ls``, ``loop-ms`` and their bases
 ``triplet-all`` (``TripletMarginLoss``, L2, every triplet), ``hphn``, ``ls`` and ``ms``;
 ``fappy-0.01``, ``fappy-0.0001`` (``FAPPYLoss`` with that ``min_bin_width``) and
-``histogram`` (``HistogramLoss``, bin width 0.01).
+``histogram`` (``HistogramLoss``, bin width 0.01); ``tfa-semihard`` and ``tfa-lifted``
+(``tfdml.compat.tfa``'s ``TripletSemiHardLoss`` and ``LiftedStructLoss``) next to
+``tiled-semihard`` and ``tiled-lifted``, the same losses written the way TensorFlow Addons
+computes them (a ``B x B x B`` tensor; not run when it would exceed ``TILED_LIMIT_GIB``).
 
 Each (loss, B, XLA) configuration runs in a fresh worker process (this file run with
 ``--worker``), so that the peak resident set size (``ru_maxrss``) belongs to that
@@ -67,7 +70,12 @@ LOSS_LABELS = {
     "fappy-0.01": "FAPPYLoss(min_bin_width=0.01)",
     "fappy-0.0001": "FAPPYLoss(min_bin_width=0.0001)",
     "histogram": "HistogramLoss(bin_width=0.01)",
+    "tfa-semihard": "tfdml.compat.tfa TripletSemiHardLoss (O(B^2))",
+    "tiled-semihard": "semi-hard triplet loss computed as TFA does (B x B x B)",
+    "tfa-lifted": "tfdml.compat.tfa LiftedStructLoss (O(B^2))",
+    "tiled-lifted": "lifted structured loss computed as TFA does (B x B x B)",
 }
+TILED_LIMIT_GIB = 8.0  # a tiled configuration needing more (B^3 float32) is reported, not run
 ALL_LOSSES = tuple(LOSS_LABELS)
 SAMPLES_PER_CLASS = 4
 SEED = 1234
@@ -145,11 +153,64 @@ def _loss_fn(name):
         base = {"triplet": "triplet", "hphn": "hphn_triplet", "ls": "lifted_structure",
                 "ms": "multi_similarity"}[name[5:]]
         return tfdml.losses.LoOpLoss(base)
+    if name == "tfa-semihard":
+        return tfdml.compat.tfa.losses.TripletSemiHardLoss()
+    if name == "tfa-lifted":
+        return tfdml.compat.tfa.losses.LiftedStructLoss()
+    if name == "tiled-semihard":
+        return _tiled_semihard
+    if name == "tiled-lifted":
+        return _tiled_lifted
     if name.startswith("fappy-"):
         return tfdml.losses.FAPPYLoss(min_bin_width=float(name[6:]))
     if name == "histogram":
         return tfdml.losses.HistogramLoss()
     raise ValueError(f"unknown loss {name!r}")
+
+
+def _tiled_setup(labels, embeddings):
+    import tensorflow as tf
+
+    import tfdml
+
+    labels = tf.reshape(tf.cast(labels, tf.int32), [-1])
+    dist = tfdml.compat.tfa.pairwise_distance(embeddings)
+    same = tf.equal(labels[:, None], labels[None, :])
+    eye = tf.eye(tf.shape(dist)[0], dtype=tf.bool)
+    return tf, dist, same, tf.logical_not(same), tf.logical_and(same, tf.logical_not(eye))
+
+
+def _tiled_semihard(labels, embeddings, margin=1.0):
+    """TFA's semi-hard loss with its [B, B, B] comparison (for the comparison only)."""
+    tf, dist, same, negative, positive = _tiled_setup(labels, embeddings)
+    # farther[a, p, k]: negative k of anchor a farther than positive p.
+    farther = tf.logical_and(negative[:, None, :], dist[:, None, :] > dist[:, :, None])
+    row_max = tf.reduce_max(dist, axis=1)[:, None, None]
+    outside = tf.reduce_min((dist[:, None, :] - row_max) * tf.cast(farther, dist.dtype),
+                            axis=2) + row_max[:, :, 0]
+    row_min = tf.reduce_min(dist, axis=1, keepdims=True)
+    inside = tf.reduce_max((dist - row_min) * tf.cast(negative, dist.dtype), axis=1,
+                           keepdims=True) + row_min
+    d_an = tf.where(tf.reduce_any(farther, axis=2), outside, inside)
+    weights = tf.cast(positive, dist.dtype)
+    hinge = tf.maximum((margin + dist - d_an) * weights, 0.0)
+    return tf.math.divide_no_nan(tf.reduce_sum(hinge), tf.reduce_sum(weights))
+
+
+def _tiled_lifted(labels, embeddings, margin=1.0):
+    """TFA's lifted structured loss with its [B, B, B] sum of exponentials."""
+    tf, dist, same, negative, positive = _tiled_setup(labels, embeddings)
+    diff = margin - dist
+    mask = tf.cast(negative, dist.dtype)
+    row_min = tf.reduce_min(diff, axis=1, keepdims=True)
+    row_neg_max = tf.reduce_max((diff - row_min) * mask, axis=1, keepdims=True) + row_min
+    top = tf.maximum(row_neg_max, tf.transpose(row_neg_max))  # [B, B]
+    # left[i, j] = sum_k mask[j, k] exp(diff[j, k] - top[i, j]): a [B, B, B] tensor.
+    left = tf.reduce_sum(mask[None, :, :] * tf.exp(diff[None, :, :] - top[:, :, None]), axis=2)
+    j = top + tf.math.log(left + tf.transpose(left)) + dist
+    weights = tf.cast(positive, dist.dtype)
+    hinge = tf.square(tf.maximum(j * weights, 0.0))
+    return tf.math.divide_no_nan(0.25 * tf.reduce_sum(hinge), 0.5 * tf.reduce_sum(weights))
 
 
 def _step(fn, xla):
@@ -176,6 +237,9 @@ def _measure(loss, batch, dim, xla, repeats):
     import keras
     import tensorflow as tf
 
+    if loss.startswith("tiled-") and batch**3 * 4 / 2**30 > TILED_LIMIT_GIB:
+        raise MemoryError(f"not run: one [B, B, B] float32 tensor needs "
+                          f"{batch**3 * 4 / 2**30:.0f} GiB (limit {TILED_LIMIT_GIB:g} GiB)")
     labels_np, embeddings_np = _make_inputs(batch, dim)
     labels = tf.constant(labels_np)
     embeddings = tf.constant(embeddings_np)
