@@ -257,9 +257,6 @@ def negatives_at_or_below(values, negative_mask):
     return count, _compact(is_negative, order)
 
 
-def _is_number(x):
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)
-
 
 def _check_choice(name, value, allowed):
     if value not in allowed:
@@ -370,11 +367,11 @@ class TripletMiner(Miner):
         if seed is not None and (not isinstance(seed, numbers.Integral) or isinstance(seed, bool)):
             raise ValueError(f"`seed` must be an int or None. Received: seed={seed!r}")
         seed = None if seed is None else int(seed)
-        if not _is_number(lower_cutoff) or not 0 <= lower_cutoff < 2:
+        if not ops.is_number(lower_cutoff) or not 0 <= lower_cutoff < 2:
             raise ValueError(
                 f"`lower_cutoff` must be a number in [0, 2). Received: lower_cutoff={lower_cutoff!r}"
             )
-        if upper_cutoff is not None and (not _is_number(upper_cutoff)
+        if upper_cutoff is not None and (not ops.is_number(upper_cutoff)
                                          or not upper_cutoff > lower_cutoff):
             raise ValueError(
                 "`upper_cutoff` must be None or a number > lower_cutoff. "
@@ -676,7 +673,7 @@ class MultiSimilarityMiner(Miner):
     """
 
     def __init__(self, epsilon: float = 0.1, positive: str = "hard"):
-        if not _is_number(epsilon) or not epsilon >= 0:
+        if not ops.is_number(epsilon) or not epsilon >= 0:
             raise ValueError(f"`epsilon` must be a number >= 0. Received: epsilon={epsilon!r}")
         _check_choice("positive", positive, MS_POSITIVE_STRATEGIES)
         self.epsilon = float(epsilon)

@@ -20,6 +20,8 @@ Conventions:
 
 from __future__ import annotations
 
+import numbers
+
 import tensorflow as tf
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "check_embeddings",
     "compute_dtype",
     "distance_matrix",
+    "is_number",
     "l2_normalize",
     "label_masks",
     "masked_argmax",
@@ -158,6 +161,11 @@ def pairwise_distance(x, y=None, squared: bool = False) -> tf.Tensor:
     sq = x_sq + tf.transpose(y_sq) - 2.0 * tf.matmul(x, y, transpose_b=True)
     sq = tf.maximum(sq, tf.zeros_like(sq))
     return sq if squared else safe_sqrt(sq)
+
+
+def is_number(x) -> bool:
+    """A real Python or NumPy number, not a bool: what hyperparameter checks accept."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
 DISTANCES = ("squared_l2", "l2", "cosine")

@@ -17,8 +17,6 @@ tensor, and it compiles under XLA.
 
 from __future__ import annotations
 
-import numbers
-
 import keras
 import tensorflow as tf
 
@@ -41,9 +39,6 @@ _MS_OPTIONS = {"alpha": 2.0, "beta": 50.0, "epsilon": 0.1}
 _DEFAULT_MARGIN = {"triplet": 0.2, "hphn_triplet": 0.2, "lifted_structure": 0.2,
                    "multi_similarity": 0.5}
 
-
-def _is_number(x):
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
 def label_pairs(labels):
@@ -80,7 +75,6 @@ class _Geometry:
     """Distances of a batch, its label pairs and the LoOp distances between pairs."""
 
     def __init__(self, labels, x, normalized):
-        self.labels = labels
         gram = ops.pairwise_similarity(x, x)
         self.dist = ops.pairwise_distance(x, x)  # x is unit-norm when normalized
         self.sim = 1.0 - 0.5 * tf.square(self.dist)  # s = 1 - d^2 / 2 (Section 3.3)
@@ -208,13 +202,13 @@ def _check_base(base, margin, options):
         )
     full = {**allowed, **options}
     for name in ("alpha", "beta"):
-        if name in full and (not _is_number(full[name]) or not full[name] > 0):
+        if name in full and (not ops.is_number(full[name]) or not full[name] > 0):
             raise ValueError(f"`{name}` must be a number > 0. Received: {name}={full[name]!r}")
-    if "epsilon" in full and not _is_number(full["epsilon"]):
+    if "epsilon" in full and not ops.is_number(full["epsilon"]):
         raise ValueError(f"`epsilon` must be a number. Received: epsilon={full['epsilon']!r}")
     if margin is None:
         margin = _DEFAULT_MARGIN[base]
-    if not _is_number(margin) or (base != "multi_similarity" and not margin >= 0):
+    if not ops.is_number(margin) or (base != "multi_similarity" and not margin >= 0):
         raise ValueError(f"`margin` must be a number >= 0. Received: margin={margin!r}")
     return float(margin), {k: float(v) for k, v in full.items()}
 

@@ -23,16 +23,13 @@ from tfdml.miners import Pairs, TripletMiner, gather_triplet_scores
 __all__ = ["MarginLoss", "margin_loss"]
 
 
-def _is_number(x):
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)
-
 
 def _distance_weighted():
     return TripletMiner("random", "distance_weighted")
 
 
 def _check_args(margin, distance):
-    if not _is_number(margin) or not margin >= 0:
+    if not ops.is_number(margin) or not margin >= 0:
         raise ValueError(f"`margin` must be a number >= 0. Received: margin={margin!r}")
     if distance not in ops.DISTANCES:
         raise ValueError(
@@ -49,7 +46,7 @@ def _check_beta(beta, num_classes):
         raise ValueError(
             f"`num_classes` must be None or an int >= 1. Received: num_classes={num_classes!r}"
         )
-    if _is_number(beta):
+    if ops.is_number(beta):
         beta = float(beta)
         if not np.isfinite(beta):
             raise ValueError(f"`beta` must be finite. Received: beta={beta!r}")
@@ -144,8 +141,8 @@ def margin_loss(
         A scalar of the dtype of ``y_pred``; 0 when no anchor has a pair.
     """
     _check_args(margin, distance)
-    if _is_number(beta) or isinstance(beta, (list, tuple, np.ndarray)):
-        beta = _check_beta(beta, None if _is_number(beta) else len(beta))
+    if ops.is_number(beta) or isinstance(beta, (list, tuple, np.ndarray)):
+        beta = _check_beta(beta, None if ops.is_number(beta) else len(beta))
     miner = resolve_miner(miner, _distance_weighted)
     losses, valid = _margin_per_anchor(y_true, y_pred, margin, beta, distance, miner,
                                        normalize, ref_embeddings, ref_labels, ref_offset)
@@ -275,7 +272,7 @@ class MarginLoss(MetricLoss):
     ):
         _check_args(margin, distance)
         beta = _check_beta(beta, num_classes)
-        if not _is_number(beta_lr_multiplier) or not beta_lr_multiplier > 0:
+        if not ops.is_number(beta_lr_multiplier) or not beta_lr_multiplier > 0:
             raise ValueError(
                 "`beta_lr_multiplier` must be a number > 0. "
                 f"Received: beta_lr_multiplier={beta_lr_multiplier!r}"

@@ -27,19 +27,16 @@ __all__ = [
 DISTANCES = ops.DISTANCES
 
 
-def _is_number(x):
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)
-
 
 def _check_nca_args(order, temperature):
     if not isinstance(order, numbers.Integral) or isinstance(order, bool) or order not in (1, 2):
         raise ValueError(f"`order` must be 1 or 2. Received: order={order!r}")
-    if not _is_number(temperature) or not temperature > 0:
+    if not ops.is_number(temperature) or not temperature > 0:
         raise ValueError(f"`temperature` must be a number > 0. Received: temperature={temperature!r}")
 
 
 def _check_margin_args(margin, distance):
-    if not _is_number(margin) or not margin >= 0:
+    if not ops.is_number(margin) or not margin >= 0:
         raise ValueError(f"`margin` must be a number >= 0. Received: margin={margin!r}")
     if distance not in DISTANCES:
         raise ValueError(f"`distance` must be one of {DISTANCES}. Received: distance={distance!r}")
