@@ -18,6 +18,8 @@ the LoOp losses ``loop-triplet``, ``loop-hphn``, ``loop-ls``, ``loop-ms`` and th
 (``tfdml.compat.tfa``'s ``TripletSemiHardLoss`` and ``LiftedStructLoss``) next to
 ``tiled-semihard`` and ``tiled-lifted``, the same losses written the way TensorFlow Addons
 computes them (a ``B x B x B`` tensor; not run when it would exceed ``TILED_LIMIT_GIB``).
+With a ``tfa-*`` loss the report ends with their values and gradients on float16 and
+bfloat16 embeddings (mixed-precision policies) against float64, at B = 128 and 512.
 
 Each (loss, B, XLA) configuration runs in a fresh worker process (this file run with
 ``--worker``), so that the peak resident set size (``ru_maxrss``) belongs to that
@@ -466,6 +468,89 @@ def _semihard_proof(results):
     return "\n".join(lines)
 
 
+PRECISION_SIZES = (128, 512)
+
+
+def _precision_check(losses, dim):
+    """The tfa-* losses on float16 / bfloat16 embeddings (what a model under a
+    mixed_float16 / mixed_bfloat16 policy outputs) against float64: value and gradient."""
+    import numpy as np
+    import tensorflow as tf
+
+    import tfdml
+
+    fns = {"tfa-semihard": tfdml.compat.tfa.losses.triplet_semihard_loss,
+           "tfa-lifted": tfdml.compat.tfa.losses.lifted_struct_loss}
+    rows = []
+    for name in [n for n in losses if n in fns]:
+        for batch in PRECISION_SIZES:
+            labels, embeddings = _make_inputs(batch, dim)
+            # Unit-norm embeddings as an embedding model outputs them (float16 range).
+            embeddings = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
+
+            def value_and_grad(inputs, dtype, name=name, labels=labels):
+                # float16 gradients are scaled as keras' LossScaleOptimizer does (2^15):
+                # unscaled, the small per-element gradients underflow.
+                scale = 2.0**15 if dtype == tf.float16 else 1.0
+                x = tf.constant(inputs)
+                with tf.GradientTape() as tape:
+                    tape.watch(x)
+                    value = fns[name](labels, tf.cast(x, dtype))
+                    scaled = value * tf.cast(scale, value.dtype)
+                return value, tape.gradient(scaled, x).numpy() / scale
+
+            def rel(a, b):
+                return float(np.linalg.norm(np.subtract(a, b)) / max(np.linalg.norm(b), 1e-30))
+
+            exact = embeddings.astype(np.float64)
+            ref_value, ref_grad = value_and_grad(exact, tf.float64)
+            for policy, dtype in (("float32", tf.float32), ("mixed_float16", tf.float16),
+                                  ("mixed_bfloat16", tf.bfloat16)):
+                # The embeddings as the policy delivers them; the loss in float32 (float64
+                # for the float32 row) on those values.
+                rounded = tf.cast(tf.cast(exact, dtype), tf.float64).numpy()
+                value, grad = value_and_grad(rounded, dtype)
+                same_value, same_grad = value_and_grad(
+                    rounded, tf.float64 if dtype == tf.float32 else tf.float32)
+                exact_on_rounded = value_and_grad(rounded, tf.float64)
+                rows.append((name, batch, policy, value.dtype.name, float(value),
+                             float(same_value), rel(float(value), float(same_value)),
+                             rel(grad, same_grad), float(ref_value),
+                             rel(float(exact_on_rounded[0]), float(ref_value)),
+                             rel(exact_on_rounded[1], ref_grad),
+                             bool(np.all(np.isfinite(grad)))))
+    return rows
+
+
+def _precision_report(rows):
+    if not rows:
+        return ""
+    lines = [
+        "Mixed precision (`tfa-*` losses). The unit-norm embeddings are cast to the "
+        "policy's compute dtype, as a model under `mixed_float16` / `mixed_bfloat16` "
+        "outputs them. *Loss error*: the loss on those inputs against the float32 loss on "
+        "the same (rounded) values: the losses compute in float32 inside, so this is what "
+        "the low-precision input and output dtype add. *Input rounding*: float64 on the "
+        "rounded inputs against float64 on the exact ones: what rounding the embeddings "
+        "does (near-equal distances can swap and change the semi-hard negative). The "
+        "In the float32 rows the reference is float64 on the same (exact) inputs. "
+        "Relative errors: |a - b| / |b| for values, ||g - g_ref|| / ||g_ref|| for the "
+        "gradients w.r.t. the embeddings; float16 gradients with a loss scale of 2^15, as "
+        "Keras' `LossScaleOptimizer` starts with.",
+        "",
+        "| loss | B | policy | loss dtype | value | reference, same inputs | loss error: value "
+        "| loss error: gradient | float64, exact inputs | input rounding: value "
+        "| input rounding: gradient | gradient finite |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|:---:|",
+    ]
+    for (name, batch, policy, dtype, value, same, v_err, g_err, exact, r_v, r_g,
+         finite) in rows:
+        lines.append(f"| {name} | {batch} | {policy} | {dtype} | {value:.5f} | {same:.5f} "
+                     f"| {v_err:.1e} | {g_err:.1e} | {exact:.5f} | {r_v:.1e} | {r_g:.1e} "
+                     f"| {'yes' if finite else 'NO'} |")
+    return "\n".join(lines) + "\n"
+
+
 def run_driver(args):
     started = datetime.datetime.now(datetime.timezone.utc)
     load_start = os.getloadavg()[0]
@@ -499,6 +584,9 @@ def run_driver(args):
         args, results, _machine_info(results), started, elapsed,
         (load_start, os.getloadavg()[0]),
     )
+    precision = _precision_report(_precision_check(args.losses, args.dim))
+    if precision:
+        report += "\n" + precision
     print(report, end="")
     if args.output:
         out_dir = os.path.dirname(os.path.abspath(args.output))

@@ -12,6 +12,7 @@ import references as ref
 import tensorflow as tf
 from harness import run_under_policy, small_embedding_model
 
+from tfdml import ops
 from tfdml.compat import tfa
 
 METRICS = ["L2", "squared-L2", "angular"]
@@ -59,6 +60,21 @@ def test_hard_matches_reference(metric, soft):
         want = ref.tfa_triplet_hard(labels, x, 0.7, soft, metric)
         got = tfa.losses.triplet_hard_loss(labels, x.astype(np.float32), 0.7, soft, metric)
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_semihard_in_row_blocks_matches_reference(metric, monkeypatch):
+    """Large batches search in row blocks (a loop): same values and gradients, XLA too."""
+    monkeypatch.setattr(ops, "ROW_BLOCK_ELEMENTS", 30)  # blocks of 2 rows of 12 (last half full)
+    labels = ref.make_labels([3, 3, 2, 2, 1, 1], seed=5)
+    x = np.random.default_rng(5).normal(size=(12, 7)) * 2
+    want = ref.tfa_triplet_semihard(labels, x, 1.0, metric)
+    got = tfa.losses.triplet_semihard_loss(labels, x.astype(np.float32), 1.0, metric)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+    compiled = tf.function(lambda y, e: tfa.losses.triplet_semihard_loss(y, e, 1.0, metric),
+                           jit_compile=True)(labels, tf.constant(x, tf.float32))
+    np.testing.assert_allclose(compiled.numpy(), want, rtol=1e-5, atol=1e-5)
+    _grad_check(lambda e: tfa.losses.triplet_semihard_loss(LABELS, e, 1.0, metric), X)
 
 
 def test_semihard_fallbacks():

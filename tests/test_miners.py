@@ -7,6 +7,7 @@ import pytest
 import references as ref
 import tensorflow as tf
 
+from tfdml import ops
 from tfdml.miners import TripletMiner, Triplets, gather_triplet_scores
 
 POSITIVES = ("easy", "hard", "random", "all")
@@ -110,6 +111,14 @@ def test_semihard_cases_exercise_missing_negatives():
     assert len(with_semihard) < len(with_hard)
     got = _check_against_reference("all", "semihard", False, "ref_offset_none")
     assert got == with_semihard
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("max_elements", [1, 20])
+def test_semihard_all_in_row_blocks_matches_reference(case, max_elements, monkeypatch):
+    """Large batches mine semi-hard negatives in row blocks: same triplets."""
+    monkeypatch.setattr(ops, "ROW_BLOCK_ELEMENTS", max_elements)
+    assert _check_against_reference("all", "semihard", False, case)
 
 
 def test_hand_made_example():

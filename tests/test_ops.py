@@ -257,3 +257,76 @@ def test_cast_labels_does_not_merge_large_int64_ids():
     except ValueError:
         return  # refusing the ids is acceptable
     assert got.numpy()[0] != got.numpy()[1]
+
+
+def _row_stats(x, mask):
+    """A row-wise function with a sort inside: the rank of each entry among the masked ones."""
+    order = tf.argsort(tf.where(mask, x, tf.constant(np.inf, x.dtype)), axis=1, stable=True)
+    rank = tf.argsort(order, axis=1, stable=True)
+    return tf.where(mask, rank, -1), tf.logical_and(mask, x > 0)
+
+
+def _row_stats_reference(x, mask):
+    rank = np.full(x.shape, -1, np.int32)
+    for i in range(x.shape[0]):
+        masked = np.where(mask[i], x[i], np.inf)
+        order = np.argsort(masked, kind="stable")
+        r = np.empty_like(order)
+        r[order] = np.arange(len(order))
+        rank[i] = np.where(mask[i], r, -1)
+    return rank, mask & (x > 0)
+
+
+@pytest.mark.parametrize("rows,width,max_elements", [
+    (13, 7, 20),   # 2 rows per block, the last block half empty
+    (13, 7, 5),    # fewer elements than a row: one row per block
+    (6, 9, 54),    # exactly one block
+    (6, 9, 1000),  # no loop
+    (1, 4, 2),
+])
+@pytest.mark.parametrize("mode", ["eager", "graph_dynamic", "xla"])
+def test_map_row_blocks_matches_the_whole(rows, width, max_elements, mode):
+    rng = np.random.default_rng(rows * 100 + width)
+    x = rng.normal(size=(rows, width)).astype(np.float32)
+    mask = rng.random((rows, width)) < 0.6
+    want = _row_stats_reference(x, mask)
+
+    def run(x, mask):
+        return ops.map_row_blocks(_row_stats, (x, mask), (tf.int32, tf.bool),
+                                  max_elements=max_elements)
+
+    if mode == "eager":
+        got = run(tf.constant(x), tf.constant(mask))
+    elif mode == "graph_dynamic":
+        fn = tf.function(run, input_signature=[tf.TensorSpec([None, None], tf.float32),
+                                               tf.TensorSpec([None, None], tf.bool)])
+        got = fn(x, mask)
+    else:
+        got = tf.function(run, jit_compile=True)(tf.constant(x), tf.constant(mask))
+    assert got[0].shape == (rows, width) and got[1].shape == (rows, width)
+    np.testing.assert_array_equal(got[0].numpy(), want[0])
+    np.testing.assert_array_equal(got[1].numpy(), want[1])
+
+
+def test_map_row_blocks_loops_only_when_the_input_is_large():
+    calls = []
+
+    def fn(x):
+        calls.append(x.shape)
+        return (x * 2,)
+
+    x = tf.ones([8, 4])
+    ops.map_row_blocks(fn, (x,), (tf.float32,), max_elements=32)
+    assert calls == [tf.TensorShape([8, 4])]
+    calls.clear()
+    (out,) = ops.map_row_blocks(fn, (x,), (tf.float32,), max_elements=12)
+    assert calls == [tf.TensorShape([3, 4])] * 3  # eager: one call per 3-row block
+    np.testing.assert_array_equal(out.numpy(), np.full([8, 4], 2.0))
+
+
+def test_map_row_blocks_on_an_empty_batch():
+    fn = tf.function(lambda x: ops.map_row_blocks(lambda t: (t + 1,), (x,), (tf.float32,),
+                                                  max_elements=4),
+                     input_signature=[tf.TensorSpec([None, 3], tf.float32)])
+    (out,) = fn(tf.zeros([0, 3]))
+    assert out.shape == (0, 3)

@@ -165,6 +165,24 @@ def test_pk_batches_seeded_and_repeat_false_gives_fresh_epochs():
         np.testing.assert_array_equal(np.unique(seen), np.unique(labels))
 
 
+@pytest.mark.parametrize("repeat", [False, True])
+def test_pk_batches_initial_epoch_continues_an_interrupted_run(repeat):
+    labels = _labels(num_classes=8, per_class=4)
+    x = np.arange(len(labels), dtype="float32")[:, None]
+    sampler = tfdml.data.PKSampler(labels, 4, 2, seed=3)
+    resumed = pk_batches((x, labels), 4, 2, seed=3, repeat=repeat, initial_epoch=2)
+    if repeat:  # one endless stream that starts with epoch 2's batches
+        got = [xb.numpy().ravel() for xb, _ in resumed.take(2)]
+        want = sampler.epoch_batches(2)
+    else:  # each iteration (Keras epoch) draws the next epoch: 2, then 3
+        got = [xb.numpy().ravel() for _ in range(2) for xb, _ in resumed]
+        want = np.concatenate([sampler.epoch_batches(e) for e in (2, 3)])  # [4, P*K]
+    np.testing.assert_array_equal(np.array(got), x[want][..., 0])
+    # A fresh pipeline started at 0 draws other batches.
+    fresh = [xb.numpy().ravel() for xb, _ in pk_batches((x, labels), 4, 2, seed=3).take(2)]
+    assert not np.array_equal(fresh, got[:2])
+
+
 def test_pk_batches_map_fn_gets_per_element_seeds():
     labels = np.repeat(np.arange(4), 3)
     x = np.zeros((12, 2), "float32")
@@ -280,6 +298,8 @@ def test_batch_whose_images_all_fail_raises_not_hangs(tmp_path):
     ({"map_fn": 3}, "map_fn=3"),
     ({"crop_to_bbox": True}, "crop_to_bbox"),
     ({"channels": 0}, "channels=0"),
+    ({"initial_epoch": -1}, "initial_epoch=-1"),
+    ({"initial_epoch": 1.5}, "initial_epoch=1.5"),
 ])
 def test_pk_batches_validation(kwargs, match):
     x, y = np.zeros((8, 2), "float32"), np.repeat(np.arange(4), 2)

@@ -506,12 +506,16 @@ class TripletMiner(Miner):
 
         The semi-hard negative is the ``count``-th smallest negative, with
         ``count`` from :func:`negatives_at_or_below`. O(B R log R) time,
-        O(B R) memory.
+        O(B R) memory; the sort's temporaries are bounded by row blocks
+        (:func:`tfdml.ops.map_row_blocks`).
         """
-        count, negatives = negatives_at_or_below(scores, negative_mask)
-        found = count > 0
-        index = tf.gather(negatives, tf.maximum(count - 1, 0), batch_dims=1)
-        return tf.where(found, index, tf.zeros_like(index)), found
+        def semihard(scores, negative_mask):
+            count, negatives = negatives_at_or_below(scores, negative_mask)
+            found = count > 0
+            index = tf.gather(negatives, tf.maximum(count - 1, 0), batch_dims=1)
+            return tf.where(found, index, tf.zeros_like(index)), found
+
+        return ops.map_row_blocks(semihard, (scores, negative_mask), (tf.int32, tf.bool))
 
     # -- mining --------------------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ __all__ = [
     "masked_argmin",
     "masked_max",
     "masked_min",
+    "map_row_blocks",
     "pairwise_distance",
     "pairwise_similarity",
     "safe_sqrt",
@@ -128,7 +129,8 @@ def safe_sqrt(x, epsilon: float = 1e-12) -> tf.Tensor:
     x = tf.convert_to_tensor(x)
     eps = tf.cast(epsilon, x.dtype)
     positive = x > eps
-    return tf.where(positive, tf.sqrt(tf.where(positive, x, tf.ones_like(x))), tf.zeros_like(x))
+    one, zero = tf.ones([], x.dtype), tf.zeros([], x.dtype)  # broadcast, not materialized
+    return tf.where(positive, tf.sqrt(tf.where(positive, x, one)), zero)
 
 
 def pairwise_similarity(x, y=None) -> tf.Tensor:
@@ -158,8 +160,9 @@ def pairwise_distance(x, y=None, squared: bool = False) -> tf.Tensor:
     y = x if y is None else tf.convert_to_tensor(y)
     x_sq = tf.reduce_sum(tf.square(x), axis=1, keepdims=True)
     y_sq = tf.reduce_sum(tf.square(y), axis=1, keepdims=True)
-    sq = x_sq + tf.transpose(y_sq) - 2.0 * tf.matmul(x, y, transpose_b=True)
-    sq = tf.maximum(sq, tf.zeros_like(sq))
+    # -2 folded into the [B, D] factor (exact): one [B, R] temporary fewer.
+    sq = tf.matmul(-2.0 * x, y, transpose_b=True) + x_sq + tf.transpose(y_sq)
+    sq = tf.maximum(sq, 0.0)
     return sq if squared else safe_sqrt(sq)
 
 
@@ -248,3 +251,58 @@ def masked_argmax(x, mask, axis: int = -1):
 def masked_argmin(x, mask, axis: int = -1):
     """Index of the smallest ``x`` where ``mask`` is true; see :func:`masked_argmax`."""
     return masked_argmax(-tf.convert_to_tensor(x), mask, axis=axis)
+
+
+#: Elements per block in :func:`map_row_blocks` (4 Mi: 16 MiB per int32 temporary).
+ROW_BLOCK_ELEMENTS = 1 << 22
+
+
+def map_row_blocks(fn, tensors, output_dtypes, max_elements: int | None = None):
+    """Applies a row-wise ``fn`` to blocks of rows, bounding its temporaries.
+
+    ``fn`` maps ``[b, R]`` slices of ``tensors`` to a tuple of ``[b, R]``
+    tensors and must treat rows independently. When ``B * R`` is larger than
+    ``max_elements``, the rows are processed ``max(1, max_elements // R)`` at
+    a time in a loop (``tf.map_fn``, an XLA while loop under
+    ``jit_compile=True``), so the temporaries of ``fn`` (sorts, scatters)
+    take ``O(max_elements)`` memory instead of ``O(B R)``. Meant for index
+    computations without gradients (sorting, counting); the outputs have no
+    gradient path to ``tensors``.
+
+    Args:
+        fn: callable taking ``len(tensors)`` ``[b, R]`` tensors, returning a
+            tuple of ``[b, R]`` tensors.
+        tensors: sequence of ``[B, R]`` tensors.
+        output_dtypes: the dtypes of ``fn``'s outputs.
+        max_elements: the block size in elements. Defaults to
+            ``tfdml.ops.ROW_BLOCK_ELEMENTS`` (read at trace time).
+
+    Returns:
+        A tuple of ``[B, R]`` tensors.
+    """
+    if max_elements is None:
+        max_elements = ROW_BLOCK_ELEMENTS
+    tensors = [tf.stop_gradient(tf.convert_to_tensor(t)) for t in tensors]
+    rows, width = tensors[0].shape[0], tensors[0].shape[1]
+    if rows is not None and width is not None and rows * width <= max_elements:
+        return tuple(fn(*tensors))
+    n = tf.shape(tensors[0])[0]
+    r = tf.shape(tensors[0])[1]
+    if width is not None:  # static block size (XLA needs it)
+        block = max(1, max_elements // max(width, 1))
+        if rows is not None:
+            block = min(block, rows)
+        block_dim = block
+    else:
+        block = tf.minimum(tf.maximum(max_elements // tf.maximum(r, 1), 1), tf.maximum(n, 1))
+        block_dim = None
+    num_blocks = (n + block - 1) // block
+
+    def one_block(i):
+        # The last block repeats the last row; the extra rows are cut below.
+        index = tf.minimum(i * block + tf.range(block), tf.maximum(n - 1, 0))
+        return tuple(fn(*[tf.gather(t, index) for t in tensors]))
+
+    signature = tuple(tf.TensorSpec([block_dim, width], dtype) for dtype in output_dtypes)
+    blocks = tf.map_fn(one_block, tf.range(num_blocks), fn_output_signature=signature)
+    return tuple(tf.reshape(b, [-1, r])[:n] for b in blocks)

@@ -79,7 +79,7 @@ def pairwise_distance(feature, squared: bool = False):
     """
     feature = tf.convert_to_tensor(feature)
     dist = ops.pairwise_distance(feature, feature, squared=squared)
-    return dist * (1.0 - tf.eye(tf.shape(dist)[0], dtype=dist.dtype))
+    return tf.linalg.set_diag(dist, tf.zeros_like(dist[:, 0]))
 
 
 def angular_distance(feature):
@@ -141,6 +141,20 @@ def _masked_minimum(data, mask):
     return tf.reduce_min((data - row_max) * mask, axis=1, keepdims=True) + row_max
 
 
+def _closest_negative_farther(dist, negative):
+    """Per entry ``(a, j)``: the closest negative of ``a`` strictly farther than ``j``, and if found.
+
+    It is the count-th negative in ascending distance, count = the number of
+    negatives at most as far as ``j``. Rows are independent (row blocks).
+    """
+    count, negatives = negatives_at_or_below(dist, negative)
+    num_negatives = tf.reduce_sum(tf.cast(negative, tf.int32), axis=1, keepdims=True)
+    found = count < num_negatives
+    index = tf.gather(negatives, tf.minimum(count, tf.maximum(num_negatives - 1, 0)),
+                      batch_dims=1)
+    return index, found
+
+
 def triplet_semihard_loss(y_true, y_pred, margin: float = 1.0, distance_metric="L2"):
     """TFA's semi-hard triplet loss, in ``O(B^2)`` memory.
 
@@ -167,19 +181,14 @@ def triplet_semihard_loss(y_true, y_pred, margin: float = 1.0, distance_metric="
     dist = _distances(precise, distance_metric)
     negative = tf.logical_not(same)
     positive = tf.logical_and(same, tf.logical_not(tf.eye(tf.shape(dist)[0], dtype=tf.bool)))
-    # The closest negative farther than the positive: the count-th negative in
-    # ascending distance, count = number of negatives at most as far as p.
-    count, negatives = negatives_at_or_below(tf.stop_gradient(dist), negative)
-    num_negatives = tf.reduce_sum(tf.cast(negative, tf.int32), axis=1, keepdims=True)
-    outside_found = count < num_negatives
-    outside = tf.gather(negatives, tf.minimum(count, tf.maximum(num_negatives - 1, 0)),
-                        batch_dims=1)
+    outside, outside_found = ops.map_row_blocks(
+        _closest_negative_farther, (dist, negative), (tf.int32, tf.bool))
     outside_dist = tf.gather(dist, outside, batch_dims=1)
     inside_dist = _masked_maximum(dist, negative)  # [B, 1]
-    d_an = tf.where(outside_found, outside_dist, tf.broadcast_to(inside_dist, tf.shape(dist)))
-    weights = tf.cast(positive, dist.dtype)
-    hinge = tf.maximum((margin + dist - d_an) * weights, 0.0)
-    loss = tf.math.divide_no_nan(tf.reduce_sum(hinge), tf.reduce_sum(weights))
+    d_an = tf.where(outside_found, outside_dist, inside_dist)
+    hinge = tf.where(positive, tf.maximum(margin + dist - d_an, 0.0), 0.0)
+    loss = tf.math.divide_no_nan(tf.reduce_sum(hinge),
+                                 tf.cast(tf.math.count_nonzero(positive), dist.dtype))
     return tf.cast(loss, dtype)
 
 

@@ -247,7 +247,8 @@ def _wants_seed(fn):
 def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="replace",
                min_class_size=2, steps_per_epoch=None, repeat=True, drop_remainder=False,
                seed=None, map_fn=None, crop_to_bbox=False, channels=3, on_error="raise",
-               num_parallel_calls=tf.data.AUTOTUNE, prefetch=tf.data.AUTOTUNE):
+               num_parallel_calls=tf.data.AUTOTUNE, prefetch=tf.data.AUTOTUNE,
+               initial_epoch=0):
     """A lazy ``tf.data`` pipeline of P x K batches for metric learning.
 
     Each batch is `(images, labels)`: `P * K` images, `K` of each of `P` distinct classes
@@ -301,6 +302,12 @@ def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="r
             `tf.data.AUTOTUNE`.
         prefetch: batches to prefetch, `tf.data.AUTOTUNE`, or `0`/`None` for none.
             Defaults to `tf.data.AUTOTUNE`.
+        initial_epoch: the sampler epoch the first iteration starts with. With
+            `repeat=False` each later iteration draws the following epoch, so a run
+            resumed at Keras epoch `e` that passes `initial_epoch=e` (as to `model.fit`)
+            gets the batches an uninterrupted run would have had. (With `repeat=True`
+            the endless stream starts with epoch `e`'s batches, but its later batches
+            differ from those of a stream started at 0.) Defaults to `0`.
 
     Returns:
         A `tf.data.Dataset` of `(images [P*K, ...], labels [P*K] int64)`.
@@ -336,7 +343,11 @@ def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="r
     use_bbox = bool(crop_to_bbox)
     boxes = np.asarray(bboxes, dtype=np.float32) if use_bbox else np.zeros((1, 4), np.float32)
     steps = sampler.steps_per_epoch
-    iteration = itertools.count()
+    if isinstance(initial_epoch, bool) or not isinstance(initial_epoch, (int, np.integer)) \
+            or initial_epoch < 0:
+        raise ValueError("`initial_epoch` must be a non-negative integer. "
+                         f"Received: initial_epoch={initial_epoch!r}")
+    iteration = itertools.count(int(initial_epoch))
     if kind == "paths":
         names = items
     else:
@@ -344,7 +355,8 @@ def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="r
 
     def generate():
         # Every new iteration of the dataset (e.g. every Keras epoch with repeat=False) starts
-        # from the next epoch number, so it draws fresh batches; a new pipeline starts at 0.
+        # from the next epoch number, so it draws fresh batches; a new pipeline starts at
+        # `initial_epoch`.
         epoch = next(iteration)
         gen = sampler.iter_batches(epoch)
         if not repeat:
@@ -489,3 +501,70 @@ def _fill(images, got, names, labels, batch, on_error):
     )
     with tf.control_dependencies([check, logged]):
         return tf.gather(images, tf.gather(position, source_slot)), tf.identity(labels)
+
+
+def eval_batches(source, batch_size=256, *, map_fn=None, crop_to_bbox=False, channels=3,
+                 num_parallel_calls=tf.data.AUTOTUNE, prefetch=tf.data.AUTOTUNE):
+    """Every example of ``source`` once, in order, in batches: for embedding a test split.
+
+    Images are read, decoded, cropped to their box and passed to ``map_fn`` lazily, as
+    in :func:`pk_batches` (a file that cannot be read raises). Without shuffling, the
+    labels of the batches concatenated are ``source``'s labels.
+
+    Args:
+        source: as in :func:`pk_batches`.
+        batch_size: images per batch (the last batch may be smaller). Defaults to `256`.
+        map_fn: ``fn(image) -> image`` evaluation transform, e.g.
+            ``tfdml.data.augment.eval_transform(...)``. Defaults to `None`.
+        crop_to_bbox: crop each image to its ``DatasetSplit.bboxes`` box first.
+            Defaults to `False`.
+        channels: channels of decoded images. Defaults to `3`.
+        num_parallel_calls: parallelism of the decode map. Defaults to `tf.data.AUTOTUNE`.
+        prefetch: batches to prefetch, or `0`/`None` for none. Defaults to `tf.data.AUTOTUNE`.
+
+    Returns:
+        A `tf.data.Dataset` of ``(images, labels int64)``.
+
+    Example:
+
+    >>> test = tfdml.datasets.load("digits", "test")
+    >>> ds = tfdml.data.eval_batches(test, 128)
+    >>> sum(int(y.shape[0]) for _, y in ds) == len(test)
+    True
+    """
+    batch_size = _check_positive_int("batch_size", batch_size)
+    channels = _check_positive_int("channels", channels)
+    if map_fn is not None and not callable(map_fn):
+        raise ValueError(f"`map_fn` must be callable or None. Received: map_fn={map_fn!r}")
+    kind, items, labels, bboxes, _ = _source_arrays(source)
+    if crop_to_bbox and bboxes is None:
+        raise ValueError(
+            "`crop_to_bbox=True` needs a DatasetSplit with `bboxes`. Received: source "
+            "without bounding boxes"
+        )
+    labels = np.asarray(labels, dtype=np.int64)
+    if kind != "images":
+        items = np.asarray(items, dtype=object).astype(bytes)
+    boxes = (np.asarray(bboxes, np.float32) if crop_to_bbox
+             else np.zeros((len(labels), 4), np.float32))
+    ds = tf.data.Dataset.from_tensor_slices((items, labels, boxes))
+
+    def load(item, label, box):
+        if kind == "paths":
+            image = tf.io.decode_image(tf.io.read_file(item), channels=channels,
+                                       expand_animations=False)
+        elif kind == "encoded":
+            image = tf.io.decode_image(item, channels=channels, expand_animations=False)
+        else:
+            image = item
+        if crop_to_bbox:
+            image = augment.crop_to_bbox(image, box)
+        if map_fn is not None:
+            image = map_fn(image)
+        return image, label
+
+    ds = ds.map(load, num_parallel_calls=num_parallel_calls, deterministic=True)
+    ds = ds.batch(batch_size)
+    if prefetch:
+        ds = ds.prefetch(prefetch)
+    return ds

@@ -1,0 +1,865 @@
+"""The training loop behind the paper example scripts: flags, data, model, resumable runs.
+
+Every script under ``examples/<paper>/`` is a thin layer over this module: it
+adds its own flags (loss, miner, ...) to :func:`make_parser`, builds its loss
+and calls :func:`run`. What :func:`run` does:
+
+* loads the data set (``tfdml.datasets.load``) or, with ``--smoke``, makes a
+  tiny synthetic one with the same evaluation protocol (:func:`synthetic_data`);
+* builds the embedding model (``tfdml.models.build_embedding_model``, or a small
+  CNN with ``--backbone tiny``), the optimizer and the learning-rate schedule;
+* trains on P x K batches (``tfdml.data.pk_batches``) with a progress bar,
+  evaluating on the test split every ``--eval-every`` epochs (Recall@K; the
+  In-shop query/gallery protocol; VehicleID's match rate);
+* saves the model and optimizer state after every epoch in
+  ``<output-dir>/backup``: a run that is killed resumes from the last finished
+  epoch when started again with the same command, with the batches an
+  uninterrupted run would have drawn (:class:`ResumeState`);
+* keeps the best epoch's weights (``ModelCheckpoint`` on the monitored metric),
+  and writes ``history.csv``, ``results.json``, ``results.md``, figures and a
+  SavedModel export (``tfdml.export``) to the output directory.
+
+Example (a script)::
+
+    from tfdml import experiments, losses
+
+    def main(argv=None):
+        parser = experiments.make_parser("Triplet loss on CUB", dataset="cub200")
+        parser.add_argument("--margin", type=float, default=0.2)
+        args = parser.parse_args(argv)
+        loss = losses.TripletMarginLoss(margin=args.margin)
+        return experiments.run(args, loss, name="triplet")
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import shutil
+import signal
+import sys
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tfdml import metrics as _metrics
+from tfdml.data import DatasetSplit, augment, eval_batches, pk_batches
+from tfdml.layers import L2Normalization
+
+__all__ = [
+    "Evaluation",
+    "ExperimentData",
+    "ResumeState",
+    "build_model",
+    "evaluate",
+    "learning_rate_schedule",
+    "load_data",
+    "make_parser",
+    "markdown_table",
+    "run",
+    "sweep",
+    "synthetic_data",
+]
+
+#: Recall@K values reported per data set (the papers' columns).
+RECALL_KS = {
+    "cub200": (1, 2, 4, 8, 16, 32),
+    "cars196": (1, 2, 4, 8, 16, 32),
+    "sop": (1, 10, 100, 1000),
+    "inshop": (1, 10, 20, 30, 40, 50),
+    "omniglot": (1, 2, 4, 8),
+    "digits": (1, 2, 4, 8),
+}
+#: What each data set is evaluated on.
+EVAL_SPLITS = {
+    "cub200": ("test",),
+    "cars196": ("test",),
+    "sop": ("test",),
+    "omniglot": ("test",),
+    "digits": ("test",),
+    "inshop": ("query", "gallery"),
+    "vehicleid": ("test_small", "test_medium", "test_large"),
+}
+DATASETS = tuple(EVAL_SPLITS)
+BACKBONE_TINY = "tiny"
+
+
+def _positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _positive_float(text):
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+_FLAG_DEFAULTS = dict(
+    dataset="cub200",
+    data_dir=None,
+    source="files",
+    omniglot_label="character",
+    backbone="resnet50",
+    weights="imagenet",
+    embedding_dim=512,
+    image_size=224,
+    resize_size=256,
+    transform="crop",
+    freeze_batchnorm=False,
+    classes_per_batch=32,
+    samples_per_class=4,
+    epochs=40,
+    steps_per_epoch=None,
+    optimizer="sgd",
+    learning_rate=0.005,
+    momentum=0.9,
+    weight_decay=0.0,
+    lr_milestones=(),
+    lr_gamma=0.1,
+    seed=0,
+    output_dir=None,
+    eval_every=1,
+    eval_batch_size=128,
+    jit_compile=False,
+    mixed_precision="off",
+    verbose=1,
+    smoke=False,
+    export=True,
+)
+
+
+def make_parser(description: str, **defaults) -> argparse.ArgumentParser:
+    """The command-line flags every example script shares, with a script's defaults.
+
+    Args:
+        description: the ``--help`` text.
+        **defaults: flag defaults by destination name (``dataset=``,
+            ``backbone=``, ``learning_rate=``, ``lr_milestones=``, ...), for a
+            paper's settings; the others keep the module's defaults.
+
+    Returns:
+        An ``argparse.ArgumentParser``; add script flags to it, then
+        ``parse_args`` and pass the result to :func:`run`.
+    """
+    unknown = set(defaults) - set(_FLAG_DEFAULTS)
+    if unknown:
+        raise ValueError(f"Unknown flag defaults: {sorted(unknown)}. Known: {sorted(_FLAG_DEFAULTS)}")
+    d = {**_FLAG_DEFAULTS, **defaults}
+    p = argparse.ArgumentParser(description=description,
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    g = p.add_argument_group("data")
+    g.add_argument("--dataset", choices=DATASETS, default=d["dataset"])
+    g.add_argument("--data-dir", default=d["data_dir"],
+                   help="the extracted data set (files) or TFDS's data directory (tfds); "
+                        "default: $TFDML_DATA_DIR/<dataset>")
+    g.add_argument("--source", choices=("files", "tfds"), default=d["source"])
+    g.add_argument("--omniglot-label", choices=("character", "alphabet"),
+                   default=d["omniglot_label"], help="Omniglot: what a class is")
+    g.add_argument("--image-size", type=_positive_int, default=d["image_size"],
+                   help="network input size (square)")
+    g.add_argument("--resize-size", type=_positive_int, default=d["resize_size"],
+                   help="images are resized to this before cropping")
+    g.add_argument("--transform", choices=("crop", "pad_crop", "none"), default=d["transform"],
+                   help="training augmentation: resize + random crop + flip (crop), resize + "
+                        "10 px zero padding + random crop + flip (pad_crop), or resize only")
+    g.add_argument("-P", "--classes-per-batch", type=_positive_int, default=d["classes_per_batch"])
+    g.add_argument("-K", "--samples-per-class", type=_positive_int,
+                   default=d["samples_per_class"])
+    g = p.add_argument_group("model")
+    g.add_argument("--backbone", default=d["backbone"],
+                   help="a tfdml.models.BACKBONES name, or 'tiny' (a small CNN)")
+    g.add_argument("--weights", default=d["weights"], help="'imagenet' or 'none'")
+    g.add_argument("--embedding-dim", type=_positive_int, default=d["embedding_dim"])
+    g.add_argument("--freeze-batchnorm", action=argparse.BooleanOptionalAction,
+                   default=d["freeze_batchnorm"])
+    g = p.add_argument_group("training")
+    g.add_argument("--epochs", type=_positive_int, default=d["epochs"])
+    g.add_argument("--steps-per-epoch", type=_positive_int, default=d["steps_per_epoch"],
+                   help="default: every training class once per epoch (ceil(C / P) batches)")
+    g.add_argument("--optimizer", choices=("sgd", "adam", "rmsprop"), default=d["optimizer"])
+    g.add_argument("--learning-rate", "--lr", type=_positive_float, default=d["learning_rate"])
+    g.add_argument("--momentum", type=float, default=d["momentum"], help="SGD and RMSprop")
+    g.add_argument("--weight-decay", type=float, default=d["weight_decay"],
+                   help="decoupled weight decay of the Keras optimizer")
+    g.add_argument("--lr-milestones", type=_positive_int, nargs="*", default=list(d["lr_milestones"]),
+                   help="epochs after which the learning rate is multiplied by --lr-gamma")
+    g.add_argument("--lr-gamma", type=_positive_float, default=d["lr_gamma"])
+    g.add_argument("--seed", type=int, default=d["seed"])
+    g.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=d["jit_compile"])
+    g.add_argument("--deterministic", action="store_true",
+                   help="deterministic TensorFlow ops (slower): a resumed run then ends with "
+                        "the weights of an uninterrupted one")
+    g.add_argument("--mixed-precision", choices=("off", "float16", "bfloat16"),
+                   default=d["mixed_precision"])
+    g = p.add_argument_group("output")
+    g.add_argument("--output-dir", default=d["output_dir"],
+                   help="default: runs/<script name>-<dataset>; an unfinished run there resumes")
+    g.add_argument("--eval-every", type=_positive_int, default=d["eval_every"])
+    g.add_argument("--eval-batch-size", type=_positive_int, default=d["eval_batch_size"])
+    g.add_argument("--export", action=argparse.BooleanOptionalAction, default=d["export"],
+                   help="write a SavedModel of the best weights")
+    g.add_argument("--verbose", type=int, choices=(0, 1, 2), default=d["verbose"],
+                   help="1: progress bar, 2: one line per epoch, 0: quiet")
+    g.add_argument("--smoke", action="store_true", default=d["smoke"],
+                   help="a few steps on tiny generated data, a small CNN, no downloads: checks "
+                        "that the script works end to end")
+    return p
+
+
+def apply_smoke(args):
+    """``--smoke`` settings: a tiny CNN on 32 px synthetic images, at most 3 epochs of 2
+    steps (or ``--steps-per-epoch``)."""
+    args.backbone = BACKBONE_TINY
+    args.weights = "none"
+    args.embedding_dim = min(args.embedding_dim, 16)
+    args.image_size, args.resize_size = 28, 32
+    args.classes_per_batch = min(args.classes_per_batch, 4)
+    args.samples_per_class = min(args.samples_per_class, 4)
+    args.epochs = min(args.epochs, 3)
+    args.steps_per_epoch = args.steps_per_epoch or 2
+    args.lr_milestones = [m for m in args.lr_milestones if m < args.epochs] or [2]
+    args.eval_batch_size = 32
+    args.mixed_precision = "off"
+    return args
+
+
+# -- data --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class ExperimentData:
+    """A training split and the evaluation splits of one data set.
+
+    Attributes:
+        name: the data set name.
+        train: the training ``DatasetSplit``.
+        evaluation: ``{split name: DatasetSplit}`` (``"test"``; ``"query"`` and
+            ``"gallery"`` for In-shop; ``"test_small"`` ... for VehicleID).
+    """
+
+    name: str
+    train: DatasetSplit
+    evaluation: dict
+
+
+def synthetic_data(dataset="cub200", num_classes=12, per_class=6, image_size=32, seed=0):
+    """Tiny generated image data with the evaluation splits of ``dataset`` (for ``--smoke``).
+
+    Every class is a random smooth colour pattern; its images are the pattern
+    shifted at random plus noise (uint8 RGB). The first half of the classes is
+    the training split, the other half is evaluated as ``dataset`` is: one
+    ``"test"`` split, In-shop's ``"query"``/``"gallery"`` (half of each class's
+    images each), or VehicleID's three test sizes.
+    """
+    rng = np.random.default_rng(seed)
+    size = image_size
+    coarse = rng.uniform(0, 255, size=(num_classes, 4, 4, 3)).astype(np.float32)
+    patterns = tf.image.resize(coarse, [size + 8, size + 8], method="bicubic").numpy()
+    images, labels = [], []
+    for c in range(num_classes):
+        for _ in range(per_class):
+            dy, dx = rng.integers(0, 9, size=2)
+            img = patterns[c, dy:dy + size, dx:dx + size] + rng.normal(0, 25, (size, size, 3))
+            images.append(np.clip(img, 0, 255).astype(np.uint8))
+            labels.append(c)
+    images, labels = np.stack(images), np.asarray(labels, np.int64)
+    half = num_classes // 2
+
+    def split(mask, name):
+        return DatasetSplit(name=f"synthetic-{dataset}", split=name, labels=labels[mask],
+                            images=images[mask],
+                            class_names={int(c): str(c) for c in np.unique(labels[mask])})
+
+    train = split(labels < half, "train")
+    test = labels >= half
+    if dataset == "inshop":
+        first = np.zeros(len(labels), bool)
+        for c in range(half, num_classes):
+            idx = np.flatnonzero(labels == c)
+            first[idx[: len(idx) // 2]] = True
+        evaluation = {"query": split(test & first, "query"),
+                      "gallery": split(test & ~first, "gallery")}
+    elif dataset == "vehicleid":
+        evaluation = {name: split(test & (labels < half + k), name)
+                      for name, k in zip(EVAL_SPLITS["vehicleid"],
+                                         (half // 2 or 1, half - 1 or 1, half), strict=True)}
+    else:
+        evaluation = {"test": split(test, "test")}
+    return ExperimentData(name=dataset, train=train, evaluation=evaluation)
+
+
+def load_data(args) -> ExperimentData:
+    """The training and evaluation splits for ``args`` (synthetic with ``--smoke``)."""
+    if args.smoke:
+        return synthetic_data(args.dataset, image_size=args.resize_size, seed=args.seed)
+    from tfdml import datasets
+
+    options = {}
+    if args.dataset == "omniglot":
+        options["label"] = args.omniglot_label
+    if args.dataset == "digits":
+        load = lambda split: datasets.load("digits", split)  # noqa: E731
+    else:
+        def load(split):
+            return datasets.load(args.dataset, split, data_dir=args.data_dir, source=args.source,
+                                 **options)
+    return ExperimentData(name=args.dataset, train=load("train"),
+                          evaluation={s: load(s) for s in EVAL_SPLITS[args.dataset]})
+
+
+def _preprocess(backbone):
+    if backbone == BACKBONE_TINY:
+        return lambda x: tf.cast(x, tf.float32) / 255.0
+    from tfdml.models import get_preprocess
+
+    return get_preprocess(backbone)
+
+
+def _to_rgb(image):
+    image = tf.convert_to_tensor(image)
+    if image.shape[-1] == 1:
+        image = tf.image.grayscale_to_rgb(image)
+    return image
+
+
+def _transforms(args):
+    """(train map_fn, eval map_fn): images in, preprocessed float32 RGB out.
+
+    ``crop``: resize to ``resize_size``, random ``image_size`` crop, flip; evaluation
+    resizes and center-crops. ``pad_crop``: resize to ``image_size``, pad 10 px, random
+    crop, flip; evaluation resizes. ``none``: resize only, for training and evaluation.
+    """
+    pre = _preprocess(args.backbone)
+    size, resize = args.image_size, args.resize_size
+    if args.transform == "crop":
+        train = augment.train_transform(crop_size=size, resize_size=resize, preprocess=pre)
+        test = augment.eval_transform(crop_size=size, resize_size=resize, preprocess=pre)
+    else:
+        test = augment.eval_transform(crop_size=size, resize_size=size, preprocess=pre)
+        train = (augment.pad_crop_transform(size=size, padding=10, preprocess=pre)
+                 if args.transform == "pad_crop" else None)
+
+    def train_fn(image, seed=None):
+        image = _to_rgb(image)
+        return test(image) if train is None else train(image, seed=seed)
+
+    def eval_fn(image):
+        return test(_to_rgb(image))
+
+    return train_fn, eval_fn
+
+
+# -- model and optimizer -----------------------------------------------------------------------
+
+
+def _tiny_model(embedding_dim, input_shape):
+    inputs = keras.Input(input_shape)
+    x = keras.layers.Conv2D(16, 3, padding="same", activation="relu")(inputs)
+    x = keras.layers.MaxPooling2D()(x)
+    x = keras.layers.Conv2D(32, 3, padding="same", activation="relu")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    x = keras.layers.Dense(embedding_dim, dtype="float32")(x)
+    outputs = L2Normalization(dtype="float32")(x)
+    model = keras.Model(inputs, outputs, name="tiny_embedding")
+    model.preprocess = "tiny"
+    return model
+
+
+def build_model(args) -> keras.Model:
+    """The embedding model for ``args``: a Keras Applications backbone with an embedding head."""
+    shape = (args.image_size, args.image_size, 3)
+    if args.backbone == BACKBONE_TINY:
+        return _tiny_model(args.embedding_dim, shape)
+    from tfdml.models import build_embedding_model
+
+    weights = None if args.weights in (None, "none") else args.weights
+    return build_embedding_model(args.backbone, args.embedding_dim, input_shape=shape,
+                                 weights=weights, freeze_batchnorm=args.freeze_batchnorm)
+
+
+def learning_rate_schedule(base, milestones=(), gamma=0.1):
+    """``epoch -> learning rate``: ``base * gamma ** (number of milestones <= epoch)``.
+
+    ``epoch`` counts from 0, so milestones ``(20, 30)`` divide the rate by 10
+    after 20 and after 30 finished epochs (the extreme-triplet paper's schedule).
+    """
+    milestones = sorted(int(m) for m in milestones)
+
+    def schedule(epoch, lr=None):
+        return float(base * gamma ** sum(epoch >= m for m in milestones))
+
+    return schedule
+
+
+def _optimizer(args):
+    lr = args.learning_rate
+    wd = args.weight_decay or None
+    if args.optimizer == "sgd":
+        return keras.optimizers.SGD(lr, momentum=args.momentum, weight_decay=wd)
+    if args.optimizer == "rmsprop":
+        return keras.optimizers.RMSprop(lr, momentum=args.momentum, weight_decay=wd)
+    return keras.optimizers.Adam(lr, weight_decay=wd)
+
+
+# -- evaluation --------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Evaluation:
+    """Metrics of one evaluation: ``values`` (``{"val_recall@1": ..., ...}``) and the
+    monitored key (``monitor``, maximized)."""
+
+    values: dict
+    monitor: str
+
+
+def _embed(model, split, eval_fn, batch_size):
+    ds = eval_batches(split, batch_size, map_fn=eval_fn)
+    chunks = [model(x, training=False) for x, _ in ds]
+    return tf.concat(chunks, axis=0).numpy().astype(np.float32), split.labels
+
+
+def _clamp_ks(ks, gallery_size):
+    kept = tuple(k for k in ks if k <= gallery_size)
+    return kept or (1,)
+
+
+def evaluate(model, data: ExperimentData, eval_fn, batch_size=128, final=False) -> Evaluation:
+    """Embeds the evaluation splits and computes the data set's metrics.
+
+    Recall@K (self-retrieval on ``"test"``, query against gallery for
+    In-shop), plus MAP@R and, at the end of training (``final=True``), NMI;
+    VehicleID: the top-1 and top-5 match rates of each test size (10 draws of
+    the gallery) and, when ``final``, the CMC of the small test set.
+    """
+    values = {}
+    if data.name == "vehicleid":
+        for name, split in data.evaluation.items():
+            emb, labels = _embed(model, split, eval_fn, batch_size)
+            rates = _metrics.vehicleid_match_rate(emb, labels, ks=(1, 5))
+            size = name.replace("test_", "")
+            values[f"val_{size}_top1"] = rates[1]
+            values[f"val_{size}_top5"] = rates[5]
+        return Evaluation(values, "val_small_top1")
+    if data.name == "inshop":
+        q, ql = _embed(model, data.evaluation["query"], eval_fn, batch_size)
+        g, gl = _embed(model, data.evaluation["gallery"], eval_fn, batch_size)
+        ks = _clamp_ks(RECALL_KS["inshop"], len(gl))
+        recall = _metrics.recall_at_k(q, ql, ks, gallery_embeddings=g, gallery_labels=gl)
+        values.update({f"val_recall@{k}": v for k, v in recall.items()})
+        values["val_map@r"] = _metrics.map_at_r(q, ql, gallery_embeddings=g, gallery_labels=gl)
+        return Evaluation(values, "val_recall@1")
+    emb, labels = _embed(model, data.evaluation["test"], eval_fn, batch_size)
+    ks = _clamp_ks(RECALL_KS.get(data.name, (1, 2, 4, 8)), len(labels) - 1)
+    recall = _metrics.recall_at_k(emb, labels, ks)
+    values.update({f"val_recall@{k}": v for k, v in recall.items()})
+    values["val_map@r"] = _metrics.map_at_r(emb, labels)
+    if final:
+        values["val_nmi"] = _metrics.nmi(emb, labels)
+    return Evaluation(values, "val_recall@1")
+
+
+class _Evaluate(keras.callbacks.Callback):
+    """Puts the evaluation metrics into the epoch logs (before the callbacks that read them)."""
+
+    def __init__(self, fn, every):
+        super().__init__()
+        self.fn = fn
+        self.every = every
+
+    def on_epoch_end(self, epoch, logs=None):
+        if (epoch + 1) % self.every and epoch > 0:
+            return
+        start = time.perf_counter()
+        result = self.fn()
+        if logs is not None:  # Keras prints them with the epoch's line
+            logs.update(result.values)
+            logs["eval_seconds"] = time.perf_counter() - start
+
+
+# -- resuming ----------------------------------------------------------------------------------
+
+
+def _atomic_write_json(path, obj):
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, default=_json_default)
+    os.replace(tmp, path)
+
+
+def _json_default(x):
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"not JSON serializable: {type(x).__name__}")
+
+
+class ResumeState(keras.callbacks.Callback):
+    """Saves everything needed to continue training after every epoch; restores it.
+
+    After each finished epoch it writes a checkpoint folder ``ckpt-<epoch>`` in
+    ``directory`` with the model weights (``model.weights.h5``, which include
+    the state of losses attached to the model, such as a learned margin β) and
+    the optimizer variables (``optimizer.npz``: step count, momenta), then
+    commits it by replacing ``state.json`` (finished epochs, the logs of each
+    epoch, the best monitored value so far) atomically, then deletes the older
+    folder. A kill at any moment leaves a consistent last finished epoch.
+    ``history_csv`` (if given) is rewritten from the same record, so it never
+    holds an epoch twice.
+
+    :meth:`restore` (before ``fit``) loads them and returns the epoch to pass
+    as ``initial_epoch`` to ``fit`` and to the P x K sampler, so the resumed
+    run draws the batches the uninterrupted run would have drawn. An epoch
+    that was interrupted part-way is run again from its start; no finished
+    epoch is lost or repeated. Not restored: the random state of random miners
+    (their draws restart from their seed) and of dropout.
+
+    Args:
+        directory: where to keep the state.
+        config: a JSON-able dict of the run's settings; resuming with other
+            settings raises a ValueError.
+        checkpoint: a ``keras.callbacks.ModelCheckpoint`` whose ``best``
+            value is saved and restored.
+        history_csv: path of a CSV file of the epoch logs.
+    """
+
+    def __init__(self, directory, config=None, checkpoint=None, history_csv=None):
+        super().__init__()
+        self.directory = directory
+        self.config = config
+        self.checkpoint = checkpoint
+        self.history_csv = history_csv
+        self.history = []
+        os.makedirs(directory, exist_ok=True)
+
+    @property
+    def _state_path(self):
+        return os.path.join(self.directory, "state.json")
+
+    def load_state(self):
+        """``state.json`` as a dict, or None when there is no saved epoch."""
+        if not os.path.exists(self._state_path):
+            return None
+        with open(self._state_path) as f:
+            return json.load(f)
+
+    def restore(self, model) -> int:
+        """Loads the saved state into ``model`` (compiled); returns the finished epochs."""
+        state = self.load_state()
+        if state is None:
+            return 0
+        if self.config is not None and state.get("config") not in (None, self.config):
+            changed = sorted(k for k in set(self.config) | set(state["config"])
+                             if self.config.get(k) != state["config"].get(k))
+            raise ValueError(
+                f"{self.directory} holds a run with other settings ({', '.join(changed)}). "
+                "Use another --output-dir, or delete it to start again."
+            )
+        folder = os.path.join(self.directory, state["checkpoint"])
+        model.load_weights(os.path.join(folder, "model.weights.h5"))
+        opt = model.optimizer
+        if not opt.built:
+            opt.build(model.trainable_variables)
+        with np.load(os.path.join(folder, "optimizer.npz")) as saved:
+            values = [saved[f"v{i}"] for i in range(len(saved.files))]
+        if len(values) != len(opt.variables):
+            raise ValueError(f"The optimizer state in {folder} does not match the optimizer.")
+        for var, value in zip(opt.variables, values, strict=True):
+            var.assign(value)
+        self.history = list(state["history"])
+        if self.checkpoint is not None and state.get("best") is not None:
+            self.checkpoint.best = state["best"]
+        return int(state["epoch"])
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = {k: float(v) for k, v in (logs or {}).items()
+                if isinstance(v, (int, float, np.floating, np.integer))
+                or (hasattr(v, "shape") and not v.shape)}
+        self.history.append({"epoch": epoch + 1, **logs})
+        name = f"ckpt-{epoch + 1}"
+        folder = os.path.join(self.directory, name)
+        shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(folder)
+        self.model.save_weights(os.path.join(folder, "model.weights.h5"))
+        np.savez(os.path.join(folder, "optimizer.npz"),
+                 **{f"v{i}": np.asarray(v) for i, v in enumerate(self.model.optimizer.variables)})
+        best = None if self.checkpoint is None else self.checkpoint.best
+        if best is not None and not np.isfinite(best):
+            best = None
+        _atomic_write_json(self._state_path, {"epoch": epoch + 1, "checkpoint": name,
+                                              "history": self.history, "best": best,
+                                              "config": self.config})
+        for other in os.listdir(self.directory):
+            if other.startswith("ckpt-") and other != name:
+                shutil.rmtree(os.path.join(self.directory, other), ignore_errors=True)
+        if self.history_csv:
+            _write_csv(self.history_csv, self.history)
+
+
+def _write_csv(path, rows):
+    columns = []
+    for row in rows:
+        columns += [k for k in row if k not in columns]
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(",".join(columns) + "\n")
+        for row in rows:
+            f.write(",".join("" if row.get(c) is None else repr(row[c]) for c in columns) + "\n")
+    os.replace(tmp, path)
+
+
+# -- reporting ---------------------------------------------------------------------------------
+
+
+def markdown_table(rows, columns=None, digits=4):
+    """A Markdown table of dicts (one row each); numbers rounded to ``digits`` decimals."""
+    rows = list(rows)
+    if columns is None:
+        columns = []
+        for row in rows:
+            columns += [k for k in row if k not in columns]
+
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:.{digits}f}"
+        return "" if v is None else str(v)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _machine():
+    return (f"{os.cpu_count()} CPUs, {len(tf.config.list_physical_devices('GPU'))} GPUs; "
+            f"TensorFlow {tf.__version__}, Keras {keras.__version__}, "
+            f"Python {platform.python_version()}")
+
+
+def _plot_history(history, keys, path, title):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    for key in keys:
+        points = [(h["epoch"], h[key]) for h in history if key in h]
+        if points:
+            ax.plot(*zip(*points, strict=True), marker="o", label=key)
+    ax.set_xlabel("epoch")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# -- the run -----------------------------------------------------------------------------------
+
+
+def _config(args, name):
+    skip = {"verbose", "output_dir", "export", "epochs", "eval_batch_size"}
+    config = {k: v for k, v in vars(args).items() if k not in skip and not k.startswith("_")}
+    config["name"] = name
+    return json.loads(json.dumps(config, default=str))
+
+
+def _handle_sigterm():
+    """SIGTERM ends the run like Ctrl-C (the last finished epoch is saved already)."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        pass
+
+
+def run(args, loss, *, name, callbacks=(), attach_loss=None, figures=None, extra_results=None):
+    """Trains, evaluates and reports one experiment; resumes an unfinished one.
+
+    Args:
+        args: the parsed flags of :func:`make_parser` (``--smoke`` applied here).
+        loss: a Keras loss object (a tfdml loss).
+        name: a short name of the method, written into the results.
+        callbacks: further Keras callbacks (after the evaluation, so they see
+            its metrics), or a callable ``(model, data, eval_fn, out_dir) -> list``.
+        attach_loss: call ``loss.attach(model)`` (for losses with trainable
+            state such as ``MarginLoss``). Defaults to `None`: when the loss has
+            ``trainable_variables``.
+        figures: ``fn(model, data, eval_fn, out_dir, history) -> list of paths``
+            for the paper's figures, called at the end.
+        extra_results: ``fn(model, data, eval_fn) -> dict`` added to the
+            results (e.g. a CMC curve), called at the end.
+
+    Returns:
+        The results dict (also written to ``<output-dir>/results.json``).
+    """
+    if args.smoke:
+        apply_smoke(args)
+    script = os.path.splitext(os.path.basename(sys.argv[0] or "run"))[0]
+    out = args.output_dir or os.path.join("runs", f"{script}-{args.dataset}")
+    os.makedirs(out, exist_ok=True)
+    _handle_sigterm()
+    keras.utils.set_random_seed(args.seed)
+    if args.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    if args.mixed_precision != "off":
+        keras.mixed_precision.set_global_policy(f"mixed_{args.mixed_precision}")
+    start_time = time.perf_counter()
+    config = _config(args, name)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+
+    data = load_data(args)
+    train_fn, eval_fn = _transforms(args)
+    model = build_model(args)
+    if attach_loss or (attach_loss is None and getattr(loss, "trainable_variables", None)):
+        loss.attach(model)
+    model.compile(optimizer=_optimizer(args), loss=loss, jit_compile=args.jit_compile)
+
+    best_path = os.path.join(out, "best.weights.h5")
+    monitor = "val_small_top1" if data.name == "vehicleid" else "val_recall@1"
+    checkpoint = keras.callbacks.ModelCheckpoint(best_path, monitor=monitor, mode="max",
+                                                 save_best_only=True, save_weights_only=True)
+    resume = ResumeState(os.path.join(out, "backup"), config=config, checkpoint=checkpoint,
+                         history_csv=os.path.join(out, "history.csv"))
+    initial_epoch = resume.restore(model)
+    if initial_epoch:
+        print(f"Resuming {out} after epoch {initial_epoch} of {args.epochs}.", flush=True)
+
+    train = pk_batches(data.train, args.classes_per_batch, args.samples_per_class,
+                       steps_per_epoch=args.steps_per_epoch, repeat=False, seed=args.seed,
+                       map_fn=train_fn, initial_epoch=initial_epoch)
+    extra = list(callbacks(model, data, eval_fn, out) if callable(callbacks) else callbacks)
+    cbs = [
+        _Evaluate(lambda: evaluate(model, data, eval_fn, args.eval_batch_size), args.eval_every),
+        keras.callbacks.LearningRateScheduler(
+            learning_rate_schedule(args.learning_rate, args.lr_milestones, args.lr_gamma)),
+        *extra,
+        checkpoint,
+        resume,
+    ]
+    if initial_epoch < args.epochs:
+        model.fit(train, epochs=args.epochs, initial_epoch=initial_epoch, callbacks=cbs,
+                  verbose=args.verbose, shuffle=False)
+    history = resume.history
+
+    # The best epoch's weights, evaluated once more with the final metrics.
+    if os.path.exists(best_path):
+        model.load_weights(best_path)
+    final = evaluate(model, data, eval_fn, args.eval_batch_size, final=True)
+    evaluated = [h for h in history if monitor in h]
+    best_epoch = max(evaluated, key=lambda h: h[monitor])["epoch"] if evaluated else None
+    results = {
+        "name": name,
+        "dataset": data.name,
+        "smoke": bool(args.smoke),
+        "config": config,
+        "best_epoch": best_epoch,
+        "metrics": final.values,
+        "history": history,
+        "epochs_run": [h["epoch"] for h in history],
+        "machine": _machine(),
+        "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+        "seconds_this_process": round(time.perf_counter() - start_time, 1),
+    }
+    if extra_results is not None:
+        results.update(extra_results(model, data, eval_fn))
+    fig_dir = os.path.join(out, "figures")
+    os.makedirs(fig_dir, exist_ok=True)
+    keys = [k for k in final.values if k.startswith("val_") and "nmi" not in k][:4]
+    _plot_history(history, keys, os.path.join(fig_dir, "metrics.png"), f"{name} on {data.name}")
+    paths = ["figures/metrics.png"]
+    if figures is not None:
+        paths += [os.path.relpath(p, out) for p in figures(model, data, eval_fn, out, history)]
+    results["figures"] = paths
+    if args.export:
+        export_dir = os.path.join(out, "saved_model")
+        shutil.rmtree(export_dir, ignore_errors=True)
+        from tfdml.export import export_embedding_model
+
+        export_embedding_model(model, export_dir, preprocess=_preprocess(args.backbone),
+                               image_size=None)
+        results["saved_model"] = "saved_model"
+    _atomic_write_json(os.path.join(out, "results.json"), results)
+    rows = [{"metric": k, "value": v} for k, v in final.values.items()]
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write(f"# {name} on {data.name}{' (smoke run, synthetic data)' if args.smoke else ''}\n\n")
+        f.write(f"Best epoch {best_epoch} of {args.epochs} (by {monitor}).\n\n")
+        f.write(markdown_table(rows))
+        f.write(f"\nCommand: `{results['command']}`\n\nMachine: {results['machine']}\n")
+    print(markdown_table(rows), flush=True)
+    print(f"Results in {out}", flush=True)
+    return results
+
+
+def sweep(main, argv, runs, output_dir, metric="val_recall@1", title="sweep", x_label=None):
+    """Runs a script's ``main`` once per setting and tabulates the results.
+
+    Each run writes to ``<output_dir>/<run name>`` and is resumable on its own;
+    a run whose ``results.json`` exists is not run again. The runs happen one
+    after the other in this process (``keras.backend.clear_session()`` between).
+
+    Args:
+        main: the script's ``main(argv) -> results dict``.
+        argv: flags common to every run (e.g. ``["--dataset", "cub200"]``).
+        runs: ``{run name: [extra flags]}``, e.g.
+            ``{"n2": ["--group-size", "2"], "n4": ["--group-size", "4"]}``.
+        output_dir: the folder of the sweep.
+        metric: the metric tabulated and plotted. Defaults to `"val_recall@1"`.
+        title: title of the table and plot.
+        x_label: for a plot of ``metric`` against a number: ``{run name: x}``
+            is taken from ``runs`` by this flag's value (e.g. ``"--group-size"``).
+
+    Returns:
+        ``[{"run": name, **metrics}]``; also written to ``sweep.json`` and
+        ``sweep.md`` (and ``sweep.png`` with ``x_label``) in ``output_dir``.
+    """
+    os.makedirs(output_dir, exist_ok=True)
+    rows = []
+    for run_name, extra in runs.items():
+        out = os.path.join(output_dir, run_name)
+        path = os.path.join(out, "results.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                results = json.load(f)
+            print(f"{run_name}: done already ({path})", flush=True)
+        else:
+            print(f"== {title}: {run_name} ==", flush=True)
+            keras.backend.clear_session()
+            results = main([*argv, *extra, "--output-dir", out])
+        row = {"run": run_name, "method": results.get("name"), "best_epoch": results.get("best_epoch")}
+        row.update(results["metrics"])
+        rows.append(row)
+    _atomic_write_json(os.path.join(output_dir, "sweep.json"), rows)
+    with open(os.path.join(output_dir, "sweep.md"), "w") as f:
+        f.write(f"# {title}\n\n" + markdown_table(rows))
+    if x_label is not None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        xs = [float(extra[extra.index(x_label) + 1]) for extra in runs.values()]
+        fig, ax = plt.subplots(figsize=(4.5, 3.2))
+        ax.plot(xs, [r.get(metric) for r in rows], marker="o")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(x_label.lstrip("-"))
+        ax.set_ylabel(metric)
+        ax.set_title(title, fontsize=9)
+        fig.tight_layout()
+        fig.savefig(os.path.join(output_dir, "sweep.png"), dpi=110)
+        plt.close(fig)
+    print(markdown_table(rows), flush=True)
+    return rows
