@@ -437,7 +437,8 @@ def evaluate(model, data: ExperimentData, eval_fn, batch_size=128, final=False) 
     """Embeds the evaluation splits and computes the data set's metrics.
 
     Recall@K (self-retrieval on ``"test"``, query against gallery for
-    In-shop), plus MAP@R and, at the end of training (``final=True``), NMI;
+    In-shop), plus MAP@R and, at the end of training (``final=True``), NMI and
+    the clustering F1 (k-means with k = the number of test classes);
     VehicleID: the top-1 and top-5 match rates of each test size (10 draws of
     the gallery) and, when ``final``, the CMC of the small test set.
     """
@@ -465,6 +466,7 @@ def evaluate(model, data: ExperimentData, eval_fn, batch_size=128, final=False) 
     values["val_map@r"] = _metrics.map_at_r(emb, labels)
     if final:
         values["val_nmi"] = _metrics.nmi(emb, labels)
+        values["val_f1"] = _metrics.f1_clustering(emb, labels)
     return Evaluation(values, "val_recall@1")
 
 
@@ -804,7 +806,8 @@ def run(args, loss, *, name, callbacks=(), attach_loss=None, figures=None, extra
     return results
 
 
-def sweep(main, argv, runs, output_dir, metric="val_recall@1", title="sweep", x_label=None):
+def sweep(main, argv, runs, output_dir, metric="val_recall@1", title="sweep", x_label=None,
+          log_x=False):
     """Runs a script's ``main`` once per setting and tabulates the results.
 
     Each run writes to ``<output_dir>/<run name>`` and is resumable on its own;
@@ -821,6 +824,7 @@ def sweep(main, argv, runs, output_dir, metric="val_recall@1", title="sweep", x_
         title: title of the table and plot.
         x_label: for a plot of ``metric`` against a number: ``{run name: x}``
             is taken from ``runs`` by this flag's value (e.g. ``"--group-size"``).
+        log_x: a log2 x axis (group sizes, batch sizes).
 
     Returns:
         ``[{"run": name, **metrics}]``; also written to ``sweep.json`` and
@@ -854,7 +858,8 @@ def sweep(main, argv, runs, output_dir, metric="val_recall@1", title="sweep", x_
         xs = [float(extra[extra.index(x_label) + 1]) for extra in runs.values()]
         fig, ax = plt.subplots(figsize=(4.5, 3.2))
         ax.plot(xs, [r.get(metric) for r in rows], marker="o")
-        ax.set_xscale("log", base=2)
+        if log_x:
+            ax.set_xscale("log", base=2)
         ax.set_xlabel(x_label.lstrip("-"))
         ax.set_ylabel(metric)
         ax.set_title(title, fontsize=9)
