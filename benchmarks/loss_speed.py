@@ -532,7 +532,7 @@ def _precision_report(rows):
         "the same (rounded) values: the losses compute in float32 inside, so this is what "
         "the low-precision input and output dtype add. *Input rounding*: float64 on the "
         "rounded inputs against float64 on the exact ones: what rounding the embeddings "
-        "does (near-equal distances can swap and change the semi-hard negative). The "
+        "does (near-equal distances can swap and change the semi-hard negative). "
         "In the float32 rows the reference is float64 on the same (exact) inputs. "
         "Relative errors: |a - b| / |b| for values, ||g - g_ref|| / ||g_ref|| for the "
         "gradients w.r.t. the embeddings; float16 gradients with a loss scale of 2^15, as "
