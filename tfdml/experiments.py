@@ -38,6 +38,7 @@ import dataclasses
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import sys
@@ -204,7 +205,8 @@ def make_parser(description: str, **defaults) -> argparse.ArgumentParser:
                    default=d["mixed_precision"])
     g = p.add_argument_group("output")
     g.add_argument("--output-dir", default=d["output_dir"],
-                   help="default: runs/<script name>-<dataset>; an unfinished run there resumes")
+                   help="default: runs/<script>-<dataset>-<method>; an unfinished run there "
+                        "resumes")
     g.add_argument("--eval-every", type=_positive_int, default=d["eval_every"])
     g.add_argument("--eval-batch-size", type=_positive_int, default=d["eval_batch_size"])
     g.add_argument("--export", action=argparse.BooleanOptionalAction, default=d["export"],
@@ -373,29 +375,36 @@ _transforms = transforms
 # -- model and optimizer -----------------------------------------------------------------------
 
 
-def _tiny_model(embedding_dim, input_shape):
+def _tiny_model(embedding_dim, input_shape, normalize=True):
     inputs = keras.Input(input_shape)
     x = keras.layers.Conv2D(16, 3, padding="same", activation="relu")(inputs)
     x = keras.layers.MaxPooling2D()(x)
     x = keras.layers.Conv2D(32, 3, padding="same", activation="relu")(x)
     x = keras.layers.GlobalAveragePooling2D()(x)
-    x = keras.layers.Dense(embedding_dim, dtype="float32")(x)
-    outputs = L2Normalization(dtype="float32")(x)
+    outputs = keras.layers.Dense(embedding_dim, dtype="float32")(x)
+    if normalize:
+        outputs = L2Normalization(dtype="float32")(outputs)
     model = keras.Model(inputs, outputs, name="tiny_embedding")
     model.preprocess = "tiny"
     return model
 
 
 def build_model(args) -> keras.Model:
-    """The embedding model for ``args``: a Keras Applications backbone with an embedding head."""
+    """The embedding model for ``args``: a Keras Applications backbone with an embedding head.
+
+    The embeddings are L2-normalized unless ``args.normalize`` is false (a flag
+    scripts may add, e.g. for LoOp's comparison without normalization).
+    """
     shape = (args.image_size, args.image_size, 3)
+    normalize = bool(getattr(args, "normalize", True))
     if args.backbone == BACKBONE_TINY:
-        return _tiny_model(args.embedding_dim, shape)
+        return _tiny_model(args.embedding_dim, shape, normalize)
     from tfdml.models import build_embedding_model
 
     weights = None if args.weights in (None, "none") else args.weights
     return build_embedding_model(args.backbone, args.embedding_dim, input_shape=shape,
-                                 weights=weights, freeze_batchnorm=args.freeze_batchnorm)
+                                 weights=weights, freeze_batchnorm=args.freeze_batchnorm,
+                                 normalize=normalize)
 
 
 def learning_rate_schedule(base, milestones=(), gamma=0.1):
@@ -452,7 +461,8 @@ def evaluate(model, data: ExperimentData, eval_fn, batch_size=128, final=False) 
     In-shop), plus MAP@R and, at the end of training (``final=True``), NMI and
     the clustering F1 (k-means with k = the number of test classes);
     VehicleID: the top-1 and top-5 match rates of each test size (10 draws of
-    the gallery) and, when ``final``, the CMC of the small test set.
+    the gallery; top-5 only for a test set of at least 5 identities). Retrieval
+    uses cosine similarity.
     """
     values = {}
     if data.name == "vehicleid":
@@ -580,10 +590,10 @@ class ResumeState(keras.callbacks.Callback):
                 "Use another --output-dir, or delete it to start again."
             )
         folder = os.path.join(self.directory, state["checkpoint"])
-        model.load_weights(os.path.join(folder, "model.weights.h5"))
         opt = model.optimizer
-        if not opt.built:
+        if not opt.built:  # so that the weights file's optimizer part has somewhere to go
             opt.build(model.trainable_variables)
+        model.load_weights(os.path.join(folder, "model.weights.h5"))
         with np.load(os.path.join(folder, "optimizer.npz")) as saved:
             values = [saved[f"v{i}"] for i in range(len(saved.files))]
         if len(values) != len(opt.variables):
@@ -699,7 +709,8 @@ def _handle_sigterm():
         pass
 
 
-def run(args, loss, *, name, callbacks=(), attach_loss=None, figures=None, extra_results=None):
+def run(args, loss, *, name, callbacks=(), attach_loss=None, figures=None, extra_results=None,
+        data=None):
     """Trains, evaluates and reports one experiment; resumes an unfinished one.
 
     Args:
@@ -714,7 +725,12 @@ def run(args, loss, *, name, callbacks=(), attach_loss=None, figures=None, extra
         figures: ``fn(model, data, eval_fn, out_dir, history) -> list of paths``
             for the paper's figures, called at the end.
         extra_results: ``fn(model, data, eval_fn) -> dict`` added to the
-            results (e.g. a CMC curve), called at the end.
+            results (e.g. a CMC curve) and listed in ``results.md``, called at the end;
+            a ``"metrics"`` entry (a dict of numbers) is merged into the metrics.
+        data: the :class:`ExperimentData`, if the script needed it before building
+            the loss (e.g. for the number of classes); loaded with
+            :func:`load_data` otherwise. With ``--smoke``, call :func:`apply_smoke`
+            before :func:`load_data`.
 
     Returns:
         The results dict (also written to ``<output-dir>/results.json``).
@@ -722,7 +738,8 @@ def run(args, loss, *, name, callbacks=(), attach_loss=None, figures=None, extra
     if args.smoke:
         apply_smoke(args)
     script = os.path.splitext(os.path.basename(sys.argv[0] or "run"))[0]
-    out = args.output_dir or os.path.join("runs", f"{script}-{args.dataset}")
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    out = args.output_dir or os.path.join("runs", f"{script}-{args.dataset}-{slug}")
     os.makedirs(out, exist_ok=True)
     _handle_sigterm()
     keras.utils.set_random_seed(args.seed)
@@ -735,7 +752,8 @@ def run(args, loss, *, name, callbacks=(), attach_loss=None, figures=None, extra
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(config, f, indent=1)
 
-    data = load_data(args)
+    if data is None:
+        data = load_data(args)
     train_fn, eval_fn = transforms(args)
     model = build_model(args)
     if attach_loss or (attach_loss is None and getattr(loss, "trainable_variables", None)):
@@ -755,12 +773,13 @@ def run(args, loss, *, name, callbacks=(), attach_loss=None, figures=None, extra
     train = pk_batches(data.train, args.classes_per_batch, args.samples_per_class,
                        steps_per_epoch=args.steps_per_epoch, repeat=False, seed=args.seed,
                        map_fn=train_fn, initial_epoch=initial_epoch)
-    extra = list(callbacks(model, data, eval_fn, out) if callable(callbacks) else callbacks)
+    extra_callbacks = list(callbacks(model, data, eval_fn, out) if callable(callbacks)
+                           else callbacks)
     cbs = [
         _Evaluate(lambda: evaluate(model, data, eval_fn, args.eval_batch_size), args.eval_every),
         keras.callbacks.LearningRateScheduler(
             learning_rate_schedule(args.learning_rate, args.lr_milestones, args.lr_gamma)),
-        *extra,
+        *extra_callbacks,
         checkpoint,
         resume,
     ]
@@ -788,8 +807,9 @@ def run(args, loss, *, name, callbacks=(), attach_loss=None, figures=None, extra
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
         "seconds_this_process": round(time.perf_counter() - start_time, 1),
     }
-    if extra_results is not None:
-        results.update(extra_results(model, data, eval_fn))
+    extra = {} if extra_results is None else dict(extra_results(model, data, eval_fn))
+    results["metrics"].update(extra.pop("metrics", {}))
+    results.update(extra)
     fig_dir = os.path.join(out, "figures")
     os.makedirs(fig_dir, exist_ok=True)
     keys = [k for k in final.values if k.startswith("val_") and "nmi" not in k][:4]
@@ -804,14 +824,17 @@ def run(args, loss, *, name, callbacks=(), attach_loss=None, figures=None, extra
         from tfdml.export import export_embedding_model
 
         export_embedding_model(model, export_dir, preprocess=_preprocess(args.backbone),
-                               image_size=None)
+                               image_size=None,
+                               normalize=bool(getattr(args, "normalize", True)))
         results["saved_model"] = "saved_model"
     _atomic_write_json(os.path.join(out, "results.json"), results)
-    rows = [{"metric": k, "value": v} for k, v in final.values.items()]
+    rows = [{"metric": k, "value": v} for k, v in results["metrics"].items()]
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write(f"# {name} on {data.name}{' (smoke run, synthetic data)' if args.smoke else ''}\n\n")
         f.write(f"Best epoch {best_epoch} of {args.epochs} (by {monitor}).\n\n")
         f.write(markdown_table(rows))
+        for key, value in extra.items():
+            f.write(f"\n{key}: `{json.dumps(value, default=_json_default)}`\n")
         f.write(f"\nCommand: `{results['command']}`\n\nMachine: {results['machine']}\n")
     print(markdown_table(rows), flush=True)
     print(f"Results in {out}", flush=True)

@@ -34,14 +34,19 @@ def main(argv=None):
     parser.add_argument("--dataset", default="cub200")
     parser.add_argument("--output-dir", default=None)
     parser.add_argument("--group-sizes", type=int, nargs="+", default=list(GROUP_SIZES))
+    parser.add_argument("--methods", nargs="+", default=[f"{o}:{m}" for o, m in METHODS],
+                        help="order:mining pairs (default: all four)")
     parser.add_argument("--smoke", action="store_true")
     args, rest = parser.parse_known_args(argv)
     sizes = args.group_sizes if not args.smoke else [2, 4]
     out = args.output_dir or os.path.join("runs", f"figure4-{args.dataset}")
     common = ["--dataset", args.dataset, *(["--smoke", "--no-export"] if args.smoke else []),
               *rest]
+    methods = [(int(m.split(":")[0]), m.split(":")[1]) for m in args.methods]
+    if args.smoke:
+        methods = methods[:2]
     rows = []
-    for order, mining in METHODS if not args.smoke else METHODS[:2]:
+    for order, mining in methods:
         method = f"order{order}-{mining}"
         runs = {f"n{n}": ["--order", str(order), "--mining", mining, "--group-size", str(n)]
                 for n in sizes}

@@ -1,0 +1,118 @@
+"""The LoOp example scripts (examples/loop/) run end to end with --smoke."""
+
+import importlib.util
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+LOOP = pathlib.Path(__file__).resolve().parents[1] / "examples" / "loop"
+
+
+def _run(script, *flags, cwd):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "MPLBACKEND": "Agg",
+           "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, str(LOOP / script), "--smoke", "--verbose", "0",
+                           *flags], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def _results(folder):
+    path = pathlib.Path(folder) / "results.json"
+    assert path.exists(), f"no {path}"
+    results = json.loads(path.read_text())
+    assert results["smoke"] is True
+    metrics = results["metrics"]
+    for key in ("val_recall@1", "val_nmi", "val_f1", "val_map@r"):
+        assert math.isfinite(metrics[key]) and 0.0 <= metrics[key] <= 1.0, (key, metrics)
+    return results
+
+
+def test_train_smoke_exports(tmp_path):
+    out = tmp_path / "run"
+    _run("train.py", "--loss", "hphn", "--output-dir", str(out), cwd=tmp_path)
+    results = _results(out)
+    assert results["name"] == "LoOp (HPHNtri)"
+    assert results["batch_size"] == 16 and results["config"]["samples_per_class"] == 4
+    assert results["normalize"] is True and results["loop"] is True
+    assert (out / "saved_model" / "saved_model.pb").exists()
+    assert (out / "figures" / "metrics.png").exists()
+
+
+@pytest.fixture(scope="module")
+def train():
+    spec = importlib.util.spec_from_file_location("loop_train", LOOP / "train.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _args(train, argv):
+    args = train.make_parser().parse_args(argv)
+    args.epsilon = 0.1 if args.epsilon is None else args.epsilon
+    args.sampling = args.sampling or "rand-disjoint"
+    return args
+
+
+@pytest.mark.parametrize(
+    "argv, loss, name",
+    [
+        ([], "LoOpLoss", "LoOp (Triplet)"),
+        (["--loss", "lifted", "--no-loop"], "LiftedStructureLoss", "LS"),
+        (["--loss", "ms", "--no-loop"], "MultiSimilarityLoss", "MS"),
+        (["--no-loop", "--sampling", "semihard"], "TripletMarginLoss", "Triplet (Semi-hard)"),
+        (["--no-loop", "--sampling", "distance-weighted", "--no-normalize"],
+         "TripletMarginLoss", "Triplet (Dis-weighted), no l2"),
+    ],
+)
+def test_losses_and_names(train, argv, loss, name):
+    args = _args(train, argv)
+    made = train.make_loss(args)
+    assert type(made).__name__ == loss and train.method_name(args) == name
+    assert made.normalize == args.normalize
+
+
+def test_batch_shape(train):
+    assert train.batch_shape(_args(train, ["--dataset", "cub200"])) == (8, 4)
+    assert train.batch_shape(_args(train, ["--dataset", "sop"])) == (32, 4)
+    assert train.batch_shape(_args(train, ["--batch-size", "64", "-P", "4"])) == (4, 16)
+    with pytest.raises(SystemExit):
+        train.batch_shape(_args(train, ["-P", "4", "-K", "3"]))  # LoOp needs even K
+    with pytest.raises(SystemExit):
+        train.main(["--sampling", "semihard"])  # samplers are for the plain triplet loss
+    with pytest.raises(SystemExit):
+        train.main(["--loss", "ms", "--no-loop", "--epsilon", "-0.02"])
+
+
+def test_sweep_tables_smoke(tmp_path):
+    sweep = tmp_path / "tables"
+    _run("sweep_tables.py", "--runs", "triplet", "loop-triplet", "--sweep-dir", str(sweep),
+         "--no-export", "--epochs", "2", cwd=tmp_path)
+    assert _results(sweep / "triplet-s0")["name"] == "Triplet (Rand-disjoint)"
+    assert _results(sweep / "loop-triplet-s0")["name"] == "LoOp (Triplet)"
+    rows = json.loads((sweep / "sweep.json").read_text())
+    assert [r["run"] for r in rows] == ["triplet-s0", "loop-triplet-s0"]
+    table = (sweep / "table.md").read_text()
+    assert "paper R@1" in table and "50.3" in table  # CUB, LoOp (Triplet)
+
+
+def test_sweep_figure3_smoke(tmp_path):
+    sweep = tmp_path / "fig3"
+    # Also the unnormalized model (Figure 4's setting) end to end.
+    _run("sweep_figure3.py", "--figure", "epsilon", "--values", "-0.02", "0.1",
+         "--sweep-dir", str(sweep), "--no-export", "--no-normalize", "--epochs", "2",
+         cwd=tmp_path)
+    for run in ("epsilon-0.02", "epsilon0.1"):
+        results = _results(sweep / run)
+        assert results["name"] == "LoOp (MS), no l2" and results["normalize"] is False
+        assert results["batch_size"] == 8  # the panel's batch of 8, K = 4
+        assert results["config"]["epsilon"] == float(run.removeprefix("epsilon"))
+    assert (sweep / "sweep.png").exists()
+    rows = json.loads((sweep / "sweep.json").read_text())
+    assert [r["run"] for r in rows] == ["epsilon-0.02", "epsilon0.1"]
