@@ -14,9 +14,25 @@ a positive pair...), then reduces:
 * ``"none"`` / ``None``: the ``[B]`` per-anchor values, 0 for anchors without
   a triplet.
 
-A batch where no anchor has a triplet gives 0 with zero gradients. Under a
-``tf.distribute`` strategy with several replicas the mean reductions are
-divided by the number of replicas, as Keras' own losses are.
+A batch where no anchor has a triplet gives 0 with zero gradients.
+
+**Several replicas** (``tf.distribute.MirroredStrategy``,
+``MultiWorkerMirroredStrategy``): each replica sees a slice of the global
+batch. By default (``loss.cross_replica = None``: whenever more than one
+replica is in sync) a tfdml loss gathers the embeddings, labels and sample
+weights of all replicas (``all_gather``), mines and computes the loss over the
+*global* batch exactly as one device would, and returns that value divided by
+the number of replicas, as Keras' own losses do; the gradient of the gather
+sums the gradients of all replicas and hands each replica the part for its
+own embeddings, so the summed update equals single-device training on the
+global batch. Cost per step: every replica computes the loss (not the model)
+over the global batch, i.e. the loss's time and memory of single-device
+training at the global batch size, plus one all-gather of the ``[B, D]``
+embeddings and one all-reduce of their gradient. With
+``loss.cross_replica = False`` each replica mines within its own slice (the
+mean reductions are then divided by the number of replicas as above).
+Miners that draw at random draw independently on each replica. With
+``reduction="none"`` a replica gets the values of its own anchors.
 """
 
 from __future__ import annotations
@@ -205,6 +221,12 @@ class MetricLoss(keras.losses.Loss):
             (``keras.config.floatx()``).
     """
 
+    #: Mine over the global batch under a ``tf.distribute`` strategy: ``None``
+    #: (default) whenever more than one replica is in sync, ``True`` the same,
+    #: ``False`` never (each replica mines within its own slice). See the
+    #: module docstring for what it costs.
+    cross_replica = None
+
     def __init__(self, normalize=True, reduction="sum_over_batch_size", name=None, dtype=None):
         _check_reduction(reduction)
         super().__init__(name=name, reduction=reduction, dtype=dtype)
@@ -283,12 +305,50 @@ class MetricLoss(keras.losses.Loss):
         self._attached = True
         return model
 
+    def _gathering_context(self):
+        """The replica context to gather over, or None."""
+        if self.cross_replica is not None and not isinstance(self.cross_replica, bool):
+            raise ValueError("`cross_replica` must be None, True or False. Received: "
+                             f"cross_replica={self.cross_replica!r}")
+        if self.cross_replica is False or not tf.distribute.has_strategy():
+            return None
+        ctx = tf.distribute.get_replica_context()
+        if ctx is None or ctx.num_replicas_in_sync <= 1:
+            return None
+        return ctx
+
     def __call__(self, y_true, y_pred, sample_weight=None):
         with tf.name_scope(self.name):
             labels = ops.cast_labels(y_true, "y_true")
+            ctx = self._gathering_context()
+            if ctx is not None:
+                return self._cross_replica_call(ctx, labels, y_pred, sample_weight)
             losses, valid = self.per_anchor(labels, y_pred)
             value = reduce_anchor_losses(losses, valid, sample_weight, self.reduction)
             return tf.cast(value, self.dtype)
+
+    def _cross_replica_call(self, ctx, labels, y_pred, sample_weight):
+        """The loss over the global batch, gathered from all replicas (module docstring)."""
+        labels = tf.reshape(labels, [-1])
+        y_pred = tf.convert_to_tensor(y_pred)
+        local = tf.shape(labels)[0]
+        all_labels = ctx.all_gather(labels, axis=0)
+        all_pred = ctx.all_gather(y_pred, axis=0)  # its gradient: summed, then this slice
+        if sample_weight is not None:
+            sample_weight = tf.cast(tf.convert_to_tensor(sample_weight), y_pred.dtype)
+            if sample_weight.shape.rank == 0:
+                sample_weight = tf.fill([local], sample_weight)
+            sample_weight = ctx.all_gather(tf.reshape(sample_weight, [local]), axis=0)
+        losses, valid = self.per_anchor(all_labels, all_pred)
+        if self.reduction in ("none", None):
+            sizes = ctx.all_gather(tf.reshape(local, [1]), axis=0)
+            start = tf.reduce_sum(sizes[: ctx.replica_id_in_sync_group])
+            values = reduce_anchor_losses(losses, valid, sample_weight, self.reduction)
+            return tf.cast(values[start:start + local], self.dtype)
+        value = reduce_anchor_losses(losses, valid, sample_weight, self.reduction)
+        if self.reduction == "sum":  # the mean reductions are divided already
+            value = _scale_for_distribution(value)
+        return tf.cast(value, self.dtype)
 
     def call(self, y_true, y_pred):
         losses, valid = self.per_anchor(ops.cast_labels(y_true, "y_true"), y_pred)
@@ -299,4 +359,14 @@ class MetricLoss(keras.losses.Loss):
         config["normalize"] = self.normalize
         if self._config_dtype is not None:
             config["dtype"] = keras.dtype_policies.serialize(self._dtype_policy)
+        if self.cross_replica is not None:
+            config["cross_replica"] = self.cross_replica
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        cross_replica = config.pop("cross_replica", None)
+        loss = super().from_config(config)
+        loss.cross_replica = cross_replica
+        return loss
