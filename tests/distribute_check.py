@@ -101,6 +101,22 @@ def main():
                 loss.cross_replica = None if mode == "cross" else False
                 run[f"{mode}_loss"], run[f"{mode}_weights"] = train_step(model, loss, x, y)
         out["runs"][name] = run
+    # Evaluation of a model built under the strategy: the callback and the metrics.
+    import numpy as np
+
+    import tfdml
+
+    with strategy.scope():
+        model = make_model(initial)
+        model.compile(optimizer="sgd", loss=make_loss("nca-ephn"), jit_compile=False)
+    recall = tfdml.callbacks.RecallAtK((x, y), ks=(1, 2), verbose=0)
+    recall.set_model(model)
+    emb = make_model(initial).predict(x, verbose=0)
+    out["recall_callback"] = recall.evaluate()
+    out["recall_one_device"] = {f"val_recall@{k}": v for k, v in
+                                tfdml.metrics.recall_at_k(emb, y, (1, 2)).items()}
+    out["recall_predict_matches"] = bool(np.allclose(model.predict(x, verbose=0), emb,
+                                                     atol=1e-6))
     print(json.dumps(out))
 
 

@@ -34,11 +34,35 @@ def _max_diff(a, b):
 def test_mirrored_step_equals_one_device_on_the_global_batch(replicas):
     losses = ["nca-ephn", "ms", "loop-triplet"] + (["margin-semihard-sum"] if replicas == 2
                                                     else [])
-    runs = _run(replicas, losses)
-    for name, run in runs.items():
+    result = _run(replicas, losses)
+    for name, run in result["runs"].items():
         # Gathering across replicas: the same loss and the same updated weights.
         assert run["cross_loss"] == pytest.approx(run["one_loss"], rel=1e-5, abs=1e-6), name
         assert _max_diff(run["cross_weights"], run["one_weights"]) < 1e-5, name
         # Without it each replica mines in its own slice: the step differs, so the check
         # above can fail.
         assert _max_diff(run["local_weights"], run["one_weights"]) > 1e-3, name
+
+    # RecallAtK and predict on a model built under the strategy scope.
+    assert result["recall_predict_matches"]
+    for key, value in result["recall_one_device"].items():
+        assert result["recall_callback"][key] == pytest.approx(value)
+
+
+def test_cross_replica_setting_round_trips_and_is_checked():
+    import keras
+
+    import tfdml
+
+    loss = tfdml.losses.MultiSimilarityLoss()
+    assert loss.cross_replica is None and "cross_replica" not in loss.get_config()
+    loss.cross_replica = False
+    again = keras.losses.deserialize(keras.losses.serialize(loss))
+    assert again.cross_replica is False
+    # Without a strategy the setting changes nothing.
+    x = np.random.default_rng(0).normal(size=(8, 4)).astype("float32")
+    y = np.repeat(np.arange(4), 2)
+    np.testing.assert_allclose(float(loss(y, x)), float(tfdml.losses.MultiSimilarityLoss()(y, x)))
+    loss.cross_replica = "yes"
+    with pytest.raises(ValueError, match="cross_replica"):
+        loss(y, x)

@@ -56,13 +56,21 @@ class _EmbeddingCallback(keras.callbacks.Callback):
             return n if n >= 0 else None
         return -(-len(self.data[1]) // self.batch_size)
 
+    def _predict(self, x):
+        strategy = getattr(self.model, "distribute_strategy", None)
+        if strategy is not None and strategy.num_replicas_in_sync > 1:
+            # Under a strategy with several replicas predict_on_batch hands the whole
+            # batch to every replica (and returns it once per replica): call the model.
+            return self.model(x, training=False)
+        return self.model.predict_on_batch(x)
+
     def embed(self):
         """Embeds ``data`` with the current model; returns ``(embeddings, labels)``."""
         progbar = keras.utils.Progbar(self._num_batches(), verbose=self.verbose,
                                       unit_name="batch")
         embeddings, labels = [], []
         for step, (x, y) in enumerate(self._batches(), start=1):
-            out = self.model.predict_on_batch(x)
+            out = self._predict(x)
             if isinstance(out, (list, tuple, dict)):
                 raise ValueError(
                     f"{type(self).__name__} needs a model with a single embedding output. "

@@ -59,9 +59,11 @@ __all__ = [
     "apply_smoke",
     "build_model",
     "evaluate",
+    "fit_multi_worker",
     "learning_rate_schedule",
     "load_data",
     "make_parser",
+    "make_strategy",
     "markdown_table",
     "run",
     "sweep",
@@ -137,6 +139,8 @@ _FLAG_DEFAULTS = dict(
     verbose=1,
     smoke=False,
     export=True,
+    strategy="default",
+    logical_cpus=1,
 )
 
 
@@ -203,6 +207,13 @@ def make_parser(description: str, **defaults) -> argparse.ArgumentParser:
                         "the weights of an uninterrupted one")
     g.add_argument("--mixed-precision", choices=("off", "float16", "bfloat16"),
                    default=d["mixed_precision"])
+    g.add_argument("--strategy", choices=("default", "mirrored", "multiworker"),
+                   default=d["strategy"],
+                   help="tf.distribute: one device, MirroredStrategy (all GPUs of this "
+                        "machine), or MultiWorkerMirroredStrategy (configured by TF_CONFIG)")
+    g.add_argument("--logical-cpus", type=_positive_int, default=d["logical_cpus"],
+                   help="split the CPU into this many logical devices (with --strategy "
+                        "mirrored on a machine without GPUs: one replica each)")
     g = p.add_argument_group("output")
     g.add_argument("--output-dir", default=d["output_dir"],
                    help="default: runs/<script>-<dataset>-<method>; an unfinished run there "
@@ -255,6 +266,21 @@ class ExperimentData:
     evaluation: dict
 
 
+def _upsample(images, size):
+    """Bilinear upsampling of ``[N, h, w, C]`` to ``[N, size, size, C]`` in NumPy (no TF, so
+    that ``--logical-cpus`` can still configure the devices afterwards)."""
+
+    def axis(n):
+        pos = np.linspace(0, n - 1, size)
+        low = np.minimum(np.floor(pos).astype(int), n - 2)
+        return low, (pos - low)[:, None]
+
+    rows, fr = axis(images.shape[1])
+    x = images[:, rows] * (1 - fr)[None, :, :, None] + images[:, rows + 1] * fr[None, :, :, None]
+    cols, fc = axis(images.shape[2])
+    return x[:, :, cols] * (1 - fc)[None, None] + x[:, :, cols + 1] * fc[None, None]
+
+
 def synthetic_data(dataset="cub200", num_classes=None, per_class=6, image_size=32, seed=0):
     """Tiny generated image data with the evaluation splits of ``dataset`` (for ``--smoke``).
 
@@ -274,7 +300,7 @@ def synthetic_data(dataset="cub200", num_classes=None, per_class=6, image_size=3
     shared = rng.uniform(0, 255, size=(1, 4, 4, 3))
     coarse = (0.6 * shared + 0.4 * rng.uniform(0, 255, size=(num_classes, 4, 4, 3)))
     coarse = coarse.astype(np.float32)
-    patterns = tf.image.resize(coarse, [size + 8, size + 8], method="bicubic").numpy()
+    patterns = _upsample(coarse, size + 8)
     images, labels = [], []
     for c in range(num_classes):
         for _ in range(per_class):
@@ -429,6 +455,32 @@ def _optimizer(args):
     if args.optimizer == "rmsprop":
         return keras.optimizers.RMSprop(lr, momentum=args.momentum, weight_decay=wd)
     return keras.optimizers.Adam(lr, weight_decay=wd)
+
+
+def make_strategy(args):
+    """The ``tf.distribute`` strategy for ``--strategy`` (call before any other TF work).
+
+    ``"mirrored"`` replicates over all GPUs, or over ``--logical-cpus`` logical CPU
+    devices when there is no GPU; ``"multiworker"`` is
+    ``MultiWorkerMirroredStrategy``, whose cluster comes from the ``TF_CONFIG``
+    environment variable; ``"default"`` is the no-op default strategy.
+    """
+    if args.logical_cpus > 1:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        try:
+            tf.config.set_logical_device_configuration(
+                cpu, [tf.config.LogicalDeviceConfiguration()] * args.logical_cpus)
+        except RuntimeError as e:  # devices already initialized in this process
+            raise RuntimeError("--logical-cpus must be set before TensorFlow initializes its "
+                               "devices (start a new process).") from e
+    if args.strategy == "mirrored":
+        devices = None
+        if not tf.config.list_logical_devices("GPU"):
+            devices = [d.name for d in tf.config.list_logical_devices("CPU")]
+        return tf.distribute.MirroredStrategy(devices)
+    if args.strategy == "multiworker":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    return tf.distribute.get_strategy()
 
 
 # -- evaluation --------------------------------------------------------------------------------
@@ -709,13 +761,84 @@ def _handle_sigterm():
         pass
 
 
+def fit_multi_worker(model, strategy, dataset, epochs, initial_epoch=0, callbacks=(),
+                     verbose=1):
+    """``model.fit`` for ``MultiWorkerMirroredStrategy``: a plain loop driving the callbacks.
+
+    Keras 3's ``fit`` fails under ``MultiWorkerMirroredStrategy`` when it reduces
+    its scalar logs across workers ("Invalid reduction dimension 0 for input with
+    0 dimensions", tensorflow/tensorflow#72388). This loop runs the same step (the
+    compiled loss, ``model.losses``, ``optimizer.apply_gradients`` in each
+    replica, which sums the gradients over replicas), reports the global loss
+    (the replicas' values summed: each is the global loss divided by the number
+    of replicas) and calls the callbacks as ``fit`` does. Each pass over
+    ``dataset`` is one epoch.
+    """
+    dist = strategy.experimental_distribute_dataset(dataset)
+    loss_fn, optimizer = model.loss, model.optimizer
+    replicas = strategy.num_replicas_in_sync
+    with strategy.scope():
+        if not optimizer.built:
+            optimizer.build(model.trainable_variables)
+
+    @tf.function
+    def train_step(batch):
+        def replica_step(x, y):
+            with tf.GradientTape() as tape:
+                value = loss_fn(y, model(x, training=True))
+                if model.losses:
+                    value += tf.add_n([tf.cast(v, value.dtype) for v in model.losses]) / replicas
+            grads = tape.gradient(value, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            return value
+
+        return strategy.reduce("SUM", strategy.run(replica_step, args=batch), axis=None)
+
+    steps = dataset.cardinality().numpy()
+    steps = int(steps) if steps > 0 else None
+    cb = keras.callbacks.CallbackList(list(callbacks), model=model, add_history=False,
+                                      add_progbar=verbose != 0, verbose=verbose, epochs=epochs,
+                                      steps=steps)
+    model.stop_training = False
+    cb.on_train_begin()
+    for epoch in range(initial_epoch, epochs):
+        cb.on_epoch_begin(epoch)
+        total, count = 0.0, 0
+        for step, batch in enumerate(dist):
+            cb.on_train_batch_begin(step)
+            total += float(train_step(batch))
+            count += 1
+            cb.on_train_batch_end(step, {"loss": total / count})
+        logs = {"loss": total / max(count, 1)}
+        cb.on_epoch_end(epoch, logs)
+        if model.stop_training:
+            break
+    cb.on_train_end()
+
+
+def _is_factory(loss):
+    """A function of no arguments that returns the loss (built inside the strategy scope)."""
+    if isinstance(loss, keras.losses.Loss) or not callable(loss):
+        return False
+    import inspect
+
+    try:
+        params = inspect.signature(loss).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return not any(p.default is inspect.Parameter.empty and p.kind in (
+        p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+
+
 def run(args, loss, *, name, callbacks=(), attach_loss=None, figures=None, extra_results=None,
         data=None):
     """Trains, evaluates and reports one experiment; resumes an unfinished one.
 
     Args:
         args: the parsed flags of :func:`make_parser` (``--smoke`` applied here).
-        loss: a Keras loss object (a tfdml loss).
+        loss: a Keras loss object (a tfdml loss), or a function of no arguments that
+            returns one: it is then built inside the ``--strategy`` scope, which a loss
+            with variables (``MarginLoss``'s β) or a random miner needs.
         name: a short name of the method, written into the results.
         callbacks: further Keras callbacks (after the evaluation, so they see
             its metrics), or a callable ``(model, data, eval_fn, out_dir) -> list``.
@@ -742,6 +865,12 @@ def run(args, loss, *, name, callbacks=(), attach_loss=None, figures=None, extra
     out = args.output_dir or os.path.join("runs", f"{script}-{args.dataset}-{slug}")
     os.makedirs(out, exist_ok=True)
     _handle_sigterm()
+    strategy = make_strategy(args)
+    replicas = strategy.num_replicas_in_sync
+    if (args.classes_per_batch * args.samples_per_class) % replicas:
+        raise ValueError(f"The batch of P x K = {args.classes_per_batch} x "
+                         f"{args.samples_per_class} images cannot be split over {replicas} "
+                         "replicas: make P * K a multiple of the number of replicas.")
     keras.utils.set_random_seed(args.seed)
     if args.deterministic:
         tf.config.experimental.enable_op_determinism()
@@ -755,10 +884,13 @@ def run(args, loss, *, name, callbacks=(), attach_loss=None, figures=None, extra
     if data is None:
         data = load_data(args)
     train_fn, eval_fn = transforms(args)
-    model = build_model(args)
-    if attach_loss or (attach_loss is None and getattr(loss, "trainable_variables", None)):
-        loss.attach(model)
-    model.compile(optimizer=_optimizer(args), loss=loss, jit_compile=args.jit_compile)
+    with strategy.scope():  # model, loss and optimizer variables belong to the strategy
+        model = build_model(args)
+        if _is_factory(loss):
+            loss = loss()
+        if attach_loss or (attach_loss is None and getattr(loss, "trainable_variables", None)):
+            loss.attach(model)
+        model.compile(optimizer=_optimizer(args), loss=loss, jit_compile=args.jit_compile)
 
     best_path = os.path.join(out, "best.weights.h5")
     monitor = "val_small_top1" if data.name == "vehicleid" else "val_recall@1"
@@ -773,6 +905,13 @@ def run(args, loss, *, name, callbacks=(), attach_loss=None, figures=None, extra
     train = pk_batches(data.train, args.classes_per_batch, args.samples_per_class,
                        steps_per_epoch=args.steps_per_epoch, repeat=False, seed=args.seed,
                        map_fn=train_fn, initial_epoch=initial_epoch)
+    if replicas > 1:
+        # Every worker draws the same global P x K batches (same seed); each replica takes
+        # its contiguous slice of each batch (sharding by data, not by file).
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = (
+            tf.data.experimental.AutoShardPolicy.DATA)
+        train = train.with_options(options)
     extra_callbacks = list(callbacks(model, data, eval_fn, out) if callable(callbacks)
                            else callbacks)
     cbs = [
@@ -784,8 +923,12 @@ def run(args, loss, *, name, callbacks=(), attach_loss=None, figures=None, extra
         resume,
     ]
     if initial_epoch < args.epochs:
-        model.fit(train, epochs=args.epochs, initial_epoch=initial_epoch, callbacks=cbs,
-                  verbose=args.verbose, shuffle=False)
+        if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            fit_multi_worker(model, strategy, train, args.epochs, initial_epoch, cbs,
+                             args.verbose)
+        else:
+            model.fit(train, epochs=args.epochs, initial_epoch=initial_epoch, callbacks=cbs,
+                      verbose=args.verbose, shuffle=False)
     history = resume.history
 
     # The best epoch's weights, evaluated once more with the final metrics.

@@ -183,10 +183,11 @@ def _letters_split(args, test):
     return letters
 
 
-def extra_results(args, loss):
+def extra_results(args, get_loss):
     """``fn(model, data, eval_fn) -> dict``: NMI+, Table 3's letter metrics, the learned beta."""
 
     def fn(model, data, eval_fn):
+        loss = get_loss()
         out = {"metrics_extra": {}}
         if loss.trainable_variables:
             beta = np.asarray(loss.loss.beta if isinstance(loss, tfdml.losses.TrimmedLoss)
@@ -225,9 +226,14 @@ def main(argv=None):
     args.output_dir = args.output_dir or os.path.join(
         "runs", "class_collapse-" + run_name(args) + ("-smoke" if args.smoke else ""))
     args = prepare_args(args)
-    loss = make_loss(args)
-    results = experiments.run(args, loss, name=method_name(args),
-                              extra_results=extra_results(args, loss))
+    built = {}
+
+    def loss_factory():  # called by experiments.run inside the --strategy scope
+        built["loss"] = make_loss(args)
+        return built["loss"]
+
+    results = experiments.run(args, loss_factory, name=method_name(args),
+                              extra_results=extra_results(args, lambda: built["loss"]))
     # The extra metrics go into ``metrics`` too, so that experiments.sweep tabulates them.
     extra = results.pop("metrics_extra")
     extra.update({f"val_letters_{k}": v for k, v in results.get("letters", {}).items()})

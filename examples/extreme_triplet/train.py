@@ -96,7 +96,7 @@ def main(argv=None):
         grid = os.path.join(out, "figures", "scatter.png")
         return [grid] if args.scatter and os.path.exists(grid) else []
 
-    results = experiments.run(args, make_loss(args), name=method_name(args),
+    results = experiments.run(args, lambda: make_loss(args), name=method_name(args),
                               callbacks=callbacks, figures=figures)
     results["group_size"] = n
     return results

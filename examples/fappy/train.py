@@ -212,7 +212,7 @@ def main(argv=None):
                  f"{' (smoke)' if args.smoke else ''}")
         return [path]
 
-    results = experiments.run(args, make_loss(args), name=name, figures=figures,
+    results = experiments.run(args, lambda: make_loss(args), name=name, figures=figures,
                               extra_results=extra_results)
     if "cmc_small" in results:
         script = os.path.splitext(os.path.basename(sys.argv[0] or "run"))[0]

@@ -21,6 +21,7 @@ when started again with the same command.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 
 import tfdml
@@ -146,7 +147,7 @@ def main(argv=None):
         batch = args.classes_per_batch * args.samples_per_class
         args.steps_per_epoch = math.ceil(TRAIN_IMAGES[args.dataset] / batch)
     name = method_name(args)
-    loss = make_loss(args)
+    loss = functools.partial(make_loss, args)  # built inside the --strategy scope
     # experiments.build_model reads args.normalize (no L2Normalization layer when false).
     return experiments.run(args, loss, name=name,
                            extra_results=lambda model, data, eval_fn: {  # after --smoke
