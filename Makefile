@@ -25,8 +25,9 @@ demo: $(STAMP)
 	$(BIN)/python examples/digits_demo.py
 	MPLBACKEND=Agg $(BIN)/python examples/class_collapse/digits_even_odd.py
 
+# Tests run in parallel worker processes (pytest-xdist), one per CPU, at most 4.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --maxprocesses 4
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow

@@ -10,9 +10,9 @@ import pathlib
 import subprocess
 import sys
 
-import h5py
 import numpy as np
 import pytest
+from harness import h5_arrays
 
 FOLDER = pathlib.Path(__file__).resolve().parents[1] / "examples" / "class_collapse"
 # One epoch of two steps per run keeps the four subprocesses (seven runs) near a minute.
@@ -37,14 +37,6 @@ def _check_results(folder, method):
     return results
 
 
-def _h5_arrays(path):
-    arrays = {}
-    with h5py.File(path) as f:
-        f.visititems(lambda name, obj: arrays.__setitem__(name, obj[()])
-                     if isinstance(obj, h5py.Dataset) else None)
-    return arrays
-
-
 def test_margin_loss_eps_learns_a_beta_per_class(tmp_path):
     out = tmp_path / "margin"
     _run("train.py", ["--loss", "margin", "--eps", "--trim", "0.25", "--beta-lr", "0.01",
@@ -59,7 +51,7 @@ def test_margin_loss_eps_learns_a_beta_per_class(tmp_path):
     assert np.all(np.isfinite(beta)) and np.max(np.abs(beta - 1.2)) > 1e-4, beta
     # The learned beta is part of the saved weights (stored as beta / beta_lr_multiplier).
     multiplier = 0.01 / config["learning_rate"]
-    saved = [v for k, v in _h5_arrays(out / "best.weights.h5").items() if "beta" in k]
+    saved = [v for k, v in h5_arrays(out / "best.weights.h5").items() if "beta" in k]
     assert len(saved) == 1, "no beta in the saved weights"
     np.testing.assert_allclose(saved[0].reshape(-1) * multiplier, beta, rtol=1e-5)
 

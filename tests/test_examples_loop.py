@@ -93,7 +93,7 @@ def test_batch_shape(train):
 def test_sweep_tables_smoke(tmp_path):
     sweep = tmp_path / "tables"
     _run("sweep_tables.py", "--runs", "triplet", "loop-triplet", "--sweep-dir", str(sweep),
-         "--no-export", "--epochs", "2", cwd=tmp_path)
+         "--no-export", "--epochs", "1", cwd=tmp_path)
     assert _results(sweep / "triplet-s0")["name"] == "Triplet (Rand-disjoint)"
     assert _results(sweep / "loop-triplet-s0")["name"] == "LoOp (Triplet)"
     rows = json.loads((sweep / "sweep.json").read_text())
@@ -106,7 +106,7 @@ def test_sweep_figure3_smoke(tmp_path):
     sweep = tmp_path / "fig3"
     # Also the unnormalized model (Figure 4's setting) end to end.
     _run("sweep_figure3.py", "--figure", "epsilon", "--values", "-0.02", "0.1",
-         "--sweep-dir", str(sweep), "--no-export", "--no-normalize", "--epochs", "2",
+         "--sweep-dir", str(sweep), "--no-export", "--no-normalize", "--epochs", "1",
          cwd=tmp_path)
     for run in ("epsilon-0.02", "epsilon0.1"):
         results = _results(sweep / run)

@@ -10,9 +10,9 @@ import subprocess
 import sys
 import time
 
-import h5py
 import numpy as np
 import pytest
+from harness import h5_arrays
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples" / "extreme_triplet" / "train.py"
@@ -28,14 +28,6 @@ def _env():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", MPLBACKEND="Agg", PYTHONHASHSEED="0")
     env["CUDA_VISIBLE_DEVICES"] = ""
     return env
-
-
-def _weights(path):
-    arrays = {}
-    with h5py.File(path) as f:
-        f.visititems(lambda name, obj: arrays.__setitem__(name, obj[()])
-                     if isinstance(obj, h5py.Dataset) else None)
-    return arrays
 
 
 def _state(out):
@@ -81,8 +73,8 @@ def test_killed_run_resumes_without_losing_or_repeating_an_epoch(tmp_path):
     rows = (killed / "history.csv").read_text().splitlines()
     assert [int(r.split(",")[0]) for r in rows[1:]] == list(range(1, EPOCHS + 1))
     # Same batches, same steps: the weights of the uninterrupted run.
-    want = _weights(straight / "backup" / f"ckpt-{EPOCHS}" / "model.weights.h5")
-    got = _weights(killed / "backup" / f"ckpt-{EPOCHS}" / "model.weights.h5")
+    want = h5_arrays(straight / "backup" / f"ckpt-{EPOCHS}" / "model.weights.h5")
+    got = h5_arrays(killed / "backup" / f"ckpt-{EPOCHS}" / "model.weights.h5")
     assert want.keys() == got.keys() and want
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-7, err_msg=name)

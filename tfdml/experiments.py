@@ -744,7 +744,9 @@ def _plot_history(history, keys, path, title):
 
 
 def _config(args, name):
-    skip = {"verbose", "output_dir", "export", "epochs", "eval_batch_size"}
+    # Not part of what a run computes: a run may resume with other values of these.
+    skip = {"verbose", "output_dir", "export", "epochs", "eval_batch_size", "strategy",
+            "logical_cpus"}
     config = {k: v for k, v in vars(args).items() if k not in skip and not k.startswith("_")}
     config["name"] = name
     return json.loads(json.dumps(config, default=str))
@@ -898,7 +900,8 @@ def run(args, loss, *, name, callbacks=(), attach_loss=None, figures=None, extra
                                                  save_best_only=True, save_weights_only=True)
     resume = ResumeState(os.path.join(out, "backup"), config=config, checkpoint=checkpoint,
                          history_csv=os.path.join(out, "history.csv"))
-    initial_epoch = resume.restore(model)
+    with strategy.scope():  # a restored optimizer is built inside the scope
+        initial_epoch = resume.restore(model)
     if initial_epoch:
         print(f"Resuming {out} after epoch {initial_epoch} of {args.epochs}.", flush=True)
 
@@ -947,6 +950,7 @@ def run(args, loss, *, name, callbacks=(), attach_loss=None, figures=None, extra
         "history": history,
         "epochs_run": [h["epoch"] for h in history],
         "machine": _machine(),
+        "strategy": f"{args.strategy} ({replicas} replica{'s' if replicas > 1 else ''})",
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
         "seconds_this_process": round(time.perf_counter() - start_time, 1),
     }

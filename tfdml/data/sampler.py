@@ -237,6 +237,15 @@ def _source_arrays(source):
     return kind, items, labels, None, "source"
 
 
+def _decode(kind, item, channels):
+    """One image from a file path, encoded bytes, or the image itself (graph code)."""
+    if kind == "paths":
+        item = tf.io.read_file(item)
+    if kind in ("paths", "encoded"):
+        return tf.io.decode_image(item, channels=channels, expand_animations=False)
+    return item
+
+
 def _wants_seed(fn):
     try:
         return "seed" in inspect.signature(fn).parameters
@@ -375,13 +384,7 @@ def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="r
     pass_seed = map_fn is not None and _wants_seed(map_fn)
 
     def load_one(item, bbox, elem_seed):
-        if kind == "paths":
-            image = tf.io.decode_image(tf.io.read_file(item), channels=channels,
-                                       expand_animations=False)
-        elif kind == "encoded":
-            image = tf.io.decode_image(item, channels=channels, expand_animations=False)
-        else:
-            image = item
+        image = _decode(kind, item, channels)
         if use_bbox:
             image = augment.crop_to_bbox(image, bbox)
         if map_fn is not None:
@@ -550,13 +553,7 @@ def eval_batches(source, batch_size=256, *, map_fn=None, crop_to_bbox=False, cha
     ds = tf.data.Dataset.from_tensor_slices((items, labels, boxes))
 
     def load(item, label, box):
-        if kind == "paths":
-            image = tf.io.decode_image(tf.io.read_file(item), channels=channels,
-                                       expand_animations=False)
-        elif kind == "encoded":
-            image = tf.io.decode_image(item, channels=channels, expand_animations=False)
-        else:
-            image = item
+        image = _decode(kind, item, channels)
         if crop_to_bbox:
             image = augment.crop_to_bbox(image, box)
         if map_fn is not None:
