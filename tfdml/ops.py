@@ -160,8 +160,9 @@ def pairwise_distance(x, y=None, squared: bool = False) -> tf.Tensor:
     y = x if y is None else tf.convert_to_tensor(y)
     x_sq = tf.reduce_sum(tf.square(x), axis=1, keepdims=True)
     y_sq = tf.reduce_sum(tf.square(y), axis=1, keepdims=True)
-    # -2 folded into the [B, D] factor (exact): one [B, R] temporary fewer.
-    sq = tf.matmul(-2.0 * x, y, transpose_b=True) + x_sq + tf.transpose(y_sq)
+    # -2 folded into the [B, D] factor (exact, and the same sums in the same order as
+    # x_sq + y_sq^T - 2 x.y): one [B, R] temporary fewer.
+    sq = (x_sq + tf.transpose(y_sq)) + tf.matmul(-2.0 * x, y, transpose_b=True)
     sq = tf.maximum(sq, 0.0)
     return sq if squared else safe_sqrt(sq)
 
