@@ -93,20 +93,6 @@ def make_parser():
     return parser
 
 
-def train_split(args):
-    """The training split, loaded here for its labels: ``run`` loads the data itself, but
-    the per-class beta needs the number of classes before the loss is built."""
-    if args.smoke:
-        return experiments.synthetic_data(args.dataset, seed=args.seed).train
-    from tfdml import datasets
-
-    if args.dataset == "digits":
-        return datasets.load("digits", "train")
-    options = {"label": args.omniglot_label} if args.dataset == "omniglot" else {}
-    return datasets.load(args.dataset, "train", data_dir=args.data_dir, source=args.source,
-                         **options)
-
-
 def make_loss(args):
     """The loss of ``args``: the baseline or EPS, optionally trimmed."""
     positive = "easy" if args.eps else args.baseline_positive
@@ -141,7 +127,12 @@ def method_name(args):
 
 
 def prepare_args(args):
-    """Fills the defaults that depend on the data set and on the training split."""
+    """Fills the defaults that depend on the data set and on the training split.
+
+    Returns:
+        ``(args, data)``: the data (``experiments.load_data``) is loaded here because the
+        per-class beta needs the number of classes before the loss is built.
+    """
     if args.batch_size is not None:
         if args.batch_size % args.samples_per_class:
             raise SystemExit(f"--batch-size {args.batch_size} is not a multiple of "
@@ -156,13 +147,16 @@ def prepare_args(args):
     if args.eps and args.samples_per_class <= 2 and not args.smoke:
         print("Warning: with K <= 2 images per class the easy positive is the only "
               "positive: EPS changes nothing (use K > 2).", flush=True)
-    labels = train_split(args).labels
+    if args.smoke:
+        experiments.apply_smoke(args)
+    data = experiments.load_data(args)
+    labels = data.train.labels
     if args.num_classes is None:
         args.num_classes = int(labels.max()) + 1
     if args.steps_per_epoch is None and not args.smoke:
         args.steps_per_epoch = max(1, math.ceil(
             len(labels) / (args.classes_per_batch * args.samples_per_class)))
-    return args
+    return args, data
 
 
 def _embed(model, split, eval_fn, batch_size):
@@ -225,14 +219,14 @@ def main(argv=None):
     args = make_parser().parse_args(argv)
     args.output_dir = args.output_dir or os.path.join(
         "runs", "class_collapse-" + run_name(args) + ("-smoke" if args.smoke else ""))
-    args = prepare_args(args)
+    args, data = prepare_args(args)
     built = {}
 
     def loss_factory():  # called by experiments.run inside the --strategy scope
         built["loss"] = make_loss(args)
         return built["loss"]
 
-    results = experiments.run(args, loss_factory, name=method_name(args),
+    results = experiments.run(args, loss_factory, name=method_name(args), data=data,
                               extra_results=extra_results(args, lambda: built["loss"]))
     # The extra metrics go into ``metrics`` too, so that experiments.sweep tabulates them.
     extra = results.pop("metrics_extra")
