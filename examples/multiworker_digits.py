@@ -36,6 +36,8 @@ import time
 
 import numpy as np
 
+from tfdml import experiments
+
 HERE = pathlib.Path(__file__).resolve().parent
 TRAIN = HERE / "extreme_triplet" / "train.py"
 DIGITS = ["--dataset", "digits", "--backbone", "tiny", "--weights", "none", "--image-size", "8",
@@ -51,16 +53,6 @@ def free_ports(n):
     for s in sockets:
         s.close()
     return ports
-
-
-def read_weights(path):
-    import h5py
-
-    arrays = {}
-    with h5py.File(path) as f:
-        f.visititems(lambda name, obj: arrays.__setitem__(name, obj[()])
-                     if isinstance(obj, h5py.Dataset) else None)
-    return arrays
 
 
 def main(argv=None):
@@ -117,13 +109,13 @@ def main(argv=None):
     ok = all(c == 0 for c in codes)
     if ok:
         ckpt = f"backup/ckpt-{args.epochs}/model.weights.h5"
-        weights = [read_weights(out / f"worker{i}" / ckpt) for i in range(args.workers)]
+        weights = [experiments.saved_arrays(out / f"worker{i}" / ckpt) for i in range(args.workers)]
         diffs = {name: max(float(np.abs(w[name] - weights[0][name]).max()) for w in weights)
                  for name in weights[0]}
         report["variables"] = len(diffs)
         report["max_difference_between_workers"] = max(diffs.values())
         if single is not None:  # same batches on one device: the same training
-            one = read_weights(out / "single" / ckpt)
+            one = experiments.saved_arrays(out / "single" / ckpt)
             report["max_difference_to_one_device"] = max(
                 float(np.abs(one[name] - weights[0][name]).max()) for name in weights[0])
         results = [json.loads((out / f"worker{i}" / "results.json").read_text())

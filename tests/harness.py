@@ -819,13 +819,3 @@ def with_examples(examples, name="batch"):
 
     return decorate
 
-
-def h5_arrays(path):
-    """Every array in a Keras ``.weights.h5`` file, by its path inside the file."""
-    import h5py
-
-    arrays = {}
-    with h5py.File(path) as f:
-        f.visititems(lambda name, obj: arrays.__setitem__(name, obj[()])
-                     if isinstance(obj, h5py.Dataset) else None)
-    return arrays

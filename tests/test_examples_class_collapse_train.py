@@ -12,7 +12,8 @@ import sys
 
 import numpy as np
 import pytest
-from harness import h5_arrays
+
+from tfdml.experiments import saved_arrays
 
 FOLDER = pathlib.Path(__file__).resolve().parents[1] / "examples" / "class_collapse"
 # One epoch of two steps per run keeps the four subprocesses (seven runs) near a minute.
@@ -51,7 +52,7 @@ def test_margin_loss_eps_learns_a_beta_per_class(tmp_path):
     assert np.all(np.isfinite(beta)) and np.max(np.abs(beta - 1.2)) > 1e-4, beta
     # The learned beta is part of the saved weights (stored as beta / beta_lr_multiplier).
     multiplier = 0.01 / config["learning_rate"]
-    saved = [v for k, v in h5_arrays(out / "best.weights.h5").items() if "beta" in k]
+    saved = [v for k, v in saved_arrays(out / "best.weights.h5").items() if "beta" in k]
     assert len(saved) == 1, "no beta in the saved weights"
     np.testing.assert_allclose(saved[0].reshape(-1) * multiplier, beta, rtol=1e-5)
 

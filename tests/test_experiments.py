@@ -118,6 +118,9 @@ def test_resume_state_restores_weights_optimizer_history_and_best(tmp_path):
     assert saved["epoch"] == 2 and [h["epoch"] for h in saved["history"]] == [1, 2]
     assert sorted(p.name for p in (tmp_path / "backup").iterdir()) == ["ckpt-2", "state.json"]
     assert (tmp_path / "h.csv").read_text().splitlines()[0].startswith("epoch,")
+    arrays = experiments.saved_arrays(tmp_path / "backup" / "ckpt-2" / "model.weights.h5")
+    kernel = np.asarray(model.weights[0])
+    assert any(a.shape == kernel.shape and np.array_equal(a, kernel) for a in arrays.values())
 
     fresh = _compiled_model(seed=5)
     fresh_checkpoint = keras.callbacks.ModelCheckpoint(str(tmp_path / "b.weights.h5"),

@@ -12,7 +12,8 @@ import time
 
 import numpy as np
 import pytest
-from harness import h5_arrays
+
+from tfdml.experiments import saved_arrays
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples" / "extreme_triplet" / "train.py"
@@ -73,8 +74,8 @@ def test_killed_run_resumes_without_losing_or_repeating_an_epoch(tmp_path):
     rows = (killed / "history.csv").read_text().splitlines()
     assert [int(r.split(",")[0]) for r in rows[1:]] == list(range(1, EPOCHS + 1))
     # Same batches, same steps: the weights of the uninterrupted run.
-    want = h5_arrays(straight / "backup" / f"ckpt-{EPOCHS}" / "model.weights.h5")
-    got = h5_arrays(killed / "backup" / f"ckpt-{EPOCHS}" / "model.weights.h5")
+    want = saved_arrays(straight / "backup" / f"ckpt-{EPOCHS}" / "model.weights.h5")
+    got = saved_arrays(killed / "backup" / f"ckpt-{EPOCHS}" / "model.weights.h5")
     assert want.keys() == got.keys() and want
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-7, err_msg=name)

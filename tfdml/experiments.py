@@ -66,6 +66,7 @@ __all__ = [
     "make_strategy",
     "markdown_table",
     "run",
+    "saved_arrays",
     "sweep",
     "synthetic_data",
     "transforms",
@@ -692,6 +693,18 @@ def _write_csv(path, rows):
         for row in rows:
             f.write(",".join("" if row.get(c) is None else repr(row[c]) for c in columns) + "\n")
     os.replace(tmp, path)
+
+
+def saved_arrays(path) -> dict:
+    """Every array in a Keras ``.weights.h5`` file (model and optimizer), by its path in the
+    file: for comparing the weights that two runs saved."""
+    import h5py
+
+    arrays = {}
+    with h5py.File(path) as f:
+        f.visititems(lambda name, obj: arrays.__setitem__(name, obj[()])
+                     if isinstance(obj, h5py.Dataset) else None)
+    return arrays
 
 
 # -- reporting ---------------------------------------------------------------------------------
