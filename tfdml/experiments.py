@@ -396,9 +396,6 @@ def transforms(args):
     return train_fn, eval_fn
 
 
-_transforms = transforms
-
-
 # -- model and optimizer -----------------------------------------------------------------------
 
 
@@ -585,9 +582,9 @@ class ResumeState(keras.callbacks.Callback):
     """Saves everything needed to continue training after every epoch; restores it.
 
     After each finished epoch it writes a checkpoint folder ``ckpt-<epoch>`` in
-    ``directory`` with the model weights (``model.weights.h5``, which include
-    the state of losses attached to the model, such as a learned margin β) and
-    the optimizer variables (``optimizer.npz``: step count, momenta), then
+    ``directory`` with the model weights (``model.weights.h5``, which Keras
+    writes with the optimizer's variables, step count and momenta, and the
+    state of losses attached to the model, such as a learned margin β), then
     commits it by replacing ``state.json`` (finished epochs, the logs of each
     epoch, the best monitored value so far) atomically, then deletes the older
     folder. A kill at any moment leaves a consistent last finished epoch.
@@ -646,13 +643,7 @@ class ResumeState(keras.callbacks.Callback):
         opt = model.optimizer
         if not opt.built:  # so that the weights file's optimizer part has somewhere to go
             opt.build(model.trainable_variables)
-        model.load_weights(os.path.join(folder, "model.weights.h5"))
-        with np.load(os.path.join(folder, "optimizer.npz")) as saved:
-            values = [saved[f"v{i}"] for i in range(len(saved.files))]
-        if len(values) != len(opt.variables):
-            raise ValueError(f"The optimizer state in {folder} does not match the optimizer.")
-        for var, value in zip(opt.variables, values, strict=True):
-            var.assign(value)
+        model.load_weights(os.path.join(folder, "model.weights.h5"))  # optimizer included
         self.history = list(state["history"])
         if self.checkpoint is not None and state.get("best") is not None:
             self.checkpoint.best = state["best"]
@@ -668,8 +659,6 @@ class ResumeState(keras.callbacks.Callback):
         shutil.rmtree(folder, ignore_errors=True)
         os.makedirs(folder)
         self.model.save_weights(os.path.join(folder, "model.weights.h5"))
-        np.savez(os.path.join(folder, "optimizer.npz"),
-                 **{f"v{i}": np.asarray(v) for i, v in enumerate(self.model.optimizer.variables)})
         best = None if self.checkpoint is None else self.checkpoint.best
         if best is not None and not np.isfinite(best):
             best = None
