@@ -44,6 +44,53 @@ def test_get_preprocess_torch_none_and_callable():
         augment.get_preprocess("resnet51")
 
 
+@pytest.mark.parametrize("preprocess", ["resnet50", "resnet18", "inception_v3",
+                                        "efficientnet_b0", "caffe", "torch", "tf"])
+def test_rgb_preprocess_converts_grayscale_to_rgb(preprocess):
+    gray = tf.constant(np.random.default_rng(0).integers(0, 256, (8, 8, 1)), tf.float32)
+    rgb = tf.image.grayscale_to_rgb(gray)
+    fn = augment.get_preprocess(preprocess)
+    np.testing.assert_allclose(fn(gray), fn(rgb), rtol=1e-6)
+    for make in (lambda p: augment.train_transform(8, 10, preprocess=p),
+                 lambda p: augment.pad_crop_transform(8, 2, preprocess=p)):
+        out = make(preprocess)(gray, seed=(1, 2))
+        assert out.shape == (8, 8, 3)
+        np.testing.assert_allclose(out, make(preprocess)(rgb, seed=(1, 2)), rtol=1e-5, atol=1e-4)
+    out = augment.eval_transform(6, 8, preprocess=preprocess)(gray)
+    np.testing.assert_allclose(out, augment.eval_transform(6, 8, preprocess=preprocess)(rgb),
+                               rtol=1e-5, atol=1e-4)
+
+
+def test_grayscale_in_tf_data_and_with_unknown_channels():
+    # The reported case: 8 x 8 x 1 digits, a ResNet50 transform, in a tf.data map.
+    fn = augment.train_transform(32, 36, preprocess="resnet50")
+    digits = np.random.default_rng(0).integers(0, 256, (4, 8, 8, 1)).astype("uint8")
+    ds = tf.data.Dataset.from_tensor_slices(digits).map(lambda x: fn(x, seed=(0, 1)))
+    assert all(x.shape == (32, 32, 3) for x in ds)
+    # Channels known only when run: converted when there is one.
+    pre = augment.get_preprocess("resnet50")
+    traced = tf.function(pre, input_signature=[tf.TensorSpec([None, None, None], tf.float32)])
+    assert traced(tf.zeros([2, 2, 1])).shape == (2, 2, 3)
+    np.testing.assert_allclose(traced(tf.fill([2, 2, 3], 9.0)), pre(tf.fill([2, 2, 3], 9.0)))
+    # Batches too.
+    assert pre(tf.zeros([5, 2, 2, 1])).shape == (5, 2, 2, 3)
+
+
+def test_grayscale_kept_without_rgb_preprocess_and_bad_channels_rejected():
+    import tfdml
+
+    gray = tf.fill([8, 8, 1], 100.0)
+    for preprocess in (None, "none", lambda image: image / 255.0):
+        assert augment.train_transform(8, 8, preprocess=preprocess)(gray).shape == (8, 8, 1)
+    # The functions of tfdml.models.get_preprocess carry their mode: converted as well.
+    keras_fn = tfdml.models.get_preprocess("resnet50")
+    assert augment.eval_transform(8, 8, preprocess=keras_fn)(gray).shape == (8, 8, 3)
+    with pytest.raises(ValueError, match=r"preprocess='resnet50'.*3 channels.*\[8, 8, 4\]"):
+        augment.eval_transform(8, 8, preprocess="resnet50")(tf.zeros([8, 8, 4]))
+    with pytest.raises(ValueError, match=r"preprocess='caffe'.*\[8, 8, 2\]"):
+        augment.get_preprocess("caffe")(tf.zeros([8, 8, 2]))
+
+
 def test_train_transform_shapes_range_determinism_and_variation():
     fn = augment.train_transform(32, 40)
     image = _image()

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-LOOP = pathlib.Path(__file__).resolve().parents[1] / "examples" / "loop"
+REPO = pathlib.Path(__file__).resolve().parents[1]
+LOOP = REPO / "examples" / "loop"
 
 
 def _run(script, *flags, cwd):
@@ -90,10 +91,23 @@ def test_batch_shape(train):
         train.main(["--loss", "ms", "--no-loop", "--epsilon", "-0.02"])
 
 
+def _written_runs():
+    """What the repository's runs/ folder holds (the sweeps' default folder)."""
+    return sorted(p.name for p in (REPO / "runs").glob("*")) if (REPO / "runs").is_dir() else []
+
+
 def test_sweep_tables_smoke(tmp_path):
-    sweep = tmp_path / "tables"
-    _run("sweep_tables.py", "--runs", "triplet", "loop-triplet", "--sweep-dir", str(sweep),
-         "--no-export", "--epochs", "1", cwd=tmp_path)
+    # --output-dir is the sweep's folder: nothing goes to runs/ (the default, relative to
+    # the working directory) of the working directory or of the repository.
+    sweep, cwd = tmp_path / "tables", tmp_path / "cwd"
+    cwd.mkdir()
+    before = _written_runs()
+    _run("sweep_tables.py", "--runs", "triplet", "loop-triplet", "--output-dir", str(sweep),
+         "--no-export", "--epochs", "1", cwd=cwd)
+    assert not (cwd / "runs").exists() and list(cwd.iterdir()) == []
+    assert _written_runs() == before
+    assert sorted(p.name for p in sweep.iterdir()) == [
+        "loop-triplet-s0", "sweep.json", "sweep.md", "table.md", "triplet-s0"]
     assert _results(sweep / "triplet-s0")["name"] == "Triplet (Rand-disjoint)"
     assert _results(sweep / "loop-triplet-s0")["name"] == "LoOp (Triplet)"
     rows = json.loads((sweep / "sweep.json").read_text())
@@ -103,11 +117,14 @@ def test_sweep_tables_smoke(tmp_path):
 
 
 def test_sweep_figure3_smoke(tmp_path):
-    sweep = tmp_path / "fig3"
-    # Also the unnormalized model (Figure 4's setting) end to end.
+    sweep, cwd = tmp_path / "fig3", tmp_path / "cwd"
+    cwd.mkdir()
+    # Also the unnormalized model (Figure 4's setting) end to end; --sweep-dir is an alias
+    # of --output-dir.
     _run("sweep_figure3.py", "--figure", "epsilon", "--values", "-0.02", "0.1",
          "--sweep-dir", str(sweep), "--no-export", "--no-normalize", "--epochs", "1",
-         cwd=tmp_path)
+         cwd=cwd)
+    assert list(cwd.iterdir()) == []
     for run in ("epsilon-0.02", "epsilon0.1"):
         results = _results(sweep / run)
         assert results["name"] == "LoOp (MS), no l2" and results["normalize"] is False

@@ -31,3 +31,20 @@ def test_digits_reader_feeds_the_sampler_in_memory():
     images, labels = next(iter(tfdml.data.pk_batches(train, 6, 4, seed=3)))
     assert images.shape == (24, 8, 8, 1) and images.dtype == tf.float32
     assert sorted(np.unique(labels.numpy()).tolist()) == [0, 1, 2, 3, 4, 5]
+
+
+def test_grayscale_digits_through_a_resnet_transform_train_and_eval():
+    # 8 x 8 x 1 digits and a 3-channel ImageNet normalization: converted to RGB, not a
+    # broadcasting error deep inside tf.data.
+    train = tfdml.datasets.load("digits", "train")
+    fn = tfdml.data.augment.train_transform(32, 36, preprocess="resnet50")
+    images, labels = next(iter(tfdml.data.pk_batches(train, 4, 2, seed=0, map_fn=fn)))
+    assert images.shape == (8, 32, 32, 3) and images.dtype == tf.float32
+    rgb, _ = next(iter(tfdml.data.pk_batches(train, 4, 2, seed=0, channels=3, map_fn=fn)))
+    np.testing.assert_allclose(images, rgb, atol=1e-4)  # the same as converting first
+    loss = tfdml.losses.TripletNCALoss(order=2)(labels, tf.reshape(images, [8, -1]))
+    assert np.isfinite(loss.numpy())
+    test = tfdml.datasets.load("digits", "test")
+    evaluate = tfdml.data.augment.eval_transform(32, 36, preprocess="resnet50")
+    images, _ = next(iter(tfdml.data.eval_batches(test, 16, map_fn=evaluate)))
+    assert images.shape == (16, 32, 32, 3)

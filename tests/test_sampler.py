@@ -38,7 +38,7 @@ def test_sampler_invariants_over_many_batches():
 
 
 @given(sizes=st.lists(st.integers(1, 9), min_size=2, max_size=12),
-       p=st.integers(1, 5), k=st.integers(1, 5), small=st.sampled_from(["replace", "skip"]),
+       p=st.integers(1, 5), k=st.integers(2, 5), small=st.sampled_from(["replace", "skip"]),
        drop=st.booleans(), seed=st.integers(0, 2**32))
 def test_sampler_invariants_random_class_sizes(sizes, p, k, small, drop, seed):
     labels = np.repeat(np.arange(len(sizes)), sizes)
@@ -135,14 +135,68 @@ def test_sampler_validation(kwargs, match):
         PKSampler(**args)
 
 
-def test_pk_batches_in_memory_features_match_labels():
-    labels = _labels(num_classes=9, per_class=5)
-    x = np.broadcast_to(labels[:, None, None, None], (len(labels), 4, 4, 1)).astype("float32")
-    ds = pk_batches((x, labels), 3, 4, seed=0)
-    for images, y in ds.take(20):
-        assert images.shape == (12, 4, 4, 1) and y.dtype == tf.int64
-        np.testing.assert_array_equal(images.numpy()[:, 0, 0, 0], y.numpy())
-        _check_batch(np.arange(12), y.numpy(), 3, 4)
+def test_one_sample_per_class_is_rejected():
+    # With K = 1 no anchor of a batch has a positive: every tfdml loss would be zero.
+    labels = _labels()
+    x = np.zeros((len(labels), 4, 4, 1), "float32")
+    for make in (lambda k: PKSampler(labels, 4, k), lambda k: pk_batches((x, labels), 4, k),
+                 lambda k: pk_batches((x, labels), classes_per_batch=4, samples_per_class=k)):
+        for k in (1, 0, True):
+            with pytest.raises(ValueError, match=rf"`samples_per_class`.*at least 2.*no "
+                                                 rf"anchor has a positive.*samples_per_class={k}\b"):
+                make(k)
+
+
+def _gray_and_rgb(labels, dtype="uint8"):
+    """[N, 4, 4, 1] images whose value is the label, and their RGB version."""
+    gray = np.broadcast_to(labels[:, None, None, None], (len(labels), 4, 4, 1)).astype(dtype)
+    return gray, np.repeat(gray, 3, axis=-1)
+
+
+@pytest.mark.parametrize("per_image", [False, True])
+def test_pk_batches_channels_apply_to_in_memory_images(per_image):
+    labels = _labels(num_classes=6, per_class=4)
+    gray, rgb = _gray_and_rgb(labels)
+    map_fn = (lambda image: image) if per_image else None  # per image, or per batch
+    images, y = next(iter(pk_batches((gray, labels), 3, 2, seed=0, channels=3, map_fn=map_fn)))
+    assert images.shape == (6, 4, 4, 3) and images.dtype == tf.uint8
+    np.testing.assert_array_equal(images.numpy(), np.broadcast_to(
+        y.numpy()[:, None, None, None], (6, 4, 4, 3)))
+    images, y = next(iter(pk_batches((rgb, labels), 3, 2, seed=0, channels=1, map_fn=map_fn)))
+    assert images.shape == (6, 4, 4, 1)
+    np.testing.assert_array_equal(images.numpy()[:, 0, 0, 0], y.numpy())  # gray of gray
+    # channels=None (the default) and the images' own channel count leave them as they are.
+    for source, c in ((gray, None), (gray, 1), (rgb, None), (rgb, 3)):
+        images, _ = next(iter(pk_batches((source, labels), 3, 2, seed=0, channels=c,
+                                         map_fn=map_fn)))
+        assert images.shape == (6, 4, 4, source.shape[-1])
+
+
+def test_in_memory_channels_validation():
+    labels = _labels(num_classes=6, per_class=4)
+    rgba = np.zeros((len(labels), 4, 4, 4), "uint8")
+    for fn in (lambda **kw: pk_batches((rgba, labels), 3, 2, **kw),
+               lambda **kw: tfdml.data.eval_batches((rgba, labels), 8, **kw)):
+        with pytest.raises(ValueError, match=r"`channels`.*channels=3 for images with 4"):
+            fn(channels=3)
+    features = np.zeros((len(labels), 5), "float32")
+    with pytest.raises(ValueError, match=r"`channels`.*channels=1 with features of shape"):
+        pk_batches((features, labels), 3, 2, channels=1)
+    with pytest.raises(ValueError, match="channels=0"):
+        tfdml.data.eval_batches((features, labels), 8, channels=0)
+    assert next(iter(pk_batches((features, labels), 3, 2)))[0].shape == (6, 5)
+
+
+def test_eval_batches_channels_apply_to_in_memory_images():
+    labels = _labels(num_classes=6, per_class=4)
+    gray, rgb = _gray_and_rgb(labels, "float32")
+    images, y = next(iter(tfdml.data.eval_batches((gray, labels), 8, channels=3)))
+    assert images.shape == (8, 4, 4, 3)
+    np.testing.assert_array_equal(images.numpy(), rgb[:8])
+    np.testing.assert_array_equal(y, labels[:8])
+    images, _ = next(iter(tfdml.data.eval_batches((rgb, labels), 8, channels=1)))
+    np.testing.assert_allclose(images.numpy(), gray[:8], rtol=1e-3)  # weights sum to ~1
+    assert next(iter(tfdml.data.eval_batches((gray, labels), 8)))[0].shape == (8, 4, 4, 1)
 
 
 def test_pk_batches_seeded_and_repeat_false_gives_fresh_epochs():

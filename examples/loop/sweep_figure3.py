@@ -3,7 +3,9 @@
 One panel per call; every run is ``train.py`` with the panel's fixed settings, the swept
 flag and the flags given here (they override the fixed ones: ``--dataset``,
 ``--data-dir``, ``--epochs``, ...). Writes ``sweep.md``, ``sweep.json`` and ``sweep.png``
-to ``--sweep-dir``; finished runs are not run again, an unfinished one resumes.
+to ``--output-dir`` (or its alias ``--sweep-dir``; default ``runs/loop-fig3-<figure>``),
+each run in a folder of its own there; finished runs are not run again, an unfinished one
+resumes.
 
     python examples/loop/sweep_figure3.py --figure batch --data-dir /data/cars196
     python examples/loop/sweep_figure3.py --figure margin --data-dir /data/cub200
@@ -53,15 +55,15 @@ def main(argv=None):
     parser.add_argument("--figure", choices=tuple(FIGURES), required=True)
     parser.add_argument("--values", nargs="+", default=None,
                         help="the swept values (default: the panel's)")
-    parser.add_argument("--sweep-dir", default=None,
-                        help="default: runs/loop-fig3-<figure>")
+    parser.add_argument("--output-dir", "--sweep-dir", dest="output_dir", default=None,
+                        help="the sweep's folder; default: runs/loop-fig3-<figure>")
     args, rest = parser.parse_known_args(argv)
     panel = FIGURES[args.figure]
     flag = panel["flag"]
     runs = {f"{flag.lstrip('-')}{v}": [flag, v] for v in (args.values or panel["values"])}
     return experiments.sweep(
         train.main, [*panel["fixed"], *rest], runs,
-        args.sweep_dir or os.path.join("runs", f"loop-fig3-{args.figure}"),
+        args.output_dir or os.path.join("runs", f"loop-fig3-{args.figure}"),
         title=panel["title"], x_label=flag, log_x=panel.get("log_x", False))
 
 

@@ -3,8 +3,9 @@
 Runs ``train.py`` once per method (and seed) with the flags given here (``--dataset``,
 ``--data-dir``, ``--epochs``, ...), then writes ``sweep.md`` / ``sweep.json`` (every run)
 and ``table.md`` (per method: mean and standard deviation over the seeds, in %, next to
-the paper's NMI, F1 and Recall@1 for CUB-200-2011, Cars196 and SOP) to ``--sweep-dir``.
-Finished runs are not run again; an unfinished one resumes.
+the paper's NMI, F1 and Recall@1 for CUB-200-2011, Cars196 and SOP) to ``--output-dir``
+(or its alias ``--sweep-dir``; default ``runs/loop-tables-<dataset>``), each run in a
+folder of its own there. Finished runs are not run again; an unfinished one resumes.
 
     python examples/loop/sweep_tables.py --dataset cub200 --data-dir /data/cub200
     python examples/loop/sweep_tables.py --dataset sop --data-dir /data/sop --runs triplet loop-triplet
@@ -83,10 +84,11 @@ def main(argv=None):
                                      epilog="Other flags go to train.py.")
     parser.add_argument("--runs", nargs="+", choices=tuple(RUNS), default=list(RUNS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--sweep-dir", default=None, help="default: runs/loop-tables-<dataset>")
+    parser.add_argument("--output-dir", "--sweep-dir", dest="output_dir", default=None,
+                        help="the sweep's folder; default: runs/loop-tables-<dataset>")
     parser.add_argument("--dataset", default=train.make_parser().get_default("dataset"))
     args, rest = parser.parse_known_args(argv)
-    out = args.sweep_dir or os.path.join("runs", f"loop-tables-{args.dataset}")
+    out = args.output_dir or os.path.join("runs", f"loop-tables-{args.dataset}")
     runs = {f"{run}-s{seed}": [*RUNS[run], "--seed", str(seed)]
             for run in args.runs for seed in args.seeds}
     rows = experiments.sweep(train.main, ["--dataset", args.dataset, *rest], runs, out,

@@ -60,43 +60,100 @@ def _seed_or_random(seed):
     return seed
 
 
+#: Preprocessing modes defined on RGB images: Keras Applications' "caffe" (RGB to BGR,
+#: ImageNet means), "torch" (ImageNet means and standard deviations) and "tf" ([-1, 1]).
+_RGB_MODES = ("caffe", "torch", "tf")
+
+
+def _needs_rgb(preprocess):
+    """Whether `preprocess` is a known normalization of RGB images (see `get_preprocess`)."""
+    from tfdml import models
+
+    if isinstance(preprocess, str):
+        name = preprocess.lower()
+        return name in models.BACKBONES or name in _RGB_MODES
+    # The functions of `tfdml.models.get_preprocess` carry their mode.
+    return getattr(preprocess, "mode", None) in _RGB_MODES
+
+
+def _to_rgb(image, preprocess):
+    """Converts a one-channel image to RGB; raises on other channel counts than 1 and 3."""
+    image = tf.convert_to_tensor(image)
+    channels = image.shape[-1] if image.shape.rank else None
+    if channels == 1:
+        return tf.image.grayscale_to_rgb(image)
+    if channels == 3:
+        return image
+    if channels is not None:
+        raise ValueError(
+            f"`preprocess={preprocess!r}` normalizes RGB images: it needs images with 3 "
+            "channels (1-channel images are converted to RGB). Received: an image of shape "
+            f"{image.shape.as_list()}"
+        )
+    # Channels unknown until run time: convert one-channel images.
+    return tf.cond(tf.equal(tf.shape(image)[-1], 1),
+                   lambda: tf.image.grayscale_to_rgb(image), lambda: image)
+
+
 def get_preprocess(preprocess):
     """Returns the normalization function of a Keras Applications backbone.
+
+    **Grayscale images.** A backbone name and the modes `"caffe"`, `"torch"` and `"tf"`
+    (and the functions `tfdml.models.get_preprocess` returns for them) normalize RGB
+    images, and Keras Applications backbones take RGB input: the returned function first
+    converts a 1-channel image (e.g. the digits data set, `[8, 8, 1]`) to RGB with
+    `tf.image.grayscale_to_rgb`, and raises a `ValueError` on other channel counts than 1
+    and 3. `"none"`, `None` and other callables leave the channels as they are.
 
     Args:
         preprocess: a backbone name from `tfdml.models.BACKBONES` (e.g. `"resnet50"`:
             `keras.applications.resnet50.preprocess_input`, RGB to BGR with the ImageNet
             means subtracted; `"inception_v3"`: scaled to [-1, 1]; `"resnet18"`: the torch
             normalization), a preprocessing mode (`"caffe"`, `"tf"`, `"torch"`, `"none"`),
-            a callable (returned as is), or `None` (identity). Names resolve through
+            a callable (returned as is, unless it is a function of
+            `tfdml.models.get_preprocess`), or `None` (identity). Names resolve through
             `tfdml.models.get_preprocess`, so training and export normalize alike.
 
     Returns:
         A function mapping float images with values in [0, 255] to the backbone's input.
 
     Raises:
-        ValueError: if `preprocess` is not one of the above.
+        ValueError: if `preprocess` is not one of the above. The returned function raises
+            a `ValueError` on images with neither 1 nor 3 channels if it needs RGB.
 
     Examples:
 
     >>> fn = tfdml.data.augment.get_preprocess("resnet50")
     >>> fn(tf.zeros([2, 2, 3])).shape
     TensorShape([2, 2, 3])
+    >>> fn(tf.zeros([2, 2, 1])).shape  # grayscale: converted to RGB first
+    TensorShape([2, 2, 3])
     """
     if preprocess is None:
         return lambda image: image
     if callable(preprocess):
-        return preprocess
-    from tfdml import models
+        normalize = preprocess
+    else:
+        from tfdml import models
 
-    try:
-        return models.get_preprocess(preprocess)
-    except ValueError:
-        raise ValueError(
-            "`preprocess` must be None, a callable, a backbone name from "
-            "tfdml.models.BACKBONES or one of the modes "
-            f"{models.PREPROCESS_MODES}. Received: preprocess={preprocess!r}"
-        ) from None
+        try:
+            normalize = models.get_preprocess(preprocess)
+        except ValueError:
+            raise ValueError(
+                "`preprocess` must be None, a callable, a backbone name from "
+                "tfdml.models.BACKBONES or one of the modes "
+                f"{models.PREPROCESS_MODES}. Received: preprocess={preprocess!r}"
+            ) from None
+    if not _needs_rgb(preprocess):
+        return normalize
+
+    def rgb_normalize(image):
+        return normalize(_to_rgb(image, preprocess))
+
+    rgb_normalize.mode = getattr(normalize, "mode", None)
+    rgb_normalize.__name__ = getattr(normalize, "__name__", "preprocess")
+    rgb_normalize.__doc__ = normalize.__doc__
+    return rgb_normalize
 
 
 def resize(image, size, keep_aspect_ratio=False):
@@ -231,14 +288,15 @@ def train_transform(crop_size=224, resize_size=256, flip=True, preprocess=None,
         resize_size: size the image is first resized to (see `keep_aspect_ratio`).
             Defaults to `256`.
         flip: whether to flip left-right with probability 1/2. Defaults to `True`.
-        preprocess: backbone normalization, see `get_preprocess`. Defaults to `None`
-            (float32 values in [0, 255]).
+        preprocess: backbone normalization, see `get_preprocess` (a backbone name converts
+            1-channel images to RGB). Defaults to `None` (float32 values in [0, 255]).
         keep_aspect_ratio: `False` resizes to `resize_size x resize_size`; `True` resizes
             the shorter side to `resize_size`. Defaults to `False`.
 
     Returns:
         A function `fn(image, seed=None)` returning a float32 `[crop_size, crop_size, C]`
-        image; the same seed gives the same crop and flip.
+        image (`C = 3` for a 1-channel image and a backbone's `preprocess`); the same
+        seed gives the same crop and flip.
 
     Raises:
         ValueError: if a size is not a positive integer or `crop_size > resize_size`.
@@ -247,6 +305,8 @@ def train_transform(crop_size=224, resize_size=256, flip=True, preprocess=None,
 
     >>> fn = tfdml.data.augment.train_transform(32, 40, preprocess="resnet50")
     >>> fn(tf.zeros([50, 60, 3], tf.uint8), seed=(0, 1)).shape
+    TensorShape([32, 32, 3])
+    >>> fn(tf.zeros([8, 8, 1]), seed=(0, 1)).shape  # grayscale digits: RGB for ResNet50
     TensorShape([32, 32, 3])
     """
     _check_crop_and_resize(crop_size, resize_size)
@@ -269,7 +329,8 @@ def eval_transform(crop_size=224, resize_size=256, preprocess=None, keep_aspect_
     Args:
         crop_size: side of the center crop. Defaults to `224`.
         resize_size: size the image is first resized to. Defaults to `256`.
-        preprocess: backbone normalization, see `get_preprocess`. Defaults to `None`.
+        preprocess: backbone normalization, see `get_preprocess` (a backbone name converts
+            1-channel images to RGB). Defaults to `None`.
         keep_aspect_ratio: `False` resizes to `resize_size x resize_size`; `True` resizes
             the shorter side to `resize_size`. Defaults to `False`.
 
@@ -306,7 +367,8 @@ def pad_crop_transform(size=256, padding=10, flip=True, preprocess=None):
         size: output side in pixels. Defaults to `256`.
         padding: zero padding on each side, in pixels. Defaults to `10`.
         flip: whether to flip left-right with probability 1/2. Defaults to `True`.
-        preprocess: backbone normalization, see `get_preprocess`. Defaults to `None`.
+        preprocess: backbone normalization, see `get_preprocess` (a backbone name converts
+            1-channel images to RGB). Defaults to `None`.
 
     Returns:
         A function `fn(image, seed=None)` returning a float32 `[size, size, C]` image.

@@ -32,6 +32,22 @@ def _check_positive_int(name, value):
     return int(value)
 
 
+def _check_samples_per_class(value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 2:
+        raise ValueError(
+            "`samples_per_class` must be an integer of at least 2: with fewer samples of a "
+            "class in a batch no anchor has a positive, and no tfdml loss learns anything. "
+            f"Received: samples_per_class={value!r}"
+        )
+    return int(value)
+
+
+def _check_channels(value):
+    if value is None:
+        return None
+    return _check_positive_int("channels", value)
+
+
 class PKSampler:
     """Draws index batches of P classes x K examples per class.
 
@@ -59,7 +75,8 @@ class PKSampler:
     Args:
         labels: `[N]` integer class ids.
         classes_per_batch: P, the number of distinct classes in a batch.
-        samples_per_class: K, the number of examples of each class in a batch.
+        samples_per_class: K, the number of examples of each class in a batch, at least
+            2 (with K = 1 no anchor has a positive).
         small_classes: `"replace"` or `"skip"`, for classes with fewer than K examples.
             Defaults to `"replace"`.
         min_class_size: classes with fewer examples are always left out. Defaults to `2`.
@@ -71,7 +88,8 @@ class PKSampler:
             Defaults to `None`.
 
     Raises:
-        ValueError: on a bad argument, or if fewer than P classes are eligible.
+        ValueError: on a bad argument (e.g. `samples_per_class < 2`), or if fewer than P
+            classes are eligible.
 
     Examples:
 
@@ -86,7 +104,7 @@ class PKSampler:
     def __init__(self, labels, classes_per_batch, samples_per_class, small_classes="replace",
                  min_class_size=2, steps_per_epoch=None, drop_remainder=False, seed=None):
         self.classes_per_batch = _check_positive_int("classes_per_batch", classes_per_batch)
-        self.samples_per_class = _check_positive_int("samples_per_class", samples_per_class)
+        self.samples_per_class = _check_samples_per_class(samples_per_class)
         if small_classes not in _SMALL_CLASSES:
             raise ValueError(
                 f"`small_classes` must be one of {_SMALL_CLASSES}. "
@@ -237,13 +255,40 @@ def _source_arrays(source):
     return kind, items, labels, None, "source"
 
 
+def _check_in_memory_channels(items, channels):
+    """Raises unless in-memory images `items` can be given `channels` channels."""
+    if channels is None:
+        return
+    if items.ndim != 4:
+        raise ValueError(
+            "`channels` applies to in-memory images of shape [N, H, W, C]; leave it None for "
+            f"other features. Received: channels={channels} with features of shape {items.shape}"
+        )
+    have = items.shape[-1]
+    if have != channels and (have, channels) not in ((1, 3), (3, 1)):
+        raise ValueError(
+            "`channels` can convert in-memory images from 1 channel to 3 (grayscale to RGB) "
+            f"and from 3 to 1 (RGB to grayscale) only. Received: channels={channels} for "
+            f"images with {have} channels (shape {items.shape})"
+        )
+
+
+def _convert_channels(images, channels):
+    """In-memory image(s) with `channels` channels (checked by `_check_in_memory_channels`)."""
+    if channels is None or images.shape[-1] == channels:
+        return images
+    if channels == 3:
+        return tf.image.grayscale_to_rgb(images)
+    return tf.image.rgb_to_grayscale(images)
+
+
 def _decode(kind, item, channels):
     """One image from a file path, encoded bytes, or the image itself (graph code)."""
     if kind == "paths":
         item = tf.io.read_file(item)
     if kind in ("paths", "encoded"):
-        return tf.io.decode_image(item, channels=channels, expand_animations=False)
-    return item
+        return tf.io.decode_image(item, channels=channels or 3, expand_animations=False)
+    return _convert_channels(item, channels)
 
 
 def _wants_seed(fn):
@@ -255,7 +300,7 @@ def _wants_seed(fn):
 
 def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="replace",
                min_class_size=2, steps_per_epoch=None, repeat=True, drop_remainder=False,
-               seed=None, map_fn=None, crop_to_bbox=False, channels=3, on_error="raise",
+               seed=None, map_fn=None, crop_to_bbox=False, channels=None, on_error="raise",
                num_parallel_calls=tf.data.AUTOTUNE, prefetch=tf.data.AUTOTUNE,
                initial_epoch=0):
     """A lazy ``tf.data`` pipeline of P x K batches for metric learning.
@@ -298,7 +343,12 @@ def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="r
             Defaults to `None` (decoded uint8 images, which must then all have one shape).
         crop_to_bbox: crop each image to its `DatasetSplit.bboxes` box before `map_fn`.
             Defaults to `False`.
-        channels: channels of decoded images. Defaults to `3`.
+        channels: the number of channels of the images, or `None`. Image files and
+            encoded images are decoded with this many channels (`None`: 3, so grayscale
+            files come as RGB). In-memory images are converted: 1 to 3 channels by
+            `tf.image.grayscale_to_rgb`, 3 to 1 by `tf.image.rgb_to_grayscale`; other
+            conversions raise a `ValueError`, and `None` leaves them as they are.
+            Defaults to `None`.
         on_error: what to do with an image that cannot be read or decoded (or on which
             `map_fn` fails): `"raise"` an `InvalidArgumentError` naming the file, or
             `"skip"` it with a warning naming the file (logger `"tfdml.data"`) and put
@@ -332,13 +382,18 @@ def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="r
     >>> images, labels = next(iter(ds))
     >>> images.shape, labels.shape
     (TensorShape([12, 8, 8, 1]), TensorShape([12]))
+    >>> rgb = tfdml.data.pk_batches((x, y), 4, 3, seed=0, channels=3)  # grayscale to RGB
+    >>> next(iter(rgb))[0].shape
+    TensorShape([12, 8, 8, 3])
     """
     if on_error not in _ON_ERROR:
         raise ValueError(f"`on_error` must be one of {_ON_ERROR}. Received: on_error={on_error!r}")
     if map_fn is not None and not callable(map_fn):
         raise ValueError(f"`map_fn` must be callable or None. Received: map_fn={map_fn!r}")
-    channels = _check_positive_int("channels", channels)
+    channels = _check_channels(channels)
     kind, items, labels, bboxes, name = _source_arrays(source)
+    if kind == "images":
+        _check_in_memory_channels(items, channels)
     if crop_to_bbox and bboxes is None:
         raise ValueError(
             "`crop_to_bbox=True` needs a DatasetSplit with `bboxes`. Received: source "
@@ -392,7 +447,7 @@ def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="r
         return image
 
     if kind == "images" and map_fn is None and not use_bbox:
-        ds = ds.map(lambda x, y, *rest: (x, y))
+        ds = ds.map(lambda x, y, *rest: (_convert_channels(x, channels), y))
     elif kind == "images":
         ds = _flat_pipeline(ds, load_one, batch, num_parallel_calls)
     else:
@@ -506,7 +561,7 @@ def _fill(images, got, names, labels, batch, on_error):
         return tf.gather(images, tf.gather(position, source_slot)), tf.identity(labels)
 
 
-def eval_batches(source, batch_size=256, *, map_fn=None, crop_to_bbox=False, channels=3,
+def eval_batches(source, batch_size=256, *, map_fn=None, crop_to_bbox=False, channels=None,
                  num_parallel_calls=tf.data.AUTOTUNE, prefetch=tf.data.AUTOTUNE):
     """Every example of ``source`` once, in order, in batches: for embedding a test split.
 
@@ -521,7 +576,9 @@ def eval_batches(source, batch_size=256, *, map_fn=None, crop_to_bbox=False, cha
             ``tfdml.data.augment.eval_transform(...)``. Defaults to `None`.
         crop_to_bbox: crop each image to its ``DatasetSplit.bboxes`` box first.
             Defaults to `False`.
-        channels: channels of decoded images. Defaults to `3`.
+        channels: channels of the images, as in :func:`pk_batches` (files are decoded
+            with this many channels, `None`: 3; in-memory images are converted 1 -> 3 or
+            3 -> 1, `None`: as they are). Defaults to `None`.
         num_parallel_calls: parallelism of the decode map. Defaults to `tf.data.AUTOTUNE`.
         prefetch: batches to prefetch, or `0`/`None` for none. Defaults to `tf.data.AUTOTUNE`.
 
@@ -536,10 +593,12 @@ def eval_batches(source, batch_size=256, *, map_fn=None, crop_to_bbox=False, cha
     True
     """
     batch_size = _check_positive_int("batch_size", batch_size)
-    channels = _check_positive_int("channels", channels)
+    channels = _check_channels(channels)
     if map_fn is not None and not callable(map_fn):
         raise ValueError(f"`map_fn` must be callable or None. Received: map_fn={map_fn!r}")
     kind, items, labels, bboxes, _ = _source_arrays(source)
+    if kind == "images":
+        _check_in_memory_channels(items, channels)
     if crop_to_bbox and bboxes is None:
         raise ValueError(
             "`crop_to_bbox=True` needs a DatasetSplit with `bboxes`. Received: source "
