@@ -59,6 +59,7 @@ __all__ = [
     "mixed_batches",
     "mixed_precision_loss",
     "no_triplet_batches",
+    "nonfinite_batches",
     "one_class_batches",
     "ordinary_batches",
     "pk_dataset",
@@ -263,6 +264,12 @@ def assert_jit_matches_eager(
     jit_value, jit_grad = compiled(tf.convert_to_tensor(labels), tf.convert_to_tensor(embeddings))
     np.testing.assert_allclose(jit_value.numpy(), eager_value, rtol=rtol, atol=atol)
     np.testing.assert_allclose(jit_grad.numpy(), eager_grad, rtol=rtol, atol=10 * atol)
+    # The same compiled program turns a NaN or an Inf embedding into a NaN loss.
+    for bad in (np.nan, np.inf):
+        broken = np.array(embeddings, copy=True)
+        broken[len(broken) // 2, 0] = bad
+        value, _ = compiled(tf.convert_to_tensor(labels), tf.convert_to_tensor(broken))
+        assert np.isnan(value.numpy()), f"XLA: {bad} in the embeddings gave {value.numpy()}"
     return eager_value, eager_grad
 
 
@@ -765,6 +772,28 @@ def mixed_batches(max_size: int = MAX_BATCH):
 def no_triplet_batches(max_size: int = MAX_BATCH):
     """Batches in which no anchor has a triplet: one class only, or all singletons."""
     return st.one_of(one_class_batches(max_size), singleton_batches(max_size))
+
+
+def nonfinite_batches(max_size: int = MAX_BATCH):
+    """Ordinary or degenerate batches with NaN or +-Inf put into one entry, one row or all."""
+
+    @st.composite
+    def build(draw):
+        batch = draw(st.one_of(ordinary_batches(min_size=1, max_size=max_size),
+                               degenerate_batches(max_size)))
+        x = batch.embeddings.copy()
+        bad = draw(st.sampled_from([np.nan, np.inf, -np.inf]))
+        where = draw(st.sampled_from(["entry", "row", "all"]))
+        row = draw(st.integers(0, x.shape[0] - 1))
+        if where == "entry":
+            x[row, draw(st.integers(0, x.shape[1] - 1))] = bad
+        elif where == "row":
+            x[row] = bad
+        else:
+            x[:] = bad
+        return Batch(batch.labels, x, f"{batch.kind}+{bad}@{where}")
+
+    return build()
 
 
 def degenerate_batches(max_size: int = MAX_BATCH):

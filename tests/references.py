@@ -773,10 +773,45 @@ def mean_of_anchors(per_anchor, keep=None):
     return _mean(values) if values else 0.0
 
 
-def _pair_loss(pos_mask, neg_mask, pos_value, neg_value):
-    """``{anchor: mean over its kept pairs}`` for the anchors with at least one pair."""
+def average_terms(terms, average, batch_size):
+    """The value of a loss from its terms, as tfdml's ``average=`` defines it.
+
+    ``terms``: ``{anchor: [term losses]}`` for the anchors that have terms.
+
+    * ``"anchors"``: mean over those anchors of the mean of their terms;
+    * ``"batch"``: sum over anchors of the mean of their terms, divided by
+      ``batch_size`` (anchors without terms count as 0);
+    * ``"terms"``: sum of all terms divided by their number;
+    * ``"nonzero"``: sum of all terms divided by the number of terms > 0.
+
+    0 when the denominator is 0.
+    """
+    means = [_mean(v) for v in terms.values() if v]
+    everything = [t for v in terms.values() for t in v]
+    if average == "anchors":
+        return _mean(means) if means else 0.0
+    if average == "batch":
+        return sum(means) / batch_size
+    if average == "terms":
+        return sum(everything) / len(everything) if everything else 0.0
+    if average == "nonzero":
+        count = sum(1 for t in everything if t > 0)
+        return sum(everything) / count if count else 0.0
+    raise ValueError(average)
+
+
+def anchor_values(terms, average):
+    """tfdml's per-anchor values (``reduction="none"``): means for ``"anchors"``/``"batch"``,
+    sums for ``"terms"``/``"nonzero"``."""
+    if average in ("anchors", "batch"):
+        return {a: _mean(v) for a, v in terms.items() if v}
+    return {a: sum(v) for a, v in terms.items() if v}
+
+
+def _pair_terms(pos_mask, neg_mask, pos_value, neg_value):
+    """``{anchor: [loss of each kept pair]}`` for the anchors with at least one pair."""
     pos_mask, neg_mask = np.asarray(pos_mask), np.asarray(neg_mask)
-    per_anchor = {}
+    terms = {}
     for a in range(pos_mask.shape[0]):
         values = []
         for r in range(pos_mask.shape[1]):
@@ -785,8 +820,14 @@ def _pair_loss(pos_mask, neg_mask, pos_value, neg_value):
             if neg_mask[a, r]:
                 values.append(neg_value(a, r))
         if values:
-            per_anchor[a] = _mean(values)
-    return per_anchor
+            terms[a] = values
+    return terms
+
+
+def _pair_loss(pos_mask, neg_mask, pos_value, neg_value):
+    """``{anchor: mean over its kept pairs}`` for the anchors with at least one pair."""
+    return {a: _mean(v) for a, v in _pair_terms(pos_mask, neg_mask, pos_value,
+                                                neg_value).items()}
 
 
 def hinge(z):
@@ -794,18 +835,19 @@ def hinge(z):
 
 
 def contrastive_loss(embeddings, pos_mask, neg_mask, positive_margin=0.0, negative_margin=0.5,
-                     distance_kind="l2", normalize=True, ref_embeddings=None):
-    """Contrastive loss on given pairs. Returns ``(value, {anchor: loss})``.
+                     distance_kind="l2", normalize=True, ref_embeddings=None, average="terms"):
+    """Contrastive loss on given pairs. Returns ``(value, {anchor: mean of its pairs})``.
 
     Positive pair: ``max(d - positive_margin, 0)``; negative pair:
-    ``max(negative_margin - d, 0)``; per anchor the mean over its pairs, then the
-    mean over the anchors that have a pair.
+    ``max(negative_margin - d, 0)``; the value is :func:`average_terms` of the
+    pair terms (default: the mean over all pairs).
     """
     d = _distances(embeddings, ref_embeddings, distance_kind, normalize)
-    per_anchor = _pair_loss(pos_mask, neg_mask,
-                            lambda a, r: hinge(d[a, r] - positive_margin),
-                            lambda a, r: hinge(negative_margin - d[a, r]))
-    return mean_of_anchors(per_anchor), per_anchor
+    terms = _pair_terms(pos_mask, neg_mask,
+                        lambda a, r: hinge(d[a, r] - positive_margin),
+                        lambda a, r: hinge(negative_margin - d[a, r]))
+    value = average_terms(terms, average, np.asarray(pos_mask).shape[0])
+    return value, {a: _mean(v) for a, v in terms.items()}
 
 
 def _anchor_beta(beta, label):
@@ -816,47 +858,62 @@ def _anchor_beta(beta, label):
 
 
 def margin_pair_loss(labels, embeddings, pos_mask, neg_mask, margin=0.2, beta=1.2,
-                     distance_kind="l2", normalize=True, ref_embeddings=None):
-    """Margin loss of Wu et al. on given pairs. Returns ``(value, {anchor: loss})``.
+                     distance_kind="l2", normalize=True, ref_embeddings=None,
+                     average="nonzero"):
+    """Margin loss of Wu et al. on given pairs. Returns ``(value, {anchor: mean of its pairs})``.
 
     Positive pair: ``max(d - beta_a + margin, 0)``; negative pair:
     ``max(beta_a - d + margin, 0)``; ``beta_a`` is ``beta`` or ``beta[label of a]``.
+    The value is :func:`average_terms` of the pair terms (default: the sum over
+    pairs divided by the number of non-zero ones, Wu et al.'s code).
     """
     labels = [int(v) for v in np.asarray(labels).reshape(-1)]
     d = _distances(embeddings, ref_embeddings, distance_kind, normalize)
-    per_anchor = _pair_loss(
+    terms = _pair_terms(
         pos_mask, neg_mask,
         lambda a, r: hinge(d[a, r] - _anchor_beta(beta, labels[a]) + margin),
         lambda a, r: hinge(_anchor_beta(beta, labels[a]) - d[a, r] + margin),
     )
-    return mean_of_anchors(per_anchor), per_anchor
+    value = average_terms(terms, average, len(labels))
+    return value, {a: _mean(v) for a, v in terms.items()}
+
+
+def margin_triplet_terms(labels, embeddings, triplets, margin=0.2, beta=1.2,
+                         distance_kind="l2", normalize=True, ref_embeddings=None):
+    """``{anchor: [pair terms]}``: a triplet ``(a, p, n)`` adds its positive-pair term and
+    its negative-pair term (Wu et al.: a negative drawn twice counts twice)."""
+    labels = [int(v) for v in np.asarray(labels).reshape(-1)]
+    d = _distances(embeddings, ref_embeddings, distance_kind, normalize)
+    terms = {}
+    for a, p, n in triplets:
+        b = _anchor_beta(beta, labels[a])
+        terms.setdefault(a, []).extend([hinge(d[a, p] - b + margin), hinge(b - d[a, n] + margin)])
+    return terms
 
 
 def margin_triplet_input_loss(labels, embeddings, triplets, margin=0.2, beta=1.2,
-                              distance_kind="l2", normalize=True, ref_embeddings=None):
-    """Margin loss of Wu et al. on triplets. Returns ``(value, {anchor: loss})``.
+                              distance_kind="l2", normalize=True, ref_embeddings=None,
+                              average="nonzero"):
+    """Margin loss of Wu et al. on triplets. Returns ``(value, {anchor: mean of its terms})``.
 
-    A triplet ``(a, p, n)`` is worth the mean of its positive-pair and
-    negative-pair terms; per anchor the mean over its triplets.
+    The anchor's mean equals the mean over its triplets of the mean of the
+    triplet's two pair terms.
     """
-    labels = [int(v) for v in np.asarray(labels).reshape(-1)]
-    d = _distances(embeddings, ref_embeddings, distance_kind, normalize)
-    by_anchor = {}
-    for a, p, n in triplets:
-        b = _anchor_beta(beta, labels[a])
-        value = 0.5 * (hinge(d[a, p] - b + margin) + hinge(b - d[a, n] + margin))
-        by_anchor.setdefault(a, []).append(value)
-    per_anchor = {a: _mean(v) for a, v in by_anchor.items()}
-    return mean_of_anchors(per_anchor), per_anchor
+    terms = margin_triplet_terms(labels, embeddings, triplets, margin, beta, distance_kind,
+                                 normalize, ref_embeddings)
+    value = average_terms(terms, average, np.asarray(embeddings).shape[0])
+    return value, {a: _mean(v) for a, v in terms.items()}
 
 
 def multi_similarity_loss(embeddings, pos_mask, neg_mask, alpha=2.0, beta=50.0, base=0.5,
-                          normalize=True, ref_embeddings=None):
+                          normalize=True, ref_embeddings=None, average="batch"):
     """Multi-similarity loss (Wang et al. 2019, eq. 12) on given pairs. Returns ``(value, {anchor: loss})``.
 
     ``L_a = 1/alpha log(1 + sum_P exp(-alpha (S_ap - base)))
-          + 1/beta log(1 + sum_N exp(beta (S_an - base)))`` for the anchors that
-    keep at least one positive and one negative pair; the mean over those.
+          + 1/beta log(1 + sum_N exp(beta (S_an - base)))`` (an empty sum gives
+    log 1 = 0) for the anchors that keep at least one pair; the value is
+    ``1/B sum_a L_a`` (eq. 12, ``average="batch"``) or another
+    :func:`average_terms` with one term per anchor.
     """
     s = nca_scores(embeddings, ref_embeddings, normalize)
     pos_mask, neg_mask = np.asarray(pos_mask), np.asarray(neg_mask)
@@ -864,12 +921,13 @@ def multi_similarity_loss(embeddings, pos_mask, neg_mask, alpha=2.0, beta=50.0, 
     for a in range(s.shape[0]):
         pos = [r for r in range(s.shape[1]) if pos_mask[a, r]]
         neg = [r for r in range(s.shape[1]) if neg_mask[a, r]]
-        if not pos or not neg:
+        if not pos and not neg:
             continue
         pull = 1.0 + sum(math.exp(-alpha * (s[a, p] - base)) for p in pos)
         push = 1.0 + sum(math.exp(beta * (s[a, n] - base)) for n in neg)
         per_anchor[a] = math.log(pull) / alpha + math.log(push) / beta
-    return mean_of_anchors(per_anchor), per_anchor
+    value = average_terms({a: [v] for a, v in per_anchor.items()}, average, s.shape[0])
+    return value, per_anchor
 
 
 # -- trimming --------------------------------------------------------------------------------------

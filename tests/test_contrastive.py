@@ -136,7 +136,7 @@ def test_anchor_with_negatives_only_counts_without_miner():
     labels, x = BATCH_A
     singleton = [a for a in range(len(labels)) if np.sum(labels == labels[a]) == 1]
     assert singleton
-    per_anchor = ContrastiveLoss(negative_margin=1.4, reduction="none")(
+    per_anchor = ContrastiveLoss(negative_margin=1.4, reduction="none", average="anchors")(
         labels, np.asarray(x, np.float32)).numpy()
     pos, neg = ref.label_masks(labels)
     _, want = ref.contrastive_loss(np.asarray(x, np.float32).astype(np.float64), pos, neg,
@@ -205,8 +205,12 @@ def test_squared_l2_equals_class_collapse_paper_section_3():
     np.testing.assert_allclose(value, 14 / 12, rtol=1e-6)
     np.testing.assert_allclose(value * 3 / 4, 14 / 16, rtol=1e-6)
     per_anchor = ContrastiveLoss(negative_margin=1.5, distance="squared_l2", normalize=False,
-                                 reduction="none")(labels, x).numpy()
+                                 reduction="none", average="anchors")(labels, x).numpy()
     np.testing.assert_allclose(per_anchor, [0.5, 0.5, 5.5 / 3, 5.5 / 3], rtol=1e-6)
+    # Averaged over pairs (the default), an anchor's value is the sum of its pairs.
+    sums = ContrastiveLoss(negative_margin=1.5, distance="squared_l2", normalize=False,
+                           reduction="none")(labels, x).numpy()
+    np.testing.assert_allclose(sums, [1.5, 1.5, 5.5, 5.5], rtol=1e-6)
     # The same from the paper's formula written out pair by pair.
     paper = 0.0
     for i in range(4):

@@ -26,6 +26,7 @@ from harness import (
     loss_and_grads,
     mixed_precision_loss,
     no_triplet_batches,
+    nonfinite_batches,
     pk_dataset,
     run_under_policy,
     small_embedding_model,
@@ -246,6 +247,28 @@ def test_degenerate_batches_finite(case, batch):
     if not batch.has_triplet:
         assert out["value"] == 0.0
         assert np.all(out["grad"] == 0.0)
+
+
+@pytest.mark.parametrize("case", ALL)
+@settings(max_examples=15)
+@given(batch=nonfinite_batches())
+def test_nonfinite_embeddings_give_nan(case, batch):
+    """A NaN or Inf anywhere in the batch gives a NaN loss (TerminateOnNaN fires), never a
+    finite value from a selection that silently skipped the bad sample."""
+    out = probe(case.id)(batch.labels, batch.embeddings)
+    assert np.isnan(out["value"]), (batch.kind, out["value"])
+    assert np.all(np.isnan(out["none"])), (batch.kind, out["none"])
+
+
+@pytest.mark.parametrize("case", ALL)
+def test_nonfinite_embeddings_give_nan_eagerly_for_every_reduction(case):
+    weights = np.linspace(0.5, 2.0, 10).astype(np.float32)
+    for bad in (np.nan, np.inf, -np.inf):
+        x = EMBEDDINGS.copy()
+        x[3, 1] = bad
+        for reduction in ("sum_over_batch_size", "mean_with_sample_weight", "sum", "none"):
+            value = with_reduction(case.factory, reduction)(LABELS, x, sample_weight=weights)
+            assert np.all(np.isnan(value.numpy())), (bad, reduction, value)
 
 
 @pytest.mark.parametrize("case", ALL)
@@ -525,35 +548,70 @@ def test_reductions_against_reference():
     )
 
 
-@pytest.mark.parametrize("case", ALL)
-def test_reductions_consistent_with_per_anchor(case):
-    base = case.make()
-    losses, valid = (t.numpy() for t in fresh(base).per_anchor(LABELS, EMBEDDINGS))
-    assert losses.shape == valid.shape == LABELS.shape
+def _reference_reduction(terms, average):
+    """NumPy: per-anchor values and denominator shares of tfdml.losses.base."""
+    total, count, nonzero = (np.asarray(t, np.float64) for t in terms)
+    valid = count > 0
+    if average in ("anchors", "batch"):
+        values = np.where(valid, total / np.where(valid, count, 1.0), 0.0)
+        return values, valid.astype(np.float64) if average == "anchors" else np.ones_like(values)
+    return total, count if average == "terms" else nonzero
+
+
+def _check_reductions(base, average):
+    config = {**base.get_config(), "average": average}
+    terms = [t.numpy() for t in type(base).from_config(config).per_anchor(LABELS, EMBEDDINGS)]
+    total, count, nonzero = terms
+    assert total.shape == count.shape == nonzero.shape == LABELS.shape
+    assert np.all(nonzero <= count) and np.all(count >= 0)
+    valid = count > 0
     assert valid.sum() > 0
-    if case.zero_without_triplet:
-        assert not valid[~triplet_anchors(LABELS)].any()
-    masked = np.where(valid, losses, 0.0)
+    values, shares = _reference_reduction(terms, average)
     w = np.linspace(0.5, 2.0, len(LABELS)).astype(np.float32)
 
     def run(reduction, sample_weight=None):
-        loss = with_reduction(base, reduction)
+        loss = type(base).from_config({**config, "reduction": reduction})
         return loss(LABELS, EMBEDDINGS, sample_weight=sample_weight).numpy()
 
     none = run("none")
     assert none.shape == LABELS.shape
-    np.testing.assert_allclose(none, masked, rtol=1e-5, atol=1e-7)
-    np.testing.assert_allclose(run("sum"), masked.sum(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(none, values, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(run("sum"), values.sum(), rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(
-        run("sum_over_batch_size"), masked.sum() / valid.sum(), rtol=1e-5, atol=1e-7
+        run("sum_over_batch_size"), values.sum() / shares.sum(), rtol=1e-5, atol=1e-7
     )
     np.testing.assert_allclose(
-        run("mean_with_sample_weight", w), (masked * w).sum() / w[valid].sum(), rtol=1e-5,
+        run("mean_with_sample_weight", w), (values * w).sum() / (shares * w).sum(), rtol=1e-5,
         atol=1e-7,
     )
     np.testing.assert_allclose(
-        run("sum_over_batch_size", w), (masked * w).sum() / valid.sum(), rtol=1e-5, atol=1e-7
+        run("sum_over_batch_size", w), (values * w).sum() / shares.sum(), rtol=1e-5, atol=1e-7
     )
+    return valid
+
+
+@pytest.mark.parametrize("case", ALL)
+def test_reductions_consistent_with_per_anchor(case):
+    base = case.make()
+    valid = _check_reductions(fresh(base), base.average)
+    if case.zero_without_triplet:
+        assert not valid[~triplet_anchors(LABELS)].any()
+
+
+@pytest.mark.parametrize("average", ["anchors", "batch", "terms", "nonzero"])
+@pytest.mark.parametrize("case", pick("nca2_all_semihard", "wu_all_dw", "ms_default",
+                                      "contrastive_all_pairs", "fappy", "trimmed_nca2"))
+def test_every_average_for_every_kind_of_term(case, average):
+    _check_reductions(fresh(case.make()), average)
+
+
+@pytest.mark.parametrize("case", ALL)
+def test_average_is_checked_and_saved(case):
+    loss = case.make()
+    assert loss.average in ("anchors", "batch", "terms", "nonzero")
+    assert loss.get_config()["average"] == loss.average
+    with pytest.raises(ValueError, match="average"):
+        type(loss).from_config({**loss.get_config(), "average": "pairs"})
 
 
 def test_fit_with_sample_weight_zero_on_all_anchors_keeps_weights():

@@ -17,7 +17,7 @@ from recorded_mining import RecordingMiner, as_f32, checked_mined, reference_set
 
 import tfdml
 from tfdml.losses import MarginLoss, margin_loss
-from tfdml.miners import MultiSimilarityMiner, TripletMiner
+from tfdml.miners import AllPairsMiner, MultiSimilarityMiner, TripletMiner
 
 pytestmark = pytest.mark.filterwarnings("ignore:MarginLoss .* has a learnable beta")
 
@@ -105,9 +105,11 @@ def test_other_distances(miner, distance):
 
 
 def test_default_miner_is_random_positive_distance_weighted():
+    """The class-collapse paper's Dist-Margin sampling, averaged over non-zero pair terms."""
     labels, x = BATCH_A
     loss = MarginLoss(learn_beta=False)
     assert isinstance(loss.miner, TripletMiner)
+    assert loss.average == "nonzero"
     assert (loss.miner.positive, loss.miner.negative) == ("random", "distance_weighted")
     assert (loss.miner.lower_cutoff, loss.miner.upper_cutoff) == (0.5, 1.4)
     recorder = RecordingMiner(loss.miner)
@@ -178,7 +180,7 @@ def test_per_class_beta_indexes_by_anchor_class():
     x = np.asarray(CLASS_X, np.float32)
     miner = TripletMiner("all", "all")
     loss = MarginLoss(beta=CLASS_BETA, num_classes=5, learn_beta=False, miner=miner,
-                      reduction="none")
+                      reduction="none", average="anchors")
     got = loss(CLASS_LABELS, x).numpy()
     triplets = ref.mine_triplets(ref.margin_scores(x.astype(np.float64), distance_kind="l2"),
                                  CLASS_LABELS, positive="all", negative="all")
@@ -187,7 +189,8 @@ def test_per_class_beta_indexes_by_anchor_class():
     np.testing.assert_allclose(got, [per_anchor[a] for a in range(14)], atol=VALUE_TOL)
     # Each anchor's value equals the scalar-beta loss with its class's beta.
     for cls, b in enumerate(CLASS_BETA):
-        scalar = MarginLoss(beta=b, learn_beta=False, miner=miner, reduction="none")
+        scalar = MarginLoss(beta=b, learn_beta=False, miner=miner, reduction="none",
+                            average="anchors")
         rows = CLASS_LABELS == cls
         np.testing.assert_allclose(got[rows], scalar(CLASS_LABELS, x).numpy()[rows], rtol=1e-6)
     # A beta indexed by anything else (e.g. position in the batch) would differ.
@@ -331,18 +334,25 @@ def test_margin_loss_on_all_pairs_equals_paper_formula():
     #   a1: pos x0: 0; neg x2: (1.2 - 2 + .2)+ = 0; neg x3: 0.4                    -> 0.4/3
     #   a2: pos x3: (5 - 1.2 + .2) = 4; neg x0: 0.4; neg x1: 0                     -> 4.4/3
     #   a3: pos x2: 4; neg x0: 0; neg x1: 0.4                                      -> 4.4/3
+    # Sum 9.6 over 6 non-zero pair terms (the default, Wu et al.'s code): 1.6.
     # Mean over anchors: 9.6 / 12 = 0.8. The paper's O_margin = (1/n^2) sum_{i,j} L
     # (self pairs add 0) = 9.6 / 16 = 0.6 = 0.8 * (n - 1) / n.
+    for miner in (_all_pairs_miner(), AllPairsMiner(), None):
+        loss = MarginLoss(margin=0.2, beta=1.2, learn_beta=False, miner=miner,
+                          distance="squared_l2", normalize=False)
+        np.testing.assert_allclose(loss(HAND_LABELS, HAND_X).numpy(), 1.6, rtol=1e-6)
     loss = MarginLoss(margin=0.2, beta=1.2, learn_beta=False, miner=_all_pairs_miner(),
-                      distance="squared_l2", normalize=False)
+                      distance="squared_l2", normalize=False, average="anchors")
     value = loss(HAND_LABELS, HAND_X).numpy()
     np.testing.assert_allclose(value, 0.8, rtol=1e-6)
     np.testing.assert_allclose(value * 3 / 4, 0.6, rtol=1e-6)
     # Per-class beta (0: 1.2, 1: 0.5): anchors 2 and 3 become (4.7 + 0 + 0) / 3 each:
-    # (0.4 + 0.4 + 4.7 + 4.7) / 12 = 0.85.
-    per_class = MarginLoss(margin=0.2, beta=[1.2, 0.5], num_classes=2, learn_beta=False,
-                           miner=_all_pairs_miner(), distance="squared_l2", normalize=False)
-    np.testing.assert_allclose(per_class(HAND_LABELS, HAND_X).numpy(), 0.85, rtol=1e-6)
+    # (0.4 + 0.4 + 4.7 + 4.7) / 12 = 0.85; 10.2 over 4 non-zero terms = 2.55.
+    for average, want in (("anchors", 0.85), ("nonzero", 2.55)):
+        per_class = MarginLoss(margin=0.2, beta=[1.2, 0.5], num_classes=2, learn_beta=False,
+                               miner=_all_pairs_miner(), distance="squared_l2",
+                               normalize=False, average=average)
+        np.testing.assert_allclose(per_class(HAND_LABELS, HAND_X).numpy(), want, rtol=1e-6)
 
 
 def test_margin_loss_on_triplets_hand_example():
@@ -352,10 +362,12 @@ def test_margin_loss_on_triplets_hand_example():
     #   a1: p = x0 (D 1), n = x3 (D 1): 0.2
     #   a2: p = x3 (D 5), n = x0 (D 1): (4 + 0.4) / 2 = 2.2
     #   a3: p = x2 (D 5), n = x1 (D 1): 2.2                      -> mean 1.2
-    loss = MarginLoss(margin=0.2, beta=1.2, learn_beta=False,
-                      miner=TripletMiner("easy", "hard"), distance="squared_l2",
-                      normalize=False)
-    np.testing.assert_allclose(loss(HAND_LABELS, HAND_X).numpy(), 1.2, rtol=1e-6)
+    # Over the non-zero pair terms (default): 9.6 / 6 = 1.6; over all 8 terms: 1.2.
+    for average, want in (("anchors", 1.2), ("terms", 1.2), ("nonzero", 1.6), ("batch", 1.2)):
+        loss = MarginLoss(margin=0.2, beta=1.2, learn_beta=False,
+                          miner=TripletMiner("easy", "hard"), distance="squared_l2",
+                          normalize=False, average=average)
+        np.testing.assert_allclose(loss(HAND_LABELS, HAND_X).numpy(), want, rtol=1e-6)
 
 
 # -- arguments -------------------------------------------------------------------------------------

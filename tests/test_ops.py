@@ -7,6 +7,8 @@ import pytest
 import references as ref
 import tensorflow as tf
 
+import tfdml
+
 from tfdml import ops
 
 RNG = np.random.default_rng(0)
@@ -126,10 +128,15 @@ def test_l2_normalize_gradient(dtype):
 
 
 def test_cast_labels_shapes_and_dtypes():
-    for labels in ([3, 1, 4], [[3], [1], [4]], np.array([3.0, 1.0, 4.0], np.float32),
-                   np.array([[3], [1], [4]], np.int16), np.array([2.9999, 1.0001, 4.0])):
+    for labels in ([3, 1, 4], [[3], [1], [4]], np.array([[3], [1], [4]], np.int16),
+                   np.array([3, 1, 4], np.uint8)):
         got = ops.cast_labels(labels)
         assert got.dtype == tf.int32 and got.shape == (3,)
+        np.testing.assert_array_equal(got.numpy(), [3, 1, 4])
+    # Floats holding whole numbers become int64 (ids beyond 2**31 keep their value).
+    for labels in (np.array([3.0, 1.0, 4.0], np.float32), np.array([[3.0], [1.0], [4.0]])):
+        got = ops.cast_labels(labels)
+        assert got.dtype == tf.int64 and got.shape == (3,)
         np.testing.assert_array_equal(got.numpy(), [3, 1, 4])
     # int64 ids stay int64: an int32 cast would wrap ids beyond 2**31 onto others.
     got = ops.cast_labels(np.array([[3], [1], [4]], np.int64))
@@ -330,3 +337,92 @@ def test_map_row_blocks_on_an_empty_batch():
                      input_signature=[tf.TensorSpec([None, 3], tf.float32)])
     (out,) = fn(tf.zeros([0, 3]))
     assert out.shape == (0, 3)
+
+
+@pytest.mark.parametrize("labels", [
+    np.array([2**32 + 1, 1], np.uint64),
+    np.array([2**63 + 1, 1], np.uint64),
+    np.array([2**32 + 1, 1], np.uint32 if False else np.int64),
+    np.array([2.0**32 + 1, 1.0], np.float64),
+    np.array([2.0**31, 0.0], np.float32),
+    np.array([2**31 + 7, 7], np.uint32),
+])
+def test_cast_labels_keeps_large_ids_distinct(labels):
+    got = ops.cast_labels(labels).numpy()
+    assert got[0] != got[1]
+    assert len(np.unique(got)) == len(np.unique(labels))
+
+
+def test_cast_labels_large_ids_distinct_in_a_loss():
+    # [2**32 + 1, 1] used to become [1, 1]: one class, so no negative and a loss of 0.
+    x = np.random.RandomState(0).normal(size=(4, 3)).astype("float32")
+    merged = tfdml.losses.TripletNCALoss()(np.array([1, 1, 1, 1], np.int64), x)
+    for dtype in (np.uint64, np.float64):
+        labels = np.array([2**32 + 1, 2**32 + 1, 1, 1], dtype)
+        value = tfdml.losses.TripletNCALoss()(labels, x)
+        assert float(merged) == 0.0 and float(value) > 0.0
+
+
+@pytest.mark.parametrize("labels", [np.array([0.5, 1.0]), np.array([2.9999, 1.0]),
+                                    np.array([np.nan, 1.0]), np.array([np.inf, 1.0])])
+def test_cast_labels_rejects_fractional_floats(labels):
+    with pytest.raises(ValueError, match="y_true.*whole numbers"):
+        ops.cast_labels(labels, "y_true")
+    with pytest.raises(ValueError, match="y_true"):
+        tfdml.losses.TripletNCALoss()(labels, np.ones((2, 3), np.float32))
+
+
+def test_cast_labels_fractional_floats_fail_in_graph():
+    fn = tf.function(lambda y: ops.cast_labels(y, "y_true"))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="whole numbers"):
+        fn(tf.constant([0.5, 1.0]))
+    np.testing.assert_array_equal(fn(tf.constant([2.0, 1.0])).numpy(), [2, 1])
+
+
+@pytest.mark.parametrize("labels", [np.array(["a", "b"]), ["cat", "dog"],
+                                    np.array([b"a", b"b"]), tf.constant(["a", "b"])])
+def test_cast_labels_rejects_strings(labels):
+    with pytest.raises(ValueError, match="y_true"):
+        ops.cast_labels(labels, "y_true")
+    with pytest.raises(ValueError, match="y_true"):
+        tfdml.losses.MultiSimilarityLoss()(labels, np.ones((2, 3), np.float32))
+
+
+@pytest.mark.parametrize("offset", [-1, 5, 100])
+def test_ref_offset_outside_reference_set_rejected(offset):
+    x = np.random.RandomState(0).normal(size=(4, 3)).astype("float32")
+    ref = np.random.RandomState(1).normal(size=(8, 3)).astype("float32")
+    labels, ref_labels = np.array([0, 0, 1, 1]), np.array([0, 1, 0, 1, 0, 1, 0, 1])
+    with pytest.raises(ValueError, match="ref_offset"):
+        tfdml.losses.triplet_nca_loss(labels, x, ref_embeddings=ref, ref_labels=ref_labels,
+                                      ref_offset=offset)
+    with pytest.raises(ValueError, match="ref_offset"):  # a tensor offset, eagerly
+        tfdml.losses.triplet_nca_loss(labels, x, ref_embeddings=ref, ref_labels=ref_labels,
+                                      ref_offset=tf.constant(offset))
+
+
+def test_ref_offset_checked_in_graph_with_dynamic_shapes():
+    spec = tf.TensorSpec([None, 3], tf.float32)
+
+    @tf.function(input_signature=[spec, spec, tf.TensorSpec([], tf.int32)])
+    def fn(x, ref, offset):
+        n, r = tf.shape(x)[0], tf.shape(ref)[0]
+        return tfdml.losses.triplet_nca_loss(tf.range(n) % 2, x, ref_embeddings=ref,
+                                             ref_labels=tf.range(r) % 2, ref_offset=offset)
+
+    x = tf.random.normal([4, 3], seed=1)
+    ref = tf.random.normal([8, 3], seed=2)
+    for offset in (0, 4):
+        assert np.isfinite(float(fn(x, ref, offset)))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="ref_offset"):
+        fn(x, ref, 5)
+
+
+def test_ref_offset_valid_range_accepted():
+    x = np.random.RandomState(0).normal(size=(4, 3)).astype("float32")
+    ref = np.concatenate([np.random.RandomState(1).normal(size=(4, 3)), x]).astype("float32")
+    labels, ref_labels = np.array([0, 0, 1, 1]), np.array([0, 1, 0, 1, 0, 0, 1, 1])
+    for offset in (0, 2, 4, None):
+        value = tfdml.losses.triplet_nca_loss(labels, x, ref_embeddings=ref,
+                                              ref_labels=ref_labels, ref_offset=offset)
+        assert np.isfinite(float(value))

@@ -70,7 +70,7 @@ def test_trim_mask_hand_examples():
 
 def _contrastive_case():
     def make(miner):
-        return ContrastiveLoss(negative_margin=1.3, miner=miner)
+        return ContrastiveLoss(negative_margin=1.3, miner=miner, average="anchors")
 
     def reference(labels, e, mined):
         return ref.contrastive_loss(e, mined[0], mined[1], 0.0, 1.3)[1]
@@ -83,12 +83,12 @@ def _contrastive_all_pairs_case():
         pos, neg = ref.label_masks(labels)
         return ref.contrastive_loss(e, pos, neg, 0.2, 1.2)[1]
 
-    return (lambda miner: ContrastiveLoss(0.2, 1.2)), reference, None
+    return (lambda miner: ContrastiveLoss(0.2, 1.2, average="anchors")), reference, None
 
 
 def _margin_case():
     def make(miner):
-        return MarginLoss(beta=1.1, learn_beta=False, miner=miner)
+        return MarginLoss(beta=1.1, learn_beta=False, miner=miner, average="anchors")
 
     def reference(labels, e, mined):
         return ref.margin_triplet_input_loss(labels, e, mined[2], 0.2, 1.1)[1]
@@ -98,7 +98,7 @@ def _margin_case():
 
 def _ms_case():
     def make(miner):
-        return MultiSimilarityLoss(miner=miner)
+        return MultiSimilarityLoss(miner=miner, average="anchors")
 
     def reference(labels, e, mined):
         return ref.multi_similarity_loss(e, mined[0], mined[1])[1]
@@ -189,7 +189,8 @@ def test_trimmed_loss_honours_wrapped_normalize():
     """normalize=False on the wrapped loss is honoured (raw embeddings)."""
     labels, x = BATCH
     x32 = np.asarray(0.4 * x, np.float32)
-    inner = ContrastiveLoss(0.0, 1.0, distance="squared_l2", normalize=False)
+    inner = ContrastiveLoss(0.0, 1.0, distance="squared_l2", normalize=False,
+                            average="anchors")
     value = TrimmedLoss(inner, trim=0.25)(labels, x32).numpy()
     pos, neg = ref.label_masks(labels)
     _, per_anchor = ref.contrastive_loss(x32.astype(np.float64), pos, neg, 0.0, 1.0,
@@ -213,3 +214,23 @@ def test_invalid_trim(trim):
 def test_non_tfdml_loss_rejected(loss):
     with pytest.raises(ValueError, match="loss"):
         TrimmedLoss(loss)
+
+
+def test_trimmed_loss_keeps_the_wrapped_loss_average():
+    """Trimming the margin loss keeps its average over the non-zero pair terms (of the kept
+    anchors), so trim=0 is the margin loss itself."""
+    labels, x = BATCH
+    x32 = np.asarray(x, np.float32)
+    x64 = x32.astype(np.float64)
+    inner = MarginLoss(margin=0.0, beta=1.3, learn_beta=False,
+                       miner=TripletMiner("easy", "hard"))
+    loss = TrimmedLoss(inner, trim=0.25)
+    assert loss.average == inner.average == "nonzero"
+    triplets = ref.mine_triplets(ref.margin_scores(x64, distance_kind="l2"), labels,
+                                 positive="easy", negative="hard")
+    terms = ref.margin_triplet_terms(labels, x64, triplets, 0.0, 1.3)
+    means = [float(np.mean(terms[a])) if a in terms else 0.0 for a in range(len(labels))]
+    keep = ref.trim_keep(means, [a in terms for a in range(len(labels))], 0.25)
+    want = ref.average_terms({a: terms[a] for a in keep}, "nonzero", len(labels))
+    np.testing.assert_allclose(loss(labels, x32).numpy(), want, atol=VALUE_TOL)
+    assert abs(want - ref.average_terms({a: terms[a] for a in keep}, "anchors", 16)) > 1e-3

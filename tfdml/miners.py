@@ -34,6 +34,7 @@ import tensorflow as tf
 from tfdml import ops
 
 __all__ = [
+    "AllPairsMiner",
     "Miner",
     "MultiSimilarityMiner",
     "Pairs",
@@ -628,6 +629,33 @@ class TripletMiner(Miner):
         positive = tf.where(valid, positive, 0)
         negative = tf.where(valid, negative, 0)
         return Triplets(positive[:, None], negative[:, None], valid[:, None, None])
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class AllPairsMiner(Miner):
+    """No mining: every positive pair and every negative pair of each anchor.
+
+    Returns :class:`Pairs` with the label masks: positives are the reference
+    samples of the anchor's class (never the anchor itself), negatives all
+    samples of other classes. Pair losses (contrastive, margin,
+    multi-similarity) use each pair once; triplet losses use every
+    (positive, negative) combination of an anchor (:func:`as_triplets`, a
+    ``[B, R, R]`` mask). ``O(B R)`` memory for pair losses, ``O(B R^2)`` for
+    triplet losses.
+
+    It is what ``miner=None`` means for every tfdml loss (pytorch-metric-
+    learning's reading of no miner); ``miner="default"`` is the loss's own
+    miner.
+
+    Examples:
+
+    >>> loss = tfdml.losses.MultiSimilarityLoss(miner=tfdml.miners.AllPairsMiner())
+    >>> loss = tfdml.losses.MultiSimilarityLoss(miner=None)  # the same
+    """
+
+    def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
+             ref_embeddings=None) -> Pairs:
+        return Pairs(*ops.label_masks(labels, ref_labels, ref_offset))
 
 
 @keras.saving.register_keras_serializable(package="tfdml")

@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import numbers
 
+import numpy as np
 import tensorflow as tf
 
 __all__ = [
+    "all_finite",
     "cast_labels",
+    "check_ref_offset",
     "check_batch_sizes",
     "check_embeddings",
     "compute_dtype",
@@ -38,6 +41,7 @@ __all__ = [
     "masked_max",
     "masked_min",
     "map_row_blocks",
+    "nan_unless_finite",
     "pairwise_distance",
     "pairwise_similarity",
     "safe_sqrt",
@@ -48,17 +52,35 @@ __all__ = [
 def cast_labels(labels, name: str = "labels") -> tf.Tensor:
     """Returns integer class ids as an integer tensor of shape ``[B]``.
 
-    Accepts shape ``[B]`` or ``[B, 1]`` and any integer or float dtype. The
-    result is ``int32``, except that ``int64`` ids stay ``int64`` (an int32
-    cast would wrap ids beyond 2**31 onto others). Floats are rounded and
-    cast (exact for ids below 2**24 in float32); ids already rounded by a
-    ``bfloat16`` conversion cannot be recovered, so pass integer labels.
+    Accepts shape ``[B]`` or ``[B, 1]``, any integer dtype, and floats that
+    hold whole numbers. The result is ``int32`` for integer types of at most
+    32 bits (``uint32``: ``int64``) and ``int64`` for 64-bit ids and for
+    floats, so that no two distinct ids are merged: ``uint64`` ids are
+    reinterpreted bit for bit (ids at or above 2**63 become negative, still
+    distinct), and float ids beyond 2**31 keep their value. Ids already
+    rounded by a ``bfloat16`` conversion cannot be recovered, so pass integer
+    labels.
 
     Raises:
         ValueError: if the labels are not of rank 1, or rank 2 with a last
-            dimension of 1.
+            dimension of 1; if they are strings or another non-numeric
+            dtype; or if float labels hold a value that is not a whole
+            number (checked eagerly; inside ``tf.function`` an assertion,
+            which XLA does not evaluate).
     """
+    if not tf.is_tensor(labels):
+        array = np.asarray(labels)
+        if array.dtype.kind in "USO":
+            raise ValueError(
+                f"`{name}` must be integer class ids, not strings or objects. Map them to "
+                f"integers first (e.g. with keras.layers.StringLookup). Received: "
+                f"{name}.dtype={array.dtype}"
+            )
     labels = tf.convert_to_tensor(labels)
+    if not (labels.dtype.is_integer or labels.dtype.is_floating or labels.dtype == tf.bool):
+        raise ValueError(
+            f"`{name}` must be integer class ids. Received: {name}.dtype={labels.dtype.name}"
+        )
     rank = labels.shape.rank
     if rank == 2 and labels.shape[-1] == 1:
         labels = tf.squeeze(labels, axis=-1)
@@ -69,9 +91,86 @@ def cast_labels(labels, name: str = "labels") -> tf.Tensor:
         )
     if labels.dtype in (tf.int32, tf.int64):
         return labels
+    if labels.dtype == tf.uint64:
+        return tf.bitcast(labels, tf.int64)
+    if labels.dtype == tf.uint32:
+        return tf.cast(labels, tf.int64)
     if labels.dtype.is_floating:
-        labels = tf.round(labels)
+        return _whole_number_ids(labels, name)
     return tf.cast(labels, tf.int32)
+
+
+def _whole_number_ids(labels, name):
+    """Float class ids as int64, refusing values that are not whole numbers."""
+    whole = tf.logical_and(tf.math.is_finite(labels), tf.equal(labels, tf.round(labels)))
+    message = (f"`{name}` holds float values that are not whole numbers (or NaN/Inf); "
+               "class ids must be integers.")
+    if tf.executing_eagerly():
+        bad = np.asarray(labels)[~np.asarray(whole)]
+        if bad.size:
+            raise ValueError(f"{message} Received e.g. {bad[:3].tolist()}")
+        return tf.cast(labels, tf.int64)
+    with tf.control_dependencies([tf.debugging.Assert(tf.reduce_all(whole), [message])]):
+        return tf.cast(labels, tf.int64)
+
+
+def check_ref_offset(ref_offset, batch, num_ref):
+    """Checks that anchors ``[ref_offset, ref_offset + B)`` lie inside a reference set of ``R``.
+
+    ``ref_offset=None`` (anchors outside the reference set) passes. A static
+    offset with static sizes raises a ValueError; otherwise an assertion is
+    added (graphs; not evaluated under XLA).
+
+    Returns:
+        ``ref_offset``, as given or with the assertion attached.
+    """
+    if ref_offset is None:
+        return None
+    if not tf.is_tensor(ref_offset):
+        if not isinstance(ref_offset, numbers.Integral) or isinstance(ref_offset, bool):
+            raise ValueError(f"`ref_offset` must be an int or None. Received: ref_offset={ref_offset!r}")
+        ref_offset = int(ref_offset)
+        if isinstance(batch, int) and isinstance(num_ref, int):
+            if not 0 <= ref_offset <= num_ref - batch:
+                raise ValueError(
+                    f"`ref_offset` must be in [0, {num_ref - batch}] so that the {batch} anchors "
+                    f"are rows ref_offset .. ref_offset + {batch} - 1 of the {num_ref} reference "
+                    f"samples (None: the anchors are not in the reference set). "
+                    f"Received: ref_offset={ref_offset}"
+                )
+            return ref_offset
+    offset = tf.cast(ref_offset, tf.int32)
+    ok = tf.logical_and(offset >= 0, offset + tf.cast(batch, tf.int32) <= tf.cast(num_ref, tf.int32))
+    if tf.executing_eagerly():
+        if not bool(ok):
+            raise ValueError(
+                f"`ref_offset` must be in [0, {int(num_ref) - int(batch)}]. "
+                f"Received: ref_offset={int(offset)}"
+            )
+        return ref_offset
+    message = "`ref_offset` must be in [0, len(ref_embeddings) - len(y_pred)]."
+    with tf.control_dependencies([tf.debugging.Assert(ok, [message])]):
+        return tf.identity(offset)
+
+
+def all_finite(*tensors) -> tf.Tensor:
+    """Scalar bool: every entry of every (non-None) tensor is finite."""
+    checks = [tf.reduce_all(tf.math.is_finite(t)) for t in tensors if t is not None]
+    return tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True)
+
+
+def nan_unless_finite(value, *inputs) -> tf.Tensor:
+    """``value`` where every input is finite, NaN (everywhere) otherwise.
+
+    How every tfdml loss turns a NaN or Inf embedding into a NaN loss, so that
+    ``keras.callbacks.TerminateOnNaN`` fires, instead of the finite value a
+    masked selection would leave (NaN comparisons are false, so a NaN sample
+    is simply never mined).
+    """
+    value = tf.convert_to_tensor(value)
+    inputs = [tf.convert_to_tensor(t) for t in inputs if t is not None]
+    ok = all_finite(*inputs)
+    return tf.where(ok, value, tf.constant(float("nan"), value.dtype))
 
 
 def same_label_dtype(a, b):

@@ -174,7 +174,7 @@ def triplet_semihard_loss(y_true, y_pred, margin: float = 1.0, distance_metric="
 
     Returns:
         A scalar in the dtype of ``y_pred``; 0 when there is no positive pair
-        (TFA returns NaN).
+        (TFA returns NaN); NaN when an embedding is NaN or Inf (as TFA).
     """
     _check(margin, distance_metric)
     same, precise, dtype = _prepare(y_true, y_pred)
@@ -189,7 +189,7 @@ def triplet_semihard_loss(y_true, y_pred, margin: float = 1.0, distance_metric="
     hinge = tf.where(positive, tf.maximum(margin + dist - d_an, 0.0), 0.0)
     loss = tf.math.divide_no_nan(tf.reduce_sum(hinge),
                                  tf.cast(tf.math.count_nonzero(positive), dist.dtype))
-    return tf.cast(loss, dtype)
+    return tf.cast(ops.nan_unless_finite(loss, precise), dtype)
 
 
 def triplet_hard_loss(y_true, y_pred, margin: float = 1.0, soft: bool = False,
@@ -222,7 +222,7 @@ def triplet_hard_loss(y_true, y_pred, margin: float = 1.0, soft: bool = False,
         losses = tf.math.softplus(hardest_positive - hardest_negative)
     else:
         losses = tf.maximum(hardest_positive - hardest_negative + margin, 0.0)
-    return tf.cast(tf.reduce_mean(losses), dtype)
+    return tf.cast(ops.nan_unless_finite(tf.reduce_mean(losses), precise), dtype)
 
 
 def lifted_struct_loss(labels, embeddings, margin: float = 1.0):
@@ -241,7 +241,8 @@ def lifted_struct_loss(labels, embeddings, margin: float = 1.0):
 
     Returns:
         A scalar in the dtype of ``embeddings``; 0 without positive pairs, and
-        pairs without any negative count 0 (TFA: NaN in both cases).
+        pairs without any negative count 0 (TFA: NaN in both cases); NaN
+        when an embedding is NaN or Inf (as TFA).
     """
     _check(margin, "L2")
     same, precise, dtype = _prepare(labels, embeddings)
@@ -263,7 +264,7 @@ def lifted_struct_loss(labels, embeddings, margin: float = 1.0):
     hinge = tf.where(usable, tf.square(tf.maximum(j, 0.0)), tf.zeros_like(j))
     pairs = 0.5 * tf.reduce_sum(tf.cast(positive, dist.dtype))
     loss = tf.math.divide_no_nan(0.25 * tf.reduce_sum(hinge), pairs)
-    return tf.cast(loss, dtype)
+    return tf.cast(ops.nan_unless_finite(loss, precise), dtype)
 
 
 def contrastive_loss(y_true, y_pred, margin: float = 1.0):

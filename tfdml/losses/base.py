@@ -1,20 +1,42 @@
 """The base class of tfdml losses and the plumbing their functional forms share.
 
 A tfdml loss takes ``y_true`` = integer class ids ``[B]`` (or ``[B, 1]``) and
-``y_pred`` = embeddings ``[B, D]``. It computes one loss value per anchor and a
-flag saying whether the anchor had anything to learn from (a mined triplet,
-a positive pair...), then reduces:
+``y_pred`` = embeddings ``[B, D]``. Per anchor it computes the *terms* it
+learns from (one per mined triplet, per mined pair, or one per anchor for
+losses such as the multi-similarity loss that are defined per anchor) as an
+:class:`AnchorTerms`: the sum of the anchor's term losses, the number of
+terms and the number of non-zero terms. An anchor without terms (no
+positive, no negative, nothing mined) is *inactive*.
 
-* ``"sum_over_batch_size"`` / ``"mean"`` (default): the mean over the anchors
-  that have a triplet (weighted by ``sample_weight`` if given, divided by
-  the number of such anchors, as Keras does for masked losses);
-* ``"mean_with_sample_weight"``: sum divided by the sum of the weights of
-  the anchors that have a triplet;
-* ``"sum"``: the plain sum;
-* ``"none"`` / ``None``: the ``[B]`` per-anchor values, 0 for anchors without
-  a triplet.
+**What a loss averages over** (``average=``; each loss's default follows its
+paper and the authors' code, see docs/losses.md):
 
-A batch where no anchor has a triplet gives 0 with zero gradients.
+* ``"anchors"``: per anchor the mean over its terms, then the mean over the
+  active anchors;
+* ``"batch"``: per anchor the mean over its terms, then the sum divided by
+  the batch size (inactive anchors count as 0; Wang et al.'s MS loss);
+* ``"terms"``: the sum over all terms divided by their number (the mean over
+  all mined triplets or pairs);
+* ``"nonzero"``: the sum over all terms divided by the number of terms with
+  a non-zero loss (Wu et al.'s margin loss).
+
+**Reductions** (``reduction=``, Keras' names). With ``v_a`` the anchor's
+value (its mean for ``"anchors"``/``"batch"``, its sum for
+``"terms"``/``"nonzero"``), ``c_a`` its share of the denominator and ``w_a``
+the sample weight (1 without one):
+
+* ``"sum_over_batch_size"`` / ``"mean"`` (default):
+  ``sum_a w_a v_a / sum_a c_a``;
+* ``"mean_with_sample_weight"``: ``sum_a w_a v_a / sum_a w_a c_a``;
+* ``"sum"``: ``sum_a w_a v_a``;
+* ``"none"`` / ``None``: the ``[B]`` values ``w_a v_a`` (0 for inactive
+  anchors).
+
+A batch where no anchor is active gives 0 with zero gradients (eagerly the
+loss warns once; ``tfdml.metrics.ActiveAnchors`` logs the fraction of active
+anchors during ``fit``). A NaN or Inf anywhere in the embeddings (or the
+reference set) gives a NaN loss, for every reduction, so that
+``keras.callbacks.TerminateOnNaN`` fires.
 
 **Several replicas** (``tf.distribute.MirroredStrategy``,
 ``MultiWorkerMirroredStrategy``): each replica sees a slice of the global
@@ -38,24 +60,54 @@ Miners that draw at random draw independently on each replica. With
 from __future__ import annotations
 
 import re
+import warnings
+from typing import NamedTuple
 
 import keras
 import tensorflow as tf
 
 from tfdml import ops
-from tfdml.miners import Miner, Pairs
+from tfdml.miners import AllPairsMiner, Miner, Pairs
 
 __all__ = [
+    "AVERAGES",
+    "AnchorTerms",
     "MetricLoss",
-    "mean_over_valid",
-    "pair_mean",
-    "per_anchor_mean",
+    "anchor_terms",
+    "average_terms",
+    "check_average",
+    "functional_value",
+    "pair_terms",
     "prepare_inputs",
     "reduce_anchor_losses",
     "resolve_miner",
+    "triplet_terms",
 ]
 
 _REDUCTIONS = ("sum_over_batch_size", "mean", "mean_with_sample_weight", "sum", "none", None)
+
+#: What a loss can average over; see the module docstring.
+AVERAGES = ("anchors", "batch", "terms", "nonzero")
+
+
+class AnchorTerms(NamedTuple):
+    """Per anchor: the loss terms it learns from, summed and counted.
+
+    Attributes:
+        total: ``[B]`` sum of the anchor's term losses.
+        count: ``[B]`` number of terms (0: the anchor is inactive). May be
+            fractional where a loss shares a term between two anchors.
+        nonzero: ``[B]`` number of terms with a loss above 0.
+    """
+
+    total: tf.Tensor
+    count: tf.Tensor
+    nonzero: tf.Tensor
+
+    @property
+    def active(self):
+        """``[B]`` bool: the anchor has at least one term."""
+        return self.count > 0
 
 
 def prepare_inputs(
@@ -69,15 +121,16 @@ def prepare_inputs(
     """Validates and casts the inputs of a functional loss.
 
     Returns:
-        ``(labels, x, ref_labels, ref, ref_offset)``: int32 labels, the
+        ``(labels, x, ref_labels, ref, ref_offset)``: integer labels, the
         embeddings in the compute dtype (float32, or float64 for float64
         input), L2-normalized if ``normalize``, and the same for the reference
         set (the batch itself when ``ref_embeddings`` is None, with offset 0).
 
     Raises:
         ValueError: for embeddings that are not rank 2, labels that are not
-            ``[B]``/``[B, 1]``, batch sizes that differ, or a reference set
-            with embeddings but no labels (or the reverse).
+            ``[B]``/``[B, 1]`` integer ids, batch sizes that differ, a
+            reference set with embeddings but no labels (or the reverse), or
+            a ``ref_offset`` that puts the anchors outside the reference set.
     """
     labels = ops.cast_labels(labels, "y_true")
     embeddings = ops.check_embeddings(embeddings, "y_pred")
@@ -102,59 +155,84 @@ def prepare_inputs(
             "`ref_embeddings` must have the same embedding size as `y_pred`. "
             f"Received: ref_embeddings.shape={ref.shape}, y_pred.shape={embeddings.shape}"
         )
+    batch = x.shape[0] if x.shape[0] is not None else tf.shape(x)[0]
+    num_ref = ref.shape[0] if ref.shape[0] is not None else tf.shape(ref)[0]
+    ref_offset = ops.check_ref_offset(ref_offset, batch, num_ref)
     ref = tf.cast(ref, dtype)
     if normalize:
         ref = ops.l2_normalize(ref)
     return labels, x, ref_labels, ref, ref_offset
 
 
-def per_anchor_mean(values, mask):
-    """Mean of ``values`` over each anchor's true ``mask`` entries.
+def _nonzero(values):
+    return values > tf.zeros([], values.dtype)
+
+
+def triplet_terms(values, mask) -> AnchorTerms:
+    """Per anchor, the terms ``values`` where ``mask`` is true (one per triplet or pair).
 
     Args:
-        values: per-triplet (or per-pair) losses, broadcastable to ``mask``,
-            whose first axis is the anchor.
+        values: per-term losses, broadcastable to ``mask``, whose first axis
+            is the anchor.
         mask: boolean, ``[B, ...]``.
-
-    Returns:
-        ``(losses, valid)``: ``[B]`` means (0 where the mask is empty) and
-        ``[B]`` booleans, true where the anchor had at least one entry.
     """
-    weights = tf.cast(mask, values.dtype)
-    values = tf.broadcast_to(values, tf.shape(weights))
+    values = tf.broadcast_to(values, tf.shape(mask))
     axes = list(range(1, len(mask.shape)))
-    count = tf.reduce_sum(weights, axis=axes)
-    total = tf.reduce_sum(values * weights, axis=axes)
-    return tf.math.divide_no_nan(total, count), count > 0
+    weights = tf.cast(mask, values.dtype)
+    total = tf.reduce_sum(tf.where(mask, values, tf.zeros_like(values)), axis=axes)
+    nonzero = tf.reduce_sum(tf.cast(tf.logical_and(mask, _nonzero(values)), values.dtype),
+                            axis=axes)
+    return AnchorTerms(total, tf.reduce_sum(weights, axis=axes), nonzero)
 
 
-def pair_mean(positive_values, negative_values, pairs: Pairs):
-    """Per anchor, the mean of a pair loss over its mined positive and negative pairs.
+def pair_terms(positive_values, negative_values, pairs: Pairs) -> AnchorTerms:
+    """Per anchor, one term per mined positive pair and per mined negative pair.
 
     Args:
         positive_values: ``[B, R]`` loss of each pair if it were a positive pair.
         negative_values: ``[B, R]`` loss of each pair if it were a negative pair.
         pairs: the mined :class:`tfdml.miners.Pairs`.
-
-    Returns:
-        ``(losses, valid)`` as in :func:`per_anchor_mean`; valid anchors have
-        at least one mined pair.
     """
-    positive = tf.cast(pairs.positive, positive_values.dtype)
-    negative = tf.cast(pairs.negative, negative_values.dtype)
-    total = tf.reduce_sum(positive_values * positive + negative_values * negative, axis=1)
-    count = tf.reduce_sum(positive, axis=1) + tf.reduce_sum(negative, axis=1)
-    return tf.math.divide_no_nan(total, count), count > 0
+    pos = triplet_terms(positive_values, pairs.positive)
+    neg = triplet_terms(negative_values, pairs.negative)
+    return AnchorTerms(pos.total + neg.total, pos.count + neg.count, pos.nonzero + neg.nonzero)
 
 
-def mean_over_valid(losses, valid, like):
-    """The scalar a functional loss returns: mean of ``losses`` over ``valid`` anchors.
+def anchor_terms(losses, active) -> AnchorTerms:
+    """One term per active anchor, for losses defined per anchor (MS, FAPPY, LoOp pairs)."""
+    count = tf.cast(active, losses.dtype)
+    total = tf.where(active, losses, tf.zeros_like(losses))
+    return AnchorTerms(total, count, tf.cast(tf.logical_and(active, _nonzero(losses)),
+                                             losses.dtype))
 
-    0 (with zero gradients) when no anchor is valid; cast to the dtype of ``like``.
+
+def check_average(average):
+    if average not in AVERAGES:
+        raise ValueError(f"`average` must be one of {AVERAGES}. Received: average={average!r}")
+    return average
+
+
+def average_terms(terms: AnchorTerms, average: str):
+    """``(values, shares)``: per anchor ``v_a`` and ``c_a`` of the module docstring."""
+    check_average(average)
+    if average in ("anchors", "batch"):
+        values = tf.math.divide_no_nan(terms.total, terms.count)
+        if average == "anchors":
+            return values, tf.cast(terms.active, values.dtype)
+        return values, tf.ones_like(values)
+    return terms.total, terms.count if average == "terms" else terms.nonzero
+
+
+def functional_value(terms: AnchorTerms, average, y_pred, ref_embeddings=None):
+    """The scalar a functional loss returns: ``sum v_a / sum c_a`` (0 without active anchor).
+
+    NaN when ``y_pred`` or ``ref_embeddings`` holds a NaN or Inf; cast to the
+    dtype of ``y_pred``.
     """
-    count = tf.reduce_sum(tf.cast(valid, losses.dtype))
-    value = tf.math.divide_no_nan(tf.reduce_sum(losses), count)
-    return tf.cast(value, tf.convert_to_tensor(like).dtype)
+    values, shares = average_terms(terms, average)
+    value = tf.math.divide_no_nan(tf.reduce_sum(values), tf.reduce_sum(shares))
+    value = ops.nan_unless_finite(value, y_pred, ref_embeddings)
+    return tf.cast(value, tf.convert_to_tensor(y_pred).dtype)
 
 
 def _scale_for_distribution(value):
@@ -164,25 +242,26 @@ def _scale_for_distribution(value):
     return value
 
 
-def reduce_anchor_losses(losses, valid, sample_weight=None, reduction="sum_over_batch_size"):
-    """Reduces per-anchor losses as described in the module docstring."""
+def reduce_anchor_losses(values, shares, sample_weight=None, reduction="sum_over_batch_size"):
+    """Reduces per-anchor values and denominator shares as described in the module docstring."""
     _check_reduction(reduction)
-    weights = tf.cast(valid, losses.dtype)
-    count = tf.reduce_sum(weights)
+    weights = tf.ones_like(values)
     if sample_weight is not None:
-        sample_weight = tf.cast(tf.convert_to_tensor(sample_weight), losses.dtype)
+        sample_weight = tf.cast(tf.convert_to_tensor(sample_weight), values.dtype)
         if sample_weight.shape.rank == 2 and sample_weight.shape[-1] == 1:
             sample_weight = tf.squeeze(sample_weight, axis=-1)
         weights = weights * sample_weight
-    values = losses * weights
+    weighted = values * weights
     if reduction in ("none", None):
-        return values
-    total = tf.reduce_sum(values)
+        return weighted
+    total = tf.reduce_sum(weighted)
     if reduction == "sum":
         return total
     if reduction == "mean_with_sample_weight":
-        return _scale_for_distribution(tf.math.divide_no_nan(total, tf.reduce_sum(weights)))
-    return _scale_for_distribution(tf.math.divide_no_nan(total, count))
+        denominator = tf.reduce_sum(shares * weights)
+    else:
+        denominator = tf.reduce_sum(shares)
+    return _scale_for_distribution(tf.math.divide_no_nan(total, denominator))
 
 
 def _check_reduction(reduction):
@@ -191,31 +270,43 @@ def _check_reduction(reduction):
 
 
 def resolve_miner(miner, default_factory):
-    """A Miner instance from ``miner`` (instance, serialized dict, or None for the default)."""
-    if miner is None:
+    """A Miner instance from ``miner``.
+
+    ``"default"`` gives the loss's own miner (``default_factory()``, the
+    paper's); ``None`` gives :class:`tfdml.miners.AllPairsMiner` (no mining:
+    every positive and negative pair), for every loss alike; a serialized
+    dict is deserialized.
+    """
+    if isinstance(miner, str) and miner == "default":
         return default_factory()
+    if miner is None:
+        return AllPairsMiner()
     if isinstance(miner, dict):
         miner = keras.saving.deserialize_keras_object(miner)
     if not isinstance(miner, Miner):
         raise ValueError(
-            f"`miner` must be a tfdml.miners.Miner instance or None. Received: miner={miner!r}"
+            "`miner` must be a tfdml.miners.Miner instance, \"default\" (the loss's own "
+            f"miner) or None (no mining: every pair). Received: miner={miner!r}"
         )
     return miner
 
 
 class MetricLoss(keras.losses.Loss):
-    """Base class of tfdml losses: labels + embeddings in, one value per anchor, reduced.
+    """Base class of tfdml losses: labels + embeddings in, terms per anchor, averaged, reduced.
 
     Subclasses implement :meth:`per_anchor`. ``__call__`` casts ``y_true`` to
-    int32 (int64 stays int64) *before* any dtype conversion (Keras' base class
-    converts labels to the loss dtype, which in bfloat16 merges class ids
-    above 256), and computes in float32 whatever the dtype of ``y_pred``
-    (float64 for float64).
+    integer ids *before* any dtype conversion (Keras' base class converts
+    labels to the loss dtype, which in bfloat16 merges class ids above 256),
+    and computes in float32 whatever the dtype of ``y_pred`` (float64 for
+    float64).
 
     Args:
         normalize: L2-normalize the embeddings first. Defaults to `True`.
+        average: what the loss averages over: ``"anchors"``, ``"batch"``,
+            ``"terms"`` or ``"nonzero"`` (module docstring). Defaults to
+            `"anchors"`; each loss sets its paper's.
         reduction: see the module docstring. Defaults to
-            `"sum_over_batch_size"`, the mean over anchors that have a triplet.
+            `"sum_over_batch_size"`.
         name: name of the loss instance.
         dtype: dtype of the returned loss value. Defaults to `None`
             (``keras.config.floatx()``).
@@ -227,14 +318,17 @@ class MetricLoss(keras.losses.Loss):
     #: module docstring for what it costs.
     cross_replica = None
 
-    def __init__(self, normalize=True, reduction="sum_over_batch_size", name=None, dtype=None):
+    def __init__(self, normalize=True, reduction="sum_over_batch_size", name=None, dtype=None,
+                 average="anchors"):
         _check_reduction(reduction)
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self.normalize = bool(normalize)
+        self.average = check_average(average)
         self._config_dtype = dtype
+        self._warned_inactive = False
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
-        """Returns ``(losses [B], valid [B])`` in the compute dtype."""
+        """Returns the :class:`AnchorTerms` of each anchor, in the compute dtype."""
         raise NotImplementedError
 
     # -- trainable state (e.g. the learnable boundary of MarginLoss) -------------------------
@@ -317,15 +411,34 @@ class MetricLoss(keras.losses.Loss):
             return None
         return ctx
 
+    def _reduce(self, terms, sample_weight, inputs):
+        values, shares = average_terms(terms, self.average)
+        value = reduce_anchor_losses(values, shares, sample_weight, self.reduction)
+        return ops.nan_unless_finite(value, inputs)
+
+    def _warn_if_inactive(self, terms):
+        """Eagerly, once per loss: say so when no anchor of a batch has anything to learn."""
+        if self._warned_inactive or not tf.executing_eagerly():
+            return
+        if not bool(tf.reduce_any(terms.active)):
+            self._warned_inactive = True
+            warnings.warn(
+                f"Loss {self.name!r}: no anchor of this batch has a positive and a negative "
+                "(or nothing was mined), so the loss is 0 and nothing is learned. Batches need "
+                "several samples of each class, e.g. tfdml.data.pk_batches; "
+                "tfdml.metrics.ActiveAnchors logs the fraction of active anchors in fit.",
+                stacklevel=3,
+            )
+
     def __call__(self, y_true, y_pred, sample_weight=None):
         with tf.name_scope(self.name):
             labels = ops.cast_labels(y_true, "y_true")
             ctx = self._gathering_context()
             if ctx is not None:
                 return self._cross_replica_call(ctx, labels, y_pred, sample_weight)
-            losses, valid = self.per_anchor(labels, y_pred)
-            value = reduce_anchor_losses(losses, valid, sample_weight, self.reduction)
-            return tf.cast(value, self.dtype)
+            terms = self.per_anchor(labels, y_pred)
+            self._warn_if_inactive(terms)
+            return tf.cast(self._reduce(terms, sample_weight, y_pred), self.dtype)
 
     def _cross_replica_call(self, ctx, labels, y_pred, sample_weight):
         """The loss over the global batch, gathered from all replicas (module docstring)."""
@@ -339,24 +452,30 @@ class MetricLoss(keras.losses.Loss):
             if sample_weight.shape.rank == 0:
                 sample_weight = tf.fill([local], sample_weight)
             sample_weight = ctx.all_gather(tf.reshape(sample_weight, [local]), axis=0)
-        losses, valid = self.per_anchor(all_labels, all_pred)
+        terms = self.per_anchor(all_labels, all_pred)
+        value = self._reduce(terms, sample_weight, all_pred)
         if self.reduction in ("none", None):
             sizes = ctx.all_gather(tf.reshape(local, [1]), axis=0)
             start = tf.reduce_sum(sizes[: ctx.replica_id_in_sync_group])
-            values = reduce_anchor_losses(losses, valid, sample_weight, self.reduction)
-            return tf.cast(values[start:start + local], self.dtype)
-        value = reduce_anchor_losses(losses, valid, sample_weight, self.reduction)
+            return tf.cast(value[start:start + local], self.dtype)
         if self.reduction == "sum":  # the mean reductions are divided already
             value = _scale_for_distribution(value)
         return tf.cast(value, self.dtype)
 
     def call(self, y_true, y_pred):
-        losses, valid = self.per_anchor(ops.cast_labels(y_true, "y_true"), y_pred)
-        return losses * tf.cast(valid, losses.dtype)
+        terms = self.per_anchor(ops.cast_labels(y_true, "y_true"), y_pred)
+        values, _ = average_terms(terms, self.average)
+        return ops.nan_unless_finite(values, y_pred)
+
+    def active_fraction(self, y_true, y_pred):
+        """Fraction of the batch's anchors that have something to learn from (scalar)."""
+        terms = self.per_anchor(ops.cast_labels(y_true, "y_true"), y_pred)
+        return tf.reduce_mean(tf.cast(terms.active, tf.float32))
 
     def get_config(self):
         config = super().get_config()
         config["normalize"] = self.normalize
+        config["average"] = self.average
         if self._config_dtype is not None:
             config["dtype"] = keras.dtype_policies.serialize(self._dtype_policy)
         if self.cross_replica is not None:

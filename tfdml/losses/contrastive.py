@@ -10,12 +10,13 @@ import tensorflow as tf
 from tfdml import ops
 from tfdml.losses.base import (
     MetricLoss,
-    mean_over_valid,
-    pair_mean,
+    check_average,
+    functional_value,
+    pair_terms,
     prepare_inputs,
     resolve_miner,
 )
-from tfdml.miners import Miner, Pairs, as_pairs
+from tfdml.miners import AllPairsMiner, Miner, as_pairs
 
 __all__ = ["ContrastiveLoss", "contrastive_loss"]
 
@@ -30,25 +31,18 @@ def _check_args(positive_margin, negative_margin, distance):
         )
 
 
-def _resolve(miner):
-    return None if miner is None else resolve_miner(miner, lambda: None)
-
-
 def _contrastive_per_anchor(labels, embeddings, positive_margin, negative_margin, distance,
-                            miner: Miner | None, normalize, ref_embeddings, ref_labels,
+                            miner: Miner, normalize, ref_embeddings, ref_labels,
                             ref_offset):
     labels, x, ref_labels, ref, ref_offset = prepare_inputs(
         labels, embeddings, ref_embeddings, ref_labels, ref_offset, normalize
     )
     dist = ops.distance_matrix(x, ref, distance)
-    if miner is None:
-        pairs = Pairs(*ops.label_masks(labels, ref_labels, ref_offset))
-    else:
-        pairs = as_pairs(miner.mine(-dist, labels, ref_labels, ref_offset, x, ref),
-                         num_ref=tf.shape(dist)[1])
+    pairs = as_pairs(miner.mine(-dist, labels, ref_labels, ref_offset, x, ref),
+                     num_ref=tf.shape(dist)[1])
     positive = tf.nn.relu(dist - tf.constant(positive_margin, dist.dtype))
     negative = tf.nn.relu(tf.constant(negative_margin, dist.dtype) - dist)
-    return pair_mean(positive, negative, pairs)
+    return pair_terms(positive, negative, pairs)
 
 
 def contrastive_loss(
@@ -57,26 +51,29 @@ def contrastive_loss(
     positive_margin: float = 0.0,
     negative_margin: float = 0.5,
     distance: str = "l2",
-    miner=None,
+    miner="default",
     normalize: bool = True,
     ref_embeddings=None,
     ref_labels=None,
     ref_offset=None,
+    average: str = "terms",
 ):
-    """Functional form of :class:`ContrastiveLoss`: the mean over anchors with a pair.
+    """Functional form of :class:`ContrastiveLoss`: by default the mean over all pairs.
 
     Arguments as in :class:`ContrastiveLoss`; ``ref_embeddings``,
     ``ref_labels`` and ``ref_offset`` as in :func:`tfdml.losses.triplet_nca_loss`.
 
     Returns:
-        A scalar of the dtype of ``y_pred``; 0 when no anchor has a pair.
+        A scalar of the dtype of ``y_pred``; 0 when no anchor has a pair,
+        NaN when an embedding is NaN or Inf.
     """
     _check_args(positive_margin, negative_margin, distance)
-    losses, valid = _contrastive_per_anchor(
+    check_average(average)
+    terms = _contrastive_per_anchor(
         y_true, y_pred, float(positive_margin), float(negative_margin), distance,
-        _resolve(miner), normalize, ref_embeddings, ref_labels, ref_offset,
+        resolve_miner(miner, AllPairsMiner), normalize, ref_embeddings, ref_labels, ref_offset,
     )
-    return mean_over_valid(losses, valid, y_pred)
+    return functional_value(terms, average, y_pred, ref_embeddings)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -88,11 +85,17 @@ class ContrastiveLoss(MetricLoss):
         positive pair: L = max(d - positive_margin, 0)
         negative pair: L = max(negative_margin - d, 0)
 
-    Per anchor the loss is the mean over its pairs (all same-class and all
-    other-class reference samples, or those a miner keeps; mined triplets
-    contribute their positive and negative pairs), and the anchors with at
-    least one pair are averaged, i.e. the mean over all pairs of the
-    class-collapse paper's objective ``O_con``.
+    The pairs are all same-class and all other-class reference samples of
+    each anchor, or those a miner keeps (mined triplets contribute their
+    positive and negative pairs, each pair once).
+
+    **Averaged over** the pairs (``average="terms"``): the sum over all
+    pairs divided by their number, the class-collapse paper's objective
+    ``O_con = 1/n^2 sum_{i,j} L_con(x_i, x_j)`` (with the self-pairs, which
+    cost nothing, left out). Without a miner every anchor of a batch has the
+    same number of pairs, so this equals the mean over anchors of their
+    means. pytorch-metric-learning averages over the pairs with a non-zero
+    loss (``average="nonzero"``).
 
     With ``distance="squared_l2"`` and ``positive_margin=0`` this is the
     form the class-collapse paper writes (Section 3):
@@ -109,11 +112,14 @@ class ContrastiveLoss(MetricLoss):
         negative_margin: ``>= 0``. Defaults to `0.5`.
         distance: ``"l2"``, ``"squared_l2"`` or ``"cosine"``. Defaults to
             `"l2"`.
-        miner: a :class:`tfdml.miners.Miner`, or `None` for all pairs.
-            Defaults to `None`.
+        miner: a :class:`tfdml.miners.Miner`; `None` or `"default"` for
+            every pair (:class:`tfdml.miners.AllPairsMiner`). Defaults to
+            `"default"`.
         normalize: L2-normalize the embeddings first. Defaults to `True`.
+        average: ``"terms"``, ``"nonzero"``, ``"anchors"`` or ``"batch"``;
+            see :mod:`tfdml.losses.base`. Defaults to `"terms"`.
         reduction: see :mod:`tfdml.losses.base`. Defaults to
-            `"sum_over_batch_size"` (mean over anchors with a pair).
+            `"sum_over_batch_size"`.
         name: name of the loss. Defaults to `"contrastive_loss"`.
         dtype: dtype of the returned value. Defaults to `None` (floatx).
 
@@ -134,18 +140,20 @@ class ContrastiveLoss(MetricLoss):
         positive_margin: float = 0.0,
         negative_margin: float = 0.5,
         distance: str = "l2",
-        miner=None,
+        miner="default",
         normalize: bool = True,
+        average: str = "terms",
         reduction="sum_over_batch_size",
         name: str = "contrastive_loss",
         dtype=None,
     ):
         _check_args(positive_margin, negative_margin, distance)
-        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype)
+        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
+                         average=average)
         self.positive_margin = float(positive_margin)
         self.negative_margin = float(negative_margin)
         self.distance = distance
-        self.miner = _resolve(miner)
+        self.miner = resolve_miner(miner, AllPairsMiner)
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
         return _contrastive_per_anchor(labels, embeddings, self.positive_margin,
@@ -158,6 +166,6 @@ class ContrastiveLoss(MetricLoss):
             positive_margin=self.positive_margin,
             negative_margin=self.negative_margin,
             distance=self.distance,
-            miner=None if self.miner is None else keras.saving.serialize_keras_object(self.miner),
+            miner=keras.saving.serialize_keras_object(self.miner),
         )
         return config

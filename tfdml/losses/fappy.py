@@ -20,7 +20,7 @@ import keras
 import tensorflow as tf
 
 from tfdml import ops
-from tfdml.losses.base import MetricLoss, prepare_inputs
+from tfdml.losses.base import AnchorTerms, MetricLoss, anchor_terms, prepare_inputs
 
 __all__ = ["FAPPYLoss", "HistogramLoss", "false_positive_probability"]
 
@@ -41,11 +41,12 @@ def _interpolate(s, bin_width, num_nodes):
     """``(v, frac)``: node index below ``s`` (held constant) and the weight of node ``v + 1``.
 
     ``s`` is clipped to [-1, 1]; ``v <= num_nodes - 2``, so ``s = 1`` gives ``frac = 1``
-    on the last node instead of falling past it.
+    on the last node instead of falling past it. A NaN ``s`` gets node 0 and a NaN ``frac``.
     """
     s = tf.clip_by_value(s, -1.0, 1.0)
     position = (s + 1.0) / bin_width
     v = tf.clip_by_value(tf.floor(tf.stop_gradient(position)), 0.0, float(num_nodes - 2))
+    v = tf.where(tf.math.is_nan(v), tf.zeros_like(v), v)  # a NaN stays in `frac`, not the index
     return tf.cast(v, tf.int32), position - v
 
 
@@ -135,13 +136,13 @@ def _fappy_per_anchor(labels, embeddings, min_bin_width):
         counted = tf.logical_and(positive, 1.0 - sim >= width)
         # L <- (L + L_Delta / count) / 2: every earlier scale is halved once more.
         pair_weights = 0.5 * (pair_weights + _fpp(sim, counted, negative, width))
-    # Each unordered pair appears twice in the [B, B] table: half of it per anchor.
-    count = 0.5 * tf.reduce_sum(tf.cast(positive, sim.dtype))
-    has_positive = tf.reduce_any(positive, axis=1)
-    anchors = tf.reduce_sum(tf.cast(has_positive, sim.dtype))
-    share = 0.5 * tf.reduce_sum(pair_weights, axis=1)  # sum over the anchor's pairs, halved
-    losses = share * tf.math.divide_no_nan(anchors, count)
-    return tf.where(has_positive, losses, tf.zeros_like(losses)), has_positive
+    # Each unordered pair appears twice in the [B, B] table: half of it per anchor, so
+    # that the sum over anchors divided by the summed counts is the mean over pairs.
+    total = 0.5 * tf.reduce_sum(pair_weights, axis=1)
+    count = 0.5 * tf.reduce_sum(tf.cast(positive, sim.dtype), axis=1)
+    nonzero = 0.5 * tf.reduce_sum(
+        tf.cast(tf.logical_and(positive, pair_weights > 0), sim.dtype), axis=1)
+    return AnchorTerms(total, count, nonzero)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -164,9 +165,11 @@ class FAPPYLoss(MetricLoss):
     authors' released Caffe code divides each scale by its own count of
     counted pairs instead, which over-weights the finest scale.
 
-    Per anchor (``reduction="none"``): anchor ``i`` gets half of the fused
-    values of its pairs, scaled so that the default mean over the anchors
-    that have a positive equals ``L``. A batch without positive pairs gives 0.
+    **Averaged over** the positive pairs (``average="terms"``), as in the
+    paper. Each unordered pair is two half terms, one at each of its anchors:
+    with ``reduction="none"`` anchor ``i`` gets half of the fused values of
+    its pairs. ``average="anchors"`` takes per anchor the mean over its pairs
+    and then the mean over anchors. A batch without positive pairs gives 0.
     Gradients reach a negative similarity only near ``s_ij``: in ``s_ij``'s
     bin (``h_right / (Delta |N|)``) and in the bin just below it
     (``h_left / (Delta |N|)``: the triangular kernel puts part of a negative
@@ -181,6 +184,8 @@ class FAPPYLoss(MetricLoss):
         min_bin_width: the smallest ``Delta``, in ``(0, 2]``. Defaults to
             `0.01`; the paper reports the same results for 0.01, 0.001 and
             0.0001.
+        average: ``"terms"``, ``"nonzero"``, ``"anchors"`` or ``"batch"``;
+            see :mod:`tfdml.losses.base`. Defaults to `"terms"`.
         reduction: see :mod:`tfdml.losses.base`. Defaults to
             `"sum_over_batch_size"` (the paper's ``L``).
         name: name of the loss. Defaults to `"fappy_loss"`.
@@ -197,9 +202,10 @@ class FAPPYLoss(MetricLoss):
     """
 
     def __init__(self, min_bin_width=0.01, reduction="sum_over_batch_size", name="fappy_loss",
-                 dtype=None):
+                 dtype=None, average="terms"):
         self.min_bin_width = _check_width("min_bin_width", min_bin_width)
-        super().__init__(normalize=True, reduction=reduction, name=name, dtype=dtype)
+        super().__init__(normalize=True, reduction=reduction, name=name, dtype=dtype,
+                         average=average)
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
         if ref_embeddings is not None:
@@ -232,7 +238,7 @@ def _histogram_loss(labels, embeddings, bin_width):
     has_pairs = tf.logical_and(tf.reduce_any(positive), tf.reduce_any(negative))
     value = tf.where(has_pairs, value, tf.zeros_like(value))
     valid = tf.logical_and(tf.reduce_any(positive, axis=1), has_pairs)
-    return tf.where(valid, value, tf.zeros_like(value)), valid
+    return anchor_terms(tf.broadcast_to(value, tf.shape(valid)), valid)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -247,13 +253,15 @@ class HistogramLoss(MetricLoss):
 
         L = sum_r h-_r * sum_{q <= r} h+_q
 
-    It is a batch-level value: every anchor with a positive pair reports ``L``,
-    so the default mean is ``L``. A batch without positive or without
+    It is a batch-level value: every anchor with a positive pair reports ``L``
+    as its one term, so the default mean over those anchors
+    (``average="anchors"``) is ``L``. A batch without positive or without
     negative pairs gives 0. Memory ``O(B^2 + n)``.
 
     Args:
         bin_width: node spacing ``Delta`` in ``(0, 2]``. Defaults to `0.01`
             (201 nodes, Ustinova and Lempitsky's setting).
+        average: see :mod:`tfdml.losses.base`. Defaults to `"anchors"`.
         reduction: see :mod:`tfdml.losses.base`. Defaults to
             `"sum_over_batch_size"`.
         name: name of the loss. Defaults to `"histogram_loss"`.
@@ -265,9 +273,10 @@ class HistogramLoss(MetricLoss):
     """
 
     def __init__(self, bin_width=0.01, reduction="sum_over_batch_size", name="histogram_loss",
-                 dtype=None):
+                 dtype=None, average="anchors"):
         self.bin_width = _check_width("bin_width", bin_width)
-        super().__init__(normalize=True, reduction=reduction, name=name, dtype=dtype)
+        super().__init__(normalize=True, reduction=reduction, name=name, dtype=dtype,
+                         average=average)
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
         if ref_embeddings is not None:

@@ -21,7 +21,7 @@ import keras
 import tensorflow as tf
 
 from tfdml import geometry, ops
-from tfdml.losses.base import MetricLoss, mean_over_valid, prepare_inputs
+from tfdml.losses.base import MetricLoss, anchor_terms, functional_value, prepare_inputs
 from tfdml.losses.multi_similarity import _log1p_sum_exp
 
 __all__ = [
@@ -186,8 +186,11 @@ def _per_anchor(labels, embeddings, base, margin, normalized, loop, options):
     labels, x, _, _, _ = prepare_inputs(labels, embeddings, normalize=normalized)
     geo = _Geometry(labels, x, normalized)
     if base == "multi_similarity":
-        return _ms_losses(geo, margin, options["alpha"], options["beta"], options["epsilon"])
-    return _pair_losses(geo, base, margin, loop)
+        losses, valid = _ms_losses(geo, margin, options["alpha"], options["beta"],
+                                   options["epsilon"])
+    else:
+        losses, valid = _pair_losses(geo, base, margin, loop)
+    return anchor_terms(losses, valid)
 
 
 def _check_base(base, margin, options):
@@ -216,24 +219,22 @@ def _check_base(base, margin, options):
 def loop_loss(y_true, y_pred, base="triplet", margin=None, normalized=True, **base_options):
     """Functional form of :class:`LoOpLoss`: the mean over pairs (or anchors) with a loss."""
     margin, options = _check_base(base, margin, base_options)
-    losses, valid = _per_anchor(y_true, y_pred, base, margin, bool(normalized), True, options)
-    return mean_over_valid(losses, valid, y_pred)
+    terms = _per_anchor(y_true, y_pred, base, margin, bool(normalized), True, options)
+    return functional_value(terms, "anchors", y_pred)
 
 
 def hphn_triplet_loss(y_true, y_pred, margin=0.2, normalize=True):
     """Functional form of :class:`HPHNTripletLoss`."""
     margin, _ = _check_base("hphn_triplet", margin, {})
-    losses, valid = _per_anchor(y_true, y_pred, "hphn_triplet", margin, bool(normalize), False,
-                                {})
-    return mean_over_valid(losses, valid, y_pred)
+    terms = _per_anchor(y_true, y_pred, "hphn_triplet", margin, bool(normalize), False, {})
+    return functional_value(terms, "anchors", y_pred)
 
 
 def lifted_structure_loss(y_true, y_pred, margin=0.2, normalize=True):
     """Functional form of :class:`LiftedStructureLoss`."""
     margin, _ = _check_base("lifted_structure", margin, {})
-    losses, valid = _per_anchor(y_true, y_pred, "lifted_structure", margin, bool(normalize),
-                                False, {})
-    return mean_over_valid(losses, valid, y_pred)
+    terms = _per_anchor(y_true, y_pred, "lifted_structure", margin, bool(normalize), False, {})
+    return functional_value(terms, "anchors", y_pred)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -257,8 +258,9 @@ class LoOpLoss(MetricLoss):
       pairs ``(k, l)``, kept if ``s_ijkl > min_{pos} s_ik - epsilon``, weighted
       ``1/beta log(1 + sum exp(beta (s_ijkl - lambda)))``.
 
-    The loss is the mean over the positive pairs (the MS form: over the paired
-    anchors) that have a negative pair of another class. A batch without any
+    **Averaged over** the positive pairs (the MS form: the paired anchors)
+    that have a negative pair of another class (``average="anchors"``, one
+    term per pair; the paper's eqs. 15-16 average over the positive pairs). A batch without any
     positive pair, or with a single class, gives 0 with zero gradients. The
     last sample of a class with an odd count is left out of the pairs (it
     still counts as a positive or negative for ``dp`` and the MS positive
@@ -287,6 +289,7 @@ class LoOpLoss(MetricLoss):
         reduction: see :mod:`tfdml.losses.base`. Defaults to
             `"sum_over_batch_size"` (mean over pairs with a loss).
         name: name of the loss. Defaults to `"loop_loss"`.
+        average: see :mod:`tfdml.losses.base`. Defaults to `"anchors"`.
         dtype: dtype of the returned value. Defaults to `None` (floatx).
 
     Examples:
@@ -302,9 +305,10 @@ class LoOpLoss(MetricLoss):
 
     def __init__(self, base="triplet", margin=None, normalized=True,
                  reduction="sum_over_batch_size", name="loop_loss", dtype=None,
-                 **base_options):
+                 average="anchors", **base_options):
         margin, options = _check_base(base, margin, base_options)
-        super().__init__(normalize=normalized, reduction=reduction, name=name, dtype=dtype)
+        super().__init__(normalize=normalized, reduction=reduction, name=name, dtype=dtype,
+                         average=average)
         self.base = base
         self.margin = margin
         self.options = options
@@ -331,9 +335,10 @@ class _PairBaseline(MetricLoss):
     _base = None
 
     def __init__(self, margin=0.2, normalize=True, reduction="sum_over_batch_size", name=None,
-                 dtype=None):
+                 dtype=None, average="anchors"):
         margin, _ = _check_base(self._base, margin, {})
-        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype)
+        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
+                         average=average)
         self.margin = margin
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
@@ -378,8 +383,8 @@ class HPHNTripletLoss(_PairBaseline):
     _base = "hphn_triplet"
 
     def __init__(self, margin=0.2, normalize=True, reduction="sum_over_batch_size",
-                 name="hphn_triplet_loss", dtype=None):
-        super().__init__(margin, normalize, reduction, name, dtype)
+                 name="hphn_triplet_loss", dtype=None, average="anchors"):
+        super().__init__(margin, normalize, reduction, name, dtype, average)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -411,5 +416,5 @@ class LiftedStructureLoss(_PairBaseline):
     _base = "lifted_structure"
 
     def __init__(self, margin=0.2, normalize=True, reduction="sum_over_batch_size",
-                 name="lifted_structure_loss", dtype=None):
-        super().__init__(margin, normalize, reduction, name, dtype)
+                 name="lifted_structure_loss", dtype=None, average="anchors"):
+        super().__init__(margin, normalize, reduction, name, dtype, average)

@@ -11,12 +11,14 @@ import tensorflow as tf
 
 from tfdml import ops
 from tfdml.losses.base import (
+    AnchorTerms,
     MetricLoss,
-    mean_over_valid,
-    pair_mean,
-    per_anchor_mean,
+    check_average,
+    functional_value,
+    pair_terms,
     prepare_inputs,
     resolve_miner,
+    triplet_terms,
 )
 from tfdml.miners import Pairs, TripletMiner, gather_triplet_scores
 
@@ -104,12 +106,15 @@ def _margin_per_anchor(labels, embeddings, margin, beta, distance, miner, normal
         raise ValueError(f"`beta` must be a scalar or [num_classes]. Received shape {beta.shape}")
     m = tf.constant(margin, dist.dtype)
     if isinstance(mined, Pairs):
-        return pair_mean(tf.nn.relu(dist - beta + m), tf.nn.relu(beta - dist + m), mined)
+        return pair_terms(tf.nn.relu(dist - beta + m), tf.nn.relu(beta - dist + m), mined)
+    # A triplet (a, p, n) is two terms, its positive and its negative pair, as in
+    # Wu et al.'s code (a negative drawn for several positives counts once per triplet).
     neg_d_ap, neg_d_an = gather_triplet_scores(-dist, mined)
     if beta.shape.rank == 2:
         beta = beta[:, :, None]
-    values = 0.5 * (tf.nn.relu(-neg_d_ap - beta + m) + tf.nn.relu(beta + neg_d_an + m))
-    return per_anchor_mean(values, mined.mask)
+    pos = triplet_terms(tf.nn.relu(-neg_d_ap - beta + m), mined.mask)
+    neg = triplet_terms(tf.nn.relu(beta + neg_d_an + m), mined.mask)
+    return AnchorTerms(pos.total + neg.total, pos.count + neg.count, pos.nonzero + neg.nonzero)
 
 
 def margin_loss(
@@ -118,18 +123,19 @@ def margin_loss(
     margin: float = 0.2,
     beta=1.2,
     distance: str = "l2",
-    miner=None,
+    miner="default",
     normalize: bool = True,
     ref_embeddings=None,
     ref_labels=None,
     ref_offset=None,
+    average: str = "nonzero",
 ):
-    """Functional form of :class:`MarginLoss`: the mean over anchors with a mined pair.
+    """Functional form of :class:`MarginLoss`: by default the sum over pairs / non-zero pairs.
 
     Args:
         y_true: ``[B]`` or ``[B, 1]`` integer class ids.
         y_pred: ``[B, D]`` embeddings.
-        margin, distance, miner, normalize: as in :class:`MarginLoss`.
+        margin, distance, miner, normalize, average: as in :class:`MarginLoss`.
         beta: the boundary: a number, or a ``[num_classes]`` array/tensor/
             variable indexed by the anchor's class id (pass your own
             ``tf.Variable`` to learn it in a custom training loop).
@@ -138,15 +144,17 @@ def margin_loss(
             from, as in :func:`tfdml.losses.triplet_nca_loss`.
 
     Returns:
-        A scalar of the dtype of ``y_pred``; 0 when no anchor has a pair.
+        A scalar of the dtype of ``y_pred``; 0 when no pair has a loss, NaN
+        when an embedding is NaN or Inf.
     """
     _check_args(margin, distance)
+    check_average(average)
     if ops.is_number(beta) or isinstance(beta, (list, tuple, np.ndarray)):
         beta = _check_beta(beta, None if ops.is_number(beta) else len(beta))
     miner = resolve_miner(miner, _distance_weighted)
-    losses, valid = _margin_per_anchor(y_true, y_pred, margin, beta, distance, miner,
-                                       normalize, ref_embeddings, ref_labels, ref_offset)
-    return mean_over_valid(losses, valid, y_pred)
+    terms = _margin_per_anchor(y_true, y_pred, margin, beta, distance, miner,
+                               normalize, ref_embeddings, ref_labels, ref_offset)
+    return functional_value(terms, average, y_pred, ref_embeddings)
 
 
 class _MarginBeta(keras.layers.Layer):
@@ -178,13 +186,17 @@ class MarginLoss(MetricLoss):
     * negative pair: ``L = max(beta_a - d(a, n) + alpha, 0)``.
 
     Pairs come from the miner: a mined triplet ``(a, p, n)`` contributes its
-    positive and its negative pair (default: a random positive and a
-    distance-weighted negative per anchor); a pair miner such as
-    :class:`tfdml.miners.MultiSimilarityMiner` gives the pairs directly.
-    Per anchor the loss is the mean over its mined pairs, and the anchors
-    with at least one pair are averaged. (Wu et al.'s code divides the sum
-    over the batch by the number of pairs with a non-zero loss instead, and
-    can add ``nu * beta`` as a regularizer; neither is done here.)
+    positive and its negative pair, so a negative drawn for several positives
+    counts once per triplet; a pair miner such as :class:`tfdml.miners.MultiSimilarityMiner` or
+    :class:`tfdml.miners.AllPairsMiner` (``miner=None``) gives each pair once.
+
+    **Averaged over** the pairs with a non-zero loss (``average="nonzero"``):
+    the sum of all pair losses divided by the number of pair terms above 0,
+    as Wu et al.'s code and pytorch-metric-learning do (0 when no pair has a
+    loss). ``average="anchors"`` takes per anchor the mean over its pairs and
+    then the mean over anchors (tfdml's earlier default), ``"terms"`` the
+    mean over all mined pairs. Wu et al.'s optional ``nu * beta``
+    regularizer is not applied.
 
     **Learning beta.** With ``learn_beta=True`` (default) ``beta`` is a
     trainable float32 variable held by the loss (``loss.trainable_variables``).
@@ -220,9 +232,14 @@ class MarginLoss(MetricLoss):
 
     Defaults follow Wu et al. and the class-collapse paper: ``alpha = 0.2``,
     ``beta`` initialised to 1.2, Euclidean distance between L2-normalized
-    embeddings, distance-weighted negatives (clipped at 0.5, drawn below
-    1.4). Easy positive sampling (EPS + Dist-Margin in the class-collapse
-    paper) is ``miner=TripletMiner("easy", "distance_weighted")``.
+    embeddings, and the class-collapse paper's "Dist-Margin" sampling: per
+    anchor one random positive and a distance-weighted negative (clipped at
+    0.5, drawn below 1.4), as in the framework the paper used (Roth et al.).
+    Wu et al.'s own sampler pairs each anchor with *every* positive, each
+    with its own distance-weighted negative:
+    ``miner=TripletMiner("all", "distance_weighted")`` (3-15x the cost at
+    B = 512-2048, see the README's benchmarks). Easy positive sampling
+    (EPS + Dist-Margin) is ``miner=TripletMiner("easy", "distance_weighted")``.
 
     Args:
         margin: ``alpha >= 0``. Defaults to `0.2`.
@@ -231,14 +248,18 @@ class MarginLoss(MetricLoss):
         learn_beta: make beta a trainable variable. Defaults to `True`.
         num_classes: one beta per class when given; class ids must then be
             in ``[0, num_classes)``. Defaults to `None` (one shared beta).
-        miner: a :class:`tfdml.miners.Miner`. Defaults to
-            `TripletMiner("random", "distance_weighted")`.
+        miner: a :class:`tfdml.miners.Miner`; `"default"` for
+            `TripletMiner("random", "distance_weighted")`; `None` for every
+            pair (:class:`tfdml.miners.AllPairsMiner`). Defaults to
+            `"default"`.
         distance: ``"l2"``, ``"squared_l2"`` or ``"cosine"``. Defaults to
             `"l2"`.
         beta_lr_multiplier: ``m > 0``, see above. Defaults to `1.0`.
         normalize: L2-normalize the embeddings first. Defaults to `True`.
+        average: ``"nonzero"``, ``"terms"``, ``"anchors"`` or ``"batch"``;
+            see :mod:`tfdml.losses.base`. Defaults to `"nonzero"`.
         reduction: see :mod:`tfdml.losses.base`. Defaults to
-            `"sum_over_batch_size"` (mean over anchors with a pair).
+            `"sum_over_batch_size"`.
         name: name of the loss. Defaults to `"margin_loss"`.
         dtype: dtype of the returned value. Defaults to `None` (floatx).
 
@@ -262,10 +283,11 @@ class MarginLoss(MetricLoss):
         beta=1.2,
         learn_beta: bool = True,
         num_classes: int | None = None,
-        miner=None,
+        miner="default",
         distance: str = "l2",
         beta_lr_multiplier: float = 1.0,
         normalize: bool = True,
+        average: str = "nonzero",
         reduction="sum_over_batch_size",
         name: str = "margin_loss",
         dtype=None,
@@ -277,7 +299,8 @@ class MarginLoss(MetricLoss):
                 "`beta_lr_multiplier` must be a number > 0. "
                 f"Received: beta_lr_multiplier={beta_lr_multiplier!r}"
             )
-        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype)
+        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
+                         average=average)
         self.margin = float(margin)
         self.learn_beta = bool(learn_beta)
         self.num_classes = None if num_classes is None else int(num_classes)

@@ -8,7 +8,14 @@ import keras
 import tensorflow as tf
 
 from tfdml import ops
-from tfdml.losses.base import MetricLoss, mean_over_valid, prepare_inputs, resolve_miner
+from tfdml.losses.base import (
+    MetricLoss,
+    anchor_terms,
+    check_average,
+    functional_value,
+    prepare_inputs,
+    resolve_miner,
+)
 from tfdml.miners import MultiSimilarityMiner, as_pairs
 
 __all__ = ["MultiSimilarityLoss", "multi_similarity_loss"]
@@ -39,10 +46,9 @@ def _ms_per_anchor(labels, embeddings, alpha, beta, base, miner, normalize,
     shifted = scores - tf.constant(base, scores.dtype)
     positive = _log1p_sum_exp(-alpha * shifted, pairs.positive) / alpha
     negative = _log1p_sum_exp(beta * shifted, pairs.negative) / beta
-    valid = tf.logical_and(tf.reduce_any(pairs.positive, axis=1),
+    active = tf.logical_or(tf.reduce_any(pairs.positive, axis=1),
                            tf.reduce_any(pairs.negative, axis=1))
-    losses = tf.where(valid, positive + negative, tf.zeros_like(positive))
-    return losses, valid
+    return anchor_terms(positive + negative, active)
 
 
 def multi_similarity_loss(
@@ -51,26 +57,28 @@ def multi_similarity_loss(
     alpha: float = 2.0,
     beta: float = 50.0,
     base: float = 0.5,
-    miner=None,
+    miner="default",
     normalize: bool = True,
     ref_embeddings=None,
     ref_labels=None,
     ref_offset=None,
+    average: str = "batch",
 ):
-    """Functional form of :class:`MultiSimilarityLoss`: the mean over anchors with pairs.
+    """Functional form of :class:`MultiSimilarityLoss`: by default the sum over anchors / batch size.
 
     Arguments as in :class:`MultiSimilarityLoss`; ``ref_embeddings``,
     ``ref_labels`` and ``ref_offset`` as in :func:`tfdml.losses.triplet_nca_loss`.
 
     Returns:
-        A scalar of the dtype of ``y_pred``; 0 when no anchor keeps both a
-        positive and a negative pair.
+        A scalar of the dtype of ``y_pred``; 0 when no anchor keeps a pair,
+        NaN when an embedding is NaN or Inf.
     """
     _check_args(alpha, beta, base)
+    check_average(average)
     miner = resolve_miner(miner, MultiSimilarityMiner)
-    losses, valid = _ms_per_anchor(y_true, y_pred, float(alpha), float(beta), float(base), miner,
-                                   normalize, ref_embeddings, ref_labels, ref_offset)
-    return mean_over_valid(losses, valid, y_pred)
+    terms = _ms_per_anchor(y_true, y_pred, float(alpha), float(beta), float(base), miner,
+                           normalize, ref_embeddings, ref_labels, ref_offset)
+    return functional_value(terms, average, y_pred, ref_embeddings)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -83,16 +91,24 @@ class MultiSimilarityLoss(MetricLoss):
         L_a = 1/alpha * log(1 + sum_{p in P_a} exp(-alpha (S_ap - lambda)))
             + 1/beta  * log(1 + sum_{n in N_a} exp( beta  (S_an - lambda)))
 
-    An anchor counts only if it keeps at least one positive and one negative
-    pair (as in the authors' code, which skips the others); the loss is the
-    mean over those anchors. (The authors' code divides the sum by the batch
-    size, counting skipped anchors as 0.)
+    (an empty sum contributes ``log 1 = 0``).
+
+    **Averaged over** the batch (``average="batch"``): the sum over the
+    anchors divided by the batch size ``B``, an anchor that keeps no pair
+    counting as 0, as in Wang et al.'s eq. 12 (``1/m sum_i``) and their
+    released code, and as pytorch-metric-learning does. ``average="anchors"``
+    divides by the number of anchors that keep a pair instead (tfdml's
+    earlier default): it does not shrink as training leaves fewer
+    anchors with mined pairs.
 
     The default miner is Wang et al.'s pair mining,
-    :class:`tfdml.miners.MultiSimilarityMiner` with ``epsilon=0.1``; with
-    ``MultiSimilarityMiner(positive="easy")`` it is the EPS + MS combination
-    of the class-collapse paper. Any other miner works too: mined triplets
-    contribute their positive and negative pairs.
+    :class:`tfdml.miners.MultiSimilarityMiner` with ``epsilon=0.1`` (with it
+    an anchor keeps a positive pair exactly when it keeps a negative one);
+    with ``MultiSimilarityMiner(positive="easy")`` it is the EPS + MS
+    combination of the class-collapse paper; ``miner=None`` uses every pair
+    (:class:`tfdml.miners.AllPairsMiner`, pytorch-metric-learning's
+    ``MultiSimilarityLoss`` without a miner). Any other miner works too:
+    mined triplets contribute their positive and negative pairs.
 
     Defaults: ``alpha = 2`` and ``beta = 50`` are the values of Wang et al.,
     also used by the class-collapse paper. ``base = 0.5`` is the threshold
@@ -103,11 +119,15 @@ class MultiSimilarityLoss(MetricLoss):
         alpha: scale of the positive term, ``> 0``. Defaults to `2.0`.
         beta: scale of the negative term, ``> 0``. Defaults to `50.0`.
         base: the similarity offset ``lambda``. Defaults to `0.5`.
-        miner: a :class:`tfdml.miners.Miner`. Defaults to
-            `MultiSimilarityMiner(epsilon=0.1)`.
+        miner: a :class:`tfdml.miners.Miner`; `"default"` for
+            `MultiSimilarityMiner(epsilon=0.1)`; `None` for every pair.
+            Defaults to `"default"`.
         normalize: L2-normalize the embeddings first. Defaults to `True`.
+        average: ``"batch"``, ``"anchors"``, ``"terms"`` or ``"nonzero"``
+            (one term per anchor: the last two equal ``"anchors"``); see
+            :mod:`tfdml.losses.base`. Defaults to `"batch"`.
         reduction: see :mod:`tfdml.losses.base`. Defaults to
-            `"sum_over_batch_size"` (mean over anchors with pairs).
+            `"sum_over_batch_size"`.
         name: name of the loss. Defaults to `"multi_similarity_loss"`.
         dtype: dtype of the returned value. Defaults to `None` (floatx).
 
@@ -128,14 +148,16 @@ class MultiSimilarityLoss(MetricLoss):
         alpha: float = 2.0,
         beta: float = 50.0,
         base: float = 0.5,
-        miner=None,
+        miner="default",
         normalize: bool = True,
+        average: str = "batch",
         reduction="sum_over_batch_size",
         name: str = "multi_similarity_loss",
         dtype=None,
     ):
         _check_args(alpha, beta, base)
-        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype)
+        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
+                         average=average)
         self.alpha = float(alpha)
         self.beta = float(beta)
         self.base = float(base)

@@ -7,7 +7,7 @@ import numbers
 import keras
 import tensorflow as tf
 
-from tfdml.losses.base import MetricLoss
+from tfdml.losses.base import AnchorTerms, MetricLoss
 
 __all__ = ["TrimmedLoss", "trim_mask"]
 
@@ -43,7 +43,8 @@ class TrimmedLoss(MetricLoss):
     Per batch, the wrapped loss gives one value per anchor; the ``trim``
     fraction of anchors with the highest values (``floor(trim * n)`` of the
     ``n`` anchors that have a loss) is left out, and the rest are reduced as
-    usual (by default their mean). This is the iterative trimmed loss of
+    averaged as the wrapped loss averages (its ``average``) over the kept
+    anchors' terms, so ``trim=0`` is the wrapped loss itself. This is the iterative trimmed loss of
     Shen & Sanghavi (2019), the comparison of appendix C of the class-collapse
     paper: it treats a positive from another mode of the class as a noisy
     label, but trims whole anchors rather than positives only (which is what
@@ -54,7 +55,9 @@ class TrimmedLoss(MetricLoss):
             serialized config. Its reduction is ignored.
         trim: fraction of anchors to drop, in ``[0, 1)``. Defaults to `0.2`.
         reduction: see :mod:`tfdml.losses.base`. Defaults to
-            `"sum_over_batch_size"` (mean over the kept anchors).
+            `"sum_over_batch_size"`.
+        average: see :mod:`tfdml.losses.base`. Defaults to `None`, the
+            wrapped loss's.
         name: name of the loss. Defaults to `"trimmed_" + loss.name`.
         dtype: dtype of the returned value. Defaults to `None` (floatx).
 
@@ -72,7 +75,7 @@ class TrimmedLoss(MetricLoss):
     """
 
     def __init__(self, loss, trim: float = 0.2, reduction="sum_over_batch_size", name=None,
-                 dtype=None):
+                 dtype=None, average=None):
         if isinstance(loss, dict):
             loss = keras.saving.deserialize_keras_object(loss)
         if not isinstance(loss, MetricLoss):
@@ -82,7 +85,8 @@ class TrimmedLoss(MetricLoss):
         if not isinstance(trim, numbers.Real) or isinstance(trim, bool) or not 0 <= trim < 1:
             raise ValueError(f"`trim` must be a number in [0, 1). Received: trim={trim!r}")
         super().__init__(normalize=loss.normalize, reduction=reduction,
-                         name=name or f"trimmed_{loss.name}", dtype=dtype)
+                         name=name or f"trimmed_{loss.name}", dtype=dtype,
+                         average=loss.average if average is None else average)
         self.loss = loss
         self.trim = float(trim)
 
@@ -93,9 +97,10 @@ class TrimmedLoss(MetricLoss):
         return self.loss.attach(model)
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
-        losses, valid = self.loss.per_anchor(labels, embeddings, ref_embeddings, ref_labels,
-                                             ref_offset)
-        return losses, trim_mask(losses, valid, self.trim)
+        terms = self.loss.per_anchor(labels, embeddings, ref_embeddings, ref_labels, ref_offset)
+        mean = tf.math.divide_no_nan(terms.total, terms.count)
+        keep = trim_mask(mean, terms.active, self.trim)
+        return AnchorTerms(*(tf.where(keep, t, tf.zeros_like(t)) for t in terms))
 
     def get_config(self):
         config = super().get_config()

@@ -10,10 +10,11 @@ import tensorflow as tf
 from tfdml import ops
 from tfdml.losses.base import (
     MetricLoss,
-    mean_over_valid,
-    per_anchor_mean,
+    check_average,
+    functional_value,
     prepare_inputs,
     resolve_miner,
+    triplet_terms,
 )
 from tfdml.miners import TripletMiner, as_triplets, gather_triplet_scores
 
@@ -63,7 +64,7 @@ def _nca_per_anchor(labels, embeddings, order, temperature, miner, normalize,
     else:
         logits = 0.5 * tf.square(s_an) - (s_ap - 0.5 * tf.square(s_ap))
     values = tf.math.softplus(logits / tf.constant(temperature, logits.dtype))
-    return per_anchor_mean(values, triplets.mask)
+    return triplet_terms(values, triplets.mask)
 
 
 def _margin_per_anchor(labels, embeddings, margin, distance, miner, normalize,
@@ -75,7 +76,7 @@ def _margin_per_anchor(labels, embeddings, margin, distance, miner, normalize,
     triplets = as_triplets(miner.mine(scores, labels, ref_labels, ref_offset, x, ref))
     s_ap, s_an = gather_triplet_scores(scores, triplets)
     values = tf.nn.relu(s_an - s_ap + tf.constant(margin, scores.dtype))
-    return per_anchor_mean(values, triplets.mask)
+    return triplet_terms(values, triplets.mask)
 
 
 def triplet_nca_loss(
@@ -83,18 +84,20 @@ def triplet_nca_loss(
     y_pred,
     order: int = 1,
     temperature: float = 1.0,
-    miner=None,
+    miner="default",
     normalize: bool = True,
     ref_embeddings=None,
     ref_labels=None,
     ref_offset=None,
+    average: str = "anchors",
 ):
-    """Functional form of :class:`TripletNCALoss`: the mean over anchors with a triplet.
+    """Functional form of :class:`TripletNCALoss`: by default the mean over anchors with a triplet.
 
     Args:
         y_true: ``[B]`` or ``[B, 1]`` integer class ids.
         y_pred: ``[B, D]`` embeddings.
-        order, temperature, miner, normalize: as in :class:`TripletNCALoss`.
+        order, temperature, miner, normalize, average: as in
+            :class:`TripletNCALoss`.
         ref_embeddings: ``[R, D]`` embeddings to mine positives and negatives
             from instead of the batch. Defaults to `None` (the batch).
         ref_labels: ``[R]`` class ids of ``ref_embeddings``.
@@ -103,13 +106,15 @@ def triplet_nca_loss(
             in it. Ignored without ``ref_embeddings``.
 
     Returns:
-        A scalar of the dtype of ``y_pred``; 0 when no anchor has a triplet.
+        A scalar of the dtype of ``y_pred``; 0 when no anchor has a triplet,
+        NaN when an embedding is NaN or Inf.
     """
     _check_nca_args(order, temperature)
+    check_average(average)
     miner = resolve_miner(miner, _ephn)
-    losses, valid = _nca_per_anchor(y_true, y_pred, order, temperature, miner, normalize,
-                                    ref_embeddings, ref_labels, ref_offset)
-    return mean_over_valid(losses, valid, y_pred)
+    terms = _nca_per_anchor(y_true, y_pred, order, temperature, miner, normalize,
+                            ref_embeddings, ref_labels, ref_offset)
+    return functional_value(terms, average, y_pred, ref_embeddings)
 
 
 def triplet_margin_loss(
@@ -117,21 +122,23 @@ def triplet_margin_loss(
     y_pred,
     margin: float = 0.2,
     distance: str = "squared_l2",
-    miner=None,
+    miner="default",
     normalize: bool = True,
     ref_embeddings=None,
     ref_labels=None,
     ref_offset=None,
+    average: str = "anchors",
 ):
-    """Functional form of :class:`TripletMarginLoss`: the mean over anchors with a triplet.
+    """Functional form of :class:`TripletMarginLoss`: by default the mean over anchors with a triplet.
 
     Arguments as in :func:`triplet_nca_loss` and :class:`TripletMarginLoss`.
     """
     _check_margin_args(margin, distance)
+    check_average(average)
     miner = resolve_miner(miner, _facenet)
-    losses, valid = _margin_per_anchor(y_true, y_pred, margin, distance, miner, normalize,
-                                       ref_embeddings, ref_labels, ref_offset)
-    return mean_over_valid(losses, valid, y_pred)
+    terms = _margin_per_anchor(y_true, y_pred, margin, distance, miner, normalize,
+                               ref_embeddings, ref_labels, ref_offset)
+    return functional_value(terms, average, y_pred, ref_embeddings)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -153,18 +160,25 @@ class TripletNCALoss(MetricLoss):
     ``T = 1`` is the paper's equations; the authors' released easy-positive
     code used ``T = 0.1`` with order 1.
 
-    Per anchor the loss is the mean over its mined triplets; anchors without
-    a triplet (no positive or no negative in the batch) are left out, and a
-    batch with none gives 0 with zero gradients.
+    **Averaged over** the anchors kept (``average="anchors"``): per anchor
+    the mean over its mined triplets, then the mean over the anchors that
+    have a triplet, as the authors' code does. Anchors without a triplet (no
+    positive or no negative in the batch) are left out, and a batch with
+    none gives 0 with zero gradients.
 
     Args:
         order: 1 or 2. Defaults to `1`.
         temperature: ``T > 0``. Defaults to `1.0`.
-        miner: a :class:`tfdml.miners.Miner`. Defaults to
-            `TripletMiner("easy", "hard")` (EPHN).
+        miner: a :class:`tfdml.miners.Miner`; `"default"` for
+            `TripletMiner("easy", "hard")` (EPHN); `None` for no mining
+            (every triplet of the batch, :class:`tfdml.miners.AllPairsMiner`).
+            Defaults to `"default"`.
         normalize: L2-normalize the embeddings first. Defaults to `True`.
+        average: ``"anchors"``, ``"batch"``, ``"terms"`` (the mean over all
+            triplets) or ``"nonzero"`` (over the triplets with a non-zero
+            loss); see :mod:`tfdml.losses.base`. Defaults to `"anchors"`.
         reduction: see :mod:`tfdml.losses.base`. Defaults to
-            `"sum_over_batch_size"` (mean over anchors with a triplet).
+            `"sum_over_batch_size"`.
         name: name of the loss. Defaults to `"triplet_nca_loss"`.
         dtype: dtype of the returned value. Defaults to `None` (floatx).
 
@@ -184,14 +198,16 @@ class TripletNCALoss(MetricLoss):
         self,
         order: int = 1,
         temperature: float = 1.0,
-        miner=None,
+        miner="default",
         normalize: bool = True,
+        average: str = "anchors",
         reduction="sum_over_batch_size",
         name: str = "triplet_nca_loss",
         dtype=None,
     ):
         _check_nca_args(order, temperature)
-        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype)
+        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
+                         average=average)
         self.order = int(order)
         self.temperature = float(temperature)
         self.miner = resolve_miner(miner, _ephn)
@@ -222,20 +238,31 @@ class TripletMarginLoss(MetricLoss):
     * ``"l2"``: ``|f_a - f_p|`` (square root guarded at 0);
     * ``"cosine"``: ``1 - S``.
 
-    Mining ranks by the same distance (smaller is more similar). Per anchor
-    the loss is the mean over its mined triplets; anchors without a triplet
+    Mining ranks by the same distance (smaller is more similar).
+
+    **Averaged over** the anchors kept (``average="anchors"``): per anchor
+    the mean over its mined triplets, then the mean over the anchors with a
+    triplet, as the extreme-triplet authors' code does. FaceNet sums over
+    its triplets, TensorFlow Addons divides by the number of positive pairs
+    (its ``TripletSemiHardLoss``, also in :mod:`tfdml.compat.tfa`) and
+    pytorch-metric-learning by the number of triplets with a non-zero loss:
+    ``average="terms"`` and ``average="nonzero"``. Anchors without a triplet
     are left out, and a batch with none gives 0 with zero gradients.
 
     Args:
         margin: ``>= 0``. Defaults to `0.2`.
         distance: ``"squared_l2"``, ``"l2"`` or ``"cosine"``. Defaults to
             `"squared_l2"`.
-        miner: a :class:`tfdml.miners.Miner`. Defaults to
+        miner: a :class:`tfdml.miners.Miner`; `"default"` for
             `TripletMiner("all", "semihard")` (every positive, each with its
-            semi-hard negative, as in FaceNet).
+            semi-hard negative, as in FaceNet); `None` for no mining (every
+            triplet, :class:`tfdml.miners.AllPairsMiner`). Defaults to
+            `"default"`.
         normalize: L2-normalize the embeddings first. Defaults to `True`.
+        average: ``"anchors"``, ``"batch"``, ``"terms"`` or ``"nonzero"``;
+            see :mod:`tfdml.losses.base`. Defaults to `"anchors"`.
         reduction: see :mod:`tfdml.losses.base`. Defaults to
-            `"sum_over_batch_size"` (mean over anchors with a triplet).
+            `"sum_over_batch_size"`.
         name: name of the loss. Defaults to `"triplet_margin_loss"`.
         dtype: dtype of the returned value. Defaults to `None` (floatx).
 
@@ -253,14 +280,16 @@ class TripletMarginLoss(MetricLoss):
         self,
         margin: float = 0.2,
         distance: str = "squared_l2",
-        miner=None,
+        miner="default",
         normalize: bool = True,
+        average: str = "anchors",
         reduction="sum_over_batch_size",
         name: str = "triplet_margin_loss",
         dtype=None,
     ):
         _check_margin_args(margin, distance)
-        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype)
+        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
+                         average=average)
         self.margin = float(margin)
         self.distance = distance
         self.miner = resolve_miner(miner, _facenet)

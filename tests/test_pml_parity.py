@@ -1,0 +1,93 @@
+"""tfdml against values recorded from pytorch-metric-learning 2.9.
+
+``tests/fixtures/pml_2.9.npz`` comes from ``tests/fixtures/make_pml_fixtures.py`` (run in
+a separate environment with PyTorch; see its docstring). Values and gradients are compared
+in float64. Where tfdml's default differs from pytorch-metric-learning's, the test names
+the tfdml settings that reproduce it, and docs/losses.md says why the default differs.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import references as ref
+import tensorflow as tf
+
+from tfdml.losses import ContrastiveLoss, MarginLoss, MultiSimilarityLoss, TripletMarginLoss
+from tfdml.miners import AllPairsMiner, MultiSimilarityMiner, TripletMiner
+
+FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "pml_2.9.npz")
+DATA = np.load(FIXTURE)
+BATCHES = ("uneven", "pk", "pairs")
+
+
+def _value_and_grad(loss, batch):
+    labels, x = DATA[f"{batch}/labels"], tf.constant(DATA[f"{batch}/embeddings"])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        value = loss(labels, x)
+    return value.numpy(), tape.gradient(value, x).numpy()
+
+
+def _check(case, batch, loss, rtol=1e-9):
+    value, grad = _value_and_grad(loss, batch)
+    np.testing.assert_allclose(value, DATA[f"{case}/{batch}/value"], rtol=rtol, atol=1e-12)
+    np.testing.assert_allclose(grad, DATA[f"{case}/{batch}/grad"], rtol=max(rtol, 1e-7),
+                               atol=1e-10)
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("make", [
+    lambda: MultiSimilarityLoss(miner=None, dtype="float64"),
+    lambda: MultiSimilarityLoss(miner=AllPairsMiner(), dtype="float64"),
+], ids=["none", "all_pairs"])
+def test_multi_similarity_without_mining(make, batch):
+    _check("ms", batch, make())
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+def test_multi_similarity_with_its_miner_is_the_default(batch):
+    _check("ms_mined", batch, MultiSimilarityLoss(dtype="float64"))
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+def test_margin_loss_all_triplets(batch):
+    loss = MarginLoss(learn_beta=False, miner=TripletMiner("all", "all"), dtype="float64")
+    assert loss.average == "nonzero"
+    # pytorch-metric-learning holds a fixed beta as a float32 tensor: 1.2 + 4.8e-8.
+    _check("margin_all", batch, loss, rtol=2e-7)
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+def test_triplet_margin_loss_all_triplets_over_nonzero(batch):
+    loss = TripletMarginLoss(margin=0.2, distance="l2", miner=None, average="nonzero",
+                             dtype="float64")
+    _check("triplet_all", batch, loss)
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+def test_contrastive_loss_sums_separately_averaged_halves(batch):
+    """pytorch-metric-learning averages the positive and the negative pairs separately
+    (each over its non-zero terms) and adds the means; tfdml averages over all pairs at
+    once. Its value is the sum of tfdml's nonzero-averaged losses on each kind alone."""
+    labels, x = DATA[f"{batch}/labels"], DATA[f"{batch}/embeddings"]
+    pos, neg = ref.label_masks(labels)
+    zeros = np.zeros_like(pos)
+    halves = [ref.contrastive_loss(x, p, n, 0.0, 1.0, average="nonzero")[0]
+              for p, n in ((pos, zeros), (zeros, neg))]
+    np.testing.assert_allclose(sum(halves), DATA[f"contrastive/{batch}/value"], rtol=1e-9)
+    # tfdml's own value on the same pairs, averaged over the non-zero ones, differs.
+    mixed = ContrastiveLoss(0.0, 1.0, average="nonzero", dtype="float64")(labels, x)
+    assert abs(float(mixed) - sum(halves)) > 1e-3
+    np.testing.assert_allclose(
+        float(mixed), ref.contrastive_loss(x, pos, neg, 0.0, 1.0, average="nonzero")[0],
+        rtol=1e-9)
+
+
+def test_recorded_miner_matches_tfdml_miner_pairs():
+    """The mined case differs from the unmined one only where Wang et al.'s mining drops
+    pairs: check both are recorded and differ on the uneven batch."""
+    assert not np.isclose(DATA["ms/uneven/value"], DATA["ms_mined/uneven/value"])
+    assert isinstance(MultiSimilarityLoss().miner, MultiSimilarityMiner)
