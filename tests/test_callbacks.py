@@ -231,3 +231,163 @@ def test_triplet_scatter_validation_errors(kwargs, match, tmp_path):
     data = kwargs.pop("data", (np.zeros((4, 64)), np.zeros(4)))
     with pytest.raises(ValueError, match=match):
         TripletScatter(data, output_dir=str(tmp_path), **kwargs)
+
+
+# -- non-finite embeddings and endless data -----------------------------------------------------
+
+
+def _nan_row(x):
+    x = x.copy()
+    x[3, 10] = np.nan
+    return x
+
+
+def _inf_row(x):
+    x = x.copy()
+    x[7, :] = np.inf
+    return x
+
+
+def _all_nan(x):
+    return np.full_like(x, np.nan)
+
+
+NONFINITE = {"nan_row": _nan_row, "inf_row": _inf_row, "all_nan": _all_nan}
+
+
+def _nonfinite_warnings(record, name):
+    return [w for w in record if f"{name}:" in str(w.message) and "not finite" in str(w.message)]
+
+
+@pytest.mark.parametrize("corruption", sorted(NONFINITE))
+def test_recall_callback_logs_nan_for_nonfinite_embeddings(digits, tmp_path, corruption):
+    # The validation inputs make some embeddings non-finite: recall_at_k would raise, the
+    # callback writes nan for each of its names at each epoch and warns once; training goes
+    # on, and a ModelCheckpoint starting from -inf never saves a nan epoch.
+    _, _, x_val, y_val = digits
+    x_val = NONFINITE[corruption](x_val)
+    csv_path = os.path.join(tmp_path, "log.csv")
+    best_path = os.path.join(tmp_path, "best.weights.h5")
+    checkpoint = keras.callbacks.ModelCheckpoint(best_path, monitor="val_recall@1", mode="max",
+                                                 save_best_only=True, save_weights_only=True,
+                                                 initial_value_threshold=float("-inf"))
+    recall = RecallAtK((x_val, y_val), ks=KS, verbose=0)
+    with pytest.warns(UserWarning) as record:
+        history = _fit(_model(), digits, [recall, keras.callbacks.CSVLogger(csv_path), checkpoint],
+                       epochs=2)
+    assert len(history.history["loss"]) == 2  # training was not stopped
+    for name in NAMES:
+        assert len(history.history[name]) == 2 and np.isnan(history.history[name]).all()
+    warned = _nonfinite_warnings(record, "RecallAtK")
+    assert len(warned) == 1 and "at epoch 1" in str(warned[0].message)
+    assert "val_recall@1" in str(warned[0].message)
+    rows = _read_csv(csv_path)
+    assert [row["val_recall@1"] for row in rows] == ["nan", "nan"]
+    assert not os.path.exists(best_path) and checkpoint.best == float("-inf")
+    assert all(np.isnan(v) for v in recall.evaluate().values())
+
+
+def test_checkpoint_never_keeps_a_nan_epoch(tmp_path):
+    # Epochs faked with logs holding nan first and later. ModelCheckpoint(mode="max") saves
+    # on a strict improvement: `nan > best` is false, so a nan after a finite best is never
+    # saved. A nan as the *first* value is taken as the best when the checkpoint starts
+    # from None (the Keras default), and then nothing exceeds it: hence the documented
+    # initial_value_threshold=float("-inf").
+    def saved_epoch(values, **kwargs):
+        path = os.path.join(tmp_path, f"{len(os.listdir(tmp_path))}.weights.h5")
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, use_bias=False)])
+        checkpoint = keras.callbacks.ModelCheckpoint(path, monitor="val_recall@1", mode="max",
+                                                     save_best_only=True,
+                                                     save_weights_only=True, **kwargs)
+        checkpoint.set_model(model)
+        checkpoint.on_train_begin()
+        for epoch, value in enumerate(values):
+            model.layers[0].kernel.assign(np.full((2, 1), epoch + 1.0, "float32"))
+            checkpoint.on_epoch_begin(epoch)
+            checkpoint.on_epoch_end(epoch, {"val_recall@1": value})
+        if not os.path.exists(path):
+            return None
+        model.load_weights(path)
+        return int(model.layers[0].kernel.numpy()[0, 0])  # the epoch (from 1) saved last
+
+    nan = float("nan")
+    threshold = {"initial_value_threshold": float("-inf")}
+    assert saved_epoch([nan, 0.3, 0.5, nan], **threshold) == 3
+    assert saved_epoch([0.3, nan, 0.5, nan, 0.4], **threshold) == 3
+    assert saved_epoch([0.2, 0.6, nan], **threshold) == 2
+    assert saved_epoch([nan, nan], **threshold) is None
+    assert saved_epoch([0.2, 0.6, nan]) == 2  # nan after a finite best: never saved
+    assert saved_epoch([nan, 0.3, 0.5]) == 1  # the Keras default keeps a first nan
+
+
+@pytest.mark.parametrize("corruption", sorted(NONFINITE))
+def test_triplet_scatter_skips_nonfinite_epochs(digits, tmp_path, corruption):
+    x, y, _, _ = digits
+    x, y = NONFINITE[corruption](x[:120]), y[:120]
+    out = tmp_path / "scatter"
+    callback = TripletScatter((x, y), output_dir=str(out), movement=True, verbose=1)
+    with pytest.warns(UserWarning) as record:
+        history = _fit(_model(), digits, [callback], epochs=2)
+    assert len(history.history["loss"]) == 2
+    for name in ["triplet_correct"] + MOVES:
+        assert len(history.history[name]) == 2 and np.isnan(history.history[name]).all()
+    warned = _nonfinite_warnings(record, "TripletScatter")
+    assert len(warned) == 1 and "at epoch 0" in str(warned[0].message)
+    assert callback.scatters == {} and not out.exists()  # no file, no panel
+
+
+def test_triplet_scatter_resumes_after_a_nonfinite_epoch(digits, tmp_path):
+    # Epochs 1 and 3 are finite, epoch 2 is not: epoch 2 is skipped, and the movement of
+    # epoch 3 is measured from the triplets of epoch 1.
+    x, y, _, _ = digits
+    x, y = x[:120], y[:120]
+    model = _model()
+    callback = TripletScatter((x, y), output_dir=str(tmp_path), initial=False, movement=True,
+                              files=("npz",))
+    callback.set_model(model)
+    assert callback.record(1)["triplet_correct"] >= 0.0
+    first = callback.scatters[1]
+    kernel = model.layers[0].kernel
+    weights = kernel.numpy()
+    kernel.assign(np.full_like(weights, np.nan))
+    with pytest.warns(UserWarning, match="TripletScatter: at epoch 2 120 of the 120"):
+        skipped = callback.record(2)
+    assert list(skipped) == callback.names() and np.isnan(list(skipped.values())).all()
+    assert sorted(os.listdir(tmp_path)) == ["triplet_scatter_epoch001.npz"]
+    kernel.assign(weights * 1.5)
+    after = callback.record(3)
+    embeddings, _ = callback.embed()  # the same forward passes as the callback's
+    moved = movement_statistics(first, rescore_triplets(embeddings, first))
+    assert [after[n] for n in MOVES] == pytest.approx(list(moved[:5]))
+    assert sorted(os.listdir(tmp_path)) == ["triplet_scatter_epoch001.npz",
+                                            "triplet_scatter_epoch003.npz"]
+
+
+def _xy():
+    return np.zeros((8, 64), "float32"), np.repeat(np.arange(4), 2)
+
+
+@pytest.mark.parametrize("cls", [RecallAtK, TripletScatter])
+@pytest.mark.parametrize("endless", ["repeat", "pk_batches"])
+def test_infinite_datasets_are_rejected(cls, endless, tmp_path):
+    x, y = _xy()
+    if endless == "repeat":
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(4).repeat()
+    else:
+        ds = tfdml.data.pk_batches((x, y), 2, 2)  # endless by default
+    kwargs = {"output_dir": str(tmp_path)} if cls is TripletScatter else {}
+    with pytest.raises(ValueError, match="infinite.*repeat=False.*take") as info:
+        cls(ds, **kwargs)
+    assert "Received: data" in str(info.value)
+
+
+@pytest.mark.parametrize("cls", [RecallAtK, TripletScatter])
+def test_finite_and_unknown_cardinality_datasets_are_accepted(cls, tmp_path):
+    x, y = _xy()
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
+    unknown = ds.filter(lambda a, b: True)
+    assert int(unknown.cardinality()) == tf.data.UNKNOWN_CARDINALITY
+    one_epoch = tfdml.data.pk_batches((x, y), 2, 2, repeat=False)
+    kwargs = {"output_dir": str(tmp_path)} if cls is TripletScatter else {}
+    for data in (ds, ds.repeat().take(3), unknown, one_epoch):
+        assert cls(data, **kwargs).data is data

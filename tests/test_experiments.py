@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import keras
 import numpy as np
@@ -97,6 +98,25 @@ def test_evaluate_matches_the_metrics_on_the_same_embeddings(dataset):
     assert 0 < result.values["val_recall@1"] < 1  # neither trivial nor empty
 
 
+class _Diverged(keras.Model):
+    """A model whose embeddings hold a NaN (one row) and an Inf."""
+
+    def call(self, x, training=False):
+        m = keras.ops.mean(x, axis=(1, 2))
+        bad = keras.ops.where(keras.ops.arange(keras.ops.shape(m)[0])[:, None] == 1,
+                              float("nan"), m)
+        return keras.ops.concatenate([bad, m * float("inf")], axis=-1)
+
+
+@pytest.mark.parametrize("dataset", ["cub200", "inshop", "vehicleid"])
+def test_evaluate_logs_nan_for_a_diverged_model(dataset, capsys):
+    data = experiments.synthetic_data(dataset, num_classes=12, per_class=6, image_size=8)
+    result = experiments.evaluate(_Diverged(), data, _identity, batch_size=7, final=True)
+    assert result.values and all(np.isnan(v) for v in result.values.values())
+    assert result.monitor in result.values
+    assert "non-finite embeddings" in capsys.readouterr().out
+
+
 def _compiled_model(seed=0):
     keras.utils.set_random_seed(seed)
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
@@ -146,3 +166,53 @@ def test_markdown_table():
     text = experiments.markdown_table([{"a": 1.23456, "b": "x"}, {"a": 2, "c": None}], digits=2)
     assert text.splitlines() == ["| a | b | c |", "|---|---|---|", "| 1.23 | x |  |",
                                  "| 2 |  |  |"]
+
+
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize(
+    ("values", "want"),
+    [
+        ([NAN, 0.3, 0.5, 0.4], 3),  # NaN first
+        ([0.3, NAN, 0.5, NAN], 3),  # NaN between and after
+        ([0.5, 0.2, NAN], 1),
+        ([0.4, 0.6, 0.6, NAN], 2),  # the first of equal values, the one ModelCheckpoint keeps
+        ([NAN, NAN], None),
+        ([], None),
+    ],
+)
+def test_best_epoch_ignores_nan(values, want):
+    history = [{"epoch": i + 1, "loss": 1.0, "val_recall@1": v} for i, v in enumerate(values)]
+    history.append({"epoch": len(values) + 1, "loss": 0.5})  # not evaluated
+    assert experiments.best_epoch(history, "val_recall@1") == want
+
+
+def _saved_epoch(checkpoint, values):
+    """Fakes epochs with logs ``{monitor: value}``; returns the epoch whose weights were saved."""
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, use_bias=False)])
+    checkpoint.set_model(model)
+    checkpoint.on_train_begin()
+    for epoch, value in enumerate(values):
+        model.layers[0].kernel.assign(np.full((2, 1), epoch + 1.0, "float32"))
+        checkpoint.on_epoch_begin(epoch)
+        checkpoint.on_epoch_end(epoch, {checkpoint.monitor: value})
+    if not os.path.exists(checkpoint.filepath):
+        return None
+    model.load_weights(checkpoint.filepath)
+    return int(model.layers[0].kernel.numpy()[0, 0])
+
+
+@pytest.mark.parametrize(
+    ("values", "want"),
+    [([NAN, 0.3, 0.5, 0.4], 3), ([0.3, NAN, 0.5, NAN], 3), ([NAN, NAN], None)],
+)
+def test_run_checkpoint_never_saves_a_nan_epoch(tmp_path, values, want):
+    # The checkpoint of experiments.run starts from -inf: a NaN first epoch is not an
+    # improvement (with Keras' default start, None, it would be kept and never beaten).
+    path = str(tmp_path / "best.weights.h5")
+    checkpoint = experiments._best_checkpoint(path, "val_recall@1")
+    assert _saved_epoch(checkpoint, values) == want
+    history = [{"epoch": i + 1, "val_recall@1": v} for i, v in enumerate(values)]
+    assert experiments.best_epoch(history, "val_recall@1") == want  # the same epoch

@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 import os
+import warnings
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from tfdml import metrics as _metrics
+from tfdml import ops
 from tfdml.analysis import scatter as _scatter
 
-__all__ = ["RecallAtK", "TripletScatter"]
+__all__ = ["ActiveAnchorsWarning", "RecallAtK", "TripletScatter"]
 
 
 def _check_data(data):
-    """``data`` as ``(x, y)`` with NumPy labels, or the tf.data.Dataset itself."""
+    """``data`` as ``(x, y)`` with NumPy labels, or the tf.data.Dataset itself (not infinite)."""
     if isinstance(data, tf.data.Dataset):
+        if int(data.cardinality()) == tf.data.INFINITE_CARDINALITY:
+            raise ValueError(
+                "`data` is an infinite tf.data.Dataset, so embedding it would never end. "
+                "Give a finite one: `tfdml.data.eval_batches(...)` (every example once), "
+                "`tfdml.data.pk_batches(..., repeat=False)` (one epoch of P x K batches), "
+                "or `dataset.take(steps)`. Received: data with "
+                "cardinality tf.data.INFINITE_CARDINALITY"
+            )
         return data
     if isinstance(data, (tuple, list)) and len(data) == 2:
         x, y = data
@@ -83,6 +93,23 @@ class _EmbeddingCallback(keras.callbacks.Callback):
             raise ValueError("`data` yielded no batch.")
         return np.concatenate(embeddings), np.concatenate(labels)
 
+    def _nonfinite(self, embeddings, epoch, consequence):
+        """True if a row of ``embeddings`` holds a NaN or an Inf; warns the first time."""
+        bad = _metrics._nonfinite_rows(embeddings)
+        if not len(bad):
+            return False
+        if not self._warned_nonfinite:
+            self._warned_nonfinite = True
+            when = "" if epoch is None else f"at epoch {epoch} "
+            warnings.warn(
+                f"{type(self).__name__}: {when}{len(bad)} of the {len(embeddings)} "
+                "embeddings of `data` are not finite (NaN or Inf; the model may have "
+                f"diverged), so {consequence}. This warning is shown once; later epochs with "
+                "non-finite embeddings are handled the same way.",
+                stacklevel=3,
+            )
+        return True
+
 
 class RecallAtK(_EmbeddingCallback):
     """Writes Recall@K of a validation set into the Keras logs at the end of chosen epochs.
@@ -110,12 +137,25 @@ class RecallAtK(_EmbeddingCallback):
     and ``ModelCheckpoint`` skip them (with a warning); count ``patience`` in
     evaluated epochs (one every ``every``).
 
+    **Non-finite embeddings.** When an embedding of ``data`` holds a NaN or an
+    Inf (e.g. the training diverged) Recall@K is undefined and
+    :func:`tfdml.metrics.recall_at_k` raises; this callback does not stop the
+    training: it writes ``nan`` for each of its log names for that epoch and
+    warns (once per callback). ``ModelCheckpoint(mode="max")`` never saves a
+    ``nan`` epoch as the best when it starts from
+    ``initial_value_threshold=float("-inf")``; without it Keras takes the
+    first monitored value as the best, even ``nan``, and then no later value
+    compares greater. ``EarlyStopping`` has no such threshold: a ``nan`` at
+    its first evaluation becomes its best value.
+
     Args:
         data: the validation set: a tuple ``(x, y)`` of arrays (``y`` integer
             class ids) or a ``tf.data.Dataset`` yielding ``(x, y)`` batches
             (extra elements such as sample weights are ignored). A dataset is
             iterated once per evaluation, so ``x`` and ``y`` stay paired even if
-            it shuffles.
+            it shuffles. It must be finite: an infinite dataset (such as
+            ``tfdml.data.pk_batches`` with its default ``repeat=True``) raises
+            a ``ValueError``; a dataset of unknown cardinality is accepted.
         ks: the values of K. Defaults to `(1, 2, 4, 8)`.
         every: evaluate at the end of the first epoch and of every
             ``every``-th epoch (epochs ``1, every, 2 * every, ...`` counting
@@ -142,7 +182,8 @@ class RecallAtK(_EmbeddingCallback):
     ...         keras.callbacks.CSVLogger("log.csv"),
     ...         keras.callbacks.EarlyStopping("val_recall@1", mode="max", patience=3),
     ...         keras.callbacks.ModelCheckpoint(
-    ...             "best.keras", monitor="val_recall@1", mode="max", save_best_only=True
+    ...             "best.keras", monitor="val_recall@1", mode="max", save_best_only=True,
+    ...             initial_value_threshold=float("-inf"),  # never a nan epoch
     ...         ),
     ...     ],
     ... )
@@ -176,14 +217,23 @@ class RecallAtK(_EmbeddingCallback):
         self.unmatched = unmatched
         self.verbose = verbose
         self.data = _check_data(data)
+        self._warned_nonfinite = False
+        self._epoch = None  # the epoch being evaluated by on_epoch_end, for the warning
 
     def names(self):
         """The log names this callback writes, e.g. ``["val_recall@1", ...]``."""
         return [f"{self.prefix}recall@{k}" for k in self.ks]
 
     def evaluate(self):
-        """Recall@K of the validation set now: ``{"val_recall@1": float, ...}``."""
+        """Recall@K of the validation set now: ``{"val_recall@1": float, ...}``.
+
+        Every value is ``nan`` when an embedding holds a NaN or an Inf (with a
+        warning the first time).
+        """
         embeddings, labels = self.embed()
+        if self._nonfinite(embeddings, self._epoch,
+                           f"{', '.join(self.names())} are nan for that evaluation"):
+            return {name: float("nan") for name in self.names()}
         values = _metrics.recall_at_k(embeddings, labels, self.ks, metric=self.metric,
                                       chunk_size=self.chunk_size, unmatched=self.unmatched)
         return {name: values[k] for name, k in zip(self.names(), self.ks, strict=True)}
@@ -191,7 +241,11 @@ class RecallAtK(_EmbeddingCallback):
     def on_epoch_end(self, epoch, logs=None):
         if epoch > 0 and (epoch + 1) % self.every:
             return
-        values = self.evaluate()
+        self._epoch = epoch + 1
+        try:
+            values = self.evaluate()
+        finally:
+            self._epoch = None
         if logs is not None:
             logs.update(values)
         if self.verbose:
@@ -255,10 +309,19 @@ class TripletScatter(_EmbeddingCallback):
     ``callbacks=[...]`` for them to see the values (see
     :class:`RecallAtK`).
 
+    **Non-finite embeddings.** An epoch whose embeddings hold a NaN or an Inf
+    (e.g. the training diverged) is not recorded: no file is written, it is
+    not added to ``scatters`` or the grid, and ``nan`` goes into the logs
+    for each of :meth:`names` (so the ``CSVLogger`` columns stay the same).
+    The callback warns the first time and does not stop the training. The
+    movement of the next recorded epoch is measured from the last recorded
+    one.
+
     Args:
         data: the data set: a tuple ``(x, y)`` of arrays (``y`` integer class
             ids) or a ``tf.data.Dataset`` of ``(x, y)`` batches (iterated once
-            per record; finite).
+            per record). An infinite dataset raises a ``ValueError`` (see
+            :class:`RecallAtK`); one of unknown cardinality is accepted.
         every: an int: record after the first epoch and every ``every``-th
             (epochs ``1, every, 2 * every, ...``); or a collection of epoch
             numbers, e.g. ``(5, 10, 15, 40)``. Defaults to `1`.
@@ -290,7 +353,7 @@ class TripletScatter(_EmbeddingCallback):
             last one is kept).
 
     Raises:
-        ValueError: bad arguments (see above).
+        ValueError: bad arguments (see above), including an infinite dataset.
         ImportError: ``"png"`` or ``"grid"`` without matplotlib installed.
 
     Examples:
@@ -360,6 +423,8 @@ class TripletScatter(_EmbeddingCallback):
         self.verbose = verbose
         self.scatters = {}
         self._reference = None  # triplets of the previous record, for movement
+        self._began = False
+        self._warned_nonfinite = False
 
     def names(self):
         """The log names this callback writes."""
@@ -379,8 +444,17 @@ class TripletScatter(_EmbeddingCallback):
         return epoch == 1 or epoch % self.every == 0
 
     def record(self, epoch):
-        """Embeds ``data``, writes the files of ``epoch`` and returns its log values."""
+        """Embeds ``data``, writes the files of ``epoch`` and returns its log values.
+
+        When an embedding holds a NaN or an Inf nothing is recorded and every
+        value is ``nan`` (with a warning the first time).
+        """
         embeddings, labels = self.embed()
+        if self._nonfinite(embeddings, epoch, "that epoch is not recorded (its log values "
+                           "are nan)"):
+            if self.verbose:
+                print(f"Triplet scatter, epoch {epoch}: not recorded (non-finite embeddings)")
+            return {name: float("nan") for name in self.names()}
         values = {}
         if self.movement and self._reference is not None:
             before = self._reference
@@ -428,12 +502,16 @@ class TripletScatter(_EmbeddingCallback):
         fig.savefig(path, dpi=120)
 
     def on_train_begin(self, logs=None):
-        if self.scatters or self._reference is not None:
+        if self._began or self.scatters or self._reference is not None:
             return  # a later fit() continues the record
+        self._began = True
         if self.initial:
             self.record(0)
         elif self.movement:
             embeddings, labels = self.embed()
+            if self._nonfinite(embeddings, 0, "the triplets for the movement are mined at "
+                               "the first recorded epoch instead"):
+                return
             self._reference = _scatter.triplet_scatter(
                 embeddings, labels, self.positive, self.negative, chunk_size=self.chunk_size,
                 seed=self.seed)
@@ -445,3 +523,68 @@ class TripletScatter(_EmbeddingCallback):
         values = self.record(epoch)
         if logs is not None:
             logs.update(values)
+
+
+class ActiveAnchorsWarning(keras.callbacks.Callback):
+    """Warns once when training runs on batches in which no anchor has anything to learn from.
+
+    Reads the fraction that :class:`tfdml.metrics.ActiveAnchors` writes into
+    the logs (``monitor``). At the end of a training batch where the epoch's
+    fraction so far is at most ``threshold`` (by default: no anchor of any
+    batch of the epoch had a triplet or pair), it warns once, saying that the
+    loss is 0 and nothing is learned and how to sample batches that have
+    positives. If the logs never hold ``monitor``, it warns once that the
+    metric is missing.
+
+    Args:
+        monitor: the log name of the :class:`tfdml.metrics.ActiveAnchors`
+            metric. Defaults to `"active_anchors"`.
+        threshold: warn when the fraction is at most this. Defaults to `0.0`.
+
+    Examples:
+
+    >>> loss = tfdml.losses.MultiSimilarityLoss()
+    >>> model.compile(optimizer="adam", loss=loss,
+    ...               metrics=[tfdml.metrics.ActiveAnchors(loss)])
+    >>> model.fit(ds, callbacks=[tfdml.callbacks.ActiveAnchorsWarning()])
+    """
+
+    def __init__(self, monitor="active_anchors", threshold=0.0):
+        super().__init__()
+        if not isinstance(monitor, str) or not monitor:
+            raise ValueError(f"`monitor` must be a log name. Received: monitor={monitor!r}")
+        if not ops.is_number(threshold) or not 0.0 <= threshold < 1.0:
+            raise ValueError(
+                f"`threshold` must be a number in [0, 1). Received: threshold={threshold!r}"
+            )
+        self.monitor = monitor
+        self.threshold = float(threshold)
+        self.warned = False
+
+    def on_train_begin(self, logs=None):
+        self.warned = False
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.warned:
+            return
+        logs = logs or {}
+        if self.monitor not in logs:
+            self.warned = True
+            warnings.warn(
+                f"ActiveAnchorsWarning: the logs hold no {self.monitor!r}; add "
+                "`tfdml.metrics.ActiveAnchors(loss)` to `model.compile(metrics=[...])`.",
+                stacklevel=2,
+            )
+            return
+        value = float(np.asarray(logs[self.monitor]))
+        if value <= self.threshold:
+            self.warned = True
+            warnings.warn(
+                f"{self.monitor} = {value:.3g} after {batch + 1} training batch(es): "
+                + ("no anchor has" if value == 0 else "few anchors have")
+                + " a positive and a negative (or a mined pair), so the loss is 0 for them "
+                "and nothing is learned from them. Sample batches with several samples of "
+                "each class, e.g. tfdml.data.pk_batches(source, classes_per_batch=P, "
+                "samples_per_class=K >= 2).",
+                stacklevel=2,
+            )

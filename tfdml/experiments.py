@@ -57,6 +57,7 @@ __all__ = [
     "ExperimentData",
     "ResumeState",
     "apply_smoke",
+    "best_epoch",
     "build_model",
     "evaluate",
     "fit_multi_worker",
@@ -519,7 +520,8 @@ def evaluate(model, data: ExperimentData, eval_fn, batch_size=128, final=False) 
         for name, split in data.evaluation.items():
             emb, labels = _embed(model, split, eval_fn, batch_size)
             ks = _clamp_ks((1, 5), len(np.unique(labels)))  # top-k needs k identities
-            rates = _metrics.vehicleid_match_rate(emb, labels, ks=ks)
+            rates = _nan_unless_finite((emb,), dict.fromkeys(ks),
+                                       _metrics.vehicleid_match_rate, emb, labels, ks=ks)
             size = name.replace("test_", "")
             values.update({f"val_{size}_top{k}": rates[k] for k in ks})
         return Evaluation(values, "val_small_top1")
@@ -527,19 +529,33 @@ def evaluate(model, data: ExperimentData, eval_fn, batch_size=128, final=False) 
         q, ql = _embed(model, data.evaluation["query"], eval_fn, batch_size)
         g, gl = _embed(model, data.evaluation["gallery"], eval_fn, batch_size)
         ks = _clamp_ks(RECALL_KS["inshop"], len(gl))
-        recall = _metrics.recall_at_k(q, ql, ks, gallery_embeddings=g, gallery_labels=gl)
+        recall = _nan_unless_finite((q, g), dict.fromkeys(ks), _metrics.recall_at_k, q, ql, ks,
+                                    gallery_embeddings=g, gallery_labels=gl)
         values.update({f"val_recall@{k}": v for k, v in recall.items()})
-        values["val_map@r"] = _metrics.map_at_r(q, ql, gallery_embeddings=g, gallery_labels=gl)
+        values["val_map@r"] = _nan_unless_finite((q, g), None, _metrics.map_at_r, q, ql,
+                                                 gallery_embeddings=g, gallery_labels=gl)
         return Evaluation(values, "val_recall@1")
     emb, labels = _embed(model, data.evaluation["test"], eval_fn, batch_size)
     ks = _clamp_ks(RECALL_KS.get(data.name, (1, 2, 4, 8)), len(labels) - 1)
-    recall = _metrics.recall_at_k(emb, labels, ks)
+    recall = _nan_unless_finite((emb,), dict.fromkeys(ks), _metrics.recall_at_k, emb, labels, ks)
     values.update({f"val_recall@{k}": v for k, v in recall.items()})
-    values["val_map@r"] = _metrics.map_at_r(emb, labels)
+    values["val_map@r"] = _nan_unless_finite((emb,), None, _metrics.map_at_r, emb, labels)
     if final:
-        values["val_nmi"] = _metrics.nmi(emb, labels)
-        values["val_f1"] = _metrics.f1_clustering(emb, labels)
+        values["val_nmi"] = _nan_unless_finite((emb,), None, _metrics.nmi, emb, labels)
+        values["val_f1"] = _nan_unless_finite((emb,), None, _metrics.f1_clustering, emb, labels)
     return Evaluation(values, "val_recall@1")
+
+
+def _nan_unless_finite(embeddings, keys, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``, or NaN (a dict of NaN over ``keys``) for non-finite embeddings.
+
+    A diverged model's evaluation is logged as NaN, never picked as the best epoch, and
+    does not stop the run (the metrics themselves raise on non-finite embeddings).
+    """
+    if all(np.isfinite(e).all() for e in embeddings):
+        return fn(*args, **kwargs)
+    print("Evaluation: the model gives non-finite embeddings (NaN or Inf); metrics are NaN.")
+    return float("nan") if keys is None else {k: float("nan") for k in keys}
 
 
 class _Evaluate(keras.callbacks.Callback):
@@ -558,6 +574,52 @@ class _Evaluate(keras.callbacks.Callback):
         if logs is not None:  # Keras prints them with the epoch's line
             logs.update(result.values)
             logs["eval_seconds"] = time.perf_counter() - start
+
+
+def best_epoch(history, monitor):
+    """The epoch with the largest ``monitor`` value in ``history``, NaN values ignored.
+
+    A NaN compares false with every number, so ``max(history, key=...)`` may
+    return a NaN entry or not depending on where it is; here entries whose
+    value is missing, ``None`` or NaN are left out. Among equal values the
+    earliest epoch wins, the one ``ModelCheckpoint(save_best_only=True)``
+    keeps (it saves on a strict improvement only).
+
+    Args:
+        history: a sequence of per-epoch dicts with an ``"epoch"`` key, as
+            ``ResumeState.history``.
+        monitor: the key to maximize, e.g. ``"val_recall@1"``.
+
+    Returns:
+        The ``"epoch"`` value of the best entry, or ``None`` when no entry has
+        a value that is not NaN.
+
+    Examples:
+
+    >>> history = [{"epoch": 1, "val_recall@1": float("nan")}, {"epoch": 2, "val_recall@1": 0.4}]
+    >>> tfdml.experiments.best_epoch(history, "val_recall@1")
+    2
+    """
+    best = None
+    for entry in history:
+        value = entry.get(monitor)
+        if value is None or np.isnan(value):
+            continue
+        if best is None or value > best[monitor]:
+            best = entry
+    return None if best is None else best["epoch"]
+
+
+def _best_checkpoint(path, monitor):
+    """``ModelCheckpoint`` of the best weights by ``monitor`` (maximized), never a NaN epoch.
+
+    Keras takes the first monitored value as the best when it starts from
+    ``None``, even a NaN (which then nothing exceeds); starting from ``-inf``
+    a NaN is never an improvement.
+    """
+    return keras.callbacks.ModelCheckpoint(path, monitor=monitor, mode="max",
+                                           save_best_only=True, save_weights_only=True,
+                                           initial_value_threshold=float("-inf"))
 
 
 # -- resuming ----------------------------------------------------------------------------------
@@ -898,8 +960,7 @@ def run(args, loss, *, name, callbacks=(), attach_loss=None, figures=None, extra
 
     best_path = os.path.join(out, "best.weights.h5")
     monitor = "val_small_top1" if data.name == "vehicleid" else "val_recall@1"
-    checkpoint = keras.callbacks.ModelCheckpoint(best_path, monitor=monitor, mode="max",
-                                                 save_best_only=True, save_weights_only=True)
+    checkpoint = _best_checkpoint(best_path, monitor)
     resume = ResumeState(os.path.join(out, "backup"), config=config, checkpoint=checkpoint,
                          history_csv=os.path.join(out, "history.csv"))
     with strategy.scope():  # a restored optimizer is built inside the scope
@@ -940,14 +1001,13 @@ def run(args, loss, *, name, callbacks=(), attach_loss=None, figures=None, extra
     if os.path.exists(best_path):
         model.load_weights(best_path)
     final = evaluate(model, data, eval_fn, args.eval_batch_size, final=True)
-    evaluated = [h for h in history if monitor in h]
-    best_epoch = max(evaluated, key=lambda h: h[monitor])["epoch"] if evaluated else None
+    best = best_epoch(history, monitor)
     results = {
         "name": name,
         "dataset": data.name,
         "smoke": bool(args.smoke),
         "config": config,
-        "best_epoch": best_epoch,
+        "best_epoch": best,
         "metrics": final.values,
         "history": history,
         "epochs_run": [h["epoch"] for h in history],
@@ -980,7 +1040,7 @@ def run(args, loss, *, name, callbacks=(), attach_loss=None, figures=None, extra
     rows = [{"metric": k, "value": v} for k, v in results["metrics"].items()]
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write(f"# {name} on {data.name}{' (smoke run, synthetic data)' if args.smoke else ''}\n\n")
-        f.write(f"Best epoch {best_epoch} of {args.epochs} (by {monitor}).\n\n")
+        f.write(f"Best epoch {best} of {args.epochs} (by {monitor}).\n\n")
         f.write(markdown_table(rows))
         for key, value in extra.items():
             f.write(f"\n{key}: `{json.dumps(value, default=_json_default)}`\n")

@@ -13,7 +13,15 @@ Conventions shared by every retrieval metric:
   distance. Scores are computed in float32.
 * **Self-exclusion.** Without a separate gallery every embedding is a query
   against all the others, itself excluded (CUB-200, Cars196, SOP protocol).
-  With a gallery nothing is excluded (In-shop protocol).
+  The query is excluded by its index, not by its score, so no score (equal to
+  another row's, ``-inf``, NaN) can make a query its own neighbour. With a
+  gallery nothing is excluded (In-shop protocol).
+* **Non-finite embeddings.** Every metric raises a ``ValueError`` naming the
+  argument when an embedding row holds a NaN or an Inf (after the conversion
+  to float32, so float64 values beyond the float32 range count as Inf): a
+  score computed on such rows would be meaningless, and a diverged model must
+  not get a good one. :class:`tfdml.callbacks.RecallAtK` turns this into NaN
+  log values instead of stopping the training.
 * **Ties.** Neighbours are ordered by decreasing similarity; items with equal
   scores are ordered by increasing gallery index (a stable sort). Results are
   therefore deterministic and do not depend on the chunk sizes.
@@ -25,16 +33,23 @@ Conventions shared by every retrieval metric:
   R-precision are undefined for ``R = 0`` and leave such queries out
   (``"exclude"``, as in Musgrave et al. 2020 and pytorch-metric-learning).
   When every query is excluded the result is ``nan``.
+
+:class:`ActiveAnchors` is a Keras metric for ``model.compile``: the fraction of
+anchors of the training batches that a tfdml loss learns from.
 """
 
 from __future__ import annotations
 
+import warnings
+
+import keras
 import numpy as np
 import tensorflow as tf
 
 from tfdml import ops
 
 __all__ = [
+    "ActiveAnchors",
     "cmc",
     "f1_clustering",
     "map_at_r",
@@ -87,6 +102,53 @@ def _check_ks(ks, gallery_size, name="ks"):
     return tuple(int(k) for k in ks)
 
 
+def _nonfinite_rows(embeddings):
+    """Indices (int64 NumPy array) of the rows of ``embeddings`` with a NaN or an Inf.
+
+    ``embeddings`` is anything with a leading row axis (a NumPy array or a tensor);
+    values are converted to float32 first, as the metrics compute in float32.
+    """
+    x = tf.convert_to_tensor(embeddings)
+    if not x.dtype.is_floating or x.shape.rank is None or x.shape.rank == 0:
+        return np.zeros(0, np.int64)
+    x = tf.cast(x, tf.float32)
+    finite = tf.math.is_finite(tf.reshape(x, [tf.shape(x)[0], -1]))
+    return np.flatnonzero(~tf.reduce_all(finite, axis=1).numpy()).astype(np.int64)
+
+
+def _at_indices(bad):
+    """``"index 3"`` or ``"indices 3, 9, 17, ..."`` (at most five shown)."""
+    if len(bad) == 1:
+        return f"index {bad[0]}"
+    return "indices " + ", ".join(str(i) for i in bad[:5]) + (", ..." if len(bad) > 5 else "")
+
+
+def _check_finite(embeddings, name):
+    """Raises a ValueError naming ``name`` when a row of ``embeddings`` is not finite."""
+    bad = _nonfinite_rows(embeddings)
+    if len(bad):
+        rows = "row" if len(bad) == 1 else "rows"
+        raise ValueError(
+            f"`{name}` contains {len(bad)} non-finite {rows} (NaN or Inf) out of "
+            f"{int(embeddings.shape[0])}; a metric computed on them would be meaningless "
+            "(a diverged model gives such embeddings). Values beyond the float32 range "
+            f"count as Inf. Received: {name} with non-finite {rows} at {_at_indices(bad)}"
+        )
+
+
+def _check_finite_labeling(values, name):
+    """Raises a ValueError naming ``name`` when a float labeling holds a NaN or an Inf."""
+    values = np.asarray(values)
+    if np.issubdtype(values.dtype, np.floating):
+        bad = np.flatnonzero(~np.isfinite(values.reshape(-1)))
+        if len(bad):
+            what = "value" if len(bad) == 1 else "values"
+            raise ValueError(
+                f"`{name}` contains {len(bad)} non-finite {what} (NaN or Inf); it must hold "
+                f"integer ids. Received: {name} with non-finite {what} at {_at_indices(bad)}"
+            )
+
+
 def _prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
              gallery_chunk_size, unmatched, names=("embeddings", "labels")):
     """Validates the inputs; returns float32 queries/gallery, int64 label arrays, exclude_self."""
@@ -100,6 +162,7 @@ def _prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chu
     ops.check_batch_sizes(labels, queries, lab_name, emb_name)
     if queries.shape[0] == 0:
         raise ValueError(f"`{emb_name}` is empty. Received: {emb_name}.shape={queries.shape}")
+    _check_finite(queries, emb_name)
     exclude_self = gallery_embeddings is None
     if exclude_self:
         if gallery_labels is not None:
@@ -124,6 +187,7 @@ def _prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chu
                 f"Received: gallery_embeddings.shape={gallery.shape}, "
                 f"{emb_name}.shape={queries.shape}"
             )
+        _check_finite(gallery, "gallery_embeddings")
     if metric == "cosine":
         queries = ops.l2_normalize(queries)
         gallery = queries if exclude_self else ops.l2_normalize(gallery)
@@ -147,27 +211,36 @@ def _neighbour_chunks(queries, gallery, k, exclude_self, metric, chunk_size, gal
     lower gallery index. The top-k is a running one over gallery chunks: merging the
     kept ``k`` (all of lower index) with a new chunk and taking ``tf.math.top_k``
     (which puts the lower position first among equal values) keeps that order.
+
+    With ``exclude_self`` (query ``i`` is gallery row ``i``) the search keeps ``k + 1``
+    candidates and then removes row ``i`` by its index, or the last candidate when row
+    ``i`` is not among them. The query's own score plays no part, so no score (a tie,
+    ``-inf``, NaN) can make a query its own neighbour; ``k`` must then be below the
+    gallery size.
     """
     num_queries = int(queries.shape[0])
     num_gallery = int(gallery.shape[0])
+    keep = k + 1 if exclude_self else k
     for start in range(0, num_queries, chunk_size):
         chunk = queries[start : start + chunk_size]
-        rows = tf.range(start, start + int(chunk.shape[0]))[:, None]
         best_scores = best_idx = None
         for g_start in range(0, num_gallery, gallery_chunk_size):
             block = gallery[g_start : g_start + gallery_chunk_size]
             scores = _scores(chunk, block, metric)
             cols = tf.range(g_start, g_start + int(block.shape[0]))
-            if exclude_self:
-                scores = tf.where(tf.equal(rows, cols[None, :]),
-                                  tf.constant(-np.inf, scores.dtype), scores)
             cols = tf.broadcast_to(cols[None, :], tf.shape(scores))
             if best_scores is not None:
                 scores = tf.concat([best_scores, scores], axis=1)
                 cols = tf.concat([best_idx, cols], axis=1)
-            best_scores, pos = tf.math.top_k(scores, k=min(k, int(scores.shape[1])))
+            best_scores, pos = tf.math.top_k(scores, k=min(keep, int(scores.shape[1])))
             best_idx = tf.gather(cols, pos, batch_dims=1)
-        yield start, best_idx.numpy().astype(np.int64)
+        idx = best_idx.numpy().astype(np.int64)
+        if exclude_self:
+            is_self = idx == np.arange(start, start + len(idx))[:, None]
+            # A stable sort moves the query's own index (if present) behind the others.
+            order = np.argsort(is_self, axis=1, kind="stable")
+            idx = np.take_along_axis(idx, order, axis=1)[:, :k]
+        yield start, idx
 
 
 def _average(values, matched, unmatched):
@@ -229,6 +302,11 @@ def recall_at_k(
     Returns:
         ``{k: recall}`` with Python floats in [0, 1] (``nan`` if every query is
         excluded).
+
+    Raises:
+        ValueError: bad arguments, or a row of ``embeddings`` or
+            ``gallery_embeddings`` that holds a NaN or an Inf (the message
+            names the argument and the rows).
 
     Examples:
 
@@ -313,6 +391,11 @@ def map_at_r(
     Returns:
         A Python float in [0, 1] (``nan`` if every query is excluded).
 
+    Raises:
+        ValueError: bad arguments, or a row of ``embeddings`` or
+            ``gallery_embeddings`` that holds a NaN or an Inf (the message
+            names the argument and the rows).
+
     Examples:
 
     >>> x = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.2, 0.9], [0.7, 0.7]])
@@ -356,6 +439,11 @@ def r_precision(
 
     Returns:
         A Python float in [0, 1] (``nan`` if every query is excluded).
+
+    Raises:
+        ValueError: bad arguments, or a row of ``embeddings`` or
+            ``gallery_embeddings`` that holds a NaN or an Inf (the message
+            names the argument and the rows).
 
     Examples:
 
@@ -403,6 +491,11 @@ def cmc(
 
     Returns:
         A float64 NumPy array of shape ``[top_k]``, non-decreasing.
+
+    Raises:
+        ValueError: bad arguments, or a row of ``query_embeddings`` or
+            ``gallery_embeddings`` that holds a NaN or an Inf (the message
+            names the argument and the rows).
 
     Examples:
 
@@ -458,6 +551,10 @@ def vehicleid_match_rate(
     Returns:
         ``{k: mean match rate}`` with Python floats in [0, 1].
 
+    Raises:
+        ValueError: bad arguments, or a row of ``embeddings`` that holds a
+            NaN or an Inf (the message names the argument and the rows).
+
     Examples:
 
     >>> rates = tfdml.metrics.vehicleid_match_rate(model.predict(x_small), ids_small)
@@ -469,6 +566,7 @@ def vehicleid_match_rate(
     labels_np = ops.cast_labels(labels).numpy().astype(np.int64)
     x = ops.check_embeddings(embeddings)
     ops.check_batch_sizes(labels_np, x)
+    _check_finite(x, "embeddings")
     classes, inverse = np.unique(labels_np, return_inverse=True)
     ks = _check_ks(ks, len(classes))
     if len(classes) == len(labels_np):
@@ -503,6 +601,7 @@ def _kmeans(embeddings, labels, num_clusters, seed, metric):
     labels = ops.cast_labels(labels).numpy().astype(np.int64)
     x = tf.cast(ops.check_embeddings(embeddings), tf.float32)
     ops.check_batch_sizes(labels, x)
+    _check_finite(x, "embeddings")
     if metric == "cosine":
         x = ops.l2_normalize(x)
     n = len(labels)
@@ -538,7 +637,10 @@ def nmi_score(labels, clusters) -> float:
 
     The arithmetic-mean normalization, the same as scikit-learn's
     ``normalized_mutual_info_score``. 1.0 when both labelings have a single group.
+    A float labeling with a NaN or an Inf raises a ``ValueError`` naming it.
     """
+    _check_finite_labeling(labels, "labels")
+    _check_finite_labeling(clusters, "clusters")
     table = _contingency(np.asarray(labels).reshape(-1), np.asarray(clusters).reshape(-1))
     n = table.sum()
     h_y, h_c = _entropy(table.sum(axis=1)), _entropy(table.sum(axis=0))
@@ -557,7 +659,10 @@ def pairwise_f1_score(labels, clusters) -> float:
     FP = same cluster but different classes, FN = same class but different
     clusters; ``F1 = 2PR / (P + R)`` with ``P = TP/(TP+FP)``, ``R = TP/(TP+FN)``.
     0.0 when there is no pair in the same cluster or no pair in the same class.
+    A float labeling with a NaN or an Inf raises a ``ValueError`` naming it.
     """
+    _check_finite_labeling(labels, "labels")
+    _check_finite_labeling(clusters, "clusters")
     table = _contingency(np.asarray(labels).reshape(-1), np.asarray(clusters).reshape(-1))
 
     def pairs(c):
@@ -594,6 +699,10 @@ def nmi(embeddings, labels, num_clusters=None, seed: int = 0, metric: str = "cos
     Returns:
         A Python float in [0, 1].
 
+    Raises:
+        ValueError: bad arguments, or a row of ``embeddings`` that holds a
+            NaN or an Inf (the message names the argument and the rows).
+
     Examples:
 
     >>> x = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
@@ -627,6 +736,10 @@ def f1_clustering(embeddings, labels, num_clusters=None, seed: int = 0,
     Returns:
         A Python float in [0, 1].
 
+    Raises:
+        ValueError: bad arguments, or a row of ``embeddings`` that holds a
+            NaN or an Inf (the message names the argument and the rows).
+
     Examples:
 
     >>> x = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
@@ -635,3 +748,60 @@ def f1_clustering(embeddings, labels, num_clusters=None, seed: int = 0,
     """
     labels, clusters = _kmeans(embeddings, labels, num_clusters, seed, metric)
     return pairwise_f1_score(labels, clusters)
+
+
+# -- training-time metric ---------------------------------------------------------------------
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class ActiveAnchors(keras.metrics.Mean):
+    """Fraction of anchors that have something to learn from under a tfdml loss.
+
+    An anchor is *active* when the loss's miner finds it a triplet or pair (a
+    positive and a negative in the batch, for most losses). A batch with no
+    active anchor gives a loss of 0 and zero gradients, so training on such
+    batches (e.g. shuffled batches over many classes with no two samples of
+    a class) learns nothing without any error. Added to ``compile``, this
+    metric puts the fraction into the ``fit`` logs (``active_anchors``,
+    averaged over the anchors of the epoch so far), where the progress bar,
+    ``History`` and ``tfdml.callbacks.ActiveAnchorsWarning`` see it.
+
+    It mines once more with a copy of the loss (same configuration, its own
+    random state, so the loss's random draws are not disturbed): about the
+    cost of the loss's mining per step.
+
+    Args:
+        loss: the tfdml loss being trained (a :class:`tfdml.losses.MetricLoss`).
+        name: the log name. Defaults to `"active_anchors"`.
+        dtype: dtype of the result. Defaults to `None` (float32).
+
+    Examples:
+
+    >>> loss = tfdml.losses.TripletNCALoss()
+    >>> model.compile(optimizer="adam", loss=loss,
+    ...               metrics=[tfdml.metrics.ActiveAnchors(loss)])
+    >>> model.fit(ds, epochs=3, callbacks=[tfdml.callbacks.ActiveAnchorsWarning()])
+    """
+
+    def __init__(self, loss, name="active_anchors", dtype=None):
+        super().__init__(name=name, dtype=dtype)
+        from tfdml.losses.base import MetricLoss
+
+        if isinstance(loss, dict):
+            loss = keras.saving.deserialize_keras_object(loss)
+        if not isinstance(loss, MetricLoss):
+            raise ValueError(
+                "`loss` must be a tfdml loss (tfdml.losses.MetricLoss). "
+                f"Received: loss={loss!r}"
+            )
+        self._loss_config = keras.saving.serialize_keras_object(loss)
+        self._probe = keras.saving.deserialize_keras_object(self._loss_config)
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        with warnings.catch_warnings():  # the copy's own warnings (e.g. an unattached beta)
+            warnings.simplefilter("ignore")
+            terms = self._probe.per_anchor(ops.cast_labels(y_true, "y_true"), y_pred)
+        return super().update_state(tf.cast(terms.active, self.dtype), sample_weight)
+
+    def get_config(self):
+        return {"loss": self._loss_config, "name": self.name, "dtype": self.dtype}
