@@ -834,3 +834,39 @@ def test_two_per_class_multi_similarity_easy_equals_all(make_loss):
     value_easy = make_loss(MultiSimilarityMiner(0.1, "easy"))(labels, x).numpy()
     value_all = make_loss(MultiSimilarityMiner(0.1, "all"))(labels, x).numpy()
     assert value_easy > 0 and value_easy == value_all
+
+
+# -- AllPairsMiner: no mining ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ref_offset", [0, 3, None])
+def test_all_pairs_miner_keeps_every_pair(ref_offset):
+    import keras
+
+    from tfdml.miners import AllPairsMiner, Pairs
+
+    labels = np.array([2, 0, 2, 1, 0])
+    ref_labels = np.array([0, 1, 2, 2, 0, 1, 2, 2, 0, 5])
+    scores = tf.random.stateless_normal([5, 10], seed=[3, 4])
+    mined = AllPairsMiner()(scores, labels, ref_labels, ref_offset)
+    assert isinstance(mined, Pairs)
+    pos, neg = ref.label_masks(labels, ref_labels, ref_offset)
+    np.testing.assert_array_equal(mined.positive.numpy(), pos)
+    np.testing.assert_array_equal(mined.negative.numpy(), neg)
+    again = keras.saving.deserialize_keras_object(
+        keras.saving.serialize_keras_object(AllPairsMiner()))
+    assert isinstance(again, AllPairsMiner)
+
+
+def test_miner_none_means_no_mining_for_every_loss():
+    import tfdml
+    from tfdml.miners import AllPairsMiner
+
+    for cls in (tfdml.losses.TripletNCALoss, tfdml.losses.TripletMarginLoss,
+                tfdml.losses.MarginLoss, tfdml.losses.MultiSimilarityLoss,
+                tfdml.losses.ContrastiveLoss):
+        assert isinstance(cls(miner=None).miner, AllPairsMiner), cls
+        assert not isinstance(cls().miner, AllPairsMiner) or cls is tfdml.losses.ContrastiveLoss
+        assert isinstance(cls(miner="default").miner, type(cls().miner))
+        with pytest.raises(ValueError, match="miner"):
+            cls(miner="hard")

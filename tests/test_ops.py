@@ -8,7 +8,6 @@ import references as ref
 import tensorflow as tf
 
 import tfdml
-
 from tfdml import ops
 
 RNG = np.random.default_rng(0)

@@ -467,11 +467,6 @@ class MetricLoss(keras.losses.Loss):
         values, _ = average_terms(terms, self.average)
         return ops.nan_unless_finite(values, y_pred)
 
-    def active_fraction(self, y_true, y_pred):
-        """Fraction of the batch's anchors that have something to learn from (scalar)."""
-        terms = self.per_anchor(ops.cast_labels(y_true, "y_true"), y_pred)
-        return tf.reduce_mean(tf.cast(terms.active, tf.float32))
-
     def get_config(self):
         config = super().get_config()
         config["normalize"] = self.normalize
