@@ -294,3 +294,24 @@ def test_matches_tensorflow_addons(case):
         want = _DATA[case["outputs"][key]]
         got = np.zeros_like(want) if grad is None else tf.convert_to_tensor(grad).numpy()
         np.testing.assert_allclose(got, want, rtol=10 * rtol, atol=10 * atol)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda y, x: tfa.triplet_semihard_loss(y, x),
+    lambda y, x: tfa.triplet_semihard_loss(y, x, distance_metric="angular"),
+    lambda y, x: tfa.triplet_hard_loss(y, x),
+    lambda y, x: tfa.triplet_hard_loss(y, x, soft=True),
+    lambda y, x: tfa.lifted_struct_loss(y, x),
+    lambda y, x: tfa.TripletSemiHardLoss()(y, x),
+    lambda y, x: tfa.LiftedStructLoss()(y, x),
+], ids=["semihard", "semihard_angular", "hard", "hard_soft", "lifted", "semihard_class",
+        "lifted_class"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nonfinite_embeddings_give_nan_like_tfa(fn, bad):
+    """TFA 0.23 returns NaN here; a finite value would keep TerminateOnNaN from firing."""
+    labels = np.array([0, 0, 1, 1, 2, 2, 2, 3], np.int32)
+    x = np.random.default_rng(3).normal(size=(8, 5)).astype(np.float32)
+    x[4, 2] = bad
+    assert np.isnan(fn(labels, x).numpy())
+    compiled = tf.function(fn, jit_compile=True)
+    assert np.isnan(compiled(tf.constant(labels), tf.constant(x)).numpy())

@@ -199,15 +199,17 @@ def test_out_of_range_ids_fail_inside_tf_function():
         fn(np.array([0, 0, 5, 5], np.int32), x)
 
 
-def test_custom_loop_differentiates_beta():
-    # With beta = 0.1 every positive term is active and no negative one is: dL/dbeta = -1/2.
-    loss = MarginLoss(beta=0.1, miner=EASY_HARD)
+@pytest.mark.parametrize("average,want", [("nonzero", -1.0), ("anchors", -0.5)])
+def test_custom_loop_differentiates_beta(average, want):
+    # With beta = 0.1 every positive term is active and no negative one is. Over the six
+    # non-zero terms (the default) dL/dbeta = -6/6; per anchor (1 of its 2 terms) -1/2.
+    loss = MarginLoss(beta=0.1, miner=EASY_HARD, average=average)
     labels = np.array([0, 0, 1, 1, 2, 2], np.int32)
     x = tf.constant(np.random.default_rng(4).normal(size=(6, 3)), tf.float32)
     with tf.GradientTape() as tape, pytest.warns(UserWarning, match="loss.attach"):
         value = loss(labels, x)
     (grad,) = tape.gradient(value, loss.trainable_variables)
-    assert float(grad) == pytest.approx(-0.5)
+    assert float(grad) == pytest.approx(want)
 
 
 def test_functional_form_accepts_a_variable_beta():
@@ -217,6 +219,7 @@ def test_functional_form_accepts_a_variable_beta():
     with tf.GradientTape() as tape:
         value = margin_loss(labels, x, beta=beta, miner=EASY_HARD)
     grad = tf.convert_to_tensor(tape.gradient(value, beta)).numpy()
-    np.testing.assert_allclose(grad, [-1 / 6] * 3, rtol=1e-6)  # two anchors per class
+    # Two anchors per class, each with one non-zero (positive) term of six: -2/6 per class.
+    np.testing.assert_allclose(grad, [-1 / 3] * 3, rtol=1e-6)
     fixed = margin_loss(labels, x, beta=[0.1, 0.15, 0.2], miner=EASY_HARD)
     np.testing.assert_allclose(fixed.numpy(), value.numpy(), rtol=1e-6)

@@ -109,6 +109,10 @@ class AnchorTerms(NamedTuple):
         """``[B]`` bool: the anchor has at least one term."""
         return self.count > 0
 
+    def plus(self, other: AnchorTerms) -> AnchorTerms:
+        """Both sets of terms of each anchor (e.g. its positive and its negative pairs)."""
+        return AnchorTerms(*(a + b for a, b in zip(self, other, strict=True)))
+
 
 def prepare_inputs(
     labels,
@@ -193,13 +197,12 @@ def pair_terms(positive_values, negative_values, pairs: Pairs) -> AnchorTerms:
         negative_values: ``[B, R]`` loss of each pair if it were a negative pair.
         pairs: the mined :class:`tfdml.miners.Pairs`.
     """
-    pos = triplet_terms(positive_values, pairs.positive)
-    neg = triplet_terms(negative_values, pairs.negative)
-    return AnchorTerms(pos.total + neg.total, pos.count + neg.count, pos.nonzero + neg.nonzero)
+    return triplet_terms(positive_values, pairs.positive).plus(
+        triplet_terms(negative_values, pairs.negative))
 
 
 def anchor_terms(losses, active) -> AnchorTerms:
-    """One term per active anchor, for losses defined per anchor (MS, FAPPY, LoOp pairs)."""
+    """One term per active anchor, for losses defined per anchor (MS, histogram, LoOp pairs)."""
     count = tf.cast(active, losses.dtype)
     total = tf.where(active, losses, tf.zeros_like(losses))
     return AnchorTerms(total, count, tf.cast(tf.logical_and(active, _nonzero(losses)),

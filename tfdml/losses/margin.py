@@ -11,7 +11,6 @@ import tensorflow as tf
 
 from tfdml import ops
 from tfdml.losses.base import (
-    AnchorTerms,
     MetricLoss,
     check_average,
     functional_value,
@@ -112,9 +111,8 @@ def _margin_per_anchor(labels, embeddings, margin, beta, distance, miner, normal
     neg_d_ap, neg_d_an = gather_triplet_scores(-dist, mined)
     if beta.shape.rank == 2:
         beta = beta[:, :, None]
-    pos = triplet_terms(tf.nn.relu(-neg_d_ap - beta + m), mined.mask)
-    neg = triplet_terms(tf.nn.relu(beta + neg_d_an + m), mined.mask)
-    return AnchorTerms(pos.total + neg.total, pos.count + neg.count, pos.nonzero + neg.nonzero)
+    return triplet_terms(tf.nn.relu(-neg_d_ap - beta + m), mined.mask).plus(
+        triplet_terms(tf.nn.relu(beta + neg_d_an + m), mined.mask))
 
 
 def margin_loss(
