@@ -608,37 +608,35 @@ def test_arc_shallow_crossing_within_documented_bound(precision):
             assert np.max(dist) <= bound, (d, phi, np.max(dist), bound)
 
 
+def _arc_distance_and_grad(*xs):
+    with tf.GradientTape() as tape:
+        tape.watch(xs)
+        dist = geometry.arc_distance(*xs)
+    return dist, tape.gradient(dist, xs)
+
+
 @pytest.mark.parametrize("precision", ["float64_from_float32", "float32"])
 def test_arc_touching_gradients_finite_and_zero(precision):
     """At distance 0 the gradient is safe_sqrt's: 0, finite (eagerly and under XLA)."""
 
-    @tf.function(jit_compile=True)
-    def compiled(*xs):
-        with tf.GradientTape() as tape:
-            tape.watch(xs)
-            dist = geometry.arc_distance(*xs)
-        return dist, tape.gradient(dist, xs)
+    compiled = tf.function(_arc_distance_and_grad, jit_compile=True)
 
     # In 8 dimensions (values in 3 and 8: test_arc_touching_is_zero); the three kinds share
     # their shapes, so one XLA program per precision.
     for kind in ("shared", "crossing", "through"):
         xs = _as_inputs(_touching_arcs(kind, 60, 8, 4), precision)
-        with tf.GradientTape() as tape:
+        with tf.GradientTape(persistent=True) as tape:
             tape.watch(xs)
             dist, (p1, p2) = geometry.arc_distance(*xs, return_points=True)
             total = tf.reduce_sum(dist)
+            points = tf.reduce_sum(p1) + tf.reduce_sum(p2)
         grads = tape.gradient(total, xs)
         dist_jit, grads_jit = compiled(*xs)
         np.testing.assert_allclose(dist_jit.numpy(), dist.numpy(), atol=1e-6)
         for gr in list(grads) + list(grads_jit):
             assert np.all(np.isfinite(gr.numpy()))
             np.testing.assert_array_equal(gr.numpy(), 0.0)
-        # The points' gradients are finite too.
-        with tf.GradientTape() as tape:
-            tape.watch(xs)
-            _, (p1, p2) = geometry.arc_distance(*xs, return_points=True)
-            total = tf.reduce_sum(p1) + tf.reduce_sum(p2)
-        for gr in tape.gradient(total, xs):
+        for gr in tape.gradient(points, xs):  # the points' gradients are finite too
             assert np.all(np.isfinite(gr.numpy()))
 
 
@@ -786,8 +784,10 @@ def test_arc_gradients_match_finite_differences():
     idx = np.flatnonzero(mask)[::4][:60]
     xs = [v[idx] for v in vecs]
 
+    traced = tf.function(geometry.arc_distance)  # one graph for the many evaluations
+
     def dist_np(*a):
-        return geometry.arc_distance(*(tf.constant(v) for v in a)).numpy()
+        return traced(*(tf.constant(v) for v in a)).numpy()
 
     tensors = [tf.constant(v) for v in xs]
     with tf.GradientTape() as tape:
@@ -800,8 +800,10 @@ def test_arc_gradients_match_finite_differences():
 
     dots = _arc_dots(*xs)
 
+    traced_s = tf.function(geometry.arc_similarity_from_dots)
+
     def s_np(*a):
-        return geometry.arc_similarity_from_dots(*(tf.constant(v) for v in a)).numpy()
+        return traced_s(*(tf.constant(v) for v in a)).numpy()
 
     _, _, grads = _arc_dot_grads(dots)
     fds = _central_differences(s_np, dots)
@@ -841,12 +843,7 @@ def test_arc_float32_and_xla_match_float64():
 
     d64 = np.sqrt(np.maximum(2 - 2 * s64, 0))
 
-    @tf.function(jit_compile=True)
-    def dist_and_grad(*xs):
-        with tf.GradientTape() as tape:
-            tape.watch(xs)
-            dist = geometry.arc_distance(*xs)
-        return dist, tape.gradient(dist, xs)
+    dist_and_grad = tf.function(_arc_distance_and_grad, jit_compile=True)
 
     tens32 = [tf.constant(v) for v in xs32]
     d32 = geometry.arc_distance(*tens32).numpy()

@@ -785,16 +785,9 @@ class ActiveAnchors(keras.metrics.Mean):
 
     def __init__(self, loss, name="active_anchors", dtype=None):
         super().__init__(name=name, dtype=dtype)
-        from tfdml.losses.base import MetricLoss
+        from tfdml.losses.base import resolve_loss
 
-        if isinstance(loss, dict):
-            loss = keras.saving.deserialize_keras_object(loss)
-        if not isinstance(loss, MetricLoss):
-            raise ValueError(
-                "`loss` must be a tfdml loss (tfdml.losses.MetricLoss). "
-                f"Received: loss={loss!r}"
-            )
-        self._loss_config = keras.saving.serialize_keras_object(loss)
+        self._loss_config = keras.saving.serialize_keras_object(resolve_loss(loss))
         self._probe = keras.saving.deserialize_keras_object(self._loss_config)
 
     def update_state(self, y_true, y_pred, sample_weight=None):

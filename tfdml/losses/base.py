@@ -80,6 +80,7 @@ __all__ = [
     "pair_terms",
     "prepare_inputs",
     "reduce_anchor_losses",
+    "resolve_loss",
     "resolve_miner",
     "triplet_terms",
 ]
@@ -292,6 +293,21 @@ def resolve_miner(miner, default_factory):
             f"miner) or None (no mining: every pair). Received: miner={miner!r}"
         )
     return miner
+
+
+def resolve_loss(loss):
+    """A tfdml loss from ``loss`` (an instance, or its serialized config).
+
+    Raises:
+        ValueError: for anything but a :class:`MetricLoss`.
+    """
+    if isinstance(loss, dict):
+        loss = keras.saving.deserialize_keras_object(loss)
+    if not isinstance(loss, MetricLoss):
+        raise ValueError(
+            f"`loss` must be a tfdml loss (tfdml.losses.MetricLoss). Received: loss={loss!r}"
+        )
+    return loss
 
 
 class MetricLoss(keras.losses.Loss):

@@ -7,7 +7,7 @@ import numbers
 import keras
 import tensorflow as tf
 
-from tfdml.losses.base import AnchorTerms, MetricLoss
+from tfdml.losses.base import AnchorTerms, MetricLoss, resolve_loss
 
 __all__ = ["TrimmedLoss", "trim_mask"]
 
@@ -76,12 +76,7 @@ class TrimmedLoss(MetricLoss):
 
     def __init__(self, loss, trim: float = 0.2, reduction="sum_over_batch_size", name=None,
                  dtype=None, average=None):
-        if isinstance(loss, dict):
-            loss = keras.saving.deserialize_keras_object(loss)
-        if not isinstance(loss, MetricLoss):
-            raise ValueError(
-                f"`loss` must be a tfdml loss (tfdml.losses.MetricLoss). Received: loss={loss!r}"
-            )
+        loss = resolve_loss(loss)
         if not isinstance(trim, numbers.Real) or isinstance(trim, bool) or not 0 <= trim < 1:
             raise ValueError(f"`trim` must be a number in [0, 1). Received: trim={trim!r}")
         super().__init__(normalize=loss.normalize, reduction=reduction,
