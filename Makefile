@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-$(TF)
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONHASHSEED ?= 0
 
-.PHONY: demo test test-slow lint bench bench-retrieval bench-pipeline venv clean
+.PHONY: demo test test-backend test-slow lint bench bench-retrieval bench-pipeline venv clean
 
 venv: $(STAMP)
 
@@ -18,16 +18,34 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev,$(TF)]"
-	rm -f $(VENV)/.installed-*
+	rm -f $(VENV)/.installed-* $(BACKENDS_STAMP)
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python examples/digits_demo.py
 	MPLBACKEND=Agg $(BIN)/python examples/class_collapse/digits_even_odd.py
 
-# Tests run in parallel worker processes (pytest-xdist), one per CPU, at most 4.
-test: $(STAMP)
+# The other Keras backends for the multi-backend tests: JAX (CPU) and PyTorch 2.13 (the
+# CPU wheel where the machine provides it; PyPI's default torch build is a CUDA one).
+BACKENDS_STAMP := $(VENV)/.backends-installed
+JAX ?= jax[cpu]>=0.4.30
+TORCH ?= torch==2.13.0
+
+$(BACKENDS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet "$(JAX)" "$(TORCH)"
+	touch $(BACKENDS_STAMP)
+
+# Tests run in parallel worker processes (pytest-xdist), one per CPU, at most 4: the whole
+# suite under TensorFlow, then the tests marked `multibackend` (the core: ops, miners, losses,
+# geometry, layers, metrics) under JAX and under PyTorch.
+test: $(STAMP) $(BACKENDS_STAMP)
 	$(BIN)/python -m pytest -q -n auto --maxprocesses 4
+	KERAS_BACKEND=jax $(BIN)/python -m pytest -q -n auto --maxprocesses 4 -m "multibackend and not slow"
+	KERAS_BACKEND=torch $(BIN)/python -m pytest -q -n auto --maxprocesses 4 -m "multibackend and not slow"
+
+# One backend's share of `make test`: `make test-backend KERAS_BACKEND=jax`.
+test-backend: $(STAMP) $(BACKENDS_STAMP)
+	KERAS_BACKEND=$(KERAS_BACKEND) $(BIN)/python -m pytest -q -n auto --maxprocesses 4 -m "multibackend and not slow"
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow

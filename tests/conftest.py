@@ -42,3 +42,23 @@ def _restore_dtype_policy():
     yield
     if keras.config.dtype_policy().name != policy.name:
         keras.config.set_dtype_policy(policy)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "multibackend: runs under every Keras backend (KERAS_BACKEND=tensorflow, jax, torch); "
+        "under JAX and PyTorch only these tests run",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under a backend other than TensorFlow, keep only the tests marked ``multibackend``."""
+    if keras.backend.backend() == "tensorflow":
+        return
+    keep, drop = [], []
+    for item in items:
+        (keep if item.get_closest_marker("multibackend") else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep

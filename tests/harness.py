@@ -9,14 +9,21 @@ Checks:
 * :func:`assert_config_roundtrip`: ``get_config``/``from_config`` and
   ``keras.saving.serialize_keras_object``/``deserialize_keras_object`` (via JSON).
 * :func:`assert_keras_save_load`: ``model.save(".keras")`` + ``keras.models.load_model``.
-* :func:`assert_jit_matches_eager`: value and gradient under ``jit_compile=True``.
-* :func:`assert_one_step_fit`: ``model.fit`` on a ``tf.data`` pipeline of int labels.
+* :func:`assert_jit_matches_eager`: value and gradient under ``jit_compile=True``
+  (``tf.function`` / ``jax.jit``; skips under PyTorch, which has no compiled path here).
+* :func:`assert_one_step_fit`: ``model.fit`` on P x K batches of int labels (a ``tf.data``
+  pipeline under TensorFlow, NumPy arrays under the other backends).
 * :func:`assert_finite_loss_and_grads`: value and gradient w.r.t. the embeddings finite.
 * :func:`run_under_policy` / :func:`mixed_precision_loss`: Keras mixed precision.
 * :func:`large_tensor_ops` / :func:`trace_loss_graph`: static-shape graph walk that
-  finds ops whose outputs are too large (e.g. a ``B x B x B`` tensor).
+  finds ops whose outputs are too large (e.g. a ``B x B x B`` tensor). TensorFlow only.
 * hypothesis strategies: :func:`ordinary_batches`, :func:`degenerate_batches`,
   :func:`no_triplet_batches` and the single kinds they mix.
+
+Everything but the graph inspection (:func:`walk_graph_ops`, :func:`large_tensor_ops`,
+:func:`trace_loss_graph`, :func:`xla_large_shapes`) and :func:`pk_dataset` (``tf.data``)
+runs under every Keras backend, through ``tests/backends.py``; TensorFlow is imported
+only inside those TensorFlow-only helpers.
 """
 
 from __future__ import annotations
@@ -26,16 +33,30 @@ import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
 
 import keras
 import numpy as np
-import tensorflow as tf
+import pytest
+from backends import (
+    BACKEND,
+    CAN_COMPILE,
+    to_numpy,
+    value_and_grad,
+    value_and_grad_function,
+    value_and_grad_tensors,
+)
 from hypothesis import example
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from keras import ops as kops
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 __all__ = [
     "Batch",
+    "FitData",
     "LossCase",
     "LossProbe",
     "all_zero_batches",
@@ -62,6 +83,8 @@ __all__ = [
     "nonfinite_batches",
     "one_class_batches",
     "ordinary_batches",
+    "pk_arrays",
+    "pk_data",
     "pk_dataset",
     "pk_labels",
     "run_under_policy",
@@ -175,15 +198,14 @@ def _random_embeddings(batch, dim, seed=0):
 
 
 def loss_and_grads(loss: LossLike, labels, embeddings, sample_weight=None):
-    """Eager value and gradient w.r.t. ``embeddings`` as NumPy arrays."""
+    """Eager value and gradient w.r.t. ``embeddings`` as NumPy arrays.
+
+    Labels and embeddings are passed as backend tensors.
+    """
     loss = make_loss(loss)
-    x = tf.convert_to_tensor(embeddings)
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        value = loss(tf.convert_to_tensor(labels), x, sample_weight=sample_weight)
-    grad = tape.gradient(value, x)
-    grad = tf.zeros_like(x) if grad is None else grad
-    return value.numpy(), grad.numpy()
+    return value_and_grad(
+        lambda y, x: loss(y, x, sample_weight=sample_weight), labels, embeddings, argnums=1
+    )
 
 
 def with_reduction(loss: LossLike, reduction):
@@ -193,47 +215,59 @@ def with_reduction(loss: LossLike, reduction):
 
 
 class LossProbe:
-    """A loss traced once (graph mode, dynamic ``[None]``/``[None, None]`` shapes) for fuzzing.
+    """A loss run over many hypothesis examples, for fuzzing.
 
     Calling it returns NumPy arrays: ``"value"`` and ``"grad"`` (w.r.t. the
     embeddings) for the loss's own reduction, ``"none"`` (the ``[B]``
     per-anchor values) and, for each extra reduction ``r``, ``r`` and
-    ``"grad_" + r``. Much faster than eager calls over many hypothesis examples,
-    and exercises unknown static shapes, as ``model.fit`` does.
+    ``"grad_" + r``.
+
+    TensorFlow: traced once (graph mode, dynamic ``[None]``/``[None, None]``
+    shapes), much faster than eager calls over many examples, and exercises unknown
+    static shapes, as ``model.fit`` does. JAX: ``jax.jit``, compiled once per batch
+    shape (eager JAX compiles every op for every new shape, which is slower still), so
+    feed it few distinct shapes; eager for a loss with a random miner (its
+    ``SeedGenerator`` state cannot be updated inside a bare ``jax.jit``). PyTorch: eager.
     """
 
     def __init__(self, loss: LossLike, extra_reductions=("sum",)):
         self.loss = make_loss(loss)
         self._per_anchor = with_reduction(self.loss, "none")
         self._extra = {r: with_reduction(self.loss, r) for r in extra_reductions}
-        self._fn = tf.function(
-            self._run,
-            input_signature=[
-                tf.TensorSpec([None], tf.int32),
-                tf.TensorSpec([None, None], tf.float32),
-            ],
-        )
+        if BACKEND == "tensorflow":
+            import tensorflow as tf
+
+            self._fn = tf.function(
+                self._run,
+                input_signature=[
+                    tf.TensorSpec([None], tf.int32),
+                    tf.TensorSpec([None, None], tf.float32),
+                ],
+            )
+        elif BACKEND == "jax" and is_deterministic(self.loss):
+            import jax
+
+            self._fn = jax.jit(self._run)
+        else:
+            self._fn = self._run
 
     def _run(self, labels, embeddings):
         out = {}
-        with tf.GradientTape(persistent=True) as tape:
-            tape.watch(embeddings)
-            out["value"] = self.loss(labels, embeddings)
-            for name, loss in self._extra.items():
-                out[name] = loss(labels, embeddings)
-        for name in ["value", *self._extra]:
-            grad = tape.gradient(out[name], embeddings)
-            out["grad" if name == "value" else f"grad_{name}"] = (
-                tf.zeros_like(embeddings) if grad is None else grad
+        for name, loss in [("value", self.loss), *self._extra.items()]:
+            value, grad = value_and_grad_tensors(
+                lambda x, loss=loss: loss(labels, x), embeddings
             )
+            out[name] = value
+            out["grad" if name == "value" else f"grad_{name}"] = grad
         out["none"] = self._per_anchor(labels, embeddings)
         return out
 
     def __call__(self, labels, embeddings) -> dict:
         out = self._fn(
-            tf.constant(np.asarray(labels), tf.int32), tf.constant(embeddings, tf.float32)
+            kops.convert_to_tensor(np.asarray(labels, np.int32)),
+            kops.convert_to_tensor(np.asarray(embeddings, np.float32)),
         )
-        return {k: v.numpy() for k, v in out.items()}
+        return to_numpy(out)
 
 
 def assert_finite_loss_and_grads(loss: LossLike, labels, embeddings, sample_weight=None):
@@ -253,23 +287,28 @@ def assert_finite_loss_and_grads(loss: LossLike, labels, embeddings, sample_weig
 def assert_jit_matches_eager(
     loss: LossLike, labels, embeddings, sample_weight=None, rtol=1e-4, atol=1e-5
 ):
-    """``tf.function(jit_compile=True)`` gives the eager value and gradient.
+    """The compiled value and gradient (``tf.function(jit_compile=True)``, ``jax.jit``) are
+    the eager ones.
 
     Only meaningful for deterministic losses (miners without random strategies).
+    Skips the calling test under PyTorch, where nothing is compiled (see
+    ``backends.CAN_COMPILE``).
     """
+    if not CAN_COMPILE:
+        pytest.skip(f"no compiled path to compare with under the {BACKEND} backend")
     loss = make_loss(loss)
     eager_value, eager_grad = loss_and_grads(loss, labels, embeddings, sample_weight)
 
     compiled = forward_backward(loss, jit_compile=True, sample_weight=sample_weight)
-    jit_value, jit_grad = compiled(tf.convert_to_tensor(labels), tf.convert_to_tensor(embeddings))
-    np.testing.assert_allclose(jit_value.numpy(), eager_value, rtol=rtol, atol=atol)
-    np.testing.assert_allclose(jit_grad.numpy(), eager_grad, rtol=rtol, atol=10 * atol)
+    jit_value, jit_grad = to_numpy(compiled(labels, embeddings))
+    np.testing.assert_allclose(jit_value, eager_value, rtol=rtol, atol=atol)
+    np.testing.assert_allclose(jit_grad, eager_grad, rtol=rtol, atol=10 * atol)
     # The same compiled program turns a NaN or an Inf embedding into a NaN loss.
     for bad in (np.nan, np.inf):
         broken = np.array(embeddings, copy=True)
         broken[len(broken) // 2, 0] = bad
-        value, _ = compiled(tf.convert_to_tensor(labels), tf.convert_to_tensor(broken))
-        assert np.isnan(value.numpy()), f"XLA: {bad} in the embeddings gave {value.numpy()}"
+        value, _ = to_numpy(compiled(labels, broken))
+        assert np.isnan(value), f"compiled: {bad} in the embeddings gave {value}"
     return eager_value, eager_grad
 
 
@@ -335,7 +374,7 @@ def assert_keras_save_load(loss: LossLike, tmp_path, labels=None, features=None)
         labels, features = _batch_for_model()
     model = small_embedding_model(input_dim=features.shape[-1])
     model.compile(optimizer="sgd", loss=loss)
-    expected = loss(labels, model(features)).numpy()
+    expected = to_numpy(loss(labels, model(features)))
 
     path = tmp_path / f"{type(loss).__name__}.keras"
     model.save(path)
@@ -346,7 +385,7 @@ def assert_keras_save_load(loss: LossLike, tmp_path, labels=None, features=None)
     miner = getattr(loss, "miner", None)
     if miner is not None:
         assert_same_config(miner, loaded_loss.miner)
-    value = loaded_loss(labels, loaded(features)).numpy()
+    value = to_numpy(loaded_loss(labels, loaded(features)))
     np.testing.assert_allclose(value, expected, rtol=1e-6, atol=1e-7)
     return loaded
 
@@ -354,17 +393,26 @@ def assert_keras_save_load(loss: LossLike, tmp_path, labels=None, features=None)
 # -- training ------------------------------------------------------------------------------
 
 
-def pk_dataset(
+class FitData(NamedTuple):
+    """P x K batches as NumPy arrays for ``model.fit(x, y, batch_size=batch_size)``."""
+
+    x: np.ndarray
+    y: np.ndarray
+    batch_size: int
+
+
+def pk_arrays(
     num_classes: int = 4,
     per_class: int = 3,
     input_dim: int = 6,
     num_batches: int = 2,
     label_offset: int = 0,
     seed: int = 0,
-) -> tf.data.Dataset:
-    """A repeating ``tf.data`` pipeline of ``(features, int64 labels)`` P x K batches.
+) -> FitData:
+    """``num_batches`` P x K batches of ``(features, int64 labels)`` as NumPy arrays.
 
-    Each batch has ``num_classes`` classes with ``per_class`` samples each;
+    Each batch has ``num_classes`` classes with ``per_class`` samples each
+    (batch ``b`` has the ids ``label_offset + b * num_classes + [0, num_classes)``);
     features are random (so every loss has something to learn).
     """
     rng = np.random.default_rng(seed)
@@ -376,11 +424,36 @@ def pk_dataset(
         ]
     ).astype(np.int64)
     features = rng.normal(size=(batch * num_batches, input_dim)).astype(np.float32)
-    return tf.data.Dataset.from_tensor_slices((features, labels)).batch(batch).repeat()
+    return FitData(features, labels, batch)
+
+
+def pk_dataset(
+    num_classes: int = 4,
+    per_class: int = 3,
+    input_dim: int = 6,
+    num_batches: int = 2,
+    label_offset: int = 0,
+    seed: int = 0,
+) -> tf.data.Dataset:
+    """A repeating ``tf.data`` pipeline of the :func:`pk_arrays` batches (TensorFlow only)."""
+    import tensorflow as tf
+
+    data = pk_arrays(num_classes, per_class, input_dim, num_batches, label_offset, seed)
+    return tf.data.Dataset.from_tensor_slices((data.x, data.y)).batch(data.batch_size).repeat()
+
+
+def pk_data(steps: int = 2, **kwargs):
+    """:func:`pk_dataset` under TensorFlow, :func:`pk_arrays` of ``steps`` batches elsewhere.
+
+    What :func:`assert_one_step_fit` trains on by default; ``kwargs`` go to either.
+    """
+    if BACKEND == "tensorflow":
+        return pk_dataset(**kwargs)
+    return pk_arrays(num_batches=steps, **kwargs)
 
 
 def _weights(model):
-    return [np.array(w) for w in model.trainable_weights]
+    return [np.array(to_numpy(w.value)) for w in model.trainable_weights]
 
 
 def assert_one_step_fit(
@@ -388,23 +461,35 @@ def assert_one_step_fit(
     jit_compile=True,
     steps: int = 2,
     epochs: int = 1,
-    dataset: tf.data.Dataset | None = None,
+    dataset: tf.data.Dataset | FitData | None = None,
     model: keras.Model | None = None,
     optimizer="sgd",
 ):
-    """``model.fit`` for a few steps on a tf.data pipeline: loss finite, weights changed.
+    """``model.fit`` for a few steps: loss finite, weights changed.
 
+    ``dataset`` is a repeating ``tf.data`` pipeline (TensorFlow only; ``steps``
+    batches per epoch) or a :class:`FitData` of NumPy arrays holding exactly
+    ``steps`` batches (one epoch = one pass). Defaults to :func:`pk_data`.
+    ``jit_compile`` only applies where the backend compiles (not PyTorch).
     Returns the ``History``.
     """
     loss = make_loss(loss)
-    dataset = pk_dataset() if dataset is None else dataset
+    dataset = pk_data(steps) if dataset is None else dataset
     model = small_embedding_model() if model is None else model
+    jit_compile = bool(jit_compile and CAN_COMPILE)
     model.compile(optimizer=optimizer, loss=loss, jit_compile=jit_compile)
     assert model.jit_compile == jit_compile, "Keras turned jit_compile off for this model"
     before = _weights(model)
-    history = model.fit(
-        dataset, epochs=epochs, steps_per_epoch=steps, shuffle=False, verbose=0
-    )
+    if isinstance(dataset, FitData):
+        assert len(dataset.y) == steps * dataset.batch_size, "FitData must hold `steps` batches"
+        history = model.fit(
+            dataset.x, dataset.y, batch_size=dataset.batch_size, epochs=epochs, shuffle=False,
+            verbose=0,
+        )
+    else:
+        history = model.fit(
+            dataset, epochs=epochs, steps_per_epoch=steps, shuffle=False, verbose=0
+        )
     losses = np.asarray(history.history["loss"], dtype=np.float64)
     assert losses.shape == (epochs,), history.history
     assert np.all(np.isfinite(losses)), f"non-finite training loss {losses}"
@@ -439,22 +524,26 @@ def mixed_precision_loss(
     features=None,
     kernel=None,
     fit_steps: int = 0,
-    jit_compile=False,
+    jit_compile=None,
 ):
     """Runs a loss on the output of a small model built under a mixed-precision policy.
 
     The model is ``Input -> Dense`` (bias-free, with ``kernel`` if given) whose
     output dtype is bfloat16 (``"mixed_bfloat16"``) or float16
     (``"mixed_float16"``). Labels are passed as int64 tensors, as tf.data
-    pipelines give them (use ids > 2048 to catch labels cast to the loss dtype).
+    pipelines give them (int32 under JAX without ``jax_enable_x64``; use ids > 2048
+    to catch labels cast to the loss dtype).
     Defaults: a 3 x 3 batch of ids 4095, 4096, 4097 (4096 and 4097 round to one
-    number in both bfloat16 and float16) with random 6-d features.
+    number in both bfloat16 and float16) with random 6-d features. ``jit_compile``
+    defaults to False, except under JAX (True, Keras' own default there: an eager JAX
+    model compiles every op on first use, which is much slower); PyTorch never compiles.
 
     Returns:
         A dict with ``"direct"`` (``loss(labels, model(features))``),
-        ``"evaluate"`` (``model.evaluate`` on one tf.data batch, the same path as
-        training), ``"embeddings"`` (the model output, as float32 NumPy) and,
-        when ``fit_steps``, ``"fit"`` (the training losses, checked finite).
+        ``"evaluate"`` (``model.evaluate`` on one batch, the same path as
+        training: a tf.data batch under TensorFlow, NumPy arrays elsewhere),
+        ``"embeddings"`` (the model output, as float32 NumPy) and, when
+        ``fit_steps``, ``"fit"`` (the training losses, checked finite).
     """
     if labels is None:
         labels = pk_labels(3, 3, offset=4095)
@@ -474,21 +563,32 @@ def mixed_precision_loss(
             ),
         )
         model = keras.Sequential([keras.Input((features.shape[-1],)), dense])
-        model.compile(optimizer="sgd", loss=loss, jit_compile=jit_compile)
+        if jit_compile is None:
+            jit_compile = BACKEND == "jax"
+        model.compile(optimizer="sgd", loss=loss, jit_compile=bool(jit_compile and CAN_COMPILE))
         outputs = model(features)
         expected_dtype = _POLICY_OUTPUT.get(policy)
+        output_dtype = keras.backend.standardize_dtype(outputs.dtype)
         if expected_dtype is not None:
-            assert outputs.dtype == expected_dtype, f"model output is {outputs.dtype}"
+            assert output_dtype == expected_dtype, f"model output is {output_dtype}"
         result = {
-            "embeddings": tf.cast(outputs, tf.float32).numpy(),
-            "direct": float(loss(tf.constant(labels), outputs)),
+            "embeddings": to_numpy(kops.cast(outputs, "float32")),
+            "direct": float(to_numpy(loss(kops.convert_to_tensor(labels), outputs))),
         }
-        dataset = tf.data.Dataset.from_tensor_slices((features, labels)).batch(len(labels))
-        result["evaluate"] = float(model.evaluate(dataset, verbose=0))
-        if fit_steps:
-            history = model.fit(
-                dataset.repeat(), steps_per_epoch=fit_steps, shuffle=False, verbose=0
+        if BACKEND == "tensorflow":
+            import tensorflow as tf
+
+            dataset = tf.data.Dataset.from_tensor_slices((features, labels)).batch(len(labels))
+            result["evaluate"] = float(model.evaluate(dataset, verbose=0))
+            fit_data = {"x": dataset.repeat(), "steps_per_epoch": fit_steps}
+        else:
+            result["evaluate"] = float(
+                model.evaluate(features, labels, batch_size=len(labels), verbose=0)
             )
+            fit_data = {"x": np.tile(features, (max(fit_steps, 1), 1)),
+                        "y": np.tile(labels, max(fit_steps, 1)), "batch_size": len(labels)}
+        if fit_steps:
+            history = model.fit(**fit_data, shuffle=False, verbose=0)
             fit_losses = np.asarray(history.history["loss"], np.float64)
             assert np.all(np.isfinite(fit_losses)), f"non-finite loss under {policy}: {fit_losses}"
             result["fit"] = fit_losses
@@ -520,7 +620,7 @@ def _lookup_function_graph(name, graphs):
     return None
 
 
-def walk_graph_ops(graph) -> Iterator[tf.Operation]:
+def walk_graph_ops(graph) -> Iterator[tf.Operation]:  # TensorFlow only
     """Yields every op of ``graph`` and, recursively, of the functions its ops call.
 
     Follows ``While``/``If``/``PartitionedCall`` bodies (any op attribute that
@@ -563,25 +663,29 @@ def large_tensor_ops(graph, max_elements: int) -> list[tuple[str, str, tuple]]:
 
 
 def forward_backward(loss: LossLike, jit_compile: bool = False, sample_weight=None):
-    """A ``tf.function`` returning the value of ``loss`` and its gradient w.r.t. the embeddings.
+    """``step(labels, embeddings) -> (value, grad)``: ``loss`` and its gradient w.r.t. the
+    embeddings, as backend tensors.
 
-    The gradient is zeros, not None, when the value does not depend on the embeddings.
+    TensorFlow: a ``tf.function`` (XLA with ``jit_compile=True``); JAX: ``jax.jit``
+    with ``jit_compile=True``, eager otherwise; PyTorch: eager (see
+    ``backends.value_and_grad_function``). The gradient is zeros, not None, when the
+    value does not depend on the embeddings.
     """
     loss = make_loss(loss)
-
-    @tf.function(jit_compile=jit_compile)
-    def step(labels, embeddings):
-        with tf.GradientTape() as tape:
-            tape.watch(embeddings)
-            value = loss(labels, embeddings, sample_weight=sample_weight)
-        grad = tape.gradient(value, embeddings)
-        return value, tf.zeros_like(embeddings) if grad is None else grad
-
-    return step
+    return value_and_grad_function(
+        lambda labels, embeddings: loss(labels, embeddings, sample_weight=sample_weight),
+        argnums=1,
+        jit_compile=jit_compile,
+    )
 
 
 def trace_loss_graph(loss: LossLike, batch: int = 48, dim: int = 8):
-    """Graph of forward + backward of ``loss`` for static ``[batch]``, ``[batch, dim]`` inputs."""
+    """Graph of forward + backward of ``loss`` for static ``[batch]``, ``[batch, dim]`` inputs.
+
+    TensorFlow only.
+    """
+    import tensorflow as tf
+
     concrete = forward_backward(loss).get_concrete_function(
         tf.TensorSpec([batch], tf.int32), tf.TensorSpec([batch, dim], tf.float32)
     )
@@ -597,7 +701,10 @@ def xla_large_shapes(loss: LossLike, max_elements: int, batch: int = 48, dim: in
     The TensorFlow graph is not the whole story under ``jit_compile=True``: XLA
     lowers some ops (a batched ``tf.searchsorted``, for one) to much larger
     intermediate tensors, so memory claims are checked on the compiled program.
+    TensorFlow only.
     """
+    import tensorflow as tf
+
     step = forward_backward(loss, jit_compile=True)
     labels = tf.constant(np.arange(batch) % max(batch // 4, 2), tf.int32)
     embeddings = tf.random.stateless_normal([batch, dim], seed=[1, 2])

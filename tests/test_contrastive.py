@@ -3,6 +3,7 @@
 Values must match to 1e-5 (float32); float32 gradients are compared with central finite
 differences of the float64 reference with the pairs held fixed (all pairs without a miner;
 otherwise the miner's recorded output, checked against the reference miner first).
+The tests marked ``multibackend`` also run under JAX and PyTorch.
 """
 
 from __future__ import annotations
@@ -10,8 +11,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import references as ref
-import tensorflow as tf
-from recorded_mining import RecordingMiner, as_f32, checked_pairs, reference_set_arguments
+from backends import CAN_COMPILE, compiled, to_numpy, value_and_grad
+from keras import ops as kops
+from recorded_mining import (
+    RecordingMiner,
+    as_f32,
+    checked_pairs,
+    reference_set_arguments,
+    run_recorded,
+)
 
 from tfdml.losses import ContrastiveLoss, contrastive_loss
 from tfdml.miners import MultiSimilarityMiner, TripletMiner
@@ -19,27 +27,27 @@ from tfdml.miners import MultiSimilarityMiner, TripletMiner
 VALUE_TOL = 1e-5
 GRAD_ATOL = 1e-5
 GRAD_RTOL = 1e-4
+MB = pytest.mark.multibackend
 
 
 def run_contrastive(labels, x, miner=None, positive_margin=0.0, negative_margin=0.5,
                     distance="l2", ref_set=None, functional=False, grad=True, normalize=True):
     x32, x64 = as_f32(x)
-    recorder = None if miner is None else RecordingMiner(miner)
     kwargs, ref_kwargs, ref_labels, ref_offset = reference_set_arguments(ref_set)
-    xt = tf.constant(x32)
-    with tf.GradientTape() as tape:
-        tape.watch(xt)
+    y = kops.convert_to_tensor(labels)
+
+    def loss_value(recorder, xt):
         if functional:
-            value = contrastive_loss(tf.constant(labels), xt, positive_margin=positive_margin,
-                                     negative_margin=negative_margin, distance=distance,
-                                     miner=recorder, normalize=normalize, **kwargs)
-        else:
-            assert ref_set is None
-            loss = ContrastiveLoss(positive_margin=positive_margin,
-                                   negative_margin=negative_margin, distance=distance,
-                                   miner=recorder, normalize=normalize)
-            value = loss(tf.constant(labels), xt)
-    assert value.dtype == tf.float32 and value.shape == ()
+            return contrastive_loss(y, xt, positive_margin=positive_margin,
+                                    negative_margin=negative_margin, distance=distance,
+                                    miner=recorder, normalize=normalize, **kwargs)
+        assert ref_set is None
+        loss = ContrastiveLoss(positive_margin=positive_margin, negative_margin=negative_margin,
+                               distance=distance, miner=recorder, normalize=normalize)
+        return loss(y, xt)
+
+    value, got_grad, recorder = run_recorded(loss_value, miner, x32, grad=grad)
+    assert value.dtype == np.float32 and value.shape == ()
     if recorder is None:
         pos, neg = ref.label_masks(labels, ref_labels, ref_offset)
     else:
@@ -50,12 +58,11 @@ def run_contrastive(labels, x, miner=None, positive_margin=0.0, negative_margin=
                                     normalize, **ref_kwargs)
 
     want, per_anchor = reference(x64)
-    np.testing.assert_allclose(value.numpy(), want, rtol=0, atol=VALUE_TOL)
+    np.testing.assert_allclose(value, want, rtol=0, atol=VALUE_TOL)
     if grad:
-        tf_grad = tape.gradient(value, xt).numpy()
         fd = ref.finite_difference_gradient(lambda e: reference(e)[0], x64)
-        assert np.all(np.isfinite(tf_grad))
-        np.testing.assert_allclose(tf_grad, fd, rtol=GRAD_RTOL, atol=GRAD_ATOL)
+        assert np.all(np.isfinite(got_grad))
+        np.testing.assert_allclose(got_grad, fd, rtol=GRAD_RTOL, atol=GRAD_ATOL)
     return want, per_anchor
 
 
@@ -74,7 +81,13 @@ MINERS = {
 }
 
 
-@pytest.mark.parametrize("miner", sorted(MINERS))
+def _params(names, multibackend):
+    """``names`` as pytest params; those in ``multibackend`` also run under JAX and PyTorch
+    (a few per test: eager JAX compiles every op for each new shape)."""
+    return [pytest.param(n, marks=MB) if n in multibackend else n for n in names]
+
+
+@pytest.mark.parametrize("miner", _params(sorted(MINERS), ["none", "dw_easy"]))
 def test_class_form_matches_reference(miner):
     want, per_anchor = run_contrastive(*BATCH_A, MINERS[miner](), negative_margin=1.4)
     assert want > 0 and per_anchor
@@ -97,17 +110,15 @@ def test_without_normalization():
     assert want > 0
 
 
+@MB
 def test_positive_margin_stops_the_pull():
     """Positive pairs closer than positive_margin contribute 0 (and no gradient)."""
     labels, x = BATCH_A
     x = np.asarray(x, np.float32)
     loss = ContrastiveLoss(positive_margin=2.5, negative_margin=0.0)  # every d <= 2 < 2.5
-    xt = tf.constant(x)
-    with tf.GradientTape() as tape:
-        tape.watch(xt)
-        value = loss(labels, xt)
-    assert value.numpy() == 0.0
-    assert np.all(tape.gradient(value, xt).numpy() == 0.0)
+    value, grad = value_and_grad(lambda e: loss(labels, e), x)
+    assert value == 0.0
+    assert np.all(grad == 0.0)
 
 
 # -- reference sets --------------------------------------------------------------------------------
@@ -115,7 +126,8 @@ def test_positive_margin_stops_the_pull():
 REF_LABELS, REF_X = ref.make_batch([4, 3, 3, 2, 1, 1], 5, seed=3)  # R=14, D=5
 
 
-@pytest.mark.parametrize("miner", ["none", "ms_hard", "easy_hard", "all_all", "dw_easy"])
+@pytest.mark.parametrize("miner", _params(["none", "ms_hard", "easy_hard", "all_all",
+                                           "dw_easy"], []))
 def test_functional_reference_set_with_offset(miner):
     labels, x = REF_LABELS[3:9], REF_X[3:9]
     run_contrastive(labels, x, MINERS[miner](), 0.2, 1.3, ref_set=(REF_X, REF_LABELS, 3),
@@ -131,13 +143,15 @@ def test_functional_reference_set_without_offset(miner):
                     functional=True)
 
 
+@MB
 def test_anchor_with_negatives_only_counts_without_miner():
     """Without a miner an anchor with no positive still has its negative pairs."""
     labels, x = BATCH_A
     singleton = [a for a in range(len(labels)) if np.sum(labels == labels[a]) == 1]
     assert singleton
     per_anchor = ContrastiveLoss(negative_margin=1.4, reduction="none", average="anchors")(
-        labels, np.asarray(x, np.float32)).numpy()
+        labels, np.asarray(x, np.float32))
+    per_anchor = to_numpy(per_anchor)
     pos, neg = ref.label_masks(labels)
     _, want = ref.contrastive_loss(np.asarray(x, np.float32).astype(np.float64), pos, neg,
                                    0.0, 1.4)
@@ -147,7 +161,7 @@ def test_anchor_with_negatives_only_counts_without_miner():
     assert per_anchor[singleton[0]] > 0
 
 
-# -- float64 and tf.test.compute_gradient ---------------------------------------------------------
+# -- float64 and tf.test.compute_gradient (TensorFlow only) ---------------------------------------
 
 SMALL_LABELS = np.array([2, 5, 2, 5, 2, 9], np.int32)
 
@@ -158,6 +172,8 @@ SMALL_LABELS = np.array([2, 5, 2, 5, 2, 9], np.int32)
     (lambda: TripletMiner("easy", "hard"), "l2"),
 ])
 def test_float64_compute_gradient(make_miner, distance):
+    import tensorflow as tf
+
     x = np.random.default_rng(4).normal(size=(6, 4))
     labels = tf.constant(SMALL_LABELS)
 
@@ -185,6 +201,7 @@ def test_float64_compute_gradient(make_miner, distance):
 # -- the published formula --------------------------------------------------------------------------
 
 
+@MB
 def test_squared_l2_equals_class_collapse_paper_section_3():
     """L_con(x_i, x_j) = delta D + (1 - delta) (alpha - D)_+ with D = ||f(x_i) - f(x_j)||^2.
 
@@ -201,15 +218,17 @@ def test_squared_l2_equals_class_collapse_paper_section_3():
     labels = np.array([0, 0, 1, 1], np.int32)
     loss = ContrastiveLoss(positive_margin=0.0, negative_margin=1.5, distance="squared_l2",
                            normalize=False)
-    value = loss(labels, x).numpy()
+    value = to_numpy(loss(labels, x))
     np.testing.assert_allclose(value, 14 / 12, rtol=1e-6)
     np.testing.assert_allclose(value * 3 / 4, 14 / 16, rtol=1e-6)
     per_anchor = ContrastiveLoss(negative_margin=1.5, distance="squared_l2", normalize=False,
-                                 reduction="none", average="anchors")(labels, x).numpy()
+                                 reduction="none", average="anchors")(labels, x)
+    per_anchor = to_numpy(per_anchor)
     np.testing.assert_allclose(per_anchor, [0.5, 0.5, 5.5 / 3, 5.5 / 3], rtol=1e-6)
     # Averaged over pairs (the default), an anchor's value is the sum of its pairs.
     sums = ContrastiveLoss(negative_margin=1.5, distance="squared_l2", normalize=False,
-                           reduction="none")(labels, x).numpy()
+                           reduction="none")(labels, x)
+    sums = to_numpy(sums)
     np.testing.assert_allclose(sums, [1.5, 1.5, 5.5, 5.5], rtol=1e-6)
     # The same from the paper's formula written out pair by pair.
     paper = 0.0
@@ -237,3 +256,20 @@ def test_invalid_arguments(kwargs, match):
     labels, x = BATCH_A
     with pytest.raises(ValueError, match=match):
         contrastive_loss(labels, x, **kwargs)
+
+
+@pytest.mark.skipif(not CAN_COMPILE, reason="this backend does not compile")
+def test_compiled_equals_eager():
+    """Under XLA (tf.function(jit_compile=True) or jax.jit): the eager values.
+
+    (Not marked multibackend: tests/test_loss_base.py compares jax.jit with eager JAX.)"""
+    labels, x = BATCH_A
+    x = np.asarray(x, np.float32)
+    losses = [ContrastiveLoss(positive_margin=0.1, negative_margin=1.2),
+              ContrastiveLoss(miner=MultiSimilarityMiner(0.1, "easy"), distance="squared_l2",
+                              negative_margin=1.5, reduction="none")]
+    for loss in losses:
+        want = to_numpy(loss(labels, x))
+        assert np.any(want > 0)
+        got = to_numpy(compiled(lambda y, e, loss=loss: loss(y, e))(labels, x))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -14,6 +14,8 @@ bin below, [b_{t-1}, b_t], moves weight onto node t and gives h_left / (Delta |N
 other bin gives 0. (The appendix's values -h_right for the same bin and +(h_i^t + h_j^t) for
 d P_ij / d s_ij have the wrong sign and lack the 1/(Delta |N|) and 1/Delta factors: the true
 derivative with respect to s_ij is -(h_i^t + h_j^t) / Delta.) The Lemma tests check that.
+
+The tests marked ``multibackend`` also run under JAX and PyTorch.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import references as ref
-import tensorflow as tf
+from backends import BACKEND, CAN_COMPILE, compiled, to_numpy, value_and_grad
+from keras import ops as kops
 
 from tfdml import ops
 from tfdml.losses import FAPPYLoss, HistogramLoss, false_positive_probability
@@ -30,6 +33,15 @@ P_TOL = 2e-6
 LOSS_TOL = 2e-6
 GRAD_RTOL = 2e-3
 GRAD_ATOL = 1e-4
+MB = pytest.mark.multibackend
+
+
+def grid(firsts, seconds, multibackend=()):
+    """Every ``(first, second)`` as pytest params; the pairs in ``multibackend`` also run under
+    JAX and PyTorch. (Eager JAX compiles every op for each new shape, and each scale of FAPPY
+    has its own number of nodes: the multibackend subset keeps to few shapes and scales.)"""
+    return [pytest.param(a, b, marks=MB) if (a, b) in multibackend else (a, b)
+            for a in firsts for b in seconds]
 
 
 def f32(x):
@@ -116,12 +128,23 @@ def smooth_batch(counts, dim, finest, margin, seed):
     raise AssertionError("no batch away from the nodes")
 
 
-def tf_value_and_grad(fn, labels, x32):
-    xt = tf.constant(x32)
-    with tf.GradientTape() as tape:
-        tape.watch(xt)
-        value = fn(tf.constant(labels), xt)
-    return value, tape.gradient(value, xt)
+def loss_value_and_grad(fn, labels, x32):
+    """``fn(labels, x)`` and the gradient of its sum with respect to ``x``, as NumPy.
+
+    Under JAX through ``jax.jit``: eager JAX compiles every op (forward and backward) for
+    each new shape, several times slower than one compiled function.
+    """
+    y = kops.convert_to_tensor(labels)
+    if BACKEND == "jax":
+        import jax
+
+        value, grad = jax.jit(jax.value_and_grad(lambda e: kops.sum(fn(y, e))))(x32)
+        return to_numpy(value), to_numpy(grad)
+    return value_and_grad(lambda e: fn(y, e), x32)
+
+
+def tensors(labels, x):
+    return kops.convert_to_tensor(labels), kops.convert_to_tensor(x)
 
 
 # -- the references themselves --------------------------------------------------------------------
@@ -163,7 +186,7 @@ HAND_P01 = {2.0: 1.8, 1.0: 1.872, 0.5: 1.808}
 @pytest.mark.parametrize("delta", sorted(HAND_P01))
 def test_probability_hand_example(delta):
     x32, _ = f32(HAND_X)
-    got = false_positive_probability(tf.constant(HAND_LABELS), tf.constant(x32), delta).numpy()
+    got = to_numpy(false_positive_probability(*tensors(HAND_LABELS, x32), delta))
     want = np.zeros((7, 7))
     want[0, 1] = want[1, 0] = HAND_P01[delta]
     # pair (5, 6): s = 1 (h_right = 1), all five negatives at s = 0. At Delta = 2 (nodes -1, 1)
@@ -174,14 +197,14 @@ def test_probability_hand_example(delta):
     np.testing.assert_allclose(got, want, atol=P_TOL)
 
 
-@pytest.mark.parametrize("delta", [2.0, 0.5, 0.1, 0.0625, 0.01, 2.0 / 4096])
-@pytest.mark.parametrize("batch", sorted(BATCHES))
+@pytest.mark.parametrize("batch,delta", grid(
+    sorted(BATCHES), [2.0, 0.5, 0.1, 0.0625, 0.01, 2.0 / 4096],
+    multibackend=[("mixed", 0.1)]))
 def test_probability_matches_reference(batch, delta):
     labels, x = BATCHES[batch]
     x32, x64 = f32(x)
-    got = false_positive_probability(tf.constant(labels), tf.constant(x32), delta)
-    assert got.dtype == tf.float32 and got.shape == (len(labels), len(labels))
-    got = got.numpy()
+    got = to_numpy(false_positive_probability(*tensors(labels, x32), delta))
+    assert got.dtype == np.float32 and got.shape == (len(labels), len(labels))
     want = ref.false_positive_probability(labels, x64, delta)
     same = labels[:, None] == labels[None, :]
     positive = same & ~np.eye(len(labels), dtype=bool)
@@ -193,13 +216,13 @@ def test_probability_matches_reference(batch, delta):
 
 
 def test_probability_rescaling_invariant_and_float64():
+    """(float64: TensorFlow only, see tests/test_triplet.py.)"""
     labels, x = BATCHES["mixed"]
-    p64 = false_positive_probability(tf.constant(labels), tf.constant(x), 0.1)
-    assert p64.dtype == tf.float64
-    np.testing.assert_allclose(p64.numpy(), ref.false_positive_probability(labels, x, 0.1),
-                               atol=1e-10)
-    scaled = false_positive_probability(tf.constant(labels), tf.constant(3.7 * x), 0.1)
-    np.testing.assert_allclose(scaled.numpy(), p64.numpy(), atol=1e-10)
+    p64 = to_numpy(false_positive_probability(*tensors(labels, x), 0.1))
+    assert p64.dtype == np.float64
+    np.testing.assert_allclose(p64, ref.false_positive_probability(labels, x, 0.1), atol=1e-10)
+    scaled = false_positive_probability(*tensors(labels, 3.7 * x), 0.1)
+    np.testing.assert_allclose(to_numpy(scaled), p64, atol=1e-10)
 
 
 def overshooting_vector(dim=5, seed=11):
@@ -208,20 +231,20 @@ def overshooting_vector(dim=5, seed=11):
     rng = np.random.default_rng(seed)
     for _ in range(500):
         r = rng.normal(size=dim).astype(np.float32)
-        x = ops.l2_normalize(tf.constant(np.stack([r, r, -r])))
-        sim = ops.pairwise_similarity(x).numpy()
+        x = ops.l2_normalize(kops.convert_to_tensor(np.stack([r, r, -r])))
+        sim = to_numpy(ops.pairwise_similarity(x))
         if sim[0, 1] > 1.0 and sim[0, 2] < -1.0:
             return r
     raise AssertionError("no float32 vector overshoots")
 
 
-@pytest.mark.parametrize("delta", [0.01, 2.0 / 16384])
+@pytest.mark.parametrize("delta", [0.01, pytest.param(2.0 / 16384, marks=MB)])
 def test_probability_clips_similarities(delta):
     r = overshooting_vector()
     rng = np.random.default_rng(12)
     labels = np.array([0, 0, 1, 2, 2, 0, 1, 3], dtype=np.int32)
     x32 = np.stack([r, r, -r, r, -r] + list(rng.normal(size=(3, 5)))).astype(np.float32)
-    got = false_positive_probability(tf.constant(labels), tf.constant(x32), delta).numpy()
+    got = to_numpy(false_positive_probability(*tensors(labels, x32), delta))
     want = ref.false_positive_probability(labels, x32.astype(np.float64), delta)
     # without clipping, s = 1 + 1.2e-7 would move weight 1.2e-7 / Delta past the last node
     overshoot = (np.array([0, 1, 3, 4]), np.array([1, 0, 4, 3]))
@@ -239,14 +262,14 @@ def test_probability_clips_similarities(delta):
 HAND_LOSS = {2.0: 0.0, 1.0: (0.0 + 1.872 / 2) / 2, 0.5: ((0.0 + 1.872 / 2) / 2 + 1.808 / 2) / 2}
 
 
-@pytest.mark.parametrize("min_bin_width", sorted(HAND_LOSS))
+@pytest.mark.parametrize("min_bin_width", [2.0, 1.0, pytest.param(0.5, marks=MB)])
 def test_loss_hand_example(min_bin_width):
     x32, _ = f32(HAND_X)
     want = HAND_LOSS[min_bin_width]
     assert ref.fappy_loss(HAND_LABELS, HAND_X, min_bin_width) == pytest.approx(want, abs=1e-12)
-    got = FAPPYLoss(min_bin_width=min_bin_width)(tf.constant(HAND_LABELS), tf.constant(x32))
-    assert got.shape == () and got.dtype == tf.float32
-    np.testing.assert_allclose(got.numpy(), want, atol=LOSS_TOL)
+    got = to_numpy(FAPPYLoss(min_bin_width=min_bin_width)(*tensors(HAND_LABELS, x32)))
+    assert got.shape == () and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, atol=LOSS_TOL)
 
 
 def test_scales_of_algorithm_1():
@@ -261,49 +284,52 @@ def test_scales_of_algorithm_1():
     for min_bin_width, scales in ((2.0, 1), (0.01, 8), (0.003, 10), (1e-4, 15)):
         want = 2.0 * (1.0 - 0.5**scales)
         assert ref.fappy_loss(labels, x, min_bin_width) == pytest.approx(want)
-        got = FAPPYLoss(min_bin_width=min_bin_width)(labels, x.astype(np.float32)).numpy()
+        got = to_numpy(FAPPYLoss(min_bin_width=min_bin_width)(labels, x.astype(np.float32)))
         np.testing.assert_allclose(got, want, atol=LOSS_TOL)
 
 
-@pytest.mark.parametrize("min_bin_width", [2.0, 0.5, 0.01, 0.003, 1e-3, 1e-4])
-@pytest.mark.parametrize("batch", sorted(BATCHES))
+@pytest.mark.parametrize("batch,min_bin_width", grid(
+    sorted(BATCHES), [2.0, 0.5, 0.01, 0.003, 1e-3, 1e-4],
+    multibackend=[("extreme", 0.5)]))
 def test_loss_matches_reference(batch, min_bin_width):
     labels, x = BATCHES[batch]
     x32, x64 = f32(x)
     check_away_from_thresholds(labels, x64, min_bin_width)
-    got = FAPPYLoss(min_bin_width=min_bin_width)(tf.constant(labels), tf.constant(x32))
-    assert got.shape == () and got.dtype == tf.float32
+    got = to_numpy(FAPPYLoss(min_bin_width=min_bin_width)(*tensors(labels, x32)))
+    assert got.shape == () and got.dtype == np.float32
     want = ref.fappy_loss(labels, x64, min_bin_width)
     if min_bin_width < 2.0 or batch == "extreme":
         assert want > 0.0
-    np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=LOSS_TOL + 1e-9 / min_bin_width)
+    np.testing.assert_allclose(got, want, rtol=0, atol=LOSS_TOL + 1e-9 / min_bin_width)
 
 
 def test_loss_float64_matches_reference():
+    """(float64: TensorFlow only, see tests/test_triplet.py.)"""
     labels, x = BATCHES["wide"]
-    got = FAPPYLoss(min_bin_width=1e-3, dtype="float64")(tf.constant(labels), tf.constant(x))
-    assert got.dtype == tf.float64
-    np.testing.assert_allclose(got.numpy(), ref.fappy_loss(labels, x, 1e-3), atol=1e-10)
+    got = to_numpy(FAPPYLoss(min_bin_width=1e-3, dtype="float64")(*tensors(labels, x)))
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, ref.fappy_loss(labels, x, 1e-3), atol=1e-10)
 
 
-@pytest.mark.parametrize("min_bin_width", [0.01, 1e-3])
+@pytest.mark.parametrize("min_bin_width", [pytest.param(0.25, marks=MB), 0.01, 1e-3])
 def test_loss_gradient_matches_finite_differences(min_bin_width):
     finest = ref.fappy_scales(min_bin_width)[-1]
     labels, x64 = smooth_batch([3, 3, 2, 2, 1], 4, finest, margin=2e-5, seed=10)
     x32 = x64.astype(np.float32)
     check_away_from_thresholds(labels, x64, min_bin_width)
     loss = FAPPYLoss(min_bin_width=min_bin_width)
-    value, grad = tf_value_and_grad(loss, labels, x32)
-    np.testing.assert_allclose(value.numpy(), ref.fappy_loss(labels, x64, min_bin_width),
+    value, grad = loss_value_and_grad(loss, labels, x32)
+    np.testing.assert_allclose(value, ref.fappy_loss(labels, x64, min_bin_width),
                                atol=LOSS_TOL)
     fd = ref.finite_difference_gradient(lambda e: ref.fappy_loss(labels, e, min_bin_width), x64)
     assert np.abs(fd).max() > 1e-2
-    grad = grad.numpy()
     assert np.all(np.isfinite(grad))
     np.testing.assert_allclose(grad, fd, rtol=GRAD_RTOL, atol=GRAD_ATOL * np.abs(fd).max())
 
 
 def test_loss_gradient_float64_compute_gradient():
+    import tensorflow as tf
+
     labels, x64 = smooth_batch([3, 2, 2, 1], 5, 2.0 / 256, margin=1e-4, seed=20)
     loss = FAPPYLoss(min_bin_width=0.01, dtype="float64")
     label_t = tf.constant(labels)
@@ -329,9 +355,9 @@ def test_histogram_hand_example(bin_width):
     x32, _ = f32(HIST_X)
     want = HIST_HAND[bin_width]
     assert ref.histogram_loss(HIST_LABELS, HIST_X, bin_width) == pytest.approx(want, abs=1e-12)
-    got = HistogramLoss(bin_width=bin_width)(tf.constant(HIST_LABELS), tf.constant(x32))
-    assert got.shape == () and got.dtype == tf.float32
-    np.testing.assert_allclose(got.numpy(), want, atol=LOSS_TOL)
+    got = to_numpy(HistogramLoss(bin_width=bin_width)(*tensors(HIST_LABELS, x32)))
+    assert got.shape == () and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, atol=LOSS_TOL)
 
 
 def test_histogram_reversed_distributions():
@@ -339,39 +365,40 @@ def test_histogram_reversed_distributions():
     # similar as the positive, L = 1; swapped classes separate perfectly, L = 0.
     x = np.array([[1.0, 0.0], [-1.0, 0.0], [1.0, 0.0]], dtype=np.float32)
     for bin_width in (1.0, 0.01):
-        got = HistogramLoss(bin_width=bin_width)(np.array([0, 0, 1]), x).numpy()
+        got = to_numpy(HistogramLoss(bin_width=bin_width)(np.array([0, 0, 1]), x))
         np.testing.assert_allclose(got, 1.0, atol=LOSS_TOL)
-        got = HistogramLoss(bin_width=bin_width)(np.array([0, 1, 0]), x).numpy()
+        got = to_numpy(HistogramLoss(bin_width=bin_width)(np.array([0, 1, 0]), x))
         np.testing.assert_allclose(got, 0.0, atol=LOSS_TOL)
 
 
-@pytest.mark.parametrize("bin_width", [0.5, 0.25, 0.1, 0.05, 0.01])
-@pytest.mark.parametrize("batch", sorted(BATCHES))
+@pytest.mark.parametrize("batch,bin_width", grid(sorted(BATCHES), [0.5, 0.25, 0.1, 0.05, 0.01],
+                                                 multibackend=[("mixed", 0.1)]))
 def test_histogram_matches_reference(batch, bin_width):
     labels, x = BATCHES[batch]
     x32, x64 = f32(x)
-    got = HistogramLoss(bin_width=bin_width)(tf.constant(labels), tf.constant(x32))
-    assert got.shape == () and got.dtype == tf.float32
+    got = to_numpy(HistogramLoss(bin_width=bin_width)(*tensors(labels, x32)))
+    assert got.shape == () and got.dtype == np.float32
     want = ref.histogram_loss(labels, x64, bin_width)
     assert want > 0.0
-    np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=LOSS_TOL)
+    np.testing.assert_allclose(got, want, rtol=0, atol=LOSS_TOL)
 
 
-@pytest.mark.parametrize("bin_width", [0.1, 0.01])
+@pytest.mark.parametrize("bin_width", [pytest.param(0.1, marks=MB), 0.01])
 def test_histogram_gradient_matches_finite_differences(bin_width):
     labels, x64 = smooth_batch([3, 3, 2, 1], 4, bin_width, margin=1e-4, seed=30)
     x32 = x64.astype(np.float32)
-    value, grad = tf_value_and_grad(HistogramLoss(bin_width=bin_width), labels, x32)
-    np.testing.assert_allclose(value.numpy(), ref.histogram_loss(labels, x64, bin_width),
+    value, grad = loss_value_and_grad(HistogramLoss(bin_width=bin_width), labels, x32)
+    np.testing.assert_allclose(value, ref.histogram_loss(labels, x64, bin_width),
                                atol=LOSS_TOL)
     fd = ref.finite_difference_gradient(lambda e: ref.histogram_loss(labels, e, bin_width), x64)
     assert np.abs(fd).max() > 1e-2
-    grad = grad.numpy()
     assert np.all(np.isfinite(grad))
     np.testing.assert_allclose(grad, fd, rtol=GRAD_RTOL, atol=GRAD_ATOL * np.abs(fd).max())
 
 
 def test_histogram_gradient_float64_compute_gradient():
+    import tensorflow as tf
+
     labels, x64 = smooth_batch([3, 2, 2, 1], 5, 0.05, margin=1e-4, seed=40)
     loss = HistogramLoss(bin_width=0.05, dtype="float64")
     label_t = tf.constant(labels)
@@ -474,15 +501,13 @@ def orthogonal_part(v, others):
     return v - q @ (q.T @ v)
 
 
-@pytest.mark.parametrize("s_ij", [0.26, 0.3, 0.375, 0.49])
-def test_lemma1_tf_gradient(s_ij):
+@pytest.mark.parametrize("s_ij", [0.26, pytest.param(0.3, marks=MB), 0.375, 0.49])
+def test_lemma1_gradient(s_ij):
     labels, x64 = lemma_embeddings(s_ij)
     x32 = x64.astype(np.float32)
-    xt = tf.constant(x32)
-    with tf.GradientTape() as tape:
-        tape.watch(xt)
-        p = false_positive_probability(tf.constant(labels), xt, LEMMA_DELTA)[0, 1]
-    grad = tape.gradient(p, xt).numpy().astype(np.float64)
+    _, grad = loss_value_and_grad(
+        lambda y, e: false_positive_probability(y, e, LEMMA_DELTA)[0, 1], labels, x32)
+    grad = grad.astype(np.float64)
     count = len(LEMMA_NEGATIVES)
     sim = ref.clipped_similarities(x32.astype(np.float64))
     h_left = (0.5 - sim[0][1]) / LEMMA_DELTA
@@ -515,6 +540,7 @@ def test_lemma1_tf_gradient(s_ij):
 # -- robustness -----------------------------------------------------------------------------------
 
 LOSSES = {
+    "fappy_0.25": lambda: FAPPYLoss(min_bin_width=0.25),
     "fappy_0.01": lambda: FAPPYLoss(min_bin_width=0.01),
     "fappy_1e-4": lambda: FAPPYLoss(min_bin_width=1e-4),
     "histogram_0.01": lambda: HistogramLoss(bin_width=0.01),
@@ -522,24 +548,32 @@ LOSSES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(LOSSES))
+#: The losses whose tests also run under JAX and PyTorch (few FAPPY scales: see grid()).
+MB_LOSSES = ("fappy_0.25",)
+
+
+def _loss_params():
+    return [pytest.param(n, marks=MB) if n in MB_LOSSES else n for n in sorted(LOSSES)]
+
+
+@pytest.mark.parametrize("name", _loss_params())
 def test_extreme_similarities_finite(name):
     labels, x = BATCHES["extreme"]
     x32, _ = f32(x)
-    value, grad = tf_value_and_grad(LOSSES[name](), labels, x32)
-    assert np.isfinite(value.numpy()) and value.numpy() > 0
-    assert np.all(np.isfinite(grad.numpy()))
-    assert np.abs(grad.numpy()).max() > 0
+    value, grad = loss_value_and_grad(LOSSES[name](), labels, x32)
+    assert np.isfinite(value) and value > 0
+    assert np.all(np.isfinite(grad))
+    assert np.abs(grad).max() > 0
 
 
-@pytest.mark.parametrize("delta", [2.0, 0.01, 2.0 / 16384])
+@pytest.mark.parametrize("delta", [2.0, 0.01, pytest.param(2.0 / 16384, marks=MB)])
 def test_probability_extreme_gradient_finite(delta):
     labels, x = BATCHES["extreme"]
     x32, _ = f32(x)
-    value, grad = tf_value_and_grad(
-        lambda lab, e: tf.reduce_sum(false_positive_probability(lab, e, delta)), labels, x32)
-    assert np.isfinite(value.numpy())
-    assert np.all(np.isfinite(grad.numpy()))
+    value, grad = loss_value_and_grad(
+        lambda lab, e: kops.sum(false_positive_probability(lab, e, delta)), labels, x32)
+    assert np.isfinite(value)
+    assert np.all(np.isfinite(grad))
 
 
 NO_PAIRS = {
@@ -548,26 +582,26 @@ NO_PAIRS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(LOSSES))
-@pytest.mark.parametrize("case", sorted(NO_PAIRS))
+@pytest.mark.parametrize("case,name", grid(
+    sorted(NO_PAIRS), sorted(LOSSES),
+    multibackend=[("one_class", "fappy_0.25")]))
 def test_nothing_to_learn_gives_zero(case, name):
     labels = NO_PAIRS[case]
     x = np.random.default_rng(8).normal(size=(6, 4))
     x[1] = x[0]  # an exact duplicate
     x[2] = -x[0]  # and an exact opposite
     x32, _ = f32(x)
-    value, grad = tf_value_and_grad(LOSSES[name](), labels, x32)
-    assert value.numpy() == 0.0
-    grad = np.zeros_like(x32) if grad is None else grad.numpy()
+    value, grad = loss_value_and_grad(LOSSES[name](), labels, x32)
+    assert value == 0.0
     np.testing.assert_array_equal(grad, 0.0)
-    p = false_positive_probability(tf.constant(labels), tf.constant(x32), 0.01).numpy()
+    p = to_numpy(false_positive_probability(*tensors(labels, x32), 0.01))
     np.testing.assert_array_equal(p, 0.0)
 
 
 def test_singletons_have_no_pairs():
     labels, x = BATCHES["mixed"]
     x32, x64 = f32(x)
-    p = false_positive_probability(tf.constant(labels), tf.constant(x32), 0.05).numpy()
+    p = to_numpy(false_positive_probability(*tensors(labels, x32), 0.05))
     singleton = [i for i in range(len(labels)) if np.sum(labels == labels[i]) == 1]
     assert singleton
     for i in singleton:
@@ -584,3 +618,17 @@ def test_invalid_min_bin_width(value):
 def test_invalid_bin_width(value):
     with pytest.raises(ValueError, match="bin_width"):
         HistogramLoss(bin_width=value)
+
+
+@pytest.mark.skipif(not CAN_COMPILE, reason="this backend does not compile")
+def test_compiled_equals_eager():
+    """Under XLA (tf.function(jit_compile=True) or jax.jit): the eager values.
+
+    (Not marked multibackend: tests/test_loss_base.py compares jax.jit with eager JAX.)"""
+    labels, x = BATCHES["mixed"]
+    x32, _ = f32(x)
+    for fn in (FAPPYLoss(min_bin_width=0.25), HistogramLoss(bin_width=0.05)):
+        want = to_numpy(fn(labels, x32))
+        assert np.any(want > 0)
+        got = to_numpy(compiled(lambda y, e, fn=fn: fn(y, e))(labels, x32))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

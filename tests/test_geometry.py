@@ -21,15 +21,28 @@ Touching arcs (a shared endpoint, a crossing, an endpoint on the other arc) and 
 known small distance are checked in float64, in float32, and in float64 with inputs that
 were normalized in float32: there ``sqrt(2 - 2 s)`` from the dot products is off by
 ``sqrt(eps)``-sized amounts, and ``arc_distance`` must not be.
+
+The tests marked ``multibackend`` (values and gradients against the brute force and the
+envelope formulas in 8 dimensions, compiled gradients at touching arcs, bad input) also
+run under JAX and PyTorch; float64 is enabled for JAX in every test of the module.
 """
 
 from __future__ import annotations
 
 import functools
 
+import keras
 import numpy as np
 import pytest
-import tensorflow as tf
+from backends import (
+    BACKEND,
+    compiled,
+    enable_float64,
+    to_numpy,
+    value_and_grad,
+    value_and_grad_function,
+)
+from keras import ops as kops
 
 import tfdml.geometry  # noqa: F401  (the package may not export the module yet)
 from tfdml import geometry
@@ -37,7 +50,43 @@ from tfdml import geometry
 DIMS = (3, 8, 64, 512)
 ARC_CASES = geometry._ARC_CASES
 EPS64 = np.finfo(np.float64).eps
-NEAR64, ANTIPODAL64 = geometry._degenerate_sines(tf.float64)
+NEAR64, ANTIPODAL64 = geometry._degenerate_sines("float64")
+MB = pytest.mark.multibackend
+
+
+def _mb(*values):
+    """Parameters of which the first is also run under every backend (``multibackend``)."""
+    return [pytest.param(v, marks=MB) if i == 0 else v for i, v in enumerate(values)]
+
+
+@pytest.fixture(autouse=True)
+def _float64():
+    """float64 tensors exist (JAX: ``jax_enable_x64``) in every test of this module."""
+    with enable_float64():
+        yield
+
+
+def _t(v, dtype=None):
+    """A backend tensor of the NumPy value ``v`` (converted to ``dtype`` first if given)."""
+    return kops.convert_to_tensor(np.asarray(v, dtype) if dtype is not None else v)
+
+
+def _dtype(x):
+    return keras.backend.standardize_dtype(x.dtype)
+
+
+def _traced(fn):
+    """``fn`` traced once for many evaluations: a ``tf.function`` graph (TensorFlow),
+    ``jax.jit`` (JAX); PyTorch runs it eagerly."""
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(fn)
+    if BACKEND == "jax":
+        import jax
+
+        return jax.jit(fn)
+    return fn
 
 
 # -- case construction -----------------------------------------------------------------------------
@@ -393,9 +442,9 @@ def _arc_dots(x1, x2, y1, y2):
                                            (x2, y2))]
 
 
-def _solve_arc_np(x1, x2, y1, y2, dtype=tf.float64):
-    dots = [tf.constant(v, dtype) for v in _arc_dots(x1, x2, y1, y2)]
-    return [t.numpy() for t in geometry._arc_solve(*dots)]
+def _solve_arc_np(x1, x2, y1, y2, dtype="float64"):
+    dots = [_t(v, dtype) for v in _arc_dots(x1, x2, y1, y2)]
+    return [to_numpy(t) for t in geometry._arc_solve(*dots)]
 
 
 # -- arcs: values against the brute force ------------------------------------------------------
@@ -418,9 +467,8 @@ def _arc_tolerance(data):
 
 
 def _check_arc_against_brute(data):
-    d_solver, (p1, p2) = geometry.arc_distance(
-        *(tf.constant(data[k]) for k in ("x1", "x2", "y1", "y2")), return_points=True)
-    d_solver = d_solver.numpy()
+    d_solver, (p1, p2) = to_numpy(geometry.arc_distance(
+        *(_t(data[k]) for k in ("x1", "x2", "y1", "y2")), return_points=True))
     excess = d_solver - data["dist_bf"]
     # Conditioning: given rounded dot products, s moves by about eps / (4 sine^2) per arc
     # near antipodal (its derivative in x1.x2 is -s a1 a2); d = sqrt(2 - 2 s) turns an error e
@@ -432,10 +480,10 @@ def _check_arc_against_brute(data):
     # ... and no better than it by more than its resolution.
     worst = np.argmax(np.abs(excess))
     assert np.max(np.abs(excess)) <= 1e-4, (data["labels"][worst], excess[worst])
-    return np.abs(excess), p1.numpy(), p2.numpy(), d_solver
+    return np.abs(excess), p1, p2, d_solver
 
 
-@pytest.mark.parametrize("d", DIMS)
+@pytest.mark.parametrize("d", _mb(8, 3, 64, 512))
 def test_arc_distance_matches_brute_force(d):
     data = arc_data(d)
     dev, *_ = _check_arc_against_brute(data)
@@ -489,9 +537,9 @@ def test_arc_points_lie_on_arcs(d):
     x1, x2, y1, y2 = (data[k] for k in ("x1", "x2", "y1", "y2"))
     _, p1, p2, dist = _check_arc_against_brute(data)
     # The dot products as arc_distance computes them (ties pick the same candidate).
-    dots = [tf.reduce_sum(tf.constant(a) * tf.constant(b), -1)
+    dots = [kops.sum(_t(a) * _t(b), -1)
             for a, b in ((x1, x2), (y1, y2), (x1, y1), (x1, y2), (x2, y1), (x2, y2))]
-    s, a1, a2, b1, b2, _ = (t.numpy() for t in geometry._arc_solve(*dots))
+    s, a1, a2, b1, b2, _ = (to_numpy(t) for t in geometry._arc_solve(*dots))
     unique, _ = _unique_mask(data)
     assert np.sum(unique) >= 100
     for p, c1, c2, e1, e2 in ((p1, a1, a2, x1, x2), (p2, b1, b2, y1, y2)):
@@ -519,8 +567,8 @@ def test_arc_intersecting_and_overlapping_give_zero():
     data = arc_data(8)
     for group in ("intersecting", "coplanar_overlap", "identical", "reversed"):
         sel = data["labels"] == group
-        dist = geometry.arc_distance(*(tf.constant(data[k][sel]) for k in ("x1", "x2", "y1", "y2")))
-        np.testing.assert_allclose(dist.numpy(), 0.0, atol=1e-7)
+        dist = geometry.arc_distance(*(_t(data[k][sel]) for k in ("x1", "x2", "y1", "y2")))
+        np.testing.assert_allclose(to_numpy(dist), 0.0, atol=1e-7)
 
 
 # -- arcs: touching arcs ---------------------------------------------------------------------------
@@ -533,12 +581,12 @@ EPS32 = float(np.finfo(np.float32).eps)
 
 def _as_inputs(vectors, precision):
     if precision == "float64":
-        return [tf.constant(v) for v in vectors]
+        return [_t(v) for v in vectors]
     v32 = [v.astype(np.float32) for v in vectors]
     v32 = [v / np.linalg.norm(v, axis=-1, keepdims=True) for v in v32]
     if precision == "float32":
-        return [tf.constant(v) for v in v32]
-    return [tf.constant(v.astype(np.float64)) for v in v32]
+        return [_t(v) for v in v32]
+    return [_t(v.astype(np.float64)) for v in v32]
 
 
 def _touching_arcs(kind, n, d, seed, angles=(0.05, np.pi / 2)):
@@ -585,10 +633,10 @@ def test_arc_touching_is_zero(precision, kind, d):
     sqrt(2 - 2 s) from the dot products gives."""
     for seed in range(3):
         vectors = _touching_arcs(kind, 120, d, seed)
-        dist, (p1, p2) = geometry.arc_distance(*_as_inputs(vectors, precision),
-                                               return_points=True)
-        assert np.max(dist.numpy()) <= 1e-6, (seed, np.max(dist.numpy()))
-        assert np.max(np.linalg.norm(p1.numpy() - p2.numpy(), axis=-1)) <= 1e-6
+        dist, (p1, p2) = to_numpy(geometry.arc_distance(*_as_inputs(vectors, precision),
+                                                        return_points=True))
+        assert np.max(dist) <= 1e-6, (seed, np.max(dist))
+        assert np.max(np.linalg.norm(p1 - p2, axis=-1)) <= 1e-6
     # Against the brute force as well (float64 only; it has the same optimum).
     vectors = _touching_arcs(kind, 40, d, 9)
     s_bf = brute_arc(*vectors)[0]
@@ -603,41 +651,38 @@ def test_arc_shallow_crossing_within_documented_bound(precision):
     for d in (3, 8, 64):
         for phi in (1e-3, 3e-3, 1e-2):
             vectors = _touching_arcs("crossing", 100, d, 0, angles=(phi, phi))
-            dist = geometry.arc_distance(*_as_inputs(vectors, precision)).numpy()
+            dist = to_numpy(geometry.arc_distance(*_as_inputs(vectors, precision)))
             bound = EPS32 / phi if precision == "float32" else 1e-6
             assert np.max(dist) <= bound, (d, phi, np.max(dist), bound)
 
 
-def _arc_distance_and_grad(*xs):
-    with tf.GradientTape() as tape:
-        tape.watch(xs)
-        dist = geometry.arc_distance(*xs)
-    return dist, tape.gradient(dist, xs)
+_ARGS4 = (0, 1, 2, 3)
 
 
-@pytest.mark.parametrize("precision", ["float64_from_float32", "float32"])
+@pytest.mark.parametrize("precision", _mb("float32", "float64_from_float32"))
 def test_arc_touching_gradients_finite_and_zero(precision):
-    """At distance 0 the gradient is safe_sqrt's: 0, finite (eagerly and under XLA)."""
+    """At distance 0 the gradient is safe_sqrt's: 0, finite (eagerly and compiled)."""
 
-    compiled = tf.function(_arc_distance_and_grad, jit_compile=True)
+    dist_and_grad = value_and_grad_function(geometry.arc_distance, argnums=_ARGS4,
+                                            jit_compile=True)
+
+    def points(*xs):
+        _, (p1, p2) = geometry.arc_distance(*xs, return_points=True)
+        return kops.sum(p1) + kops.sum(p2)
 
     # In 8 dimensions (values in 3 and 8: test_arc_touching_is_zero); the three kinds share
-    # their shapes, so one XLA program per precision.
+    # their shapes, so one compiled program per precision.
     for kind in ("shared", "crossing", "through"):
         xs = _as_inputs(_touching_arcs(kind, 60, 8, 4), precision)
-        with tf.GradientTape(persistent=True) as tape:
-            tape.watch(xs)
-            dist, (p1, p2) = geometry.arc_distance(*xs, return_points=True)
-            total = tf.reduce_sum(dist)
-            points = tf.reduce_sum(p1) + tf.reduce_sum(p2)
-        grads = tape.gradient(total, xs)
-        dist_jit, grads_jit = compiled(*xs)
-        np.testing.assert_allclose(dist_jit.numpy(), dist.numpy(), atol=1e-6)
+        dist, grads = value_and_grad(geometry.arc_distance, *xs, argnums=_ARGS4)
+        dist_jit, grads_jit = to_numpy(dist_and_grad(*xs))
+        np.testing.assert_allclose(dist_jit, dist, atol=1e-6)
         for gr in list(grads) + list(grads_jit):
-            assert np.all(np.isfinite(gr.numpy()))
-            np.testing.assert_array_equal(gr.numpy(), 0.0)
-        for gr in tape.gradient(points, xs):  # the points' gradients are finite too
-            assert np.all(np.isfinite(gr.numpy()))
+            assert np.all(np.isfinite(gr))
+            np.testing.assert_array_equal(gr, 0.0)
+        _, point_grads = value_and_grad(points, *xs, argnums=_ARGS4)
+        for gr in point_grads:  # the points' gradients are finite too
+            assert np.all(np.isfinite(gr))
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
@@ -660,7 +705,7 @@ def test_arc_near_miss_distance_is_accurate(precision):
                            + [np.cos(b[:, i, None]) * c + np.sin(b[:, i, None]) * e[2]
                               for i in range(2)], axis=1)
             vectors = [v for v in np.moveaxis(_embed(pts, d, rng), 1, 0)]
-            dist = geometry.arc_distance(*_as_inputs(vectors, precision)).numpy()
+            dist = to_numpy(geometry.arc_distance(*_as_inputs(vectors, precision)))
             tol = 1e-9 if precision == "float64" else 1e-6
             assert np.max(np.abs(dist - delta)) <= tol, (d, delta, np.max(np.abs(dist - delta)))
 
@@ -668,12 +713,9 @@ def test_arc_near_miss_distance_is_accurate(precision):
 def test_arc_antipodal_uses_endpoints():
     rng = np.random.default_rng(3)
     x1, y1, y2 = (_unit(rng.normal(size=(20, 5))) for _ in range(3))
-    got = geometry.arc_distance(tf.constant(x1), tf.constant(-x1), tf.constant(y1),
-                                tf.constant(y2)).numpy()
-    to_x1 = geometry.arc_distance(tf.constant(x1), tf.constant(x1), tf.constant(y1),
-                                  tf.constant(y2)).numpy()
-    to_x2 = geometry.arc_distance(tf.constant(-x1), tf.constant(-x1), tf.constant(y1),
-                                  tf.constant(y2)).numpy()
+    got = to_numpy(geometry.arc_distance(_t(x1), _t(-x1), _t(y1), _t(y2)))
+    to_x1 = to_numpy(geometry.arc_distance(_t(x1), _t(x1), _t(y1), _t(y2)))
+    to_x2 = to_numpy(geometry.arc_distance(_t(-x1), _t(-x1), _t(y1), _t(y2)))
     np.testing.assert_allclose(got, np.minimum(to_x1, to_x2), atol=1e-12)
 
 
@@ -692,13 +734,12 @@ def test_arc_isoclinic_tie_is_covered_by_edges():
         p2 = b1[:, None] * vecs[2] + b2[:, None] * vecs[3]
         np.testing.assert_allclose(np.sum(p1 * p2, -1), s, atol=1e-12)
         # The construction really has sigma_1 == sigma_2 (up to rounding).
-        dots = [tf.constant(v) for v in _arc_dots(*vecs)]
-        g, h, c11, c12, c21, c22 = dots
-        sx, sy = tf.sqrt(1 - g * g), tf.sqrt(1 - h * h)
-        m = tf.stack([tf.stack([c11, (c12 - h * c11) / sy], -1),
-                      tf.stack([(c21 - g * c11) / sx,
+        g, h, c11, c12, c21, c22 = _arc_dots(*vecs)
+        sx, sy = np.sqrt(1 - g * g), np.sqrt(1 - h * h)
+        m = np.stack([np.stack([c11, (c12 - h * c11) / sy], -1),
+                      np.stack([(c21 - g * c11) / sx,
                                 ((c22 - h * c21) - g * (c12 - h * c11)) / (sx * sy)], -1)], -2)
-        sv = np.linalg.svd(m.numpy(), compute_uv=False)
+        sv = np.linalg.svd(m, compute_uv=False)
         np.testing.assert_allclose(sv[:, 0], sv[:, 1], atol=1e-9)
 
 
@@ -706,33 +747,33 @@ def test_arc_isoclinic_tie_is_covered_by_edges():
 
 
 def _arc_dot_grads(dots):
-    dots = [tf.constant(v) for v in dots]
-    with tf.GradientTape() as tape:
-        tape.watch(dots)
-        s, coeffs = geometry.arc_similarity_from_dots(*dots, return_coefficients=True)
-    grads = tape.gradient(s, dots, unconnected_gradients="zero")
-    return s.numpy(), [c.numpy() for c in coeffs], [gr.numpy() for gr in grads]
+    def similarity(*dots):
+        return geometry.arc_similarity_from_dots(*dots)
+
+    s, grads = value_and_grad(similarity, *dots, argnums=tuple(range(6)))
+    _, coeffs = geometry.arc_similarity_from_dots(*(_t(v) for v in dots),
+                                                  return_coefficients=True)
+    return s, [to_numpy(c) for c in coeffs], list(grads)
 
 
-@pytest.mark.parametrize("dtype", [tf.float64, tf.float32])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_arc_gradients_finite_everywhere(dtype):
+    def total_from_vectors(*xs):
+        dist, (p1, p2) = geometry.arc_distance(*xs, return_points=True)
+        return kops.sum(dist) + kops.sum(p1) + kops.sum(p2)
+
+    def total_from_dots(*dots):
+        s, coeffs = geometry.arc_similarity_from_dots(*dots, return_coefficients=True)
+        return kops.sum(s) + sum(kops.sum(c) for c in coeffs)
+
     for d in (3, 8):
         data = arc_data(d)
-        xs = [tf.constant(data[k], dtype) for k in ("x1", "x2", "y1", "y2")]
-        with tf.GradientTape() as tape:
-            tape.watch(xs)
-            dist, (p1, p2) = geometry.arc_distance(*xs, return_points=True)
-            total = tf.reduce_sum(dist) + tf.reduce_sum(p1) + tf.reduce_sum(p2)
-        for gr in tape.gradient(total, xs):
-            assert np.all(np.isfinite(gr.numpy()))
-        dots = [tf.constant(v, dtype) for v in _arc_dots(*(data[k] for k in ("x1", "x2", "y1",
-                                                                               "y2")))]
-        with tf.GradientTape() as tape:
-            tape.watch(dots)
-            s, coeffs = geometry.arc_similarity_from_dots(*dots, return_coefficients=True)
-            total = tf.reduce_sum(s) + sum(tf.reduce_sum(c) for c in coeffs)
-        for gr in tape.gradient(total, dots, unconnected_gradients="zero"):
-            assert np.all(np.isfinite(gr.numpy()))
+        xs = [_t(data[k], dtype) for k in ("x1", "x2", "y1", "y2")]
+        for gr in value_and_grad(total_from_vectors, *xs, argnums=_ARGS4)[1]:
+            assert np.all(np.isfinite(gr))
+        dots = [_t(v, dtype) for v in _arc_dots(*(data[k] for k in ("x1", "x2", "y1", "y2")))]
+        for gr in value_and_grad(total_from_dots, *dots, argnums=tuple(range(6)))[1]:
+            assert np.all(np.isfinite(gr))
 
 
 def _unique_mask(data):
@@ -743,20 +784,20 @@ def _unique_mask(data):
     return generic & (names != "") & (data["dist_bf"] > 1e-3), (x1, x2, y1, y2)
 
 
-def test_arc_dot_gradients_envelope():
+@pytest.mark.parametrize("d", _mb(8, 3, 64, 512))
+def test_arc_dot_gradients_envelope(d):
     """d s / d(x_i.y_j) = a_i b_j, d s / d(x1.x2) = -s a1 a2, d s / d(y1.y2) = -s b1 b2.
 
     (Lagrangian of max sum a_i b_j x_i.y_j subject to a^T Gx a = 1, b^T Gy b = 1; the
     multiplier of each norm constraint is s / 2.)
     """
-    for d in DIMS:
-        data = arc_data(d)
-        mask, vecs = _unique_mask(data)
-        dots = [v[mask] for v in _arc_dots(*vecs)]
-        s, (a1, a2, b1, b2), grads = _arc_dot_grads(dots)
-        want = [-s * a1 * a2, -s * b1 * b2, a1 * b1, a1 * b2, a2 * b1, a2 * b2]
-        for got, exp in zip(grads, want, strict=True):
-            np.testing.assert_allclose(got, exp, atol=1e-7)
+    data = arc_data(d)
+    mask, vecs = _unique_mask(data)
+    dots = [v[mask] for v in _arc_dots(*vecs)]
+    s, (a1, a2, b1, b2), grads = _arc_dot_grads(dots)
+    want = [-s * a1 * a2, -s * b1 * b2, a1 * b1, a1 * b2, a2 * b1, a2 * b2]
+    for got, exp in zip(grads, want, strict=True):
+        np.testing.assert_allclose(got, exp, atol=1e-7)
 
 
 def _central_differences(fun, arrays, h=1e-6):
@@ -784,26 +825,22 @@ def test_arc_gradients_match_finite_differences():
     idx = np.flatnonzero(mask)[::4][:60]
     xs = [v[idx] for v in vecs]
 
-    traced = tf.function(geometry.arc_distance)  # one graph for the many evaluations
+    traced = _traced(geometry.arc_distance)  # one trace for the many evaluations
 
     def dist_np(*a):
-        return traced(*(tf.constant(v) for v in a)).numpy()
+        return to_numpy(traced(*(_t(v) for v in a)))
 
-    tensors = [tf.constant(v) for v in xs]
-    with tf.GradientTape() as tape:
-        tape.watch(tensors)
-        dist = geometry.arc_distance(*tensors)
-    grads = [gr.numpy() for gr in tape.gradient(dist, tensors)]
+    _, grads = value_and_grad(geometry.arc_distance, *xs, argnums=_ARGS4)
     fds = _central_differences(dist_np, xs)
     for got, fd in zip(grads, fds, strict=True):
         np.testing.assert_allclose(got, fd, atol=1e-6, rtol=1e-5)
 
     dots = _arc_dots(*xs)
 
-    traced_s = tf.function(geometry.arc_similarity_from_dots)
+    traced_s = _traced(geometry.arc_similarity_from_dots)
 
     def s_np(*a):
-        return traced_s(*(tf.constant(v) for v in a)).numpy()
+        return to_numpy(traced_s(*(_t(v) for v in a)))
 
     _, _, grads = _arc_dot_grads(dots)
     fds = _central_differences(s_np, dots)
@@ -814,12 +851,9 @@ def test_arc_gradients_match_finite_differences():
 def test_arc_gradient_at_zero_distance_is_finite():
     data = arc_data(8)
     sel = np.isin(data["labels"], ["intersecting", "coplanar_overlap", "identical"])
-    xs = [tf.constant(data[k][sel]) for k in ("x1", "x2", "y1", "y2")]
-    with tf.GradientTape() as tape:
-        tape.watch(xs)
-        dist = geometry.arc_distance(*xs)
-    for gr in tape.gradient(dist, xs):
-        assert np.all(np.isfinite(gr.numpy()))
+    xs = [data[k][sel] for k in ("x1", "x2", "y1", "y2")]
+    for gr in value_and_grad(geometry.arc_distance, *xs, argnums=_ARGS4)[1]:
+        assert np.all(np.isfinite(gr))
 
 
 # -- arcs: float32 and XLA -------------------------------------------------------------------------
@@ -830,50 +864,51 @@ def test_arc_float32_and_xla_match_float64():
     # Nearly antipodal arcs are ill-conditioned (error ~ eps / sine): compared separately.
     keep = ~np.isin(data["labels"], ["near_antipodal", "both_near_antipodal"])
     xs32 = [data[k][keep].astype(np.float32) for k in ("x1", "x2", "y1", "y2")]
-    dots32 = [tf.constant(v) for v in _arc_dots(*xs32)]
-    dots64 = [tf.constant(v) for v in _arc_dots(*(x.astype(np.float64) for x in xs32))]
-    s64 = geometry.arc_similarity_from_dots(*dots64).numpy()
+    dots32 = [_t(v) for v in _arc_dots(*xs32)]
+    dots64 = [_t(v) for v in _arc_dots(*(x.astype(np.float64) for x in xs32))]
+    s64 = to_numpy(geometry.arc_similarity_from_dots(*dots64))
     s32 = geometry.arc_similarity_from_dots(*dots32)
-    assert s32.dtype == tf.float32
-    np.testing.assert_allclose(s32.numpy(), s64, atol=2e-6)
-    jit = tf.function(geometry.arc_similarity_from_dots, jit_compile=True)
-    s_jit, coeffs = jit(*dots32, return_coefficients=True)
-    np.testing.assert_allclose(s_jit.numpy(), s64, atol=2e-6)
-    assert all(np.all(c.numpy() >= 0) for c in coeffs)
+    assert _dtype(s32) == "float32"
+    np.testing.assert_allclose(to_numpy(s32), s64, atol=2e-6)
+    jit = compiled(functools.partial(geometry.arc_similarity_from_dots,
+                                     return_coefficients=True))
+    s_jit, coeffs = to_numpy(jit(*dots32))
+    np.testing.assert_allclose(s_jit, s64, atol=2e-6)
+    assert all(np.all(c >= 0) for c in coeffs)
 
     d64 = np.sqrt(np.maximum(2 - 2 * s64, 0))
 
-    dist_and_grad = tf.function(_arc_distance_and_grad, jit_compile=True)
+    dist_and_grad = value_and_grad_function(geometry.arc_distance, argnums=_ARGS4,
+                                            jit_compile=True)
 
-    tens32 = [tf.constant(v) for v in xs32]
-    d32 = geometry.arc_distance(*tens32).numpy()
-    d_jit, grads = dist_and_grad(*tens32)
+    tens32 = [_t(v) for v in xs32]
+    d32 = to_numpy(geometry.arc_distance(*tens32))
+    d_jit, grads = to_numpy(dist_and_grad(*tens32))
     # d = sqrt(2 - 2 s): an error e in s is sqrt(2 e) at d = 0.
     np.testing.assert_allclose(d32, d64, atol=1e-3)
-    np.testing.assert_allclose(d_jit.numpy(), d64, atol=1e-3)
+    np.testing.assert_allclose(d_jit, d64, atol=1e-3)
     far = d64 > 0.05
-    np.testing.assert_allclose(d_jit.numpy()[far], d64[far], rtol=1e-4, atol=2e-5)
+    np.testing.assert_allclose(d_jit[far], d64[far], rtol=1e-4, atol=2e-5)
     for gr in grads:
-        assert np.all(np.isfinite(gr.numpy()))
+        assert np.all(np.isfinite(gr))
 
     # Nearly antipodal (all within the float32 threshold of 1.9e-2 rad): float32 reduces them
     # to endpoints, a subset of the arc, so it can only be lower than float64 (up to rounding).
     sel = ~keep
     xs32 = [data[k][sel].astype(np.float32) for k in ("x1", "x2", "y1", "y2")]
-    s32 = geometry.arc_similarity_from_dots(*(tf.constant(v) for v in _arc_dots(*xs32))).numpy()
-    s64 = geometry.arc_similarity_from_dots(
-        *(tf.constant(v.astype(np.float64)) for v in _arc_dots(*xs32))).numpy()
+    s32 = to_numpy(geometry.arc_similarity_from_dots(*(_t(v) for v in _arc_dots(*xs32))))
+    s64 = to_numpy(geometry.arc_similarity_from_dots(
+        *(_t(v.astype(np.float64)) for v in _arc_dots(*xs32))))
     assert np.all(np.isfinite(s32))
     assert np.all(s32 <= s64 + 1e-6)
 
 
 def test_arc_half_precision_computes_in_float32():
-    dots = [tf.constant([0.5], tf.float16), tf.constant([0.3], tf.float16)] + [
-        tf.constant([0.1], tf.float16)] * 4
+    dots = [_t([0.5], "float16"), _t([0.3], "float16")] + [_t([0.1], "float16")] * 4
     s = geometry.arc_similarity_from_dots(*dots)
-    assert s.dtype == tf.float16
-    s32 = geometry.arc_similarity_from_dots(*(tf.cast(t, tf.float32) for t in dots))
-    np.testing.assert_allclose(s.numpy(), s32.numpy(), atol=1e-3)
+    assert _dtype(s) == "float16"
+    s32 = geometry.arc_similarity_from_dots(*(kops.cast(t, "float32") for t in dots))
+    np.testing.assert_allclose(to_numpy(s).astype(np.float32), to_numpy(s32), atol=1e-3)
 
 
 # -- arcs: shapes and bad input ------------------------------------------------------------------
@@ -884,21 +919,22 @@ def test_arc_broadcasts_on_grids():
     b, d = 6, 5
     x1, x2, y1, y2 = (_unit(rng.normal(size=(b, d))) for _ in range(4))
     grid = geometry.arc_distance(x1[:, None], x2[:, None], y1[None], y2[None])
-    assert grid.shape == (b, b)
+    assert tuple(grid.shape) == (b, b)
+    grid = to_numpy(grid)
     for i in range(b):
         row = geometry.arc_distance(np.repeat(x1[i: i + 1], b, 0), np.repeat(x2[i: i + 1], b, 0),
                                     y1, y2)
-        np.testing.assert_allclose(grid.numpy()[i], row.numpy(), atol=1e-12)
+        np.testing.assert_allclose(grid[i], to_numpy(row), atol=1e-12)
     # Dots of different (broadcastable) shapes: [B, 1] for the positives, [1, B] for the
     # negatives, [B, B] for the cross terms.
     s = geometry.arc_similarity_from_dots(
         np.sum(x1 * x2, -1)[:, None], np.sum(y1 * y2, -1)[None], x1 @ y1.T, x1 @ y2.T,
         x2 @ y1.T, x2 @ y2.T)
-    assert s.shape == (b, b)
-    np.testing.assert_allclose(np.sqrt(np.maximum(2 - 2 * s.numpy(), 0)), grid.numpy(),
-                               atol=1e-7)
+    assert tuple(s.shape) == (b, b)
+    np.testing.assert_allclose(np.sqrt(np.maximum(2 - 2 * to_numpy(s), 0)), grid, atol=1e-7)
 
 
+@MB
 def test_arc_bad_input():
     x = np.ones((2, 3))
     with pytest.raises(ValueError, match="`y2`"):
@@ -908,7 +944,7 @@ def test_arc_bad_input():
     with pytest.raises(ValueError, match="`x1`.*rank"):
         geometry.arc_distance(np.float64(1.0), x, x, x)
     with pytest.raises(ValueError, match="`y1`.*rank"):
-        geometry.arc_distance(x, x, tf.constant(1.0, tf.float64), x)
+        geometry.arc_distance(x, x, _t(1.0, "float64"), x)
     with pytest.raises(ValueError, match="`x1`.*floating"):
         geometry.arc_distance(np.ones((2, 3), np.int32), x, x, x)
     with pytest.raises(ValueError, match="`y1`"):
@@ -917,6 +953,8 @@ def test_arc_bad_input():
         geometry.segment_distance(np.float64(1.0), x, x, x)
     with pytest.raises(ValueError, match="`x2`"):
         geometry.segment_distance(x, np.ones((2, 4)), x, x)
+    with pytest.raises(ValueError, match="`x1x2`.*real number"):
+        geometry.arc_similarity_from_dots(np.array([True]), *[np.ones(1)] * 5)
 
 
 # -- segments ----------------------------------------------------------------------------------------
@@ -1035,37 +1073,35 @@ def _seg_dots(x1, x2, y1, y2):
 
 
 def _check_segment_against_brute(data):
-    xs = [tf.constant(data[k]) for k in ("x1", "x2", "y1", "y2")]
-    dist, (p1, p2) = geometry.segment_distance(*xs, return_points=True)
-    dist = dist.numpy()
+    xs = [_t(data[k]) for k in ("x1", "x2", "y1", "y2")]
+    dist, (p1, p2) = to_numpy(geometry.segment_distance(*xs, return_points=True))
     scale = 1.0 + np.max(np.abs(np.stack([data[k] for k in ("x1", "x2", "y1", "y2")])),
                          axis=(0, 2))
     excess = dist - data["dist_bf"]
     assert np.max(excess / scale) <= 1e-7, data["labels"][np.argmax(excess)]
     worst = np.argmax(np.abs(excess) / scale)
     assert np.max(np.abs(excess) / scale) <= 1e-4, (data["labels"][worst], excess[worst])
-    return np.abs(excess), dist, p1.numpy(), p2.numpy()
+    return np.abs(excess), dist, p1, p2
 
 
-@pytest.mark.parametrize("d", DIMS)
+@pytest.mark.parametrize("d", _mb(8, 3, 64, 512))
 def test_segment_distance_matches_brute_force(d):
     data = segment_data(d)
     dev, dist, p1, p2 = _check_segment_against_brute(data)
     assert len(dev) >= 600
-    sq, (a1, a2, b1, b2) = geometry.segment_squared_distance_from_dots(
-        *(tf.constant(v) for v in _seg_dots(*(data[k] for k in ("x1", "x2", "y1", "y2")))),
-        return_coefficients=True)
+    sq, (a1, a2, b1, b2) = to_numpy(geometry.segment_squared_distance_from_dots(
+        *(_t(v) for v in _seg_dots(*(data[k] for k in ("x1", "x2", "y1", "y2")))),
+        return_coefficients=True))
     # From the dot products the differences cancel: error ~ eps * |x|^2.
     norms = np.max([np.sum(data[k] ** 2, -1) for k in ("x1", "x2", "y1", "y2")], axis=0)
-    assert np.all(sq.numpy() >= 0)
-    assert np.all(np.abs(sq.numpy() - dist ** 2) <= 1e-9 * (1 + norms))
+    assert np.all(sq >= 0)
+    assert np.all(np.abs(sq - dist ** 2) <= 1e-9 * (1 + norms))
     for c in (a1, a2, b1, b2):
-        assert np.all(c.numpy() >= 0) and np.all(c.numpy() <= 1)
+        assert np.all(c >= 0) and np.all(c <= 1)
     x1, x2, y1, y2 = (data[k] for k in ("x1", "x2", "y1", "y2"))
-    q1 = a1.numpy()[:, None] * x1 + a2.numpy()[:, None] * x2
-    q2 = b1.numpy()[:, None] * y1 + b2.numpy()[:, None] * y2
-    np.testing.assert_allclose(np.sum((q1 - q2) ** 2, -1), sq.numpy(),
-                               atol=1e-9, rtol=1e-7)
+    q1 = a1[:, None] * x1 + a2[:, None] * x2
+    q2 = b1[:, None] * y1 + b2[:, None] * y2
+    np.testing.assert_allclose(np.sum((q1 - q2) ** 2, -1), sq, atol=1e-9, rtol=1e-7)
     # Returned points: on their segments, at the returned distance.
     np.testing.assert_allclose(np.linalg.norm(p1 - p2, axis=-1), dist, atol=1e-9)
     for p, e1, e2 in ((p1, x1, x2), (p2, y1, y2)):
@@ -1100,35 +1136,33 @@ def test_segment_degenerate_values():
     data = segment_data(8)
     for group in ("intersecting", "collinear_overlap", "identical", "reversed", "same_point"):
         sel = data["labels"] == group
-        dist = geometry.segment_distance(*(tf.constant(data[k][sel])
-                                           for k in ("x1", "x2", "y1", "y2")))
-        np.testing.assert_allclose(dist.numpy(), 0.0, atol=1e-7)
+        dist = geometry.segment_distance(*(_t(data[k][sel]) for k in ("x1", "x2", "y1", "y2")))
+        np.testing.assert_allclose(to_numpy(dist), 0.0, atol=1e-7)
     sel = data["labels"] == "both_points"
-    dist = geometry.segment_distance(*(tf.constant(data[k][sel]) for k in ("x1", "x2", "y1", "y2")))
-    np.testing.assert_allclose(dist.numpy(), np.linalg.norm(data["x1"][sel] - data["y1"][sel],
-                                                            axis=-1), rtol=1e-12)
+    dist = geometry.segment_distance(*(_t(data[k][sel]) for k in ("x1", "x2", "y1", "y2")))
+    np.testing.assert_allclose(to_numpy(dist), np.linalg.norm(data["x1"][sel] - data["y1"][sel],
+                                                              axis=-1), rtol=1e-12)
 
 
-@pytest.mark.parametrize("dtype", [tf.float64, tf.float32])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_segment_gradients_finite_everywhere(dtype):
+    def total_from_vectors(*xs):
+        dist, (p1, p2) = geometry.segment_distance(*xs, return_points=True)
+        return kops.sum(dist) + kops.sum(p1) + kops.sum(p2)
+
+    def total_from_dots(*dots):
+        sq, coeffs = geometry.segment_squared_distance_from_dots(*dots,
+                                                                 return_coefficients=True)
+        return kops.sum(sq) + sum(kops.sum(c) for c in coeffs)
+
     for d in (3, 8):
         data = segment_data(d)
-        xs = [tf.constant(data[k], dtype) for k in ("x1", "x2", "y1", "y2")]
-        with tf.GradientTape() as tape:
-            tape.watch(xs)
-            dist, (p1, p2) = geometry.segment_distance(*xs, return_points=True)
-            total = tf.reduce_sum(dist) + tf.reduce_sum(p1) + tf.reduce_sum(p2)
-        for gr in tape.gradient(total, xs):
-            assert np.all(np.isfinite(gr.numpy()))
-        dots = [tf.constant(v, dtype) for v in _seg_dots(*(data[k] for k in ("x1", "x2", "y1",
-                                                                               "y2")))]
-        with tf.GradientTape() as tape:
-            tape.watch(dots)
-            sq, coeffs = geometry.segment_squared_distance_from_dots(*dots,
-                                                                      return_coefficients=True)
-            total = tf.reduce_sum(sq) + sum(tf.reduce_sum(c) for c in coeffs)
-        for gr in tape.gradient(total, dots, unconnected_gradients="zero"):
-            assert np.all(np.isfinite(gr.numpy()))
+        xs = [_t(data[k], dtype) for k in ("x1", "x2", "y1", "y2")]
+        for gr in value_and_grad(total_from_vectors, *xs, argnums=_ARGS4)[1]:
+            assert np.all(np.isfinite(gr))
+        dots = [_t(v, dtype) for v in _seg_dots(*(data[k] for k in ("x1", "x2", "y1", "y2")))]
+        for gr in value_and_grad(total_from_dots, *dots, argnums=tuple(range(10)))[1]:
+            assert np.all(np.isfinite(gr))
 
 
 def _seg_unique(data):
@@ -1138,39 +1172,36 @@ def _seg_unique(data):
     return generic & (names != "") & (data["dist_bf"] > 1e-3)
 
 
-def test_segment_dot_gradients_envelope():
+@pytest.mark.parametrize("d", _mb(8, 3, 64, 512))
+def test_segment_dot_gradients_envelope(d):
     """f = |a1 x1 + a2 x2 - b1 y1 - b2 y2|^2 at the optimum; the box does not depend on the
     dots, so df/d(x_i.x_j) and df/d(x_i.y_j) are those of f at fixed coefficients."""
-    for d in DIMS:
-        data = segment_data(d)
-        mask = _seg_unique(data)
-        dots = [tf.constant(v[mask]) for v in _seg_dots(*(data[k] for k in ("x1", "x2", "y1",
-                                                                             "y2")))]
-        with tf.GradientTape() as tape:
-            tape.watch(dots)
-            sq, coeffs = geometry.segment_squared_distance_from_dots(*dots,
-                                                                      return_coefficients=True)
-        grads = [gr.numpy() for gr in tape.gradient(sq, dots)]
-        a1, a2, b1, b2 = (c.numpy() for c in coeffs)
-        want = [a1 * a1, a2 * a2, 2 * a1 * a2, b1 * b1, b2 * b2, 2 * b1 * b2,
-                -2 * a1 * b1, -2 * a1 * b2, -2 * a2 * b1, -2 * a2 * b2]
-        for got, exp in zip(grads, want, strict=True):
-            np.testing.assert_allclose(got, exp, atol=1e-7)
+    data = segment_data(d)
+    mask = _seg_unique(data)
+    dots = [v[mask] for v in _seg_dots(*(data[k] for k in ("x1", "x2", "y1", "y2")))]
+    _, grads = value_and_grad(geometry.segment_squared_distance_from_dots, *dots,
+                              argnums=tuple(range(10)))
+    _, coeffs = geometry.segment_squared_distance_from_dots(*(_t(v) for v in dots),
+                                                            return_coefficients=True)
+    a1, a2, b1, b2 = to_numpy(coeffs)
+    want = [a1 * a1, a2 * a2, 2 * a1 * a2, b1 * b1, b2 * b2, 2 * b1 * b2,
+            -2 * a1 * b1, -2 * a1 * b2, -2 * a2 * b1, -2 * a2 * b2]
+    for got, exp in zip(grads, want, strict=True):
+        np.testing.assert_allclose(got, exp, atol=1e-7)
 
 
+@MB
 def test_segment_gradients_match_finite_differences():
     data = segment_data(8)
     idx = np.flatnonzero(_seg_unique(data))[::4][:60]
     xs = [data[k][idx] for k in ("x1", "x2", "y1", "y2")]
 
-    def dist_np(*a):
-        return geometry.segment_distance(*(tf.constant(v) for v in a)).numpy()
+    traced = _traced(geometry.segment_distance)
 
-    tensors = [tf.constant(v) for v in xs]
-    with tf.GradientTape() as tape:
-        tape.watch(tensors)
-        dist = geometry.segment_distance(*tensors)
-    grads = [gr.numpy() for gr in tape.gradient(dist, tensors)]
+    def dist_np(*a):
+        return to_numpy(traced(*(_t(v) for v in a)))
+
+    _, grads = value_and_grad(geometry.segment_distance, *xs, argnums=_ARGS4)
     for got, fd in zip(grads, _central_differences(dist_np, xs), strict=True):
         np.testing.assert_allclose(got, fd, atol=1e-6, rtol=1e-5)
 
@@ -1178,16 +1209,16 @@ def test_segment_gradients_match_finite_differences():
 def test_segment_float32_and_xla_match_float64():
     data = segment_data(64)
     xs32 = [data[k].astype(np.float32) for k in ("x1", "x2", "y1", "y2")]
-    d64 = geometry.segment_distance(*(tf.constant(v.astype(np.float64)) for v in xs32)).numpy()
+    d64 = to_numpy(geometry.segment_distance(*(_t(v.astype(np.float64)) for v in xs32)))
     scale = 1.0 + np.max(np.abs(np.stack(xs32)), axis=(0, 2))
-    tens = [tf.constant(v) for v in xs32]
+    tens = [_t(v) for v in xs32]
     d32 = geometry.segment_distance(*tens)
-    assert d32.dtype == tf.float32
-    assert np.max(np.abs(d32.numpy() - d64) / scale) < 1e-4
-    jit = tf.function(geometry.segment_distance, jit_compile=True)
-    d_jit, (p1, p2) = jit(*tens, return_points=True)
-    assert np.max(np.abs(d_jit.numpy() - d64) / scale) < 1e-4
-    dots32 = [tf.constant(v) for v in _seg_dots(*xs32)]
-    sq_jit = tf.function(geometry.segment_squared_distance_from_dots, jit_compile=True)(*dots32)
+    assert _dtype(d32) == "float32"
+    assert np.max(np.abs(to_numpy(d32) - d64) / scale) < 1e-4
+    jit = compiled(functools.partial(geometry.segment_distance, return_points=True))
+    d_jit, (p1, p2) = to_numpy(jit(*tens))
+    assert np.max(np.abs(d_jit - d64) / scale) < 1e-4
+    dots32 = [_t(v) for v in _seg_dots(*xs32)]
+    sq_jit = to_numpy(compiled(geometry.segment_squared_distance_from_dots)(*dots32))
     norms = np.max([np.sum(v.astype(np.float64) ** 2, -1) for v in xs32], axis=0)
-    assert np.all(np.abs(sq_jit.numpy() - d64 ** 2) <= 1e-5 * (1 + norms))
+    assert np.all(np.abs(sq_jit - d64 ** 2) <= 1e-5 * (1 + norms))

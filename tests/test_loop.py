@@ -1,7 +1,8 @@
 """LoOp losses and the HPHN / lifted-structure baselines against NumPy loop references.
 
 The references loop over positive pairs and negative pairs and take the LoOp distance
-from a brute-force minimum between the arcs (dense sampling + bounded refinement).
+from a brute-force minimum between the arcs (dense sampling + bounded refinement). The
+tests marked ``multibackend`` also run under JAX and PyTorch.
 """
 
 from __future__ import annotations
@@ -9,7 +10,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import references as ref
-import tensorflow as tf
+from backends import (
+    BACKEND,
+    compiled,
+    enable_float64,
+    to_numpy,
+    value_and_grad,
+    value_and_grad_function,
+)
+from keras import ops as kops
 
 from tfdml.losses import (
     HPHNTripletLoss,
@@ -27,12 +36,38 @@ X = np.random.default_rng(11).normal(size=(12, 5))
 # Two per class: HPHN and lifted structure coincide.
 TWO_LABELS = ref.make_labels([2, 2, 2, 2], seed=4)
 TWO_X = np.random.default_rng(12).normal(size=(8, 6))
+MB = pytest.mark.multibackend
+
+
+@pytest.fixture(autouse=True)
+def _float64():
+    """float64 tensors exist (JAX: ``jax_enable_x64``) in every test of this module."""
+    with enable_float64():
+        yield
+
+
+def _f32(x):
+    return kops.convert_to_tensor(np.asarray(x, np.float32))
+
+
+def _traced(fn):
+    """``fn`` traced once for many evaluations: a ``tf.function`` graph (TensorFlow),
+    ``jax.jit`` (JAX); PyTorch runs it eagerly."""
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(fn)
+    if BACKEND == "jax":
+        import jax
+
+        return jax.jit(fn)
+    return fn
 
 
 def _value_and_per_anchor(loss, labels, x):
-    value = loss(labels, tf.constant(x, tf.float32)).numpy()
-    terms = loss.per_anchor(labels, tf.constant(x, tf.float32))
-    return value, terms.total.numpy(), terms.active.numpy()
+    value = to_numpy(loss(labels, _f32(x)))
+    terms = loss.per_anchor(labels, _f32(x))
+    return value, to_numpy(terms.total), to_numpy(terms.active)
 
 
 def _check_against_reference(loss, labels, x, want, per_key):
@@ -47,36 +82,53 @@ def _check_against_reference(loss, labels, x, want, per_key):
 # -- pairing ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("seed", [pytest.param(0, marks=MB), 1, 2, 3, 4])
 def test_label_pairs_match_reference(seed):
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, 4, size=int(rng.integers(1, 15))) * 1000 + 7
-    first, second, valid = (t.numpy() for t in label_pairs(tf.constant(labels)))
+    first, second, valid = to_numpy(label_pairs(kops.convert_to_tensor(labels)))
     got = sorted((int(a), int(b)) for a, b, v in zip(first, second, valid, strict=True) if v)
     assert got == sorted(ref.label_pairs(labels))
     assert sorted(first.tolist()) == list(range(len(labels)))  # one slot per sample
 
 
+@MB
 def test_label_pairs_need_no_order_and_leave_odd_samples_out():
     labels = np.array([5, 9, 5, 9, 5, 2])
-    first, second, valid = (t.numpy() for t in label_pairs(labels))
+    first, second, valid = to_numpy(label_pairs(labels))
     got = {(int(a), int(b)) for a, b, v in zip(first, second, valid, strict=True) if v}
     assert got == {(0, 2), (1, 3)}  # sample 4 (third 5) and the singleton 2 stay unpaired
 
 
+@MB
 def test_label_pairs_under_xla():
-    labels = tf.constant(LABELS)
-    eager = [t.numpy() for t in label_pairs(labels)]
-    compiled = [t.numpy() for t in tf.function(label_pairs, jit_compile=True)(labels)]
-    for a, b in zip(eager, compiled, strict=True):
+    labels = kops.convert_to_tensor(LABELS)
+    eager = to_numpy(label_pairs(labels))
+    jit = to_numpy(compiled(label_pairs)(labels))
+    for a, b in zip(eager, jit, strict=True):
         np.testing.assert_array_equal(a, b)
 
 
 # -- parity -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("normalized", [True, False], ids=["arcs", "segments"])
-@pytest.mark.parametrize("base", BASES)
+def _some_multibackend(names, params, multibackend):
+    """``pytest.param``s of ``params`` (tuples) named by ``names(*p)``, those in
+    ``multibackend`` also run under every backend."""
+    return [pytest.param(*p, id=names(*p), marks=[MB] if p in multibackend else [])
+            for p in params]
+
+
+def _loop_id(base, normalized):
+    return f"{base}-{'arcs' if normalized else 'segments'}"
+
+
+_LOOP_PARAMS = [(b, n) for n in (True, False) for b in BASES]
+
+
+@pytest.mark.parametrize("base,normalized", _some_multibackend(
+    _loop_id, _LOOP_PARAMS, {("triplet", True), ("multi_similarity", True),
+                             ("hphn_triplet", False), ("lifted_structure", False)}))
 def test_loop_loss_matches_reference(base, normalized):
     margin = 0.4 if base == "multi_similarity" else 0.3
     options = {"epsilon": 0.2} if base == "multi_similarity" else {}
@@ -85,21 +137,22 @@ def test_loop_loss_matches_reference(base, normalized):
     want, per_key = ref.loop_losses(LABELS, x, base, margin, normalized, **options)
     assert per_key, "the test batch must give the loss something to do"
     _check_against_reference(loss, LABELS, x, want, per_key)
-    functional = loop_loss(LABELS, tf.constant(x, tf.float32), base, margin, normalized,
-                           **options)
-    np.testing.assert_allclose(functional.numpy(), want, rtol=0, atol=2e-5)
+    functional = loop_loss(LABELS, _f32(x), base, margin, normalized, **options)
+    np.testing.assert_allclose(to_numpy(functional), want, rtol=0, atol=2e-5)
 
 
-@pytest.mark.parametrize("make,base", [(HPHNTripletLoss, "hphn_triplet"),
-                                       (LiftedStructureLoss, "lifted_structure")])
-@pytest.mark.parametrize("normalize", [True, False])
+@pytest.mark.parametrize("make,base,normalize", _some_multibackend(
+    lambda make, base, normalize: f"{base}-{normalize}",
+    [(make, base, n) for n in (True, False) for make, base in (
+        (HPHNTripletLoss, "hphn_triplet"), (LiftedStructureLoss, "lifted_structure"))],
+    {(HPHNTripletLoss, "hphn_triplet", True), (LiftedStructureLoss, "lifted_structure", False)}))
 def test_baselines_match_reference(make, base, normalize):
     want, per_key = ref.loop_losses(LABELS, X, base, 0.5, normalize, loop=False)
     assert per_key
     _check_against_reference(make(margin=0.5, normalize=normalize), LABELS, X, want, per_key)
     functional = (hphn_triplet_loss if base == "hphn_triplet" else lifted_structure_loss)(
-        LABELS, tf.constant(X, tf.float32), margin=0.5, normalize=normalize)
-    np.testing.assert_allclose(functional.numpy(), want, rtol=0, atol=2e-5)
+        LABELS, _f32(X), margin=0.5, normalize=normalize)
+    np.testing.assert_allclose(to_numpy(functional), want, rtol=0, atol=2e-5)
 
 
 def test_hphn_equals_lifted_structure_with_two_per_class():
@@ -108,11 +161,11 @@ def test_hphn_equals_lifted_structure_with_two_per_class():
             a, b = LoOpLoss("hphn_triplet", 0.3), LoOpLoss("lifted_structure", 0.3)
         else:
             a, b = HPHNTripletLoss(0.3), LiftedStructureLoss(0.3)
-        np.testing.assert_allclose(a(TWO_LABELS, TWO_X).numpy(), b(TWO_LABELS, TWO_X).numpy(),
-                                   rtol=1e-6)
+        np.testing.assert_allclose(to_numpy(a(TWO_LABELS, TWO_X)),
+                                   to_numpy(b(TWO_LABELS, TWO_X)), rtol=1e-6)
     # ...but not with more samples per class.
-    assert not np.isclose(HPHNTripletLoss(0.3)(LABELS, X).numpy(),
-                          LiftedStructureLoss(0.3)(LABELS, X).numpy())
+    assert not np.isclose(to_numpy(HPHNTripletLoss(0.3)(LABELS, X)),
+                          to_numpy(LiftedStructureLoss(0.3)(LABELS, X)))
 
 
 @pytest.mark.parametrize("base", ["hphn_triplet", "lifted_structure"])
@@ -124,8 +177,8 @@ def test_loop_negative_is_at_least_as_hard_as_the_endpoints(base):
     plain_loss = LiftedStructureLoss(0.3) if base == "lifted_structure" else HPHNTripletLoss(0.3)
     loop_terms = LoOpLoss(base, 0.3).per_anchor(labels, x)
     plain_terms = plain_loss.per_anchor(labels, x)
-    loop, loop_valid = loop_terms.total.numpy(), loop_terms.active.numpy()
-    plain, plain_valid = plain_terms.total.numpy(), plain_terms.active.numpy()
+    loop, loop_valid = to_numpy(loop_terms.total), to_numpy(loop_terms.active)
+    plain, plain_valid = to_numpy(plain_terms.total), to_numpy(plain_terms.active)
     np.testing.assert_array_equal(loop_valid, plain_valid)
     assert np.all(loop >= plain - 1e-6)
     assert np.any(loop > plain + 1e-4)  # and the arcs do find closer negatives
@@ -134,47 +187,68 @@ def test_loop_negative_is_at_least_as_hard_as_the_endpoints(base):
 # -- gradients ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("normalized", [True, False], ids=["arcs", "segments"])
-@pytest.mark.parametrize("base", BASES)
+def _central_differences(fun, x, delta=1e-6):
+    """d fun(x) / d x (``fun`` scalar-valued) by central differences, entry by entry."""
+    grad = np.zeros_like(x)
+    for index in np.ndindex(x.shape):
+        plus, minus = x.copy(), x.copy()
+        plus[index] += delta
+        minus[index] -= delta
+        grad[index] = (fun(plus) - fun(minus)) / (2 * delta)
+    return grad
+
+
+def _value_and_grad(fn, x):
+    """``(value, gradient)`` of ``fn(x)`` as NumPy; under JAX compiled (eager JAX
+    differentiates the loss op by op, several times slower than compiling it)."""
+    if BACKEND == "jax":
+        return to_numpy(value_and_grad_function(fn, jit_compile=True)(x))
+    return value_and_grad(fn, x)
+
+
+@pytest.mark.parametrize("base,normalized", _some_multibackend(
+    _loop_id, _LOOP_PARAMS, {("triplet", True), ("multi_similarity", False)}))
 def test_float64_gradients_match_finite_differences(base, normalized):
     labels = np.array([0, 1, 0, 1, 2, 2, 1, 1])
     x = np.random.default_rng(5).normal(size=(8, 4))
     options = {"epsilon": 0.3} if base == "multi_similarity" else {}
     loss = LoOpLoss(base, margin=0.45, normalized=normalized, dtype="float64", **options)
-    theoretical, numerical = tf.test.compute_gradient(
-        lambda e: loss(labels, e), [tf.constant(x, tf.float64)], delta=1e-6)
-    assert np.all(np.isfinite(theoretical[0]))
-    assert np.abs(theoretical[0]).max() > 0
-    np.testing.assert_allclose(theoretical[0], numerical[0], rtol=1e-4, atol=1e-6)
+
+    def value(e):
+        return loss(labels, e)
+
+    _, theoretical = _value_and_grad(value, x)
+    traced = _traced(value)  # one trace for the many evaluations
+    numerical = _central_differences(
+        lambda e: to_numpy(traced(kops.convert_to_tensor(e))), x)
+    assert np.all(np.isfinite(theoretical))
+    assert np.abs(theoretical).max() > 0
+    np.testing.assert_allclose(theoretical, numerical, rtol=1e-4, atol=1e-6)
 
 
-def test_gradients_finite_on_degenerate_pairs():
+@pytest.mark.parametrize("base,normalized", _some_multibackend(
+    _loop_id, _LOOP_PARAMS, {("multi_similarity", True), ("triplet", False)}))
+def test_gradients_finite_on_degenerate_pairs(base, normalized):
     """Duplicate pairs (arcs that are points), antipodal pairs, intersecting arcs."""
     e = np.array([[1.0, 0, 0], [1.0, 0, 0], [0, 1.0, 0], [0, -1.0, 0],
                   [0, 0, 1.0], [0, 0, -1.0], [1.0, 0, 0], [0, 1.0, 0]])
     labels = np.array([0, 0, 1, 1, 2, 2, 3, 3])
-    for base in BASES:
-        for normalized in (True, False):
-            xt = tf.constant(e, tf.float32)
-            with tf.GradientTape() as tape:
-                tape.watch(xt)
-                value = LoOpLoss(base, normalized=normalized)(labels, xt)
-            grad = tape.gradient(value, xt).numpy()
-            assert np.isfinite(value.numpy()) and np.all(np.isfinite(grad)), (base, normalized)
+    loss = LoOpLoss(base, normalized=normalized)
+    value, grad = _value_and_grad(lambda xt: loss(labels, xt), e.astype(np.float32))
+    assert np.isfinite(value) and np.all(np.isfinite(grad)), (base, normalized)
 
 
 # -- behaviour ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("base", BASES)
+@pytest.mark.parametrize("base", [pytest.param(b, marks=MB) if b == "multi_similarity" else b
+                                  for b in BASES])
 def test_no_positive_pair_gives_zero(base):
-    for labels in (np.arange(6), np.zeros(6, int)):  # all singletons; one class
-        x = tf.constant(X[:6], tf.float32)
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            value = LoOpLoss(base)(labels, x)
-        assert value.numpy() == 0.0
-        assert np.all(tape.gradient(value, x).numpy() == 0.0)
+    for labels in (np.arange(8), np.zeros(8, int)):  # all singletons; one class
+        value, grad = _value_and_grad(lambda x, labels=labels: LoOpLoss(base)(labels, x),
+                                      X[:8].astype(np.float32))
+        assert value == 0.0
+        assert np.all(grad == 0.0)
 
 
 def test_shuffled_batch_matches_reference():
@@ -183,7 +257,7 @@ def test_shuffled_batch_matches_reference():
     labels, x = LABELS[perm], X[perm]
     for base in BASES:
         want, _ = ref.loop_losses(labels, x, base, LoOpLoss(base).margin)
-        np.testing.assert_allclose(LoOpLoss(base)(labels, x).numpy(), want, atol=2e-5)
+        np.testing.assert_allclose(to_numpy(LoOpLoss(base)(labels, x)), want, atol=2e-5)
 
 
 def test_options_and_config():
@@ -191,10 +265,11 @@ def test_options_and_config():
     config = loss.get_config()
     assert config["epsilon"] == -0.02 and config["alpha"] == 3.0 and config["normalized"]
     clone = LoOpLoss.from_config(config)
-    np.testing.assert_allclose(clone(LABELS, X).numpy(), loss(LABELS, X).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(to_numpy(clone(LABELS, X)), to_numpy(loss(LABELS, X)), rtol=1e-6)
     assert LoOpLoss().margin == 0.2 and LoOpLoss("multi_similarity").margin == 0.5
 
 
+@MB
 @pytest.mark.parametrize("make,match", [
     (lambda: LoOpLoss("npair"), r"`base`.*Received: base='npair'"),
     (lambda: LoOpLoss("triplet", epsilon=0.1), r"no option\(s\) \['epsilon'\]"),

@@ -2,6 +2,15 @@
 mixed precision, input validation, reductions and memory (no hidden B^3 tensors).
 
 To cover a new loss (or loss + miner configuration), add one line to ``LOSS_CASES``.
+
+The tests marked ``multibackend`` also run under JAX and PyTorch. There, to fit the CI
+budget, the checks that are expensive per configuration (a ``jax.jit`` compile, eager
+hypothesis examples, a model saved and loaded) run on representative subsets of
+``LOSS_CASES`` (``REPRESENTATIVE``, ``FEW``, ``JIT_SUBSET``) with fewer hypothesis
+examples; TensorFlow runs every configuration. JAX gets the smallest subsets: eager JAX
+compiles every op once per new shape and dtype (seconds per loss), ``jax.jit`` once per
+configuration and shape. The graph and HLO inspections and the ``tf.data`` pipelines stay
+TensorFlow-only.
 """
 
 from __future__ import annotations
@@ -11,7 +20,7 @@ import functools
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
+from backends import BACKEND, compiled, to_numpy
 from harness import (
     Batch,
     LossCase,
@@ -28,6 +37,7 @@ from harness import (
     mixed_precision_loss,
     no_triplet_batches,
     nonfinite_batches,
+    pk_data,
     pk_dataset,
     run_under_policy,
     small_embedding_model,
@@ -37,7 +47,8 @@ from harness import (
     with_reduction,
     xla_large_shapes,
 )
-from hypothesis import given, settings
+from hypothesis import Phase, given, settings
+from keras import ops as kops
 
 import tfdml
 from tfdml.losses import (
@@ -124,17 +135,56 @@ LOSS_CASES = [
 
 CASES = {case.id: case for case in LOSS_CASES}
 
+MB = pytest.mark.multibackend
+ON_TF = BACKEND == "tensorflow"
 
-def params(cases):
-    return [pytest.param(case, id=case.id) for case in cases]
+# Under PyTorch, the checks that cost much per configuration run on these: each loss
+# class, each miner kind (easy/hard/semihard/all/random/distance-weighted, disjoint,
+# multi-similarity pairs) and each distance at least once.
+TORCH_REPRESENTATIVE = frozenset({
+    "nca_order1", "margin_cosine", "nca2_all_semihard", "nca2_disjoint_easy_hard",
+    "margin_all_all", "wu_default", "wu_ms_pairs", "ms_default", "contrastive_all_pairs",
+    "trimmed_nca2", "loop_triplet", "loop_ms_segments", "hphn_triplet", "lifted_structure",
+    "fappy", "histogram",
+})
+# Under JAX, fewer: each loss module (triplet, Wu margin, multi-similarity, contrastive,
+# trimmed, LoOp, FAPPY/histogram) and the semihard, all/all, disjoint and
+# multi-similarity miners.
+JAX_REPRESENTATIVE = frozenset({
+    "nca2_all_semihard", "nca2_disjoint_easy_hard", "margin_all_all", "wu_ms_pairs",
+    "ms_default", "contrastive_all_pairs", "trimmed_nca2", "loop_ms_segments", "histogram",
+})
+REPRESENTATIVE = JAX_REPRESENTATIVE if BACKEND == "jax" else TORCH_REPRESENTATIVE
+# Model-level and every-reduction checks (.keras save/load, class ids in low precision, no
+# triplet in every reduction): under JAX, fewer still (the LoOp and FAPPY-family losses,
+# seconds of eager op compiles each, are covered by the JAX fuzz tests and their own files).
+FEW = (frozenset({"nca2_all_semihard", "wu_ms_pairs", "contrastive_all_pairs"})
+       if BACKEND == "jax" else REPRESENTATIVE)
+# Compiled vs eager (JAX: a jax.jit compile per configuration; PyTorch skips).
+JIT_SUBSET = frozenset({
+    "nca2_disjoint_easy_hard", "margin_all_all", "wu_ms_pairs", "contrastive_all_pairs",
+})
 
 
-def pick(*ids):
-    return params([CASES[i] for i in ids])
+def params(cases, multibackend=frozenset()):
+    """pytest params; the cases whose id is in ``multibackend`` (True: all) are also
+    marked ``multibackend`` (they run under JAX and PyTorch too)."""
+    return [
+        pytest.param(case, id=case.id,
+                     marks=MB if multibackend is True or case.id in multibackend else ())
+        for case in cases
+    ]
 
 
-ALL = params(LOSS_CASES)
-DETERMINISTIC = params([c for c in LOSS_CASES if c.is_deterministic])
+def pick(*ids, multibackend=True):
+    return params([CASES[i] for i in ids], multibackend)
+
+
+ALL = params(LOSS_CASES, multibackend=True)
+ALL_TF_ONLY = params(LOSS_CASES)
+ALL_REPRESENTATIVE = params(LOSS_CASES, multibackend=REPRESENTATIVE)
+ALL_FEW = params(LOSS_CASES, multibackend=FEW)
+DETERMINISTIC = params([c for c in LOSS_CASES if c.is_deterministic], multibackend=JIT_SUBSET)
 
 
 def fresh(loss):
@@ -157,7 +207,7 @@ def triplet_anchors(labels):
 # -- serialization -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", ALL)
+@pytest.mark.parametrize("case", ALL_REPRESENTATIVE)
 def test_config_roundtrip(case):
     loss = case.make()
     clone = assert_config_roundtrip(loss)
@@ -166,15 +216,16 @@ def test_config_roundtrip(case):
         assert clone.miner is not loss.miner
     # The rebuilt loss computes the same thing.
     np.testing.assert_allclose(
-        loss(LABELS, EMBEDDINGS).numpy(), clone(LABELS, EMBEDDINGS).numpy(), rtol=1e-6
+        to_numpy(loss(LABELS, EMBEDDINGS)), to_numpy(clone(LABELS, EMBEDDINGS)), rtol=1e-6
     )
 
 
-@pytest.mark.parametrize("case", ALL)
+@pytest.mark.parametrize("case", ALL_FEW)
 def test_keras_save_load(case, tmp_path):
     assert_keras_save_load(case.factory, tmp_path)
 
 
+@MB
 def test_config_keeps_dtype():
     loss = TripletNCALoss(dtype="float16")
     assert type(loss).from_config(loss.get_config()).dtype == "float16"
@@ -185,28 +236,31 @@ def test_config_keeps_dtype():
 
 @pytest.mark.parametrize("case", DETERMINISTIC)
 def test_jit_matches_eager(case):
+    """(Skipped under PyTorch, which has no compiled path to compare with.)"""
     assert_jit_matches_eager(case.factory, LABELS, EMBEDDINGS)
 
 
 @pytest.mark.parametrize(
     "case", pick("nca2_random", "margin_cos_random", "nca2_easy_dw", "wu_all_dw", "wu_default",
-                 "margin_disjoint_dw")
+                 "margin_disjoint_dw", multibackend={"nca2_random", "wu_all_dw"})
 )
 def test_seeded_random_miner_reproducible_and_compiles(case):
+    """Under PyTorch ``compiled`` is the function itself: the later calls run eagerly."""
     first = case.make()
-    a = first(LABELS, EMBEDDINGS).numpy()
-    b = case.make()(LABELS, EMBEDDINGS).numpy()
+    a = to_numpy(first(LABELS, EMBEDDINGS))
+    b = to_numpy(case.make()(LABELS, EMBEDDINGS))
     assert a == b, "two losses with the same seed gave different first values"
-    compiled = tf.function(lambda y, x: first(y, x), jit_compile=True)
-    values = [compiled(LABELS, EMBEDDINGS).numpy() for _ in range(3)]
+    step = compiled(lambda y, x: first(y, x))
+    values = [to_numpy(step(LABELS, EMBEDDINGS)) for _ in range(3)]
     assert np.all(np.isfinite(values))
     broken = EMBEDDINGS.copy()
     broken[4, 0] = np.nan
-    assert np.isnan(compiled(LABELS, broken).numpy())
+    assert np.isnan(to_numpy(step(LABELS, broken)))
 
 
 @pytest.mark.parametrize("case", pick("nca2_random"))
 def test_one_step_fit_jit(case):
+    """(PyTorch: eager fit; the other backends compile the train step.)"""
     assert_one_step_fit(case.factory, jit_compile=True, steps=2)
 
 
@@ -220,6 +274,9 @@ def test_issue_example_nca_order2_jit_fit_on_tf_data():
     )
 
 
+@MB
+@pytest.mark.skipif(BACKEND == "jax", reason="an eager (jit_compile=False) JAX fit compiles "
+                    "every op: too slow for CI; test_one_step_fit_jit fits under JAX")
 @pytest.mark.parametrize("factory", [TripletNCALoss, TripletMarginLoss], ids=["nca", "margin"])
 def test_default_losses_fit_with_steps_per_epoch(factory):
     history = assert_one_step_fit(factory, jit_compile=False, steps=2, epochs=2)
@@ -235,10 +292,41 @@ def probe(case_id):
     return LossProbe(CASES[case_id].factory, extra_reductions=())
 
 
-@pytest.mark.parametrize("case", ALL)
-@settings(max_examples=20)
+# The fuzz tests by backend. TensorFlow: a probe traced once with dynamic shapes, many
+# generated examples. PyTorch: an eager probe, fast, so a few generated examples. JAX: the
+# probe is compiled (jax.jit) once per batch shape, and hypothesis' generated batches all
+# have different shapes, so only the hand-made examples of one shape, FUZZ_SHAPE, run.
+FUZZ_SHAPE = (8, 5)
+
+
+def fuzz_settings(tf_examples, torch_examples):
+    if BACKEND == "jax":
+        return settings(phases=[Phase.explicit])
+    return settings(max_examples=tf_examples if ON_TF else torch_examples)
+
+
+def fuzz_examples(batches):
+    """The hand-made examples (under JAX, those of FUZZ_SHAPE)."""
+    if BACKEND != "jax":
+        return batches
+    return [b for b in batches if b.embeddings.shape == FUZZ_SHAPE]
+
+
+def _one_shape_examples():
+    """A one-class and a singleton batch of FUZZ_SHAPE (degenerate_examples' have 6 rows)."""
+    x = np.random.default_rng(6).normal(size=FUZZ_SHAPE).astype(np.float32)
+    singletons = np.array([0, 1, 255, 256, 2047, 2048, 4097, 2**24 + 1], np.int32)
+    return [Batch(np.full(8, 2**20 + 3, np.int32), x, "one_class_8"),
+            Batch(singletons, x, "singletons_8")]
+
+
+DEGENERATE_EXAMPLES = degenerate_examples() + _one_shape_examples()
+
+
+@pytest.mark.parametrize("case", ALL_REPRESENTATIVE)
+@fuzz_settings(20, 3)
 @given(batch=degenerate_batches())
-@with_examples(degenerate_examples())
+@with_examples(fuzz_examples(DEGENERATE_EXAMPLES))
 def test_degenerate_batches_finite(case, batch):
     out = probe(case.id)(batch.labels, batch.embeddings)
     for key, value in out.items():
@@ -255,12 +343,12 @@ def test_degenerate_batches_finite(case, batch):
 
 def _nonfinite_examples():
     """One NaN entry in a P x K batch, an Inf row in a one-class batch, -Inf everywhere."""
-    labels = np.array([0, 0, 1, 1, 2, 2, 2], np.int32)
-    x = np.random.default_rng(9).normal(size=(7, 4)).astype(np.float32)
+    labels = np.array([0, 0, 1, 1, 2, 2, 2, 3], np.int32)
+    x = np.random.default_rng(9).normal(size=FUZZ_SHAPE).astype(np.float32)
     entry, row, everything = x.copy(), x.copy(), np.full_like(x, -np.inf)
     entry[2, 1] = np.nan
     row[3] = np.inf
-    return [Batch(labels, entry, "pk+nan@entry"), Batch(np.full(7, 5, np.int32), row,
+    return [Batch(labels, entry, "pk+nan@entry"), Batch(np.full(8, 5, np.int32), row,
                                                           "one_class+inf@row"),
             Batch(labels, everything, "pk-inf@all")]
 
@@ -268,17 +356,18 @@ def _nonfinite_examples():
 # The check sits in the shared reduction, so one configuration per loss and miner kind is
 # fuzzed traced (what can differ is a crash on the way, as FAPPY's NaN bin index once was);
 # every configuration is checked eagerly below.
+# Under JAX and PyTorch, the ones in REPRESENTATIVE.
 NONFINITE_FUZZ = pick("nca_order1", "nca2_all_semihard", "nca2_disjoint_easy_hard", "margin_l2",
                       "margin_all_all", "wu_default", "wu_all_dw", "wu_ms_pairs", "ms_default",
                       "contrastive_all_pairs", "trimmed_nca2", "loop_triplet", "loop_ms",
                       "loop_ms_segments", "hphn_triplet", "lifted_structure", "fappy",
-                      "histogram")
+                      "histogram", multibackend=REPRESENTATIVE)
 
 
 @pytest.mark.parametrize("case", NONFINITE_FUZZ)
-@settings(max_examples=10)
+@fuzz_settings(10, 3)
 @given(batch=nonfinite_batches())
-@with_examples(_nonfinite_examples())
+@with_examples(fuzz_examples(_nonfinite_examples()))
 def test_nonfinite_embeddings_give_nan(case, batch):
     """A NaN or Inf anywhere in the batch gives a NaN loss (TerminateOnNaN fires), never a
     finite value from a selection that silently skipped the bad sample."""
@@ -287,21 +376,22 @@ def test_nonfinite_embeddings_give_nan(case, batch):
     assert np.all(np.isnan(out["none"])), (batch.kind, out["none"])
 
 
-@pytest.mark.parametrize("case", ALL)
+@pytest.mark.parametrize("case", ALL_REPRESENTATIVE)
 def test_nonfinite_embeddings_give_nan_eagerly_for_every_reduction(case):
     weights = np.linspace(0.5, 2.0, 10).astype(np.float32)
     for reduction, bad in (("sum_over_batch_size", np.nan), ("mean_with_sample_weight", np.inf),
                            ("sum", -np.inf), ("none", np.nan)):
         x = EMBEDDINGS.copy()
         x[3, 1] = bad
-        value = with_reduction(case.factory, reduction)(LABELS, x, sample_weight=weights)
-        assert np.all(np.isnan(value.numpy())), (bad, reduction, value)
+        value = to_numpy(with_reduction(case.factory, reduction)(LABELS, x,
+                                                                 sample_weight=weights))
+        assert np.all(np.isnan(value)), (bad, reduction, value)
 
 
-@pytest.mark.parametrize("case", ALL)
-@settings(max_examples=10)
+@pytest.mark.parametrize("case", ALL_REPRESENTATIVE)
+@fuzz_settings(10, 2)
 @given(batch=no_triplet_batches())
-@with_examples([b for b in degenerate_examples() if not b.has_triplet])
+@with_examples(fuzz_examples([b for b in DEGENERATE_EXAMPLES if not b.has_triplet]))
 def test_no_triplet_gives_exact_zero(case, batch):
     if not case.zero_without_triplet:
         pytest.skip("a pair loss over all pairs learns from negative pairs alone")
@@ -311,7 +401,7 @@ def test_no_triplet_gives_exact_zero(case, batch):
         assert np.all(out[key] == 0.0), (key, out[key])
 
 
-@pytest.mark.parametrize("case", ALL)
+@pytest.mark.parametrize("case", ALL_FEW)
 def test_no_triplet_zero_for_every_reduction(case):
     """(The default reduction is fuzzed above.)"""
     if not case.zero_without_triplet:
@@ -353,27 +443,29 @@ ID_EMBEDDINGS = np.array(
 
 def _expected_and_merged(factory, embeddings):
     """Loss values for labels that keep the two ids apart (correct) and that merge them."""
-    correct = factory()(np.array([0, 1, 7, 7]), embeddings).numpy()
-    merged = factory()(np.array([0, 0, 7, 7]), embeddings).numpy()
+    correct = to_numpy(factory()(np.array([0, 1, 7, 7]), embeddings))
+    merged = to_numpy(factory()(np.array([0, 0, 7, 7]), embeddings))
     assert not np.isclose(correct, merged, rtol=1e-3), "test batch does not tell the cases apart"
     return correct, merged
 
 
-@pytest.mark.parametrize("case", ALL)
+@pytest.mark.parametrize("case", ALL_FEW)
 @pytest.mark.parametrize(
     "ids,dtype",
     [((256, 257), "bfloat16"), ((4096, 4097), "bfloat16"), ((2048, 2049), "float16")],
     ids=["256_257_bf16", "4096_4097_bf16", "2048_2049_fp16"],
 )
 def test_class_ids_stay_distinct_with_low_precision_embeddings(case, ids, dtype):
-    embeddings = tf.cast(ID_EMBEDDINGS, dtype)
-    assert tf.cast(tf.constant(ids, tf.float32), dtype)[0] == tf.cast(ids[1], dtype), (
+    embeddings = kops.cast(ID_EMBEDDINGS, dtype)
+    as_low = to_numpy(kops.cast(kops.cast(np.array(ids, np.float32), dtype), "float32"))
+    assert as_low[0] == as_low[1], (
         "the ids must collide in the low-precision dtype for this test to mean anything"
     )
-    correct, _ = _expected_and_merged(case.factory, tf.cast(embeddings, tf.float32))
-    labels = tf.constant([ids[0], ids[1], 7, 7], tf.int64)
+    correct, _ = _expected_and_merged(case.factory, to_numpy(kops.cast(embeddings, "float32")))
+    # int64 as tf.data gives them (JAX without jax_enable_x64: int32, the ids fit).
+    labels = kops.convert_to_tensor(np.array([ids[0], ids[1], 7, 7], np.int64))
     value = case.make()(labels, embeddings)
-    np.testing.assert_allclose(value.numpy(), correct, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(to_numpy(value), correct, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -385,7 +477,8 @@ def test_class_ids_stay_distinct_with_low_precision_embeddings(case, ids, dtype)
     ],
     ids=["bf16_256_257", "bf16_4096_4097", "fp16_2048_2049"],
 )
-@pytest.mark.parametrize("case", pick("nca_order2", "margin_squared_l2"))
+@pytest.mark.parametrize("case", pick("nca_order2", "margin_squared_l2",
+                                      multibackend={"nca_order2"} if BACKEND == "jax" else True))
 def test_mixed_precision_model_keeps_class_ids(case, policy, ids):
     labels = [ids[0], ids[1], 2049 + 7, 2049 + 7]
     result = mixed_precision_loss(
@@ -397,23 +490,27 @@ def test_mixed_precision_model_keeps_class_ids(case, policy, ids):
     np.testing.assert_allclose(result["evaluate"], correct, rtol=1e-5, atol=1e-6)
 
 
+@MB
 def test_mixed_bfloat16_jit_fit_default_margin_loss():
-    """The default TripletMarginLoss (all/semihard: sort + searchsorted) under XLA and bfloat16."""
+    """The default TripletMarginLoss (all/semihard: sort + searchsorted) under XLA and bfloat16
+    (PyTorch: eagerly)."""
     with run_under_policy("mixed_bfloat16"):
         model = small_embedding_model()
-        assert model(np.zeros((1, 6), np.float32)).dtype == "bfloat16"
+        output = model(np.zeros((1, 6), np.float32))
+        assert keras.backend.standardize_dtype(output.dtype) == "bfloat16"
         assert_one_step_fit(
-            TripletMarginLoss(), jit_compile=True, dataset=pk_dataset(label_offset=4095),
+            TripletMarginLoss(), jit_compile=True, dataset=pk_data(label_offset=4095),
             model=model,
         )
     assert keras.config.dtype_policy().name == "float32"
 
 
+@MB
 def test_int64_class_ids_beyond_int32_not_merged():
     labels = np.array([0, 2**32, 7, 7], np.int64)
     correct, _ = _expected_and_merged(TripletNCALoss, ID_EMBEDDINGS)
     try:
-        value = TripletNCALoss()(labels, ID_EMBEDDINGS).numpy()
+        value = to_numpy(TripletNCALoss()(labels, ID_EMBEDDINGS))
     except ValueError:
         return  # rejecting the ids would be fine too
     np.testing.assert_allclose(value, correct, rtol=1e-6)
@@ -481,7 +578,7 @@ BAD_INPUTS = [
     ("dw_upper_cutoff", lambda: TripletMiner("easy", "distance_weighted", upper_cutoff=0.4),
      r"`upper_cutoff`.*Received: upper_cutoff=0\.4"),
     ("dw_without_embeddings", lambda: TripletMiner("easy", "distance_weighted").mine(
-        tf.eye(3), [0, 0, 1]), r"needs the embeddings"),
+        kops.eye(3), [0, 0, 1]), r"needs the embeddings"),
     ("ms_epsilon_negative", lambda: MultiSimilarityMiner(epsilon=-0.1),
      r"`epsilon`.*Received: epsilon=-0\.1"),
     ("ms_positive_name", lambda: MultiSimilarityMiner(positive="semihard"),
@@ -503,6 +600,7 @@ BAD_INPUTS = [
 ]
 
 
+@MB
 @pytest.mark.parametrize(
     "make,match", [pytest.param(m, r, id=i) for i, m, r in BAD_INPUTS]
 )
@@ -519,10 +617,11 @@ def test_numpy_scalar_hyperparameters_accepted():
     assert miner.get_config()["seed"] == 3 and type(miner.get_config()["seed"]) is int
 
 
+@MB
 def test_labels_b_by_1_equal_labels_b():
     loss = TripletNCALoss(order=2)
     np.testing.assert_array_equal(
-        loss(LABELS[:, None], EMBEDDINGS).numpy(), loss(LABELS, EMBEDDINGS).numpy()
+        to_numpy(loss(LABELS[:, None], EMBEDDINGS)), to_numpy(loss(LABELS, EMBEDDINGS))
     )
 
 
@@ -547,6 +646,7 @@ def _ephn_nca_reference(labels, embeddings, temperature=1.0):
     return losses, valid
 
 
+@MB
 def test_reductions_against_reference():
     losses, valid = _ephn_nca_reference(RED_LABELS, RED_EMBEDDINGS)
     assert valid.tolist() == [True, True, True, True, False, True]
@@ -554,7 +654,7 @@ def test_reductions_against_reference():
 
     def run(reduction, sample_weight=None):
         loss = TripletNCALoss(reduction=reduction)
-        return loss(RED_LABELS, RED_EMBEDDINGS, sample_weight=sample_weight).numpy()
+        return to_numpy(loss(RED_LABELS, RED_EMBEDDINGS, sample_weight=sample_weight))
 
     np.testing.assert_allclose(run("none"), losses, rtol=1e-5)
     np.testing.assert_allclose(run(None), losses, rtol=1e-5)
@@ -587,7 +687,7 @@ def _reference_reduction(terms, average):
 
 def _check_reductions(base, average):
     config = {**base.get_config(), "average": average}
-    terms = [t.numpy() for t in type(base).from_config(config).per_anchor(LABELS, EMBEDDINGS)]
+    terms = to_numpy(list(type(base).from_config(config).per_anchor(LABELS, EMBEDDINGS)))
     total, count, nonzero = terms
     assert total.shape == count.shape == nonzero.shape == LABELS.shape
     assert np.all(nonzero <= count) and np.all(count >= 0)
@@ -598,7 +698,7 @@ def _check_reductions(base, average):
 
     def run(reduction, sample_weight=None):
         loss = type(base).from_config({**config, "reduction": reduction})
-        return loss(LABELS, EMBEDDINGS, sample_weight=sample_weight).numpy()
+        return to_numpy(loss(LABELS, EMBEDDINGS, sample_weight=sample_weight))
 
     none = run("none")
     assert none.shape == LABELS.shape
@@ -617,7 +717,7 @@ def _check_reductions(base, average):
     return valid
 
 
-@pytest.mark.parametrize("case", ALL)
+@pytest.mark.parametrize("case", ALL_REPRESENTATIVE)
 def test_reductions_consistent_with_per_anchor(case):
     base = case.make()
     valid = _check_reductions(fresh(base), base.average)
@@ -626,8 +726,12 @@ def test_reductions_consistent_with_per_anchor(case):
 
 
 @pytest.mark.parametrize("average", ["anchors", "batch", "terms", "nonzero"])
-@pytest.mark.parametrize("case", pick("nca2_all_semihard", "wu_all_dw", "ms_default",
-                                      "contrastive_all_pairs", "fappy", "trimmed_nca2"))
+@pytest.mark.parametrize("case", pick(
+    "nca2_all_semihard", "wu_all_dw", "ms_default", "contrastive_all_pairs", "fappy",
+    "trimmed_nca2",
+    # Eager FAPPY under JAX: seconds of op compiles; test_fappy checks its values there.
+    multibackend=True if BACKEND != "jax" else {"nca2_all_semihard", "wu_all_dw", "ms_default",
+                                                "contrastive_all_pairs", "trimmed_nca2"}))
 def test_every_average_for_every_kind_of_term(case, average):
     _check_reductions(fresh(case.make()), average)
 
@@ -641,6 +745,7 @@ def test_average_is_checked_and_saved(case):
         type(loss).from_config({**loss.get_config(), "average": "pairs"})
 
 
+@MB
 def test_fit_with_sample_weight_zero_on_all_anchors_keeps_weights():
     """Sample weights reach the loss through model.fit: all-zero weights mean no update."""
     features = np.random.default_rng(0).normal(size=(12, 6)).astype(np.float32)
@@ -659,7 +764,7 @@ GRAPH_BATCH, GRAPH_DIM = 48, 8
 CUBE_LIMIT = GRAPH_BATCH**3 // 2
 
 
-@pytest.mark.parametrize("case", ALL)
+@pytest.mark.parametrize("case", ALL_TF_ONLY)
 def test_no_cubic_tensor_unless_all_all(case):
     graph = trace_loss_graph(case.factory, GRAPH_BATCH, GRAPH_DIM)
     assert any("gradient_tape" in op.name for op in walk_graph_ops(graph)), "no backward ops"
@@ -674,7 +779,8 @@ def test_no_cubic_tensor_unless_all_all(case):
                                       "nca2_easy_hard", "margin_all_all", "margin_cos_random",
                                       "wu_all_dw", "wu_eps_dw", "ms_default", "ms_all_semihard",
                                       "contrastive_all_pairs", "trimmed_nca2", "loop_ms",
-                                      "loop_triplet_segments", "fappy", "histogram"))
+                                      "loop_triplet_segments", "fappy", "histogram",
+                                      multibackend=()))
 def test_no_cubic_tensor_in_compiled_xla_program(case):
     """Same claim on the optimized HLO: XLA lowers some ops to larger tensors than the graph has."""
     big = xla_large_shapes(case.factory, CUBE_LIMIT, GRAPH_BATCH, GRAPH_DIM)
@@ -686,6 +792,8 @@ def test_no_cubic_tensor_in_compiled_xla_program(case):
 
 def test_xla_check_sees_searchsorted_lowering():
     """A batched tf.searchsorted compiles to a [B, R, R] comparison: the HLO check catches it."""
+
+    import tensorflow as tf
 
     class SearchsortedLoss(keras.losses.Loss):
         def __call__(self, labels, embeddings, sample_weight=None):
@@ -699,6 +807,7 @@ def test_xla_check_sees_searchsorted_lowering():
 def test_graph_walk_enters_while_loops():
     """The walker finds a B^3 tensor hidden in a while-loop body (and in the disjoint miner's
     loop it sees ops the top-level graph does not list)."""
+    import tensorflow as tf
 
     @tf.function
     def hidden(x):

@@ -1,9 +1,10 @@
 """MarginLoss / margin_loss (Wu et al. 2017) against the naive references of tests/references.py.
 
-Values must match to 1e-5 (float32). Gradients (tf.GradientTape, float32) are compared
-with central finite differences of the float64 reference (h = 1e-6) with the mined
-pairs or triplets held fixed: the miner's output is recorded and first checked against
-the reference miner (for random miners: that every choice is a valid candidate).
+Values must match to 1e-5 (float32). Gradients (float32, under any Keras backend) are
+compared with central finite differences of the float64 reference (h = 1e-6) with the
+mined pairs or triplets held fixed: the miner's output is recorded and first checked
+against the reference miner (for random miners: that every choice is a valid candidate).
+The tests marked ``multibackend`` also run under JAX and PyTorch.
 """
 
 from __future__ import annotations
@@ -12,8 +13,15 @@ import keras
 import numpy as np
 import pytest
 import references as ref
-import tensorflow as tf
-from recorded_mining import RecordingMiner, as_f32, checked_mined, reference_set_arguments
+from backends import CAN_COMPILE, compiled, to_numpy, value_and_grad
+from keras import ops as kops
+from recorded_mining import (
+    RecordingMiner,
+    as_f32,
+    checked_mined,
+    reference_set_arguments,
+    run_recorded,
+)
 
 import tfdml
 from tfdml.losses import MarginLoss, margin_loss
@@ -24,6 +32,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:MarginLoss .* has a learnable be
 VALUE_TOL = 1e-5
 GRAD_ATOL = 1e-5
 GRAD_RTOL = 1e-4
+MB = pytest.mark.multibackend
 
 
 def reference_margin(labels, emb, mined, margin, beta, distance, normalize=True,
@@ -37,42 +46,40 @@ def reference_margin(labels, emb, mined, margin, beta, distance, normalize=True,
 
 def run_margin(labels, x, miner, margin=0.2, beta=1.2, distance="l2", num_classes=None,
                ref_set=None, functional=False, grad=True, normalize=True):
-    """Runs the TF loss and the reference on the same float32 inputs; returns the reference
+    """Runs the loss and the reference on the same float32 inputs; returns the reference
     value and the mining result. ``ref_set``: ``(ref_embeddings, ref_labels, ref_offset)``."""
     x32, x64 = as_f32(x)
-    recorder = RecordingMiner(miner)
     kwargs, ref_kwargs, ref_labels, ref_offset = reference_set_arguments(ref_set)
-    xt = tf.constant(x32)
-    with tf.GradientTape() as tape:
-        tape.watch(xt)
+    y = kops.convert_to_tensor(labels)
+
+    def loss_value(recorder, xt):
         if functional:
-            value = margin_loss(tf.constant(labels), xt, margin=margin, beta=beta,
-                                distance=distance, miner=recorder, normalize=normalize,
-                                **kwargs)
-        else:
-            assert ref_set is None
-            loss = MarginLoss(margin=margin, beta=beta, learn_beta=False,
-                              num_classes=num_classes, miner=recorder, distance=distance,
-                              normalize=normalize)
-            value = loss(tf.constant(labels), xt)
-    assert value.dtype == tf.float32 and value.shape == ()
+            return margin_loss(y, xt, margin=margin, beta=beta, distance=distance,
+                               miner=recorder, normalize=normalize, **kwargs)
+        assert ref_set is None
+        loss = MarginLoss(margin=margin, beta=beta, learn_beta=False, num_classes=num_classes,
+                          miner=recorder, distance=distance, normalize=normalize)
+        return loss(y, xt)
+
+    value, got_grad, recorder = run_recorded(loss_value, miner, x32, grad=grad)
+    assert value.dtype == np.float32 and value.shape == ()
     mined = checked_mined(recorder, labels, ref_labels, ref_offset)
     beta_ref = beta if np.ndim(beta) == 0 else list(np.asarray(beta, np.float64))
     want, _ = reference_margin(labels, x64, mined, margin, beta_ref, distance, normalize,
                                **ref_kwargs)
-    np.testing.assert_allclose(value.numpy(), want, rtol=0, atol=VALUE_TOL)
+    np.testing.assert_allclose(value, want, rtol=0, atol=VALUE_TOL)
     if grad:
-        tf_grad = tape.gradient(value, xt).numpy()
         fd = ref.finite_difference_gradient(
             lambda e: reference_margin(labels, e, mined, margin, beta_ref, distance, normalize,
                                        **ref_kwargs)[0], x64)
-        assert np.all(np.isfinite(tf_grad))
-        np.testing.assert_allclose(tf_grad, fd, rtol=GRAD_RTOL, atol=GRAD_ATOL)
+        assert np.all(np.isfinite(got_grad))
+        np.testing.assert_allclose(got_grad, fd, rtol=GRAD_RTOL, atol=GRAD_ATOL)
     return want, mined
 
 
 BATCH_A = ref.make_batch([4, 3, 2, 2, 1], 7, seed=0)  # B=12, D=7
 BATCH_B = ref.make_batch([3, 3, 2, 1, 1], 16, seed=1)  # B=10, D=16
+
 
 MINERS = {
     "dw_easy": lambda: TripletMiner("easy", "distance_weighted", seed=1),
@@ -89,7 +96,13 @@ MINERS = {
 }
 
 
-@pytest.mark.parametrize("miner", sorted(MINERS))
+def _params(names, multibackend):
+    """``names`` as pytest params; those in ``multibackend`` also run under JAX and PyTorch
+    (a few per test: eager JAX compiles every op for each new shape)."""
+    return [pytest.param(n, marks=MB) if n in multibackend else n for n in names]
+
+
+@pytest.mark.parametrize("miner", _params(sorted(MINERS), ["dw_easy"]))
 def test_class_form_matches_reference(miner):
     want, mined = run_margin(*BATCH_A, MINERS[miner]())
     assert want > 0
@@ -97,8 +110,8 @@ def test_class_form_matches_reference(miner):
     run_margin(*BATCH_B, MINERS[miner](), margin=0.1, beta=1.0, grad=False)
 
 
-@pytest.mark.parametrize("distance", ["squared_l2", "cosine"])
-@pytest.mark.parametrize("miner", ["dw_easy", "all_all", "ms_easy"])
+@pytest.mark.parametrize("miner,distance", [
+    (m, d) for m in ["dw_easy", "all_all", "ms_easy"] for d in ["squared_l2", "cosine"]])
 def test_other_distances(miner, distance):
     want, _ = run_margin(*BATCH_A, MINERS[miner](), margin=0.3, beta=0.9, distance=distance)
     assert want > 0
@@ -118,7 +131,7 @@ def test_default_miner_is_random_positive_distance_weighted():
     mined = checked_mined(recorder, labels, None, 0)
     want, _ = reference_margin(labels, np.asarray(x, np.float32).astype(np.float64), mined,
                                0.2, 1.2, "l2")
-    np.testing.assert_allclose(value.numpy(), want, atol=VALUE_TOL)
+    np.testing.assert_allclose(to_numpy(value), want, atol=VALUE_TOL)
 
 
 def test_without_normalization():
@@ -135,7 +148,7 @@ REF_MINERS = ["dw_easy", "dw_all", "easy_semihard", "all_all", "ms_hard", "ms_ea
               "disjoint_easy_hard"]
 
 
-@pytest.mark.parametrize("miner", REF_MINERS)
+@pytest.mark.parametrize("miner", _params(REF_MINERS, ["dw_easy"]))
 def test_functional_reference_set_with_offset(miner):
     labels, x = REF_LABELS[3:9], REF_X[3:9]
     run_margin(labels, x, MINERS[miner](), ref_set=(REF_X, REF_LABELS, 3), functional=True)
@@ -156,7 +169,7 @@ def test_functional_equals_class_form():
     for make in (lambda: TripletMiner("all", "semihard"), lambda: MultiSimilarityMiner()):
         a = margin_loss(labels, x, margin=0.3, beta=1.1, miner=make())
         b = MarginLoss(margin=0.3, beta=1.1, learn_beta=False, miner=make())(labels, x)
-        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(to_numpy(a), to_numpy(b), rtol=1e-6)
 
 
 # -- per-class beta --------------------------------------------------------------------------------
@@ -166,7 +179,8 @@ CLASS_X = np.random.default_rng(8).normal(size=(14, 6))
 CLASS_BETA = [0.8, 1.2, 1.5, 1.0, 1.35]
 
 
-@pytest.mark.parametrize("miner", ["dw_easy", "all_hard", "ms_hard", "ms_all"])
+@pytest.mark.parametrize("miner", _params(["dw_easy", "all_hard", "ms_hard", "ms_all"],
+                                          ["all_hard"]))
 def test_per_class_beta_matches_reference(miner):
     want, _ = run_margin(CLASS_LABELS, CLASS_X, MINERS[miner](), beta=CLASS_BETA,
                          num_classes=5)
@@ -181,7 +195,7 @@ def test_per_class_beta_indexes_by_anchor_class():
     miner = TripletMiner("all", "all")
     loss = MarginLoss(beta=CLASS_BETA, num_classes=5, learn_beta=False, miner=miner,
                       reduction="none", average="anchors")
-    got = loss(CLASS_LABELS, x).numpy()
+    got = to_numpy(loss(CLASS_LABELS, x))
     triplets = ref.mine_triplets(ref.margin_scores(x.astype(np.float64), distance_kind="l2"),
                                  CLASS_LABELS, positive="all", negative="all")
     _, per_anchor = ref.margin_triplet_input_loss(CLASS_LABELS, x.astype(np.float64), triplets,
@@ -192,35 +206,51 @@ def test_per_class_beta_indexes_by_anchor_class():
         scalar = MarginLoss(beta=b, learn_beta=False, miner=miner, reduction="none",
                             average="anchors")
         rows = CLASS_LABELS == cls
-        np.testing.assert_allclose(got[rows], scalar(CLASS_LABELS, x).numpy()[rows], rtol=1e-6)
+        np.testing.assert_allclose(got[rows], to_numpy(scalar(CLASS_LABELS, x))[rows],
+                                   rtol=1e-6)
     # A beta indexed by anything else (e.g. position in the batch) would differ.
     permuted = MarginLoss(beta=CLASS_BETA[::-1], num_classes=5, learn_beta=False, miner=miner,
                           reduction="none")
-    assert np.abs(permuted(CLASS_LABELS, x).numpy() - got).max() > 1e-2
+    assert np.abs(to_numpy(permuted(CLASS_LABELS, x)) - got).max() > 1e-2
 
 
-def test_per_class_beta_as_variable_in_functional_form():
-    beta = tf.Variable(CLASS_BETA, dtype=tf.float32)
-    x = tf.constant(CLASS_X, tf.float32)
+@MB
+def test_per_class_beta_as_tensor_in_functional_form():
+    """A beta tensor (e.g. a ``keras.Variable``'s value) is differentiated."""
+    beta = np.asarray(CLASS_BETA, np.float32)
+    x = kops.convert_to_tensor(np.asarray(CLASS_X, np.float32))
     miner = MultiSimilarityMiner(0.2, "all")
-    with tf.GradientTape() as tape:
-        value = margin_loss(CLASS_LABELS, x, beta=beta, miner=miner)
-    grad = tf.convert_to_tensor(tape.gradient(value, beta)).numpy()
+    value, grad = value_and_grad(lambda b: margin_loss(CLASS_LABELS, x, beta=b, miner=miner),
+                                 beta)
     want = margin_loss(CLASS_LABELS, x, beta=CLASS_BETA, miner=miner)
-    np.testing.assert_allclose(value.numpy(), want.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(value, to_numpy(want), rtol=1e-6)
     assert np.abs(grad).max() > 1e-3
+    variable = keras.Variable(beta)
+    np.testing.assert_allclose(
+        to_numpy(margin_loss(CLASS_LABELS, x, beta=variable, miner=miner)), value, rtol=1e-6)
 
 
+def _variable_gradient(loss, variable, call):
+    """``(value, d value / d variable)`` of ``call()``, the variable swapped for a tensor."""
+    def with_value(v):
+        with keras.StatelessScope(state_mapping=[(variable, v)]):
+            return call()
+
+    return value_and_grad(with_value, to_numpy(variable.value))
+
+
+@MB
 @pytest.mark.parametrize("per_class", [False, True])
 def test_beta_gradient_matches_finite_differences(per_class):
     labels, x = CLASS_LABELS, np.asarray(CLASS_X, np.float32)
     beta = CLASS_BETA if per_class else 1.1
-    recorder = RecordingMiner(TripletMiner("easy", "distance_weighted", seed=5))
+    # A deterministic miner: random draws differ between backends, and with a scalar beta
+    # (averaged over the non-zero terms) some draws make the gradient cancel exactly.
+    recorder = RecordingMiner(TripletMiner("easy", "hard"))
     loss = MarginLoss(beta=beta, num_classes=5 if per_class else None, miner=recorder)
     assert len(loss.trainable_variables) == 1
-    with tf.GradientTape() as tape:
-        value = loss(labels, x)
-    grad = tape.gradient(value, loss.trainable_variables[0]).numpy()
+    value, grad = _variable_gradient(loss, loss.trainable_variables[0],
+                                     lambda: loss(labels, x))
     mined = checked_mined(recorder, labels, None, 0)
     x64 = x.astype(np.float64)
     b0 = np.asarray(beta, np.float64)
@@ -229,21 +259,23 @@ def test_beta_gradient_matches_finite_differences(per_class):
         return reference_margin(labels, x64, mined, 0.2, float(b) if b.ndim == 0 else list(b),
                                 "l2")[0]
 
-    np.testing.assert_allclose(value.numpy(), f(b0), atol=VALUE_TOL)
+    np.testing.assert_allclose(value, f(b0), atol=VALUE_TOL)
     fd = ref.finite_difference_gradient(f, b0)
     np.testing.assert_allclose(grad, fd, rtol=GRAD_RTOL, atol=GRAD_ATOL)
     assert np.abs(fd).max() > 1e-2
 
 
+@MB
 def test_beta_lr_multiplier_keeps_the_value():
     labels, x = CLASS_LABELS, np.asarray(CLASS_X, np.float32)
     miner = TripletMiner("all", "hard")
     plain = MarginLoss(beta=CLASS_BETA, num_classes=5, miner=miner)
     scaled = MarginLoss(beta=CLASS_BETA, num_classes=5, miner=miner, beta_lr_multiplier=10.0)
-    np.testing.assert_allclose(scaled.beta.numpy(), CLASS_BETA, rtol=1e-6)
-    np.testing.assert_allclose(scaled.trainable_variables[0].numpy(),
+    np.testing.assert_allclose(to_numpy(scaled.beta), CLASS_BETA, rtol=1e-6)
+    np.testing.assert_allclose(to_numpy(scaled.trainable_variables[0].value),
                                np.asarray(CLASS_BETA) / 10.0, rtol=1e-6)
-    np.testing.assert_allclose(scaled(labels, x).numpy(), plain(labels, x).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(to_numpy(scaled(labels, x)), to_numpy(plain(labels, x)),
+                               rtol=1e-6)
 
 
 def test_learn_beta_false_is_a_constant():
@@ -252,14 +284,11 @@ def test_learn_beta_false_is_a_constant():
     fixed = MarginLoss(beta=CLASS_BETA, num_classes=5, learn_beta=False, miner=miner)
     learned = MarginLoss(beta=CLASS_BETA, num_classes=5, miner=miner)
     assert fixed.trainable_variables == [] and len(learned.trainable_variables) == 1
-    np.testing.assert_allclose(fixed.beta.numpy(), CLASS_BETA, rtol=1e-6)
-    xt = tf.constant(x)
-    with tf.GradientTape() as tape:
-        tape.watch(xt)
-        value = fixed(labels, xt)
-    assert tape.gradient(value, xt) is not None
-    np.testing.assert_allclose(value.numpy(), learned(labels, x).numpy(), rtol=1e-6)
-    np.testing.assert_allclose(fixed.beta.numpy(), CLASS_BETA, rtol=1e-6)  # unchanged
+    np.testing.assert_allclose(to_numpy(fixed.beta), CLASS_BETA, rtol=1e-6)
+    value, grad = value_and_grad(lambda e: fixed(labels, e), x)
+    assert np.abs(grad).max() > 0
+    np.testing.assert_allclose(value, to_numpy(learned(labels, x)), rtol=1e-6)
+    np.testing.assert_allclose(to_numpy(fixed.beta), CLASS_BETA, rtol=1e-6)  # unchanged
     # A model with the fixed loss attached gains no variable.
     model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4)])
     before = len(model.trainable_variables)
@@ -267,7 +296,9 @@ def test_learn_beta_false_is_a_constant():
     assert len(model.trainable_variables) == before
 
 
-# -- float64 and tf.test.compute_gradient ---------------------------------------------------------
+# -- float64; tf.test.compute_gradient (TensorFlow only) -----------------------------------------
+# (float64 is TensorFlow only: Keras' type promotion computes float64 inputs in float32 under
+# JAX and PyTorch, e.g. keras.ops.matmul and divide_no_nan.)
 
 SMALL_LABELS = np.array([2, 0, 2, 0, 2, 1], np.int32)  # B=6, D=4, one singleton
 
@@ -279,6 +310,8 @@ SMALL_LABELS = np.array([2, 0, 2, 0, 2, 1], np.int32)  # B=6, D=4, one singleton
     (lambda: MultiSimilarityMiner(0.2, "easy"), [1.0, 0.7, 1.3], "cosine"),
 ])
 def test_float64_compute_gradient(make_miner, beta, distance):
+    import tensorflow as tf
+
     x = np.random.default_rng(4).normal(size=(6, 4))
     labels = tf.constant(SMALL_LABELS)
 
@@ -310,8 +343,8 @@ def test_float64_keeps_scalar_beta_precision(beta):
     triplets = ref.mine_triplets(ref.margin_scores(x, distance_kind="l2"), SMALL_LABELS,
                                  positive="all", negative="all")
     want = ref.margin_triplet_input_loss(SMALL_LABELS, x, triplets, 0.3, beta)[0]
-    assert value.dtype == tf.float64 and want > 0
-    np.testing.assert_allclose(value.numpy(), want, rtol=1e-12, atol=1e-12)
+    assert to_numpy(value).dtype == np.float64 and want > 0
+    np.testing.assert_allclose(to_numpy(value), want, rtol=1e-12, atol=1e-12)
 
 
 # -- the published formula --------------------------------------------------------------------------
@@ -328,6 +361,7 @@ def _all_pairs_miner():
     return MultiSimilarityMiner(epsilon=100.0, positive="all")  # keeps every pair
 
 
+@MB
 def test_margin_loss_on_all_pairs_equals_paper_formula():
     # alpha = 0.2, beta = 1.2. Per anchor (mean over its 3 pairs):
     #   a0: pos x1: (1 - 1.2 + .2)+ = 0; neg x2: (1.2 - 1 + .2)+ = 0.4; neg x3: 0 -> 0.4/3
@@ -340,10 +374,10 @@ def test_margin_loss_on_all_pairs_equals_paper_formula():
     for miner in (_all_pairs_miner(), AllPairsMiner(), None):
         loss = MarginLoss(margin=0.2, beta=1.2, learn_beta=False, miner=miner,
                           distance="squared_l2", normalize=False)
-        np.testing.assert_allclose(loss(HAND_LABELS, HAND_X).numpy(), 1.6, rtol=1e-6)
+        np.testing.assert_allclose(to_numpy(loss(HAND_LABELS, HAND_X)), 1.6, rtol=1e-6)
     loss = MarginLoss(margin=0.2, beta=1.2, learn_beta=False, miner=_all_pairs_miner(),
                       distance="squared_l2", normalize=False, average="anchors")
-    value = loss(HAND_LABELS, HAND_X).numpy()
+    value = to_numpy(loss(HAND_LABELS, HAND_X))
     np.testing.assert_allclose(value, 0.8, rtol=1e-6)
     np.testing.assert_allclose(value * 3 / 4, 0.6, rtol=1e-6)
     # Per-class beta (0: 1.2, 1: 0.5): anchors 2 and 3 become (4.7 + 0 + 0) / 3 each:
@@ -352,7 +386,7 @@ def test_margin_loss_on_all_pairs_equals_paper_formula():
         per_class = MarginLoss(margin=0.2, beta=[1.2, 0.5], num_classes=2, learn_beta=False,
                                miner=_all_pairs_miner(), distance="squared_l2",
                                normalize=False, average=average)
-        np.testing.assert_allclose(per_class(HAND_LABELS, HAND_X).numpy(), want, rtol=1e-6)
+        np.testing.assert_allclose(to_numpy(per_class(HAND_LABELS, HAND_X)), want, rtol=1e-6)
 
 
 def test_margin_loss_on_triplets_hand_example():
@@ -367,7 +401,7 @@ def test_margin_loss_on_triplets_hand_example():
         loss = MarginLoss(margin=0.2, beta=1.2, learn_beta=False,
                           miner=TripletMiner("easy", "hard"), distance="squared_l2",
                           normalize=False, average=average)
-        np.testing.assert_allclose(loss(HAND_LABELS, HAND_X).numpy(), want, rtol=1e-6)
+        np.testing.assert_allclose(to_numpy(loss(HAND_LABELS, HAND_X)), want, rtol=1e-6)
 
 
 # -- arguments -------------------------------------------------------------------------------------
@@ -403,13 +437,38 @@ def test_functional_invalid_arguments():
             margin_loss(labels, x, **kwargs)
 
 
-@pytest.mark.parametrize("labels", [[0, 1, 2, 3, 0, 1], [0, 1, -1, 2, 0, 1]])
+@pytest.mark.parametrize("labels", [[0, 1, 2, 3, 0, 1],
+                                    pytest.param([0, 1, -1, 2, 0, 1], marks=MB)])
 def test_class_ids_out_of_range_raise_eagerly(labels):
     loss = MarginLoss(num_classes=3, learn_beta=False, miner=TripletMiner("easy", "hard"))
     x = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
     with pytest.raises(ValueError, match="num_classes"):
         loss(np.array(labels, np.int32), x)
     loss(np.array([0, 1, 2, 2, 0, 1], np.int32), x)  # in range: fine
+
+
+def test_functional_per_class_beta_class_ids_out_of_range_raise_eagerly():
+    x = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
+    miner = TripletMiner("easy", "hard")
+    with pytest.raises(ValueError, match="per-class `beta` of length 3"):
+        margin_loss(np.array([0, 1, 2, 3, 0, 1], np.int32), x, beta=[1.0, 1.1, 1.2], miner=miner)
+    margin_loss(np.array([0, 1, 2, 2, 0, 1], np.int32), x, beta=[1.0, 1.1, 1.2], miner=miner)
+
+
+@MB
+@pytest.mark.skipif(not CAN_COMPILE, reason="this backend does not compile")
+def test_compiled_per_class_beta_equals_eager():
+    """Under XLA (tf.function(jit_compile=True) or jax.jit): the eager value; an out-of-range
+    class id is not checked there and reads the nearest valid beta."""
+    x = np.asarray(CLASS_X, np.float32)
+    loss = MarginLoss(beta=CLASS_BETA, num_classes=5, learn_beta=False,
+                      miner=TripletMiner("all", "hard"), reduction="none", average="anchors")
+    fn = compiled(lambda y, e: loss(y, e))
+    np.testing.assert_allclose(to_numpy(fn(CLASS_LABELS, x)), to_numpy(loss(CLASS_LABELS, x)),
+                               rtol=1e-5, atol=1e-6)
+    high = np.where(CLASS_LABELS == 4, 9, CLASS_LABELS).astype(np.int32)
+    np.testing.assert_allclose(to_numpy(fn(high, x)), to_numpy(loss(CLASS_LABELS, x)),
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_margin_loss_is_exported():

@@ -5,8 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import references as ref
+from backends import BACKEND, to_numpy
+from keras import ops as kops
 
 from tfdml.metrics import recall_at_k
+
+# The tests marked multibackend also run under JAX and PyTorch (see conftest.py). JAX compiles
+# every eager op once per shape, so that subset leaves out some chunkings and seeds.
+MB = pytest.mark.multibackend
 
 
 def _data(seed, n, dim, num_classes):
@@ -17,6 +23,7 @@ def _data(seed, n, dim, num_classes):
     return centres[labels] + 1.2 * rng.normal(size=(n, dim)), labels
 
 
+@MB
 @pytest.mark.parametrize("chunk_size", [1024, 7])
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
 def test_recall_without_gallery(metric, chunk_size):
@@ -30,6 +37,7 @@ def test_recall_without_gallery(metric, chunk_size):
     assert 0.0 < want[1] < want[8] < 1.0  # the data makes the comparison meaningful
 
 
+@MB
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
 def test_recall_with_gallery(metric):
     queries, q_labels = _data(1, 12, 4, 5)
@@ -54,6 +62,7 @@ def test_cosine_and_euclidean_differ_on_unnormalized_data():
     assert cos != euc
 
 
+@MB
 def test_query_is_excluded_from_its_own_neighbours():
     # Every query's nearest other item has another label: recall@1 must be 0
     # (it would be 1 if the query matched itself).
@@ -65,6 +74,7 @@ def test_query_is_excluded_from_its_own_neighbours():
         assert got[1] == 0.0 and got[3] == 1.0
 
 
+@MB
 def test_gallery_copy_of_queries_includes_self():
     # With an explicit gallery nothing is excluded: a query finds itself.
     x, labels = _data(3, 10, 3, 4)
@@ -72,12 +82,14 @@ def test_gallery_copy_of_queries_includes_self():
     assert got == {1: 1.0}
 
 
+@MB
 def test_float_and_column_labels():
     x, labels = _data(4, 15, 3, 3)
     base = recall_at_k(x, labels, (1, 2))
     assert recall_at_k(x, labels[:, None].astype(np.float32), (1, 2)) == base
 
 
+@MB
 def test_invalid_ks():
     x, labels = _data(5, 6, 3, 2)
     with pytest.raises(ValueError, match="ks"):
@@ -97,6 +109,10 @@ from sklearn.metrics.cluster import pair_confusion_matrix  # noqa: E402
 from sklearn.neighbors import NearestNeighbors  # noqa: E402
 
 from tfdml import metrics  # noqa: E402
+
+# JAX compiles every eager op once per shape: other backends try one chunking (a gallery chunk
+# smaller than k, the hardest case of the running top-k).
+CHUNKINGS = [(1024, 16384), (4, 3), (1, 7)] if BACKEND == "tensorflow" else [(1, 7)]
 
 RETRIEVAL = ("recall", "map_at_r", "r_precision")
 
@@ -157,6 +173,7 @@ def _assert_close(got, want):
         assert isinstance(got, float) and got == pytest.approx(want, abs=1e-12)
 
 
+@MB
 @pytest.mark.parametrize("name", RETRIEVAL)
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
 @pytest.mark.parametrize("split", [False, True])
@@ -177,18 +194,29 @@ def test_retrieval_metrics_match_reference_on_random_data(name, metric, split):
 
 @pytest.mark.parametrize("name", RETRIEVAL)
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [pytest.param(0, marks=MB), 1])
 def test_retrieval_metrics_break_ties_by_gallery_index(name, metric, seed):
     x, labels = _tied(seed, 30, 4)
     assert len(np.unique(x, axis=0)) < 10  # many duplicates, hence many exact ties
     for args in [(x, labels), (x[:9], labels[:9], x[9:], labels[9:])]:
         want = _ref_metric(name, *args, ks=(1, 2, 5), metric=metric)
-        for chunks in [(1024, 16384), (4, 3), (1, 7)]:
+        for chunks in CHUNKINGS:
             got = _tf_metric(name, *args, ks=(1, 2, 5), metric=metric, chunk_size=chunks[0],
                              gallery_chunk_size=chunks[1])
             _assert_close(got, want)
 
 
+@MB
+def test_top_k_puts_the_lower_index_first_among_ties():
+    # tf.math.top_k and jax.lax.top_k promise it; torch.topk does not (tfdml sorts stably).
+    scores = np.random.default_rng(0).integers(0, 3, size=(8, 2000)).astype(np.float32)
+    values, pos = metrics._top_k_lower_index_first(kops.convert_to_tensor(scores), 300)
+    want = np.argsort(-scores, axis=1, kind="stable")[:, :300]
+    np.testing.assert_array_equal(to_numpy(pos), want)
+    np.testing.assert_array_equal(to_numpy(values), np.take_along_axis(scores, want, axis=1))
+
+
+@MB
 def test_ties_are_resolved_by_lower_index_not_by_luck():
     # Query 0 has three identical neighbours; only the one of lowest index counts at K=1.
     x = np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0], [0.0, 1.0], [1.0, 0.0]], np.float32)
@@ -201,6 +229,7 @@ def test_ties_are_resolved_by_lower_index_not_by_luck():
     assert metrics.recall_at_k(q, [0], (1,), g[::-1], [0, 1, 1]) == {1: 1.0}
 
 
+@MB
 @pytest.mark.parametrize("name", RETRIEVAL)
 @pytest.mark.parametrize("unmatched", ["exclude", "miss"])
 def test_singleton_classes(name, unmatched):
@@ -231,6 +260,7 @@ def test_queries_whose_class_is_not_in_the_gallery(name):
         _assert_close(got, want)
 
 
+@MB
 def test_all_queries_unmatched_gives_nan():
     x, _ = _data(3, 6, 3, 2)
     labels = np.arange(6)
@@ -259,6 +289,7 @@ def test_unmatched_defaults():
     assert metrics.cmc(q, ql, g, gl, top_k=12, unmatched="exclude")[-1] == 1.0
 
 
+@MB
 def test_known_values():
     x = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.2, 0.9], [0.7, 0.7]])
     y = [0, 0, 1, 1, 1]
@@ -303,7 +334,7 @@ def test_score_blocks_are_bounded_by_the_chunk_sizes(monkeypatch):
     assert len(shapes) > 7 * 4 - 1  # every (query chunk, gallery chunk) block
 
 
-@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+@pytest.mark.parametrize("metric", [pytest.param("cosine", marks=MB), "euclidean"])
 def test_cmc(metric):
     x, labels = _tied(61, 36, 6)
     q, ql, g, gl = x[:14], labels[:14], x[14:], labels[14:]
@@ -317,7 +348,7 @@ def test_cmc(metric):
     assert got[-1] == 1.0 and got[0] < 1.0
 
 
-@pytest.mark.parametrize("seed", [0, 5])
+@pytest.mark.parametrize("seed", [pytest.param(0, marks=MB), 5])
 def test_vehicleid_match_rate(seed):
     x, labels = _data(71, 45, 6, 9)
     labels[0] = 50  # an identity with a single image: only ever a gallery distractor
@@ -362,7 +393,7 @@ def test_nmi_and_f1_scores_edge_cases():
     assert metrics.pairwise_f1_score([0, 0, 1, 1], [0, 0, 0, 0]) == pytest.approx(0.5)
 
 
-@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+@pytest.mark.parametrize("metric", [pytest.param("cosine", marks=MB), "euclidean"])
 def test_nmi_and_f1_clustering_use_seeded_kmeans(metric):
     x, labels = _data(81, 80, 6, 5)
     points = x / np.linalg.norm(x, axis=1, keepdims=True) if metric == "cosine" else x
@@ -388,6 +419,7 @@ def test_nmi_on_separated_classes_and_nmi_plus():
     assert metrics.f1_clustering(x, labels, num_clusters=8) < 1.0
 
 
+@MB
 @pytest.mark.parametrize(
     ("call", "match"),
     [

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import tensorflow as tf
+from keras import ops as kops
 
 from tfdml import metrics, ops
+
+MB = pytest.mark.multibackend  # also run under JAX and PyTorch (see conftest.py)
+# JAX without x64 converts float64 inputs to float32 with a RuntimeWarning on overflow.
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
 
 N = 40
 NUM_CLASSES = 8
@@ -85,6 +89,7 @@ CASES = [
 ]
 
 
+@MB
 @pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
 @pytest.mark.parametrize(("name", "arg", "call"), CASES,
                          ids=[f"{name}-{arg}-{i}" for i, (name, arg, _) in enumerate(CASES)])
@@ -98,6 +103,7 @@ def test_every_metric_rejects_nonfinite_embeddings(name, arg, call, corruption):
     assert "Received:" in str(info.value) and arg in str(info.value).split("Received:")[1]
 
 
+@MB
 @pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
 @pytest.mark.parametrize("fn", [metrics.recall_at_k, metrics.map_at_r, metrics.r_precision])
 def test_query_side_of_a_separate_gallery(fn, corruption):
@@ -109,6 +115,7 @@ def test_query_side_of_a_separate_gallery(fn, corruption):
         _gallery_query(fn)(x, y, bad)
 
 
+@MB
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
 def test_all_nan_embeddings_do_not_score_perfectly_at_n_200(metric):
     # The reported case: with a -inf score for the query itself, tf.math.top_k returned the
@@ -119,6 +126,7 @@ def test_all_nan_embeddings_do_not_score_perfectly_at_n_200(metric):
         metrics.recall_at_k(x, y, (1,), metric=metric)
 
 
+@MB
 @pytest.mark.parametrize("fn", [metrics.nmi_score, metrics.pairwise_f1_score])
 @pytest.mark.parametrize("arg", ["labels", "clusters"])
 @pytest.mark.parametrize("value", [np.nan, np.inf])
@@ -144,8 +152,9 @@ def _search(x, k, metric, chunk_size, gallery_chunk_size):
 
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
 @pytest.mark.parametrize(("n", "chunk_size", "gallery_chunk_size"),
-                         [(10, 1024, 16384), (10, 7, 5), (10, 1, 1), (200, 1024, 16384),
-                          (200, 64, 48)])
+                         [pytest.param(10, 1024, 16384, marks=MB),
+                          pytest.param(10, 7, 5, marks=MB), (10, 1, 1),
+                          pytest.param(200, 1024, 16384, marks=MB), (200, 64, 48)])
 def test_a_query_is_never_its_own_neighbour_even_on_nan_rows(metric, n, chunk_size,
                                                             gallery_chunk_size):
     rng = np.random.default_rng(n)
@@ -154,7 +163,7 @@ def test_a_query_is_never_its_own_neighbour_even_on_nan_rows(metric, n, chunk_si
     x[[2, 7]] = np.nan  # NaN rows: every score of these queries is NaN
     x[5, 0] = np.inf
     k = 4
-    idx = _search(tf.constant(x), k, metric, chunk_size, gallery_chunk_size)
+    idx = _search(kops.convert_to_tensor(x), k, metric, chunk_size, gallery_chunk_size)
     assert idx.shape == (n, k)
     assert not np.any(idx == np.arange(n)[:, None])
     # Every row lists k distinct gallery items.

@@ -1,11 +1,21 @@
-"""TripletMiner against the naive reference miner of tests/references.py."""
+"""TripletMiner against the naive reference miner of tests/references.py.
+
+Backend-generic (``keras.ops`` and tests/backends.py). Every test runs under
+TensorFlow; the tests (and parameter rows) marked ``multibackend`` also run
+under JAX and PyTorch. Large parameter grids run in full under TensorFlow and
+thinned elsewhere (eager JAX compiles every op for every new shape).
+"""
 
 from __future__ import annotations
 
+import functools
+
+import keras
 import numpy as np
 import pytest
 import references as ref
-import tensorflow as tf
+from backends import BACKEND, compiled, to_numpy, value_and_grad
+from keras import ops as kops
 
 from tfdml import ops
 from tfdml.miners import TripletMiner, Triplets, gather_triplet_scores
@@ -14,12 +24,65 @@ POSITIVES = ("easy", "hard", "random", "all")
 NEGATIVES = ("hard", "semihard", "easy", "random", "all")
 SINGLE_COMBOS = [(p, n) for p in POSITIVES if p != "all" for n in NEGATIVES if n != "all"]
 
+MULTIBACKEND = pytest.mark.multibackend
+
+
+def _grid(rows, every_backend):
+    """``pytest.param`` rows; those with ``every_backend(*row)`` are marked ``multibackend``."""
+    return [pytest.param(*row, marks=[MULTIBACKEND] if every_backend(*row) else [],
+                         id="-".join(str(v) for v in row)) for row in rows]
+
+
+def _t(x, dtype=None):
+    """A backend tensor (``dtype``: NumPy's conversion of ``x`` when None)."""
+    return kops.convert_to_tensor(np.asarray(x, dtype))
+
 
 def _arrays(triplets: Triplets):
-    def to_np(t):
-        return None if t is None else t.numpy()
+    return to_numpy(triplets.positive), to_numpy(triplets.negative), to_numpy(triplets.mask)
 
-    return to_np(triplets.positive), to_np(triplets.negative), triplets.mask.numpy()
+
+_COMPILED = {}
+
+
+def _compiled_mine(miner, ref_offset=0):
+    """``(scores, labels, ref_labels=None, embeddings=None, ref_embeddings=None) -> mine(...)``
+    compiled as ``jit_compile=True`` would compile it (PyTorch: eager).
+
+    Under JAX a traced function cannot update the miner's seed state in place: the state
+    goes in and comes out explicitly (``keras.StatelessScope``), as Keras' JAX trainer
+    passes its variables, and is written back after each call. One compilation serves
+    every miner of a configuration (the seed only sets the initial state).
+    """
+    def mine(m, scores, labels, ref_labels=None, embeddings=None, ref_embeddings=None):
+        return m.mine(scores, labels, ref_labels, ref_offset, embeddings=embeddings,
+                      ref_embeddings=ref_embeddings)
+
+    if BACKEND != "jax" or miner._seed_generator is None:
+        return compiled(functools.partial(mine, miner))
+    import jax
+
+    config = dict(miner.get_config(), seed=None)
+    key = (type(miner), tuple(sorted(config.items())), ref_offset)
+    if key not in _COMPILED:
+        template = type(miner).from_config(config)
+        template_state = template._seed_generator.state
+
+        def stateless(seed, *args):
+            with keras.StatelessScope(state_mapping=[(template_state, seed)]) as scope:
+                out = mine(template, *args)
+            return out, scope.get_current_value(template_state)
+
+        _COMPILED[key] = jax.jit(stateless)
+    jitted = _COMPILED[key]
+    state = miner._seed_generator.state
+
+    def call(*args):
+        out, seed = jitted(state.value, *args)
+        state.assign(seed)
+        return out
+
+    return call
 
 
 def _batch_case():
@@ -48,9 +111,9 @@ CASES = {"batch": _batch_case, "ref_offset_3": _ref_offset_case, "ref_offset_non
 
 def _mine(miner, scores, labels, ref_labels, ref_offset):
     return miner.mine(
-        tf.constant(scores, tf.float32),
-        tf.constant(labels),
-        None if ref_labels is None else tf.constant(ref_labels),
+        _t(scores, np.float32),
+        _t(labels),
+        None if ref_labels is None else _t(ref_labels),
         ref_offset,
     )
 
@@ -82,16 +145,17 @@ def _check_against_reference(positive, negative, disjoint, case):
     return got
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("negative", NEGATIVES)
-@pytest.mark.parametrize("positive", POSITIVES)
+@pytest.mark.parametrize("positive,negative,case", _grid(
+    [(p, n, c) for c in sorted(CASES) for n in NEGATIVES for p in POSITIVES],
+    lambda p, n, c: c == "ref_offset_3" or (p == "all" and c == "ref_offset_none")))
 def test_miner_matches_reference(positive, negative, case):
     got = _check_against_reference(positive, negative, False, case)
     assert got  # every case has some triplets
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("positive,negative", SINGLE_COMBOS)
+@pytest.mark.parametrize("positive,negative,case", _grid(
+    [(p, n, c) for c in sorted(CASES) for p, n in SINGLE_COMBOS],
+    lambda p, n, c: c == "ref_offset_3" or (c == "ref_offset_none" and p == n == "random")))
 def test_disjoint_miner_matches_reference(positive, negative, case):
     got = _check_against_reference(positive, negative, True, case)
     assert got
@@ -103,6 +167,7 @@ def test_disjoint_miner_matches_reference(positive, negative, case):
     assert len(seen) == len(set(seen))
 
 
+@MULTIBACKEND
 def test_semihard_cases_exercise_missing_negatives():
     """The fixtures include pairs without a semi-hard negative (so that branch is tested)."""
     scores, labels, ref_labels, ref_offset = _disjoint_ref_case()
@@ -113,14 +178,15 @@ def test_semihard_cases_exercise_missing_negatives():
     assert got == with_semihard
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("max_elements", [1, 20])
+@pytest.mark.parametrize("max_elements,case", _grid(
+    [(m, c) for c in sorted(CASES) for m in (1, 20)], lambda m, c: c == "ref_offset_3"))
 def test_semihard_all_in_row_blocks_matches_reference(case, max_elements, monkeypatch):
     """Large batches mine semi-hard negatives in row blocks: same triplets."""
     monkeypatch.setattr(ops, "ROW_BLOCK_ELEMENTS", max_elements)
     assert _check_against_reference("all", "semihard", False, case)
 
 
+@MULTIBACKEND
 def test_hand_made_example():
     """A 4-sample example worked out by hand."""
     # labels: 0 0 0 1; anchor 0 is most similar to 1, then 3, then 2.
@@ -143,25 +209,26 @@ def test_hand_made_example():
         ("all", "semihard"): {(0, 1, 3), (1, 0, 3), (1, 2, 3)},
     }
     for (positive, negative), want in expected.items():
-        t = TripletMiner(positive, negative).mine(tf.constant(scores), tf.constant(labels))
+        t = TripletMiner(positive, negative).mine(_t(scores), _t(labels))
         assert ref.triplet_set(*_arrays(t)) == want, (positive, negative)
         assert ref.mine_triplets(scores, labels, positive=positive, negative=negative) == want
     # Disjoint EPHN: anchor 0 takes (0, 1, 3); anchors 1 and 3 are then used, and anchor 2
     # has neither a free positive nor a free negative left.
-    t = TripletMiner("easy", "hard", disjoint=True).mine(tf.constant(scores), tf.constant(labels))
+    t = TripletMiner("easy", "hard", disjoint=True).mine(_t(scores), _t(labels))
     assert ref.triplet_set(*_arrays(t)) == {(0, 1, 3)}
 
 
+@MULTIBACKEND
 def test_gather_triplet_scores_layout():
     scores, labels, _, _ = _batch_case()
-    scores = tf.constant(scores, tf.float32)
-    s = scores.numpy()
+    s = scores.astype(np.float32)
+    scores = _t(s)
     for positive, negative in [("easy", "hard"), ("all", "semihard"), ("easy", "all"),
                                ("all", "all")]:
-        t = TripletMiner(positive, negative).mine(scores, tf.constant(labels))
+        t = TripletMiner(positive, negative).mine(scores, _t(labels))
         s_ap, s_an = gather_triplet_scores(scores, t)
-        s_ap = np.broadcast_to(s_ap.numpy(), t.mask.shape)
-        s_an = np.broadcast_to(s_an.numpy(), t.mask.shape)
+        s_ap = np.broadcast_to(to_numpy(s_ap), tuple(t.mask.shape))
+        s_an = np.broadcast_to(to_numpy(s_an), tuple(t.mask.shape))
         pos, neg, mask = _arrays(t)
         for a, i, j in zip(*np.nonzero(mask), strict=True):
             p = i if pos is None else pos[a, i]
@@ -186,7 +253,10 @@ def _uniformity_problem():
     return scores, labels, ref_labels
 
 
-@pytest.mark.parametrize("positive,negative,disjoint", RANDOM_COMBOS)
+@pytest.mark.parametrize("positive,negative,disjoint", _grid(
+    RANDOM_COMBOS, lambda p, n, d: (p, n, d) in {("random", "hard", False),
+                                                 ("all", "random", False),
+                                                 ("random", "random", True)}))
 def test_same_seed_same_choices(positive, negative, disjoint):
     scores, labels, ref_labels, ref_offset = _batch_case()
     runs = []
@@ -199,6 +269,7 @@ def test_same_seed_same_choices(positive, negative, disjoint):
             np.testing.assert_array_equal(x, y)
 
 
+@MULTIBACKEND
 def test_random_choices_depend_on_seed_and_call():
     scores, labels, ref_labels = _uniformity_problem()
     miner = TripletMiner("random", "random", seed=1)
@@ -210,6 +281,7 @@ def test_random_choices_depend_on_seed_and_call():
     assert not np.array_equal(first[0], other[0])  # another seed, other draws
 
 
+@MULTIBACKEND
 def test_random_choices_roughly_uniform():
     scores, labels, ref_labels = _uniformity_problem()
     miner = TripletMiner("random", "random", seed=3)
@@ -231,6 +303,7 @@ def test_random_choices_roughly_uniform():
 # -- arguments -----------------------------------------------------------------------------------
 
 
+@MULTIBACKEND
 def test_invalid_arguments():
     with pytest.raises(ValueError, match="positive"):
         TripletMiner("medium", "hard")
@@ -244,30 +317,31 @@ def test_invalid_arguments():
         TripletMiner("random", "hard", seed=1.5)
 
 
+@MULTIBACKEND
 @pytest.mark.parametrize("positive,negative,disjoint", [("all", "semihard", False),
                                                         ("easy", "semihard", True)])
 def test_miner_under_xla_matches_reference(positive, negative, disjoint):
     scores, labels, ref_labels, ref_offset = _ref_offset_case()
     scores = scores.astype(np.float32)
     miner = TripletMiner(positive, negative, disjoint=disjoint)
-    mine = tf.function(lambda s, lab, rl: miner.mine(s, lab, rl, ref_offset), jit_compile=True)
-    t = mine(tf.constant(scores), tf.constant(labels), tf.constant(ref_labels))
+    mine = compiled(lambda s, lab, rl: miner.mine(s, lab, rl, ref_offset))
+    t = mine(_t(scores), _t(labels), _t(ref_labels))
     want = ref.mine_triplets(scores, labels, ref_labels, ref_offset, positive, negative,
                              disjoint=disjoint)
     assert ref.triplet_set(*_arrays(t)) == want
 
 
-@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("jit", _grid([(False,), (True,)], lambda jit: jit))
 def test_semihard_all_counts_ties_as_not_more_similar(jit):
     """Integer-valued scores tie often: a negative as similar as the positive is semi-hard."""
     rng = np.random.default_rng(11)
     miner = TripletMiner("all", "semihard")
-    mine = tf.function(miner.mine, jit_compile=True) if jit else miner.mine
+    mine = compiled(miner.mine) if jit else miner.mine
     for _ in range(3):
         scores = rng.integers(-3, 4, size=(30, 30)).astype(np.float32)
         labels = rng.integers(0, 4, size=30).astype(np.int32)
-        got = mine(tf.constant(scores), tf.constant(labels))
-        mask, negative = got.mask.numpy()[:, :, 0], got.negative.numpy()
+        got = mine(_t(scores), _t(labels))
+        mask, negative = to_numpy(got.mask)[:, :, 0], to_numpy(got.negative)
         for a in range(30):
             for p in range(30):
                 if p == a or labels[p] != labels[a]:
@@ -303,15 +377,15 @@ MS_CASES.update({f"seed_{s}": (lambda s=s: _ms_random_case(s)) for s in (10, 11,
 def _mine_pairs(miner, scores, labels, ref_labels, ref_offset):
     pairs = _mine(miner, scores, labels, ref_labels, ref_offset)
     assert isinstance(pairs, Pairs)
-    pos, neg = pairs.positive.numpy(), pairs.negative.numpy()
+    pos, neg = to_numpy(pairs.positive), to_numpy(pairs.negative)
     assert pos.dtype == bool and neg.dtype == bool
     assert pos.shape == neg.shape == scores.shape
     return pos, neg
 
 
-@pytest.mark.parametrize("epsilon", [0.1, 0.0, 0.3])
-@pytest.mark.parametrize("positive", ["hard", "easy", "all"])
-@pytest.mark.parametrize("case", sorted(MS_CASES))
+@pytest.mark.parametrize("case,positive,epsilon", _grid(
+    [(c, p, e) for e in (0.1, 0.0, 0.3) for p in ("hard", "easy", "all") for c in sorted(MS_CASES)],
+    lambda c, p, e: c in ("ref_offset_3", "ref_offset_none")))
 def test_multi_similarity_miner_matches_reference(case, positive, epsilon):
     scores, labels, ref_labels, ref_offset = MS_CASES[case]()
     scores = scores.astype(np.float32)
@@ -327,7 +401,8 @@ def test_multi_similarity_miner_matches_reference(case, positive, epsilon):
     assert neg.any() and pos.any()
 
 
-@pytest.mark.parametrize("case", sorted(MS_CASES))
+@pytest.mark.parametrize("case", _grid([(c,) for c in sorted(MS_CASES)],
+                                      lambda c: c in ("ref_offset_3", "seed_10")))
 def test_multi_similarity_mining_is_selective(case):
     """The fixtures exercise both filters: some pairs are dropped, some kept."""
     scores, labels, ref_labels, ref_offset = MS_CASES[case]()
@@ -341,6 +416,7 @@ def test_multi_similarity_mining_is_selective(case):
     np.testing.assert_array_equal(easy_pos.sum(axis=1), all_pos.any(axis=1).astype(int))
 
 
+@MULTIBACKEND
 def test_multi_similarity_miner_hand_example():
     # labels 0 0 0 1 1, epsilon 1/8; all values exact in float32 (ties are real ties).
     scores = np.array(
@@ -376,6 +452,7 @@ def test_multi_similarity_miner_hand_example():
     assert set(zip(*np.nonzero(ref_neg), strict=True)) == want_neg
 
 
+@MULTIBACKEND
 def test_multi_similarity_easy_ties_pick_lowest_index():
     scores = np.array([[1.0, 0.5, 0.5, 0.1], [0.5, 1.0, 0.2, 0.3], [0.5, 0.2, 1.0, 0.0],
                        [0.1, 0.3, 0.0, 1.0]], np.float32)
@@ -384,6 +461,7 @@ def test_multi_similarity_easy_ties_pick_lowest_index():
     assert pos[0].tolist() == [False, True, False, False]
 
 
+@MULTIBACKEND
 def test_multi_similarity_anchor_without_positive_or_negative():
     scores = np.array([[1.0, 0.2, 0.9], [0.2, 1.0, 0.1], [0.9, 0.1, 1.0]], np.float32)
     labels = np.array([0, 1, 1])  # anchor 0 has no positive
@@ -401,6 +479,7 @@ def test_multi_similarity_anchor_without_positive_or_negative():
     assert pos.sum() == 6 and neg[:, 3].all()
 
 
+@MULTIBACKEND
 def test_multi_similarity_miner_invalid_arguments():
     for epsilon in (-0.1, "0.1", None, True, float("nan")):
         with pytest.raises(ValueError, match="epsilon"):
@@ -418,8 +497,9 @@ PAIR_COMBOS = [("easy", "hard", False), ("hard", "semihard", False), ("all", "se
                ("easy", "hard", True), ("random", "semihard", True)]
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("positive,negative,disjoint", PAIR_COMBOS)
+@pytest.mark.parametrize("positive,negative,disjoint,case", _grid(
+    [(*combo, c) for c in sorted(CASES) for combo in PAIR_COMBOS],
+    lambda p, n, d, c: c == "ref_offset_3"))
 def test_as_pairs_matches_reference(positive, negative, disjoint, case):
     scores, labels, ref_labels, ref_offset = CASES[case]()
     scores = scores.astype(np.float32)
@@ -428,18 +508,19 @@ def test_as_pairs_matches_reference(positive, negative, disjoint, case):
     got_set = ref.triplet_set(*_arrays(triplets))
     pairs = as_pairs(triplets, num_ref=scores.shape[1])
     want_pos, want_neg = ref.pairs_from_triplets(got_set, *scores.shape)
-    np.testing.assert_array_equal(pairs.positive.numpy(), want_pos)
-    np.testing.assert_array_equal(pairs.negative.numpy(), want_neg)
+    np.testing.assert_array_equal(to_numpy(pairs.positive), want_pos)
+    np.testing.assert_array_equal(to_numpy(pairs.negative), want_neg)
     assert want_pos.any()
     if triplets.positive is None or triplets.negative is None:  # num_ref read from the mask
         again = as_pairs(triplets)
-        np.testing.assert_array_equal(again.positive.numpy(), want_pos)
-        np.testing.assert_array_equal(again.negative.numpy(), want_neg)
+        np.testing.assert_array_equal(to_numpy(again.positive), want_pos)
+        np.testing.assert_array_equal(to_numpy(again.negative), want_neg)
     else:
         with pytest.raises(ValueError, match="num_ref"):
             as_pairs(triplets)
 
 
+@MULTIBACKEND
 @pytest.mark.parametrize("positive", ["hard", "easy", "all"])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_as_triplets_matches_reference(case, positive):
@@ -449,20 +530,22 @@ def test_as_triplets_matches_reference(case, positive):
     triplets = as_triplets(pairs)
     assert triplets.positive is None and triplets.negative is None
     assert triplets.mask.shape == (scores.shape[0], scores.shape[1], scores.shape[1])
-    want = ref.triplets_from_pairs(pairs.positive.numpy(), pairs.negative.numpy())
+    want = ref.triplets_from_pairs(to_numpy(pairs.positive), to_numpy(pairs.negative))
     assert want
     assert ref.triplet_set(*_arrays(triplets)) == want
     assert as_pairs(pairs) is pairs
     # Round trip: the pairs of the triplets are the pairs of anchors with both kinds.
     back = as_pairs(triplets)
-    both = pairs.positive.numpy().any(axis=1) & pairs.negative.numpy().any(axis=1)
-    np.testing.assert_array_equal(back.positive.numpy(), pairs.positive.numpy() & both[:, None])
-    np.testing.assert_array_equal(back.negative.numpy(), pairs.negative.numpy() & both[:, None])
+    both = to_numpy(pairs.positive).any(axis=1) & to_numpy(pairs.negative).any(axis=1)
+    pair_pos, pair_neg = to_numpy(pairs.positive), to_numpy(pairs.negative)
+    np.testing.assert_array_equal(to_numpy(back.positive), pair_pos & both[:, None])
+    np.testing.assert_array_equal(to_numpy(back.negative), pair_neg & both[:, None])
 
 
+@MULTIBACKEND
 def test_as_triplets_passes_triplets_through():
     scores, labels, _, _ = _batch_case()
-    t = TripletMiner("easy", "hard").mine(tf.constant(scores, tf.float32), tf.constant(labels))
+    t = TripletMiner("easy", "hard").mine(_t(scores, np.float32), _t(labels))
     assert as_triplets(t) is t
 
 
@@ -546,14 +629,16 @@ def _uniform_over_support(probs):
 def _mine_dw(miner, x, labels, ref_x, ref_labels, ref_offset=None, scores=None):
     if scores is None:
         scores = x @ ref_x.T
-    return miner.mine(tf.constant(scores, tf.float32), tf.constant(labels),
-                      tf.constant(ref_labels), ref_offset, embeddings=tf.constant(x),
-                      ref_embeddings=tf.constant(ref_x))
+    args = (_t(scores, np.float32), _t(labels), _t(ref_labels), _t(x), _t(ref_x))
+    if BACKEND == "jax":  # one XLA compilation per configuration, not one per op and shape
+        return _compiled_mine(miner, ref_offset)(*args)
+    return miner.mine(*args[:3], ref_offset, embeddings=args[3], ref_embeddings=args[4])
 
 
 COPIES = 1500
 
 
+@MULTIBACKEND
 def test_distance_weighted_reference_is_normalized_and_follows_formula():
     """Sanity check of the reference on one hand-made anchor (dimension 4)."""
     rng = np.random.default_rng(0)
@@ -567,6 +652,7 @@ def test_distance_weighted_reference_is_normalized_and_follows_formula():
     np.testing.assert_allclose(probs, np.array(w + [0.0]) / sum(w), rtol=1e-9)
 
 
+@MULTIBACKEND
 def test_distance_weighted_easy_positive_matches_target():
     x, labels, ref_x, ref_labels = _dw_problem(COPIES)
     t = _mine_dw(TripletMiner("easy", "distance_weighted", seed=3), x, labels, ref_x, ref_labels)
@@ -589,6 +675,7 @@ def test_distance_weighted_easy_positive_matches_target():
     assert _chi2_pvalue(uniform_groups) < 1e-6
 
 
+@MULTIBACKEND
 def test_distance_weighted_all_positives_matches_target():
     x, labels, ref_x, ref_labels = _dw_problem(COPIES // 3)
     copies = COPIES // 3
@@ -618,15 +705,15 @@ def test_distance_weighted_all_positives_matches_target():
     assert scipy.stats.binomtest(same, copies, p_same).pvalue > 1e-3
 
 
+@MULTIBACKEND
 def test_distance_weighted_disjoint_first_anchor_matches_target():
     x, labels, ref_x, ref_labels = _dw_problem(1)  # 3 anchors, not in the reference set
     miner = TripletMiner("easy", "distance_weighted", disjoint=True, seed=5)
-    mine = tf.function(lambda: miner.mine(
-        tf.constant(x @ ref_x.T), tf.constant(labels), tf.constant(ref_labels), None,
-        embeddings=tf.constant(x), ref_embeddings=tf.constant(ref_x)))
+    mine = _compiled_mine(miner, ref_offset=None)
+    args = (_t(x @ ref_x.T), _t(labels), _t(ref_labels), _t(x), _t(ref_x))
     draws = []
     for _ in range(1200):
-        t = mine()
+        t = mine(*args)
         assert bool(t.mask[0, 0, 0])
         draws.append(int(t.negative[0, 0]))
     counts = np.bincount(draws, minlength=len(ref_labels))
@@ -635,6 +722,7 @@ def test_distance_weighted_disjoint_first_anchor_matches_target():
     assert _chi2_pvalue([(counts, _uniform_over_support(target))]) < 1e-4
 
 
+@MULTIBACKEND
 @pytest.mark.parametrize("positive,disjoint", [("easy", False), ("random", False),
                                                ("all", False), ("easy", True)])
 def test_distance_weighted_same_seed_same_draws(positive, disjoint):
@@ -664,6 +752,7 @@ def _constructed_problem(negative_distances, copies, seed=0, positive_distance=0
     return x, np.zeros(copies, np.int32), ref_x, ref_labels
 
 
+@MULTIBACKEND
 def test_distance_weighted_upper_cutoff_falls_back_to_uniform():
     # Every negative is at least 1.45 away: uniform over all 5 negatives.
     x, labels, ref_x, ref_labels = _constructed_problem([1.45, 1.6, 1.75, 1.9, 1.98], 2000)
@@ -682,6 +771,7 @@ def test_distance_weighted_upper_cutoff_falls_back_to_uniform():
     assert _chi2_pvalue([(counts, weighted)]) > 1e-3
 
 
+@MULTIBACKEND
 def test_distance_weighted_upper_cutoff_excludes_far_negatives():
     # One negative within 1.4: it is always drawn, however likely the far ones would be.
     x, labels, ref_x, ref_labels = _constructed_problem([1.3, 1.5, 1.9, 1.95], 500)
@@ -698,6 +788,7 @@ def test_distance_weighted_upper_cutoff_excludes_far_negatives():
     assert _chi2_pvalue([(counts, [0, 0.25, 0.25, 0.25, 0.25])]) > 1e-3
 
 
+@MULTIBACKEND
 def test_distance_weighted_lower_cutoff_clips_close_negatives():
     distances = [0.15, 0.3, 0.45, 0.8, 1.1]
     x, labels, ref_x, ref_labels = _constructed_problem(distances, 3000)
@@ -717,6 +808,7 @@ def test_distance_weighted_lower_cutoff_clips_close_negatives():
     assert _chi2_pvalue([(results[0.1], clipped)]) < 1e-6
 
 
+@MULTIBACKEND
 @pytest.mark.parametrize("positive,disjoint", [("easy", False), ("all", False), ("easy", True)])
 def test_distance_weighted_needs_embeddings(positive, disjoint):
     scores, labels, ref_labels, ref_offset = _batch_case()
@@ -725,6 +817,7 @@ def test_distance_weighted_needs_embeddings(positive, disjoint):
         _mine(miner, scores.astype(np.float32), labels, ref_labels, ref_offset)
 
 
+@MULTIBACKEND
 def test_distance_weighted_invalid_cutoffs():
     bad = [dict(lower_cutoff=-0.1), dict(lower_cutoff=2.0), dict(lower_cutoff="0.5"),
            dict(lower_cutoff=None), dict(upper_cutoff=0.5), dict(upper_cutoff=0.3),
@@ -751,15 +844,16 @@ def _check_distance_weighted_triplets(triplets, x, labels, ref_x, ref_labels, re
     return got, anchors_with_triplet
 
 
+@MULTIBACKEND
 @pytest.mark.parametrize("positive,disjoint", [("easy", False), ("all", False),
                                                ("random", False), ("easy", True)])
 def test_distance_weighted_under_xla_gives_valid_negatives(positive, disjoint):
     labels, x = ref.make_batch([4, 3, 3, 2, 1], 6, seed=2)
     x = _unit(x).astype(np.float32)
     miner = TripletMiner(positive, "distance_weighted", disjoint=disjoint, seed=1)
-    mine = tf.function(lambda s, lab, e: miner.mine(s, lab, embeddings=e), jit_compile=True)
+    mine = _compiled_mine(miner)
     for _ in range(3):
-        t = mine(tf.constant(x @ x.T), tf.constant(labels), tf.constant(x))
+        t = mine(_t(x @ x.T), _t(labels), None, _t(x))
         got, anchors = _check_distance_weighted_triplets(t, x, labels, x, labels, 0)
         if not disjoint:  # every anchor with a positive has a triplet (all have negatives)
             has_pos = ref.label_masks(labels)[0].any(axis=1)
@@ -779,45 +873,49 @@ def _two_per_class_batch():
     return labels, x
 
 
-@pytest.mark.parametrize("negative", ["hard", "semihard", "easy", "random", "distance_weighted",
-                                      "all"])
+@pytest.mark.parametrize("negative", _grid(
+    [(n,) for n in ("hard", "semihard", "easy", "random", "distance_weighted", "all")],
+    lambda n: n in ("random", "distance_weighted", "all")))
 def test_two_per_class_easy_positive_equals_random_positive(negative):
     labels, x = _two_per_class_batch()
     xn = _unit(x).astype(np.float32)
-    scores = tf.constant(xn @ xn.T)
+    scores = _t(xn @ xn.T)
     chosen = {}
     for positive in ("easy", "random", "hard"):
         miner = TripletMiner(positive, negative, seed=3)
-        t = miner.mine(scores, tf.constant(labels), embeddings=tf.constant(xn))
-        chosen[positive] = t.positive.numpy()[:, 0]
-        assert t.mask.numpy().any(axis=(1, 2)).all()
+        t = miner.mine(scores, _t(labels), embeddings=_t(xn))
+        chosen[positive] = to_numpy(t.positive)[:, 0]
+        assert to_numpy(t.mask).any(axis=(1, 2)).all()
     want = [next(j for j in range(10) if j != a and labels[j] == labels[a]) for a in range(10)]
     for positive in ("easy", "random", "hard"):
         np.testing.assert_array_equal(chosen[positive], want)
 
 
-@pytest.mark.parametrize("negative", ["hard", "semihard", "easy", "all"])
-@pytest.mark.parametrize("make_loss", [
-    lambda miner: tfdml.losses.TripletNCALoss(order=2, miner=miner),
-    lambda miner: tfdml.losses.TripletMarginLoss(miner=miner),
-    lambda miner: tfdml.losses.MarginLoss(learn_beta=False, miner=miner),
-    lambda miner: tfdml.losses.ContrastiveLoss(miner=miner),
-    lambda miner: tfdml.losses.MultiSimilarityLoss(miner=miner),
-], ids=["nca", "triplet_margin", "margin", "contrastive", "multi_similarity"])
-def test_two_per_class_easy_positive_loss_equals_random_positive_loss(negative, make_loss):
+_LOSS_FACTORIES = {
+    "nca": lambda miner: tfdml.losses.TripletNCALoss(order=2, miner=miner),
+    "triplet_margin": lambda miner: tfdml.losses.TripletMarginLoss(miner=miner),
+    "margin": lambda miner: tfdml.losses.MarginLoss(learn_beta=False, miner=miner),
+    "contrastive": lambda miner: tfdml.losses.ContrastiveLoss(miner=miner),
+    "multi_similarity": lambda miner: tfdml.losses.MultiSimilarityLoss(miner=miner),
+}
+
+
+@pytest.mark.parametrize("loss_name,negative", _grid(
+    [(name, n) for n in ("hard", "semihard", "easy", "all") for name in _LOSS_FACTORIES],
+    lambda name, n: n == "semihard" and name in ("nca", "multi_similarity")))
+def test_two_per_class_easy_positive_loss_equals_random_positive_loss(loss_name, negative):
+    make_loss = _LOSS_FACTORIES[loss_name]
     labels, x = _two_per_class_batch()
     values = {}
     for positive in ("easy", "random"):
-        xt = tf.constant(x)
-        with tf.GradientTape() as tape:
-            tape.watch(xt)
-            value = make_loss(TripletMiner(positive, negative, seed=9))(labels, xt)
-        values[positive] = (value.numpy(), tape.gradient(value, xt).numpy())
+        loss = make_loss(TripletMiner(positive, negative, seed=9))
+        values[positive] = value_and_grad(lambda e, loss=loss: loss(labels, e), x)
     assert values["easy"][0] > 0 or negative == "easy"
     assert values["easy"][0] == values["random"][0]
     np.testing.assert_array_equal(values["easy"][1], values["random"][1])
 
 
+@MULTIBACKEND
 @pytest.mark.parametrize("make_loss", [
     lambda miner: tfdml.losses.MultiSimilarityLoss(miner=miner),
     lambda miner: tfdml.losses.ContrastiveLoss(miner=miner),
@@ -826,38 +924,38 @@ def test_two_per_class_easy_positive_loss_equals_random_positive_loss(negative, 
 def test_two_per_class_multi_similarity_easy_equals_all(make_loss):
     labels, x = _two_per_class_batch()
     xn = _unit(x).astype(np.float32)
-    easy = MultiSimilarityMiner(0.1, "easy").mine(tf.constant(xn @ xn.T), tf.constant(labels))
-    every = MultiSimilarityMiner(0.1, "all").mine(tf.constant(xn @ xn.T), tf.constant(labels))
-    np.testing.assert_array_equal(easy.positive.numpy(), every.positive.numpy())
-    np.testing.assert_array_equal(easy.negative.numpy(), every.negative.numpy())
-    assert easy.positive.numpy().sum() == 10
-    value_easy = make_loss(MultiSimilarityMiner(0.1, "easy"))(labels, x).numpy()
-    value_all = make_loss(MultiSimilarityMiner(0.1, "all"))(labels, x).numpy()
+    easy = MultiSimilarityMiner(0.1, "easy").mine(_t(xn @ xn.T), _t(labels))
+    every = MultiSimilarityMiner(0.1, "all").mine(_t(xn @ xn.T), _t(labels))
+    np.testing.assert_array_equal(to_numpy(easy.positive), to_numpy(every.positive))
+    np.testing.assert_array_equal(to_numpy(easy.negative), to_numpy(every.negative))
+    assert to_numpy(easy.positive).sum() == 10
+    value_easy = to_numpy(make_loss(MultiSimilarityMiner(0.1, "easy"))(labels, _t(x)))
+    value_all = to_numpy(make_loss(MultiSimilarityMiner(0.1, "all"))(labels, _t(x)))
     assert value_easy > 0 and value_easy == value_all
 
 
 # -- AllPairsMiner: no mining ---------------------------------------------------------------------
 
 
+@MULTIBACKEND
 @pytest.mark.parametrize("ref_offset", [0, 3, None])
 def test_all_pairs_miner_keeps_every_pair(ref_offset):
-    import keras
-
     from tfdml.miners import AllPairsMiner, Pairs
 
     labels = np.array([2, 0, 2, 1, 0])
     ref_labels = np.array([0, 1, 2, 2, 0, 1, 2, 2, 0, 5])
-    scores = tf.random.stateless_normal([5, 10], seed=[3, 4])
+    scores = _t(np.random.default_rng(34).normal(size=(5, 10)), np.float32)
     mined = AllPairsMiner()(scores, labels, ref_labels, ref_offset)
     assert isinstance(mined, Pairs)
     pos, neg = ref.label_masks(labels, ref_labels, ref_offset)
-    np.testing.assert_array_equal(mined.positive.numpy(), pos)
-    np.testing.assert_array_equal(mined.negative.numpy(), neg)
+    np.testing.assert_array_equal(to_numpy(mined.positive), pos)
+    np.testing.assert_array_equal(to_numpy(mined.negative), neg)
     again = keras.saving.deserialize_keras_object(
         keras.saving.serialize_keras_object(AllPairsMiner()))
     assert isinstance(again, AllPairsMiner)
 
 
+@MULTIBACKEND
 def test_miner_none_means_no_mining_for_every_loss():
     import tfdml
     from tfdml.miners import AllPairsMiner

@@ -2,7 +2,8 @@
 
 Values must match to 1e-5 (float32); float32 gradients are compared with central finite
 differences of the float64 reference with the mined pairs held fixed (the miner's output
-is recorded and checked against the reference miner first).
+is recorded and checked against the reference miner first). The tests marked
+``multibackend`` also run under JAX and PyTorch.
 """
 
 from __future__ import annotations
@@ -12,8 +13,15 @@ import math
 import numpy as np
 import pytest
 import references as ref
-import tensorflow as tf
-from recorded_mining import RecordingMiner, as_f32, checked_pairs, reference_set_arguments
+from backends import CAN_COMPILE, compiled, to_numpy
+from keras import ops as kops
+from recorded_mining import (
+    RecordingMiner,
+    as_f32,
+    checked_pairs,
+    reference_set_arguments,
+    run_recorded,
+)
 
 from tfdml.losses import MultiSimilarityLoss, multi_similarity_loss
 from tfdml.miners import MultiSimilarityMiner, TripletMiner
@@ -21,26 +29,26 @@ from tfdml.miners import MultiSimilarityMiner, TripletMiner
 VALUE_TOL = 1e-5
 GRAD_ATOL = 2e-5
 GRAD_RTOL = 1e-4
+MB = pytest.mark.multibackend
 
 
 def run_ms(labels, x, miner, alpha=2.0, beta=50.0, base=0.5, ref_set=None, functional=False,
            grad=True, normalize=True):
     x32, x64 = as_f32(x)
-    recorder = RecordingMiner(miner)
     kwargs, ref_kwargs, ref_labels, ref_offset = reference_set_arguments(ref_set)
-    xt = tf.constant(x32)
-    with tf.GradientTape() as tape:
-        tape.watch(xt)
+    y = kops.convert_to_tensor(labels)
+
+    def loss_value(recorder, xt):
         if functional:
-            value = multi_similarity_loss(tf.constant(labels), xt, alpha=alpha, beta=beta,
-                                          base=base, miner=recorder, normalize=normalize,
-                                          **kwargs)
-        else:
-            assert ref_set is None
-            loss = MultiSimilarityLoss(alpha=alpha, beta=beta, base=base, miner=recorder,
-                                       normalize=normalize)
-            value = loss(tf.constant(labels), xt)
-    assert value.dtype == tf.float32 and value.shape == ()
+            return multi_similarity_loss(y, xt, alpha=alpha, beta=beta, base=base,
+                                         miner=recorder, normalize=normalize, **kwargs)
+        assert ref_set is None
+        loss = MultiSimilarityLoss(alpha=alpha, beta=beta, base=base, miner=recorder,
+                                   normalize=normalize)
+        return loss(y, xt)
+
+    value, got_grad, recorder = run_recorded(loss_value, miner, x32, grad=grad)
+    assert value.dtype == np.float32 and value.shape == ()
     pos, neg, _ = checked_pairs(recorder, labels, ref_labels, ref_offset)
 
     def reference(e):
@@ -48,12 +56,11 @@ def run_ms(labels, x, miner, alpha=2.0, beta=50.0, base=0.5, ref_set=None, funct
                                          **ref_kwargs)
 
     want, per_anchor = reference(x64)
-    np.testing.assert_allclose(value.numpy(), want, rtol=0, atol=VALUE_TOL)
+    np.testing.assert_allclose(value, want, rtol=0, atol=VALUE_TOL)
     if grad:
-        tf_grad = tape.gradient(value, xt).numpy()
         fd = ref.finite_difference_gradient(lambda e: reference(e)[0], x64)
-        assert np.all(np.isfinite(tf_grad))
-        np.testing.assert_allclose(tf_grad, fd, rtol=GRAD_RTOL, atol=GRAD_ATOL)
+        assert np.all(np.isfinite(got_grad))
+        np.testing.assert_allclose(got_grad, fd, rtol=GRAD_RTOL, atol=GRAD_ATOL)
     return want, per_anchor
 
 
@@ -75,7 +82,13 @@ MINERS = {
 }
 
 
-@pytest.mark.parametrize("miner", sorted(MINERS))
+def _params(names, multibackend):
+    """``names`` as pytest params; those in ``multibackend`` also run under JAX and PyTorch
+    (a few per test: eager JAX compiles every op for each new shape)."""
+    return [pytest.param(n, marks=MB) if n in multibackend else n for n in names]
+
+
+@pytest.mark.parametrize("miner", _params(sorted(MINERS), ["ms_hard"]))
 def test_class_form_matches_reference(miner):
     want, per_anchor = run_ms(*BATCH_A, MINERS[miner]())
     assert want > 0 and per_anchor
@@ -90,7 +103,7 @@ def test_default_miner_is_wang_et_al():
     assert (loss.alpha, loss.beta, loss.base) == (2.0, 50.0, 0.5)
     labels, x = BATCH_C
     x = np.asarray(x, np.float32)
-    value = loss(labels, x).numpy()
+    value = to_numpy(loss(labels, x))
     x64 = x.astype(np.float64)
     pos, neg = ref.multi_similarity_pairs(ref.nca_scores(x64), labels, epsilon=0.1,
                                           positive="hard")
@@ -98,7 +111,8 @@ def test_default_miner_is_wang_et_al():
                                atol=VALUE_TOL)
 
 
-@pytest.mark.parametrize("alpha,beta,base", [(2.0, 50.0, 1.0), (0.5, 10.0, 0.0),
+@pytest.mark.parametrize("alpha,beta,base", [(2.0, 50.0, 1.0),
+                                             pytest.param(0.5, 10.0, 0.0, marks=MB),
                                              (4.0, 40.0, 0.3)])
 def test_hyperparameters(alpha, beta, base):
     run_ms(*BATCH_C, MultiSimilarityMiner(0.1, "easy"), alpha=alpha, beta=beta, base=base)
@@ -109,12 +123,13 @@ def test_without_normalization():
     run_ms(labels, 0.3 * x, MultiSimilarityMiner(0.2, "all"), normalize=False)
 
 
+@MB
 def test_anchors_need_a_positive_and_a_negative_pair():
     """Anchors with only one kind of pair are left out of the mean, not counted as 0."""
     labels, x = BATCH_A
     x = np.asarray(x, np.float32)
     miner = MultiSimilarityMiner(0.0, "hard")
-    per_anchor = MultiSimilarityLoss(miner=miner, reduction="none")(labels, x).numpy()
+    per_anchor = to_numpy(MultiSimilarityLoss(miner=miner, reduction="none")(labels, x))
     pos, neg = ref.multi_similarity_pairs(ref.nca_scores(x.astype(np.float64)), labels,
                                           epsilon=0.0, positive="hard")
     value, want = ref.multi_similarity_loss(x.astype(np.float64), pos, neg)
@@ -122,7 +137,7 @@ def test_anchors_need_a_positive_and_a_negative_pair():
     assert 0 < len(kept) < len(labels)  # some anchors are left out
     np.testing.assert_allclose(per_anchor[kept], [want[a] for a in kept], atol=VALUE_TOL)
     assert np.all(per_anchor[[a for a in range(len(labels)) if a not in want]] == 0)
-    np.testing.assert_allclose(MultiSimilarityLoss(miner=miner)(labels, x).numpy(), value,
+    np.testing.assert_allclose(to_numpy(MultiSimilarityLoss(miner=miner)(labels, x)), value,
                                atol=VALUE_TOL)
 
 
@@ -132,7 +147,7 @@ REF_LABELS, REF_X = ref.make_batch([4, 3, 3, 2, 1, 1], 5, seed=3)  # R=14, D=5
 REF_MINERS = ["ms_hard", "ms_easy", "ms_all", "all_all", "easy_semihard"]
 
 
-@pytest.mark.parametrize("miner", REF_MINERS)
+@pytest.mark.parametrize("miner", _params(REF_MINERS, ["ms_easy"]))
 def test_functional_reference_set_with_offset(miner):
     labels, x = REF_LABELS[3:9], REF_X[3:9]
     run_ms(labels, x, MINERS[miner](), ref_set=(REF_X, REF_LABELS, 3), functional=True)
@@ -147,13 +162,15 @@ def test_functional_reference_set_without_offset(miner):
            base=1.0)
 
 
-# -- float64 and tf.test.compute_gradient ---------------------------------------------------------
+# -- float64 and tf.test.compute_gradient (TensorFlow only) ---------------------------------------
 
 
 @pytest.mark.parametrize("make_miner", [lambda: MultiSimilarityMiner(0.1, "hard"),
                                         lambda: MultiSimilarityMiner(0.3, "easy"),
                                         lambda: TripletMiner("all", "all")])
 def test_float64_compute_gradient(make_miner):
+    import tensorflow as tf
+
     labels_np, x = BATCH_C
     x = x[:8]
     labels_np = labels_np[:8]
@@ -179,6 +196,7 @@ def test_float64_compute_gradient(make_miner):
 # -- the published formula --------------------------------------------------------------------------
 
 
+@MB
 def test_hand_example_matches_wang_et_al():
     """Eq. 12 of Wang et al. on four unit vectors in the plane, worked out by hand.
 
@@ -204,17 +222,17 @@ def test_hand_example_matches_wang_et_al():
                   anchor_loss([0.0], [c, c]), anchor_loss([0.0], [c])]
     want = sum(per_anchor) / 4
     loss = MultiSimilarityLoss(alpha=alpha, beta=beta, base=lam)
-    np.testing.assert_allclose(loss(labels, x).numpy(), want, rtol=1e-6)
+    np.testing.assert_allclose(to_numpy(loss(labels, x)), want, rtol=1e-6)
     got = MultiSimilarityLoss(alpha=alpha, beta=beta, base=lam, reduction="none")(labels, x)
-    np.testing.assert_allclose(got.numpy(), per_anchor, rtol=1e-6)
+    np.testing.assert_allclose(to_numpy(got), per_anchor, rtol=1e-6)
     # With all pairs kept, the negative at -c adds to anchors 0 and 3 (a visible change).
     everything = MultiSimilarityLoss(alpha=alpha, beta=beta, base=lam,
                                      miner=TripletMiner("all", "all"), reduction="none")
-    np.testing.assert_allclose(everything(labels, x).numpy()[0], anchor_loss([0.0], [c, -c]),
+    np.testing.assert_allclose(to_numpy(everything(labels, x))[0], anchor_loss([0.0], [c, -c]),
                                rtol=1e-6)
     # The class-collapse paper's lambda = 1.
     np.testing.assert_allclose(
-        MultiSimilarityLoss(base=1.0)(labels, x).numpy(),
+        to_numpy(MultiSimilarityLoss(base=1.0)(labels, x)),
         sum(math.log(1 + math.exp(2.0)) / 2 + math.log(1 + k * math.exp(50 * (c - 1))) / 50
             for k in (1, 2, 2, 1)) / 4,
         rtol=1e-6)
@@ -228,9 +246,25 @@ def test_hand_example_matches_wang_et_al():
     (dict(beta=0.0), "beta"), (dict(beta=True), "beta"), (dict(base="0.5"), "base"),
     (dict(base=None), "base"), (dict(miner="hard"), "miner"),
 ])
+@MB
 def test_invalid_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         MultiSimilarityLoss(**kwargs)
     labels, x = BATCH_A
     with pytest.raises(ValueError, match=match):
         multi_similarity_loss(labels, x, **kwargs)
+
+
+@pytest.mark.skipif(not CAN_COMPILE, reason="this backend does not compile")
+def test_compiled_equals_eager():
+    """Under XLA (tf.function(jit_compile=True) or jax.jit): the eager values.
+
+    (Not marked multibackend: tests/test_loss_base.py compares jax.jit with eager JAX.)"""
+    labels, x = BATCH_C
+    x = np.asarray(x, np.float32)
+    for loss in (MultiSimilarityLoss(),
+                 MultiSimilarityLoss(miner=TripletMiner("all", "all"), reduction="none")):
+        want = to_numpy(loss(labels, x))
+        assert np.any(want > 0)
+        got = to_numpy(compiled(lambda y, e, loss=loss: loss(y, e))(labels, x))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

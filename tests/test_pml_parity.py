@@ -4,6 +4,10 @@
 a separate environment with PyTorch; see its docstring). Values and gradients are compared
 in float64. Where tfdml's default differs from pytorch-metric-learning's, the test names
 the tfdml settings that reproduce it, and docs/losses.md says why the default differs.
+
+Every test runs under each Keras backend (under JAX with ``jax_enable_x64`` for the
+test, so that float64 exists). Under JAX only on the ``uneven`` batch: eager JAX
+compiles every op once per new batch shape, seconds per loss and batch.
 """
 
 from __future__ import annotations
@@ -13,26 +17,39 @@ import os
 import numpy as np
 import pytest
 import references as ref
-import tensorflow as tf
+from backends import BACKEND, enable_float64, value_and_grad
 
 from tfdml.losses import ContrastiveLoss, MarginLoss, MultiSimilarityLoss, TripletMarginLoss
 from tfdml.miners import AllPairsMiner, MultiSimilarityMiner, TripletMiner
 
 FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "pml_2.9.npz")
 DATA = np.load(FIXTURE)
-BATCHES = ("uneven", "pk", "pairs")
+BATCHES = [
+    pytest.param(batch, marks=pytest.mark.skipif(
+        BACKEND == "jax" and batch != "uneven",
+        reason="JAX: one batch (each new shape compiles every op)"))
+    for batch in ("uneven", "pk", "pairs")
+]
+
+pytestmark = pytest.mark.multibackend
+
+
+@pytest.fixture(autouse=True)
+def _float64():
+    """float64 tensors exist during each test (JAX: jax_enable_x64)."""
+    with enable_float64():
+        yield
 
 
 def _value_and_grad(loss, batch):
-    labels, x = DATA[f"{batch}/labels"], tf.constant(DATA[f"{batch}/embeddings"])
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        value = loss(labels, x)
-    return value.numpy(), tape.gradient(value, x).numpy()
+    labels, x = DATA[f"{batch}/labels"], DATA[f"{batch}/embeddings"]
+    assert x.dtype == np.float64
+    return value_and_grad(lambda y, e: loss(y, e), labels, x, argnums=1)
 
 
 def _check(case, batch, loss, rtol=1e-9):
     value, grad = _value_and_grad(loss, batch)
+    assert value.dtype == grad.dtype == np.float64
     np.testing.assert_allclose(value, DATA[f"{case}/{batch}/value"], rtol=rtol, atol=1e-12)
     np.testing.assert_allclose(grad, DATA[f"{case}/{batch}/grad"], rtol=max(rtol, 1e-7),
                                atol=1e-10)

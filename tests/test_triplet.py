@@ -1,21 +1,28 @@
 """TripletNCALoss / TripletMarginLoss against the naive references of tests/references.py.
 
-Values must match to 1e-5 (float32). Gradients (tf.GradientTape, float32) are compared
-with central finite differences of the float64 reference, h = 1e-6, to
+Values must match to 1e-5 (float32). Gradients (float32, under any Keras backend) are
+compared with central finite differences of the float64 reference, h = 1e-6, to
 ``atol=1e-5, rtol=1e-4``. The finite differences hold the mined triplets fixed (the
-triplets the TF miner chose, once checked against the reference), which is the same
+triplets the miner chose, once checked against the reference), which is the same
 function locally since random inputs have no ties.
+
+The tests marked ``multibackend`` also run under JAX and PyTorch (a subset of the
+strategy combinations, to keep those runs short).
 """
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import references as ref
-import tensorflow as tf
+from backends import CAN_COMPILE, compiled, to_numpy, value_and_grad
+from keras import ops as kops
+from recorded_mining import as_f32, run_recorded
 
 import tfdml
-from tfdml.miners import Miner, TripletMiner
+from tfdml.miners import TripletMiner
 
 POSITIVES = ("easy", "hard", "random", "all")
 NEGATIVES = ("hard", "semihard", "easy", "random", "all")
@@ -25,28 +32,13 @@ SINGLE_COMBOS = [(p, n) for p in POSITIVES if p != "all" for n in NEGATIVES if n
 VALUE_TOL = 1e-5
 GRAD_ATOL = 1e-5
 GRAD_RTOL = 1e-4
+MB = pytest.mark.multibackend
 
 
-class RecordingMiner(Miner):
-    """Delegates to a TripletMiner and keeps the triplets it returned (eager mode)."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.triplets = None
-
-    def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
-             ref_embeddings=None):
-        self.triplets = self.inner.mine(scores, labels, ref_labels=ref_labels,
-                                        ref_offset=ref_offset, embeddings=embeddings,
-                                        ref_embeddings=ref_embeddings)
-        return self.triplets
-
-
-def _arrays(triplets):
-    def to_np(t):
-        return None if t is None else t.numpy()
-
-    return to_np(triplets.positive), to_np(triplets.negative), triplets.mask.numpy()
+def _params(cases, multibackend):
+    """``cases`` (tuples) as pytest params; those in ``multibackend`` also run under JAX and
+    PyTorch (a few cases per test: eager JAX compiles every op for each new shape)."""
+    return [pytest.param(*c, marks=MB) if c in multibackend else c for c in cases]
 
 
 # Batches: B != D, several classes of varying sizes including a singleton.
@@ -54,59 +46,51 @@ BATCH_A = ref.make_batch([4, 3, 2, 2, 1], 7, seed=0)  # B=12, D=7: values and gr
 BATCH_B = ref.make_batch([3, 3, 2, 1, 1], 16, seed=1)  # B=10, D=16: values
 
 
-def _as_f32(x):
-    """The float32 values TF sees, and the same values in float64 for the reference."""
-    x32 = np.asarray(x, np.float32)
-    return x32, x32.astype(np.float64)
-
-
 def _run(kind, labels, x, params, positive, negative, disjoint=False, normalize=True,
          ref_set=None, grad=True, seed=7):
-    """Runs the TF loss and the reference on the same inputs and compares them.
+    """Runs the loss and the reference on the same inputs and compares them.
 
     ``kind``: "nca" (params: order, temperature) or "margin" (params: margin, distance).
     ``ref_set``: None (class form, batch as reference set) or
     ``(ref_embeddings, ref_labels, ref_offset)`` (functional form).
     Returns the reference value.
     """
-    x32, x64 = _as_f32(x)
-    recorder = RecordingMiner(TripletMiner(positive, negative, disjoint=disjoint, seed=seed))
+    x32, x64 = as_f32(x)
     ref_kwargs = {}
-    tf_ref_kwargs = {}
+    tensor_ref_kwargs = {}
     if ref_set is not None:
-        r32, r64 = _as_f32(ref_set[0])
+        r32, r64 = as_f32(ref_set[0])
         ref_kwargs = dict(ref_embeddings=r64, ref_labels=ref_set[1], ref_offset=ref_set[2])
-        tf_ref_kwargs = dict(ref_embeddings=tf.constant(r32), ref_labels=tf.constant(ref_set[1]),
-                             ref_offset=ref_set[2])
+        tensor_ref_kwargs = dict(ref_embeddings=kops.convert_to_tensor(r32),
+                                 ref_labels=kops.convert_to_tensor(ref_set[1]),
+                                 ref_offset=ref_set[2])
+    y = kops.convert_to_tensor(labels)
 
-    xt = tf.constant(x32)
-    with tf.GradientTape() as tape:
-        tape.watch(xt)
+    def loss_value(recorder, xt):
         if kind == "nca":
             order, temperature = params
             if ref_set is None:
                 loss = tfdml.losses.TripletNCALoss(order=order, temperature=temperature,
                                                    miner=recorder, normalize=normalize)
-                value = loss(tf.constant(labels), xt)
-            else:
-                value = tfdml.losses.triplet_nca_loss(
-                    tf.constant(labels), xt, order=order, temperature=temperature,
-                    miner=recorder, normalize=normalize, **tf_ref_kwargs)
-        else:
-            margin, distance = params
-            if ref_set is None:
-                loss = tfdml.losses.TripletMarginLoss(margin=margin, distance=distance,
-                                                      miner=recorder, normalize=normalize)
-                value = loss(tf.constant(labels), xt)
-            else:
-                value = tfdml.losses.triplet_margin_loss(
-                    tf.constant(labels), xt, margin=margin, distance=distance,
-                    miner=recorder, normalize=normalize, **tf_ref_kwargs)
-    tf_grad = tape.gradient(value, xt).numpy() if grad else None
-    assert value.dtype == tf.float32 and value.shape == ()
+                return loss(y, xt)
+            return tfdml.losses.triplet_nca_loss(
+                y, xt, order=order, temperature=temperature, miner=recorder,
+                normalize=normalize, **tensor_ref_kwargs)
+        margin, distance = params
+        if ref_set is None:
+            loss = tfdml.losses.TripletMarginLoss(margin=margin, distance=distance,
+                                                  miner=recorder, normalize=normalize)
+            return loss(y, xt)
+        return tfdml.losses.triplet_margin_loss(
+            y, xt, margin=margin, distance=distance, miner=recorder, normalize=normalize,
+            **tensor_ref_kwargs)
 
-    pos, neg, mask = _arrays(recorder.triplets)
-    tf_triplets = ref.triplet_set(pos, neg, mask)
+    miner = TripletMiner(positive, negative, disjoint=disjoint, seed=seed)
+    value, got_grad, recorder = run_recorded(loss_value, miner, x32, grad=grad)
+    assert value.dtype == np.float32 and value.shape == ()
+
+    pos, neg, mask = recorder.mined
+    got_triplets = ref.triplet_set(pos, neg, mask)
     chooser = ref.chooser_from(pos, neg, mask, disjoint=disjoint)
 
     def reference(emb, triplets=None):
@@ -117,33 +101,35 @@ def _run(kind, labels, x, params, positive, negative, disjoint=False, normalize=
         return ref.margin_loss(labels, emb, margin=params[0], distance_kind=params[1], **common)
 
     want, want_triplets = reference(x64)
-    assert tf_triplets == want_triplets
-    np.testing.assert_allclose(value.numpy(), want, rtol=0, atol=VALUE_TOL)
+    assert got_triplets == want_triplets
+    np.testing.assert_allclose(value, want, rtol=0, atol=VALUE_TOL)
 
     if grad:
         fd = ref.finite_difference_gradient(lambda e: reference(e, want_triplets)[0], x64)
-        assert np.all(np.isfinite(tf_grad))
-        np.testing.assert_allclose(tf_grad, fd, rtol=GRAD_RTOL, atol=GRAD_ATOL)
+        assert np.all(np.isfinite(got_grad))
+        np.testing.assert_allclose(got_grad, fd, rtol=GRAD_RTOL, atol=GRAD_ATOL)
     return want
 
 
 # -- every strategy combination ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("positive,negative", COMBOS)
+@pytest.mark.parametrize("positive,negative",
+                         _params(COMBOS, [("random", "semihard")]))
 def test_nca_strategies(positive, negative):
     want = _run("nca", *BATCH_A, (1, 1.0), positive, negative)
     assert want > 0
     _run("nca", *BATCH_B, (2, 2.0), positive, negative, grad=False)
 
 
-@pytest.mark.parametrize("positive,negative", COMBOS)
+@pytest.mark.parametrize("positive,negative",
+                         _params(COMBOS, [("all", "semihard")]))
 def test_margin_strategies(positive, negative):
     _run("margin", *BATCH_A, (0.2, "squared_l2"), positive, negative)
     _run("margin", *BATCH_B, (0.3, "cosine"), positive, negative, grad=False)
 
 
-@pytest.mark.parametrize("positive,negative", SINGLE_COMBOS)
+@pytest.mark.parametrize("positive,negative", _params(SINGLE_COMBOS, [("hard", "random")]))
 def test_nca_disjoint(positive, negative):
     want = _run("nca", *BATCH_A, (2, 1.0), positive, negative, disjoint=True)
     assert want > 0
@@ -158,16 +144,16 @@ def test_margin_disjoint(positive, negative):
 # -- orders, temperatures, distances, normalization ----------------------------------------------
 
 
-@pytest.mark.parametrize("temperature", [0.1, 1.0, 2.0])
-@pytest.mark.parametrize("order", [1, 2])
+@pytest.mark.parametrize("order,temperature", _params(
+    list(itertools.product([1, 2], [0.1, 1.0, 2.0])), [(2, 0.1)]))
 def test_nca_order_and_temperature(order, temperature):
     _run("nca", *BATCH_A, (order, temperature), "easy", "hard")
     _run("nca", *BATCH_B, (order, temperature), "easy", "semihard", grad=False)
 
 
-@pytest.mark.parametrize("distance", ["squared_l2", "l2", "cosine"])
-@pytest.mark.parametrize("positive,negative", [("all", "semihard"), ("easy", "hard"),
-                                               ("hard", "easy")])
+@pytest.mark.parametrize("positive,negative,distance", _params(
+    [(p, n, d) for p, n in [("all", "semihard"), ("easy", "hard"), ("hard", "easy")]
+     for d in ["squared_l2", "l2", "cosine"]], [("easy", "hard", "l2")]))
 def test_margin_distances(distance, positive, negative):
     want = _run("margin", *BATCH_A, (0.4, distance), positive, negative)
     assert want > 0  # some hinges are active, so the gradient check means something
@@ -196,7 +182,7 @@ def test_raw_scores_differ_from_normalized():
     normed = tfdml.losses.triplet_nca_loss(labels, scaled)
     want_raw = ref.nca_loss(labels, scaled.astype(np.float64), normalize=False)[0]
     want_normed = ref.nca_loss(labels, x.astype(np.float64))[0]
-    np.testing.assert_allclose([raw.numpy(), normed.numpy()], [want_raw, want_normed],
+    np.testing.assert_allclose(to_numpy([raw, normed]), [want_raw, want_normed],
                                atol=VALUE_TOL)
     assert abs(want_raw - want_normed) > 1e-2
 
@@ -208,9 +194,10 @@ REF_MINERS = [("easy", "hard", False), ("all", "semihard", False), ("all", "all"
               ("random", "semihard", True), ("hard", "random", True)]
 
 
-@pytest.mark.parametrize("kind,params", [("nca", (1, 1.0)), ("nca", (2, 0.5)),
-                                         ("margin", (0.3, "l2"))])
-@pytest.mark.parametrize("positive,negative,disjoint", REF_MINERS)
+@pytest.mark.parametrize("kind,params,positive,negative,disjoint", _params(
+    [(k, p, *m) for m in REF_MINERS
+     for k, p in [("nca", (1, 1.0)), ("nca", (2, 0.5)), ("margin", (0.3, "l2"))]],
+    [("nca", (2, 0.5), "hard", "random", True)]))
 def test_reference_set_with_offset(kind, params, positive, negative, disjoint):
     # The batch is rows 3..8 of the reference set.
     labels, x = REF_LABELS[3:9], REF_X[3:9]
@@ -218,9 +205,10 @@ def test_reference_set_with_offset(kind, params, positive, negative, disjoint):
          ref_set=(REF_X, REF_LABELS, 3))
 
 
-@pytest.mark.parametrize("kind,params", [("nca", (2, 2.0)), ("margin", (0.2, "cosine")),
-                                         ("margin", (0.2, "squared_l2"))])
-@pytest.mark.parametrize("positive,negative,disjoint", REF_MINERS)
+@pytest.mark.parametrize("kind,params,positive,negative,disjoint", _params(
+    [(k, p, *m) for m in REF_MINERS
+     for k, p in [("nca", (2, 2.0)), ("margin", (0.2, "cosine")), ("margin", (0.2, "squared_l2"))]],
+    [("margin", (0.2, "cosine"), "all", "all", False)]))
 def test_reference_set_without_offset(kind, params, positive, negative, disjoint):
     # Anchors outside the reference set; label 100 has no positive there.
     rng = np.random.default_rng(21)
@@ -244,12 +232,14 @@ def test_offset_excludes_only_the_anchor_itself():
     want_without, triplets = ref.nca_loss(labels, x64, ref_embeddings=r64,
                                           ref_labels=REF_LABELS, ref_offset=None)
     assert all(p == a + 3 for a, p, _ in triplets)
-    np.testing.assert_allclose([with_offset.numpy(), without.numpy()],
+    np.testing.assert_allclose(to_numpy([with_offset, without]),
                                [want_with, want_without], atol=VALUE_TOL)
     assert abs(want_with - want_without) > 1e-2
 
 
-# -- float64 and tf.test.compute_gradient ----------------------------------------------------------
+# -- float64 and tf.test.compute_gradient (TensorFlow only) --------------------------------------
+# (float64 is TensorFlow only: Keras' type promotion computes float64 inputs in float32 under
+# JAX and PyTorch, e.g. keras.ops.matmul and divide_no_nan.)
 
 SMALL_LABELS = np.array([2, 5, 2, 5, 2, 9], np.int32)  # B=6, D=4, one singleton
 
@@ -270,6 +260,8 @@ def _small_x():
     ],
 )
 def test_float64_compute_gradient(kind, params, positive, negative):
+    import tensorflow as tf
+
     x = _small_x()
     labels = tf.constant(SMALL_LABELS)
     miner = TripletMiner(positive, negative)
@@ -308,48 +300,71 @@ def test_float64_hyperparameters_keep_float64_precision(kind, param):
     else:
         value = tfdml.losses.triplet_margin_loss(SMALL_LABELS, x, margin=param)
         want = ref.margin_loss(SMALL_LABELS, x, margin=param)[0]
-    assert value.dtype == tf.float64 and want > 0
-    np.testing.assert_allclose(value.numpy(), want, rtol=1e-12, atol=1e-12)
+    assert to_numpy(value).dtype == np.float64 and want > 0
+    np.testing.assert_allclose(to_numpy(value), want, rtol=1e-12, atol=1e-12)
 
 
 # -- degenerate batches and label formats --------------------------------------------------------
 
 
-@pytest.mark.parametrize("labels", [np.zeros(6, np.int32), np.arange(6, dtype=np.int32)])
-@pytest.mark.parametrize("make_loss", [
-    lambda: tfdml.losses.TripletNCALoss(order=2),
-    lambda: tfdml.losses.TripletMarginLoss(),
-    lambda: tfdml.losses.TripletMarginLoss(miner=TripletMiner("all", "all")),
-])
-def test_no_triplet_gives_zero(labels, make_loss):
+NO_TRIPLET_LABELS = {"one_class": np.zeros(6, np.int32),
+                     "singletons": np.arange(6, dtype=np.int32)}
+NO_TRIPLET_LOSSES = {
+    "nca": lambda: tfdml.losses.TripletNCALoss(order=2),
+    "margin": lambda: tfdml.losses.TripletMarginLoss(),
+    "margin_all": lambda: tfdml.losses.TripletMarginLoss(miner=TripletMiner("all", "all")),
+}
+
+
+@pytest.mark.parametrize("loss_name,labels_name", _params(
+    list(itertools.product(NO_TRIPLET_LOSSES, NO_TRIPLET_LABELS)), [("margin_all", "singletons")]))
+def test_no_triplet_gives_zero(loss_name, labels_name):
     """One class only (no negatives) or all singletons (no positives): 0, zero gradients."""
-    x = tf.constant(_small_x(), tf.float32)
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        value = make_loss()(labels, x)
-    grad = tape.gradient(value, x)
-    assert value.numpy() == 0.0
-    assert grad is None or np.all(grad.numpy() == 0.0)
+    labels = NO_TRIPLET_LABELS[labels_name]
+    loss = NO_TRIPLET_LOSSES[loss_name]()
+    value, grad = value_and_grad(lambda x: loss(labels, x), _small_x().astype(np.float32))
+    assert value == 0.0
+    assert np.all(grad == 0.0)
     assert ref.nca_loss(labels, _small_x())[0] == 0.0
 
 
 def test_label_formats():
     """[B, 1] and float labels give the same loss as [B] int labels."""
     labels, x = BATCH_A
-    x = tf.constant(x, tf.float32)
+    x = kops.convert_to_tensor(np.asarray(x, np.float32))
     loss = tfdml.losses.TripletNCALoss(order=2)
-    base = loss(labels, x).numpy()
-    assert loss(labels[:, None], x).numpy() == base
-    assert loss(labels.astype(np.float32)[:, None], x).numpy() == base
-    want = ref.nca_loss(labels, x.numpy().astype(np.float64), order=2)[0]
+    base = to_numpy(loss(labels, x))
+    assert to_numpy(loss(labels[:, None], x)) == base
+    assert to_numpy(loss(labels.astype(np.float32)[:, None], x)) == base
+    want = ref.nca_loss(labels, to_numpy(x).astype(np.float64), order=2)[0]
     np.testing.assert_allclose(base, want, atol=VALUE_TOL)
 
 
 def test_random_miner_same_seed_same_loss():
     labels, x = BATCH_A
-    x = tf.constant(x, tf.float32)
+    x = kops.convert_to_tensor(np.asarray(x, np.float32))
     values = [
         tfdml.losses.TripletNCALoss(miner=TripletMiner("random", "random", seed=5))(labels, x)
         for _ in range(2)
     ]
-    assert values[0].numpy() == values[1].numpy()
+    assert to_numpy(values[0]) == to_numpy(values[1])
+
+
+@pytest.mark.skipif(not CAN_COMPILE, reason="this backend does not compile")
+def test_compiled_equals_eager():
+    """Under XLA (tf.function(jit_compile=True) or jax.jit): the eager values.
+
+    (Not marked multibackend: tests/test_loss_base.py compares jax.jit with eager JAX.)"""
+    labels, x = BATCH_A
+    x = np.asarray(x, np.float32)
+    y = kops.convert_to_tensor(labels)
+    losses = [tfdml.losses.TripletNCALoss(order=2),
+              tfdml.losses.TripletMarginLoss(distance="l2",
+                                             miner=TripletMiner("all", "semihard"))]
+
+    def both(e):
+        return kops.stack([loss(y, e) for loss in losses])
+
+    eager = to_numpy(both(x))
+    np.testing.assert_allclose(to_numpy(compiled(both)(x)), eager, rtol=1e-5, atol=1e-6)
+    assert np.all(eager > 0)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from tfdml import metrics as _metrics
 from tfdml import ops
@@ -16,9 +16,21 @@ from tfdml.analysis import scatter as _scatter
 __all__ = ["ActiveAnchorsWarning", "RecallAtK", "TripletScatter"]
 
 
+def _is_tf_dataset(data):
+    """Whether ``data`` is a ``tf.data.Dataset``, without importing TensorFlow.
+
+    A dataset exists only once TensorFlow is imported, so TensorFlow is looked up
+    in ``sys.modules``: NumPy inputs under JAX or PyTorch never import it.
+    """
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and isinstance(data, tf.data.Dataset)
+
+
 def _check_data(data):
     """``data`` as ``(x, y)`` with NumPy labels, or the tf.data.Dataset itself (not infinite)."""
-    if isinstance(data, tf.data.Dataset):
+    if _is_tf_dataset(data):
+        import tensorflow as tf
+
         if int(data.cardinality()) == tf.data.INFINITE_CARDINALITY:
             raise ValueError(
                 "`data` is an infinite tf.data.Dataset, so embedding it would never end. "
@@ -47,7 +59,7 @@ class _EmbeddingCallback(keras.callbacks.Callback):
     """Embeds ``self.data`` with the model being trained (``batch_size``, ``verbose``)."""
 
     def _batches(self):
-        if isinstance(self.data, tf.data.Dataset):
+        if _is_tf_dataset(self.data):
             for element in self.data:
                 if not isinstance(element, (tuple, list)) or len(element) < 2:
                     raise ValueError(
@@ -61,7 +73,7 @@ class _EmbeddingCallback(keras.callbacks.Callback):
                 yield x[start : start + self.batch_size], y[start : start + self.batch_size]
 
     def _num_batches(self):
-        if isinstance(self.data, tf.data.Dataset):
+        if _is_tf_dataset(self.data):
             n = int(self.data.cardinality())
             return n if n >= 0 else None
         return -(-len(self.data[1]) // self.batch_size)
@@ -86,7 +98,9 @@ class _EmbeddingCallback(keras.callbacks.Callback):
                     f"{type(self).__name__} needs a model with a single embedding output. "
                     f"Received: an output of type {type(out).__name__}"
                 )
-            embeddings.append(np.asarray(out))
+            if not isinstance(out, np.ndarray):
+                out = keras.ops.convert_to_numpy(out)
+            embeddings.append(out)
             labels.append(np.asarray(y).reshape(-1))
             progbar.update(step)
         if not embeddings:

@@ -12,7 +12,7 @@ memory; the functions that take the vectors (:func:`arc_distance`,
 :func:`segment_distance`) then measure the distance between the closest points
 themselves (see "Accuracy near 0" below). Every function is elementwise over
 broadcastable inputs, has no data-dependent shapes and compiles under
-``tf.function(jit_compile=True)``.
+``jit_compile=True`` (``tf.function``, ``jax.jit``).
 
 Arcs. With ``g = x1.x2``, ``h = y1.y2``, ``sx = sqrt(1 - g^2)`` and
 ``sy = sqrt(1 - h^2)``, write ``p1 = cos(a) n1 + sin(a) n2`` with
@@ -77,7 +77,7 @@ below ``1e-6`` as 0) in float64 and in float32.
 
 Gradients. The value's gradient with respect to the dot products is the one of
 the selected candidate, which by the envelope theorem is the gradient of the
-optimum; degenerate branches are masked with the double-``tf.where`` pattern,
+optimum; degenerate branches are masked with the double-``where`` pattern,
 so values and gradients are finite for every input. Distances use
 :func:`tfdml.ops.safe_sqrt` (value and gradient 0 at distance 0).
 
@@ -90,8 +90,9 @@ Reference:
 
 from __future__ import annotations
 
+import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops as kops
 
 from tfdml import ops
 
@@ -134,23 +135,134 @@ def _degenerate_sines(dtype) -> tuple[float, float]:
     ``sqrt(eps) / 4`` at the threshold). float32: ``3.5e-4`` and ``1.9e-2``;
     float64: ``1.5e-8`` and ``1.2e-4``.
     """
-    eps = float(np.finfo(tf.as_dtype(dtype).as_numpy_dtype).eps)
+    eps = float(np.finfo(keras.backend.standardize_dtype(dtype)).eps)
     return float(np.sqrt(eps)), float(eps**0.25)
 
 
-def _common_float_dtype(values) -> tf.DType:
+def _is_float(dtype: str) -> bool:
+    return dtype.startswith(("float", "bfloat"))
+
+
+def _is_int(dtype: str) -> bool:
+    return dtype.startswith(("int", "uint"))
+
+
+def _eps(x) -> float:
+    return float(np.finfo(ops.dtype_name(x)).eps)
+
+
+def _tiny(x) -> float:
+    return float(np.finfo(ops.dtype_name(x)).tiny)
+
+
+def _clip(x, low, high):
+    """``x`` clipped to ``[low, high]``; the gradient passes on the bounds (as in TensorFlow).
+
+    Written with ``where`` so that every backend has the same gradient at the bounds
+    (``jnp.clip`` splits it there). NaN stays NaN.
+    """
+    low, high = _like(low, x), _like(high, x)
+    return kops.where(x < low, low, kops.where(x > high, high, x))
+
+
+def _maximum(x, y):
+    """``max(x, y)`` in ``x``'s dtype, the gradient going to ``x`` at ties.
+
+    As ``tf.maximum`` does; JAX and PyTorch split the gradient evenly at ties, and
+    ``keras.ops.maximum`` computes float64 in float32 under PyTorch. A NaN ``x`` stays NaN.
+    """
+    y = _like(y, x)
+    return kops.where(x < y, y, x)
+
+
+def _cos_sin(x):
+    """``(cos(x), sin(x))`` in ``x``'s dtype.
+
+    ``keras.ops.cos`` and ``sin`` compute float64 in float32 under JAX (Keras' type
+    promotion maps 64-bit floats to 32 bits on backends other than TensorFlow); there
+    ``jax.numpy`` keeps float64.
+    """
+    if keras.backend.backend() == "jax" and ops.dtype_name(x) == "float64":
+        import jax.numpy as jnp
+
+        return jnp.cos(x), jnp.sin(x)
+    return kops.cos(x), kops.sin(x)
+
+
+def _like(value, x):
+    """A Python number as a scalar tensor of ``x``'s dtype (a tensor passes through)."""
+    if isinstance(value, (int, float)):
+        return kops.convert_to_tensor(value, dtype=ops.dtype_name(x))
+    return value
+
+
+def _static_shape(t):
+    """``t``'s static shape as a tuple (``None`` for unknown dimensions), or None if the rank
+    is unknown."""
+    try:
+        return tuple(t.shape)
+    except (TypeError, ValueError):  # a TensorFlow tensor of unknown rank
+        return None
+
+
+def _shape_str(t):
+    shape = _static_shape(t)
+    return "<unknown>" if shape is None else str(tuple(shape))
+
+
+def _broadcast_static(a, b):
+    """Broadcast of two static shapes (tuples, ``None`` for unknown dimensions).
+
+    Raises ValueError when known dimensions do not broadcast; an unknown dimension is
+    compatible with anything (it stays unknown unless the other one is known and not 1).
+    """
+    a, b = tuple(a), tuple(b)
+    n = max(len(a), len(b))
+    a = (1,) * (n - len(a)) + a
+    b = (1,) * (n - len(b)) + b
+    out = []
+    for da, db in zip(a, b, strict=True):
+        if da == 1:
+            out.append(db)
+        elif db == 1:
+            out.append(da)
+        elif da is None:
+            out.append(db)
+        elif db is None or da == db:
+            out.append(da)
+        else:
+            raise ValueError(f"Incompatible shapes: {a} and {b}")
+    return tuple(out)
+
+
+def _broadcast_all(tensors):
+    """Broadcasts tensors to their common shape (static where known, else dynamic)."""
+    shapes = [_static_shape(t) for t in tensors]
+    if all(s is not None and None not in s for s in shapes):
+        shape = tuple(np.broadcast_shapes(*shapes))
+        return [t if s == shape else kops.broadcast_to(t, shape)
+                for t, s in zip(tensors, shapes, strict=True)]
+    # Unknown dimensions (TensorFlow graphs): the dynamic shape of a broadcast sum.
+    zero = kops.zeros_like(tensors[0])
+    for t in tensors[1:]:
+        zero = zero + kops.zeros_like(t)
+    shape = kops.shape(zero)
+    return [kops.broadcast_to(t, shape) for t in tensors]
+
+
+def _common_float_dtype(values) -> str:
     """The widest floating dtype among the arguments that carry one (float32 by default)."""
     dtypes = []
     for v in values:
         dt = getattr(v, "dtype", None)
         if dt is None:
             continue
-        dt = tf.as_dtype(dt)
-        if dt.is_floating:
+        dt = keras.backend.standardize_dtype(dt)
+        if _is_float(dt):
             dtypes.append(dt)
     if not dtypes:
-        return tf.float32
-    for wide in (tf.float64, tf.float32):
+        return "float32"
+    for wide in ("float64", "float32"):
         if wide in dtypes:
             return wide
     return dtypes[0]
@@ -161,72 +273,74 @@ def _prepare_dots(values, names):
     dtype = _common_float_dtype(values)
     tensors = []
     for v, name in zip(values, names, strict=True):
-        t = tf.convert_to_tensor(v)
-        if not (t.dtype.is_floating or t.dtype.is_integer):
+        t = kops.convert_to_tensor(v)
+        t_dtype = ops.dtype_name(t)
+        if not (_is_float(t_dtype) or _is_int(t_dtype)):
             raise ValueError(
-                f"`{name}` must be a real number tensor. Received: {name}.dtype={t.dtype.name}"
+                f"`{name}` must be a real number tensor. Received: {name}.dtype={t_dtype}"
             )
-        tensors.append(tf.cast(t, ops.compute_dtype(dtype)))
-    shape = tf.shape(tensors[0])
-    for t in tensors[1:]:
-        shape = tf.broadcast_dynamic_shape(shape, tf.shape(t))
-    tensors = [tf.broadcast_to(t, shape) for t in tensors]
-    return tensors, dtype
+        tensors.append(kops.cast(t, ops.compute_dtype(dtype)))
+    return _broadcast_all(tensors), dtype
 
 
 def _check_vectors(values, names):
     """Checks ``[..., D]`` inputs: float, rank >= 1, same last dimension, broadcastable."""
     tensors = []
-    first = tf.convert_to_tensor(values[0])
-    dtype = first.dtype
-    if not dtype.is_floating:
+    first = kops.convert_to_tensor(values[0])
+    dtype = ops.dtype_name(first)
+    if not _is_float(dtype):
         raise ValueError(
-            f"`{names[0]}` must have a floating dtype. Received: {names[0]}.dtype={dtype.name}"
+            f"`{names[0]}` must have a floating dtype. Received: {names[0]}.dtype={dtype}"
         )
     for v, name in zip(values, names, strict=True):
-        t = tf.convert_to_tensor(v)
-        if not t.dtype.is_floating:
+        t = kops.convert_to_tensor(v)
+        if not _is_float(ops.dtype_name(t)):
             raise ValueError(
-                f"`{name}` must have a floating dtype. Received: {name}.dtype={t.dtype.name}"
+                f"`{name}` must have a floating dtype. "
+                f"Received: {name}.dtype={ops.dtype_name(t)}"
             )
-        t = tf.cast(t, dtype)
-        if t.shape.rank is not None and t.shape.rank < 1:
+        t = kops.cast(t, dtype)
+        shape = _static_shape(t)
+        if shape is not None and len(shape) < 1:
             raise ValueError(
                 f"`{name}` must be a tensor of vectors of shape [..., D] (rank >= 1). "
-                f"Received: {name}.shape={t.shape}"
+                f"Received: {name}.shape={_shape_str(t)}"
             )
         tensors.append(t)
-    depth = tensors[0].shape[-1] if tensors[0].shape.rank is not None else None
-    lead = tensors[0].shape[:-1] if tensors[0].shape.rank is not None else None
+    first_shape = _static_shape(tensors[0])
+    depth = first_shape[-1] if first_shape is not None else None
+    lead = first_shape[:-1] if first_shape is not None else None
     for t, name in zip(tensors[1:], names[1:], strict=True):
-        if t.shape.rank is None:
+        shape = _static_shape(t)
+        if shape is None:
             continue
-        d = t.shape[-1]
+        d = shape[-1]
         if depth is not None and d is not None and d != depth:
             raise ValueError(
                 f"`{name}` must have the same last dimension as `{names[0]}`. "
-                f"Received: {names[0]}.shape={tensors[0].shape}, {name}.shape={t.shape}"
+                f"Received: {names[0]}.shape={_shape_str(tensors[0])}, "
+                f"{name}.shape={_shape_str(t)}"
             )
         if lead is not None:
             try:
-                lead = tf.broadcast_static_shape(lead, t.shape[:-1])
+                lead = _broadcast_static(lead, shape[:-1])
             except ValueError as err:
                 raise ValueError(
                     f"The leading dimensions of `{name}` do not broadcast with those of the "
-                    f"previous arguments. Received: {name}.shape={t.shape}"
+                    f"previous arguments. Received: {name}.shape={_shape_str(t)}"
                 ) from err
     return tensors, dtype
 
 
 def _dot(a, b):
-    return tf.reduce_sum(a * b, axis=-1)
+    return kops.sum(a * b, axis=-1)
 
 
 def _safe_norm2(x, y, tiny):
     """``(sqrt(x^2 + y^2), ok)``; where the norm is not above ``tiny`` it is 1 (with no gradient)."""
     sq = x * x + y * y
     ok = sq > tiny * tiny
-    return tf.sqrt(tf.where(ok, sq, tf.ones_like(sq))), ok
+    return kops.sqrt(kops.where(ok, sq, kops.ones_like(sq))), ok
 
 
 class _Best:
@@ -235,20 +349,20 @@ class _Best:
     def __init__(self, value, coefficients, case, maximize):
         self.value = value
         self.coefficients = list(coefficients)
-        self.case = tf.fill(tf.shape(value), tf.constant(case, tf.int32))
+        self.case = kops.full_like(value, case, dtype="int32")
         self.maximize = maximize
         # Every candidate offered: (feasible, coefficients, case), the first one included.
-        self.offers = [(tf.ones_like(value, dtype=tf.bool), tuple(coefficients), case)]
+        self.offers = [(kops.ones_like(value, dtype="bool"), tuple(coefficients), case)]
 
     def offer(self, value, feasible, coefficients, case):
         self.offers.append((feasible, tuple(coefficients), case))
         better = value > self.value if self.maximize else value < self.value
-        take = tf.logical_and(feasible, better)
-        self.value = tf.where(take, value, self.value)
+        take = kops.logical_and(feasible, better)
+        self.value = kops.where(take, value, self.value)
         self.coefficients = [
-            tf.where(take, c, b) for c, b in zip(coefficients, self.coefficients, strict=True)
+            kops.where(take, c, b) for c, b in zip(coefficients, self.coefficients, strict=True)
         ]
-        self.case = tf.where(take, tf.constant(case, tf.int32), self.case)
+        self.case = kops.where(take, kops.convert_to_tensor(case, dtype="int32"), self.case)
 
 
 # -- arcs ------------------------------------------------------------------------------------------
@@ -260,11 +374,12 @@ def _arc_sine(cos0):
     ``ok`` is False where the arc is reduced to its endpoints (see
     :func:`_degenerate_sines`).
     """
-    near, antipodal = _degenerate_sines(cos0.dtype)
-    cos0 = tf.clip_by_value(cos0, -1.0, 1.0)
-    sin_sq = tf.maximum((1.0 - cos0) * (1.0 + cos0), 0.0)
-    limit = tf.where(cos0 > 0, tf.constant(near * near, cos0.dtype),
-                     tf.constant(antipodal * antipodal, cos0.dtype))
+    dtype = ops.dtype_name(cos0)
+    near, antipodal = _degenerate_sines(dtype)
+    cos0 = _clip(cos0, -1.0, 1.0)
+    sin_sq = _maximum((1.0 - cos0) * (1.0 + cos0), 0.0)
+    limit = kops.where(cos0 > 0, kops.convert_to_tensor(near * near, dtype=dtype),
+                       kops.convert_to_tensor(antipodal * antipodal, dtype=dtype))
     return cos0, sin_sq, sin_sq > limit
 
 
@@ -277,7 +392,7 @@ def _cone_coefficients(vx, vy, cos0, sin0):
     """
     num1 = sin0 * vx - cos0 * vy
     num2 = vy
-    inside = tf.logical_and(num1 >= 0, num2 >= 0)
+    inside = kops.logical_and(num1 >= 0, num2 >= 0)
     return num1 / sin0, num2 / sin0, inside
 
 
@@ -297,15 +412,14 @@ def _arc_solve(g, h, c11, c12, c21, c22, return_candidates=False):
         ``return_candidates=True`` a seventh element, the list of
         ``(feasible, (a1, a2, b1, b2), case)`` of every candidate.
     """
-    dtype = g.dtype
-    one = tf.ones_like(g)
-    zero = tf.zeros_like(g)
-    eps = float(np.finfo(dtype.as_numpy_dtype).eps)
+    one = kops.ones_like(g)
+    zero = kops.zeros_like(g)
+    eps = _eps(g)
 
     g, sx_sq, x_ok = _arc_sine(g)
     h, sy_sq, y_ok = _arc_sine(h)
-    sx = tf.sqrt(tf.where(x_ok, sx_sq, one))
-    sy = tf.sqrt(tf.where(y_ok, sy_sq, one))
+    sx = kops.sqrt(kops.where(x_ok, sx_sq, one))
+    sy = kops.sqrt(kops.where(y_ok, sy_sq, one))
 
     # Products with the second Gram-Schmidt vectors n2 = (x2 - g x1) / sx, n4 = (y2 - h y1) / sy.
     x1n4 = (c12 - h * c11) / sy
@@ -316,15 +430,15 @@ def _arc_solve(g, h, c11, c12, c21, c22, return_candidates=False):
 
     # Corners: always feasible, computed from the endpoints themselves.
     best = _Best(c11, (one, zero, one, zero), 0, maximize=True)
-    best.offer(c12, tf.ones_like(x_ok), (one, zero, zero, one), 1)
-    best.offer(c21, tf.ones_like(x_ok), (zero, one, one, zero), 2)
-    best.offer(c22, tf.ones_like(x_ok), (zero, one, zero, one), 3)
+    best.offer(c12, kops.ones_like(x_ok), (one, zero, zero, one), 1)
+    best.offer(c21, kops.ones_like(x_ok), (zero, one, one, zero), 2)
+    best.offer(c22, kops.ones_like(x_ok), (zero, one, zero, one), 3)
 
     # Edges: one endpoint pinned, the other point free on its arc.
     def edge(wx, wy, cos0, sin0, ok):
         norm, norm_ok = _safe_norm2(wx, wy, eps)
         c1, c2, inside = _cone_coefficients(wx / norm, wy / norm, cos0, sin0)
-        return norm, tf.logical_and(tf.logical_and(ok, norm_ok), inside), c1, c2
+        return norm, kops.logical_and(kops.logical_and(ok, norm_ok), inside), c1, c2
 
     value, feasible, b1, b2 = edge(c11, x1n4, h, sy, y_ok)
     best.offer(value, feasible, (one, zero, b1, b2), 4)
@@ -348,15 +462,15 @@ def _arc_solve(g, h, c11, c12, c21, c22, return_candidates=False):
     z_abs, z_ok = _safe_norm2(zr, zi, eps * eps)
     # Half-angle direction of z, in its well-conditioned form for each half-plane.
     right = zr >= 0
-    hx = tf.where(right, z_abs + zr, zi)
-    hy = tf.where(right, zi, z_abs - zr)
+    hx = kops.where(right, z_abs + zr, zi)
+    hy = kops.where(right, zi, z_abs - zr)
     h_norm, h_ok = _safe_norm2(hx, hy, eps * eps)
     ux = hx / h_norm
     uy = hy / h_norm
     # Only the upper half-plane can hold a point of the arc: pick that sign of (u, v).
-    flip = tf.logical_or(uy < 0, tf.logical_and(tf.equal(uy, 0), ux < 0))
-    ux = tf.where(flip, -ux, ux)
-    uy = tf.where(flip, -uy, uy)
+    flip = kops.logical_or(uy < 0, kops.logical_and(kops.equal(uy, 0), ux < 0))
+    ux = kops.where(flip, -ux, ux)
+    uy = kops.where(flip, -uy, uy)
     mtu_x = m00 * ux + m10 * uy
     mtu_y = m01 * ux + m11 * uy
     mtu_norm, mtu_ok = _safe_norm2(mtu_x, mtu_y, eps)
@@ -365,12 +479,12 @@ def _arc_solve(g, h, c11, c12, c21, c22, return_candidates=False):
     a1, a2, u_inside = _cone_coefficients(ux, uy, g, sx)
     b1, b2, v_inside = _cone_coefficients(vx, vy, h, sy)
     # u^T M v at the candidate, with u and v held fixed: its gradient is the envelope gradient.
-    su, sv = tf.stop_gradient(ux), tf.stop_gradient(uy)
-    tu, tv = tf.stop_gradient(vx), tf.stop_gradient(vy)
+    su, sv = kops.stop_gradient(ux), kops.stop_gradient(uy)
+    tu, tv = kops.stop_gradient(vx), kops.stop_gradient(vy)
     value = su * (m00 * tu + m01 * tv) + sv * (m10 * tu + m11 * tv)
-    feasible = tf.logical_and(x_ok, y_ok)
+    feasible = kops.logical_and(x_ok, y_ok)
     for cond in (z_ok, h_ok, mtu_ok, u_inside, v_inside):
-        feasible = tf.logical_and(feasible, cond)
+        feasible = kops.logical_and(feasible, cond)
     best.offer(value, feasible, (a1, a2, b1, b2), 8)
 
     a1, a2, b1, b2 = best.coefficients
@@ -424,16 +538,16 @@ def arc_similarity_from_dots(x1x2, y1y2, x1y1, x1y2, x2y1, x2y2, return_coeffici
     """
     tensors, dtype = _prepare_dots((x1x2, y1y2, x1y1, x1y2, x2y1, x2y2), _ARC_DOT_NAMES)
     s, a1, a2, b1, b2, _ = _arc_solve(*tensors)
-    s = tf.cast(s, dtype)
+    s = kops.cast(s, dtype)
     if not return_coefficients:
         return s
-    return s, tuple(tf.cast(c, dtype) for c in (a1, a2, b1, b2))
+    return s, tuple(kops.cast(c, dtype) for c in (a1, a2, b1, b2))
 
 
 def _unit_rows(p):
     """``p / ||p||`` along the last axis (a zero vector stays zero, with finite gradients)."""
-    tiny = float(np.finfo(p.dtype.as_numpy_dtype).tiny)
-    return p * tf.math.rsqrt(tf.maximum(_dot(p, p), tiny))[..., None]
+    tiny = _tiny(p)
+    return p * kops.rsqrt(_maximum(_dot(p, p), tiny))[..., None]
 
 
 def _arc_squared_gap(p1, p2):
@@ -451,22 +565,22 @@ def _arc_squared_gap(p1, p2):
     return _dot(diff, diff)
 
 
-def _span_coordinates(vectors, shape):
+def _span_coordinates(vectors, like):
     """Coordinates of ``vectors`` in an orthonormal basis of their span.
 
-    ``vectors``: ``[..., D]`` tensors whose leading dimensions broadcast to ``shape``
-    (the early ones may have fewer: their part of the work is done at their own
-    shape). Classical Gram-Schmidt with a second orthogonalization pass, which keeps
-    the basis orthonormal to rounding even when a vector is nearly in the span of the
-    previous ones. Returns one ``shape + [k]`` tensor per vector, ``k = len(vectors)``,
-    the ``i``-th with zeros after position ``i``. Distances between combinations of the
+    ``vectors``: ``[..., D]`` tensors whose leading dimensions broadcast to the shape of
+    ``like``, a tensor of their dtype (the early ones may have fewer: their part of the
+    work is done at their own shape). Classical Gram-Schmidt with a second
+    orthogonalization pass, which keeps the basis orthonormal to rounding even when a
+    vector is nearly in the span of the previous ones. Returns one ``like.shape + [k]``
+    tensor per vector, ``k = len(vectors)``, the ``i``-th with zeros after position ``i``. Distances between combinations of the
     vectors are those between the same combinations of the coordinates, up to rounding
     of the size of ``eps`` times the vectors' norms: no cancellation at 0. A vector
     (numerically) in the span of the previous ones gets a basis vector made of
     rounding noise: orthogonal to the others where the dimension leaves room, and
     otherwise multiplied only by rounding-sized coordinates.
     """
-    tiny = float(np.finfo(vectors[0].dtype.as_numpy_dtype).tiny)
+    tiny = _tiny(vectors[0])
     k = len(vectors)
     basis = []
     coordinates = []
@@ -480,11 +594,11 @@ def _span_coordinates(vectors, shape):
                 w = w - c[..., None] * q
         n_sq = _dot(w, w)
         ok = n_sq > tiny
-        n = tf.sqrt(tf.where(ok, n_sq, tf.ones_like(n_sq)))
-        r[i] = tf.where(ok, n, tf.zeros_like(n))
-        basis.append(tf.where(ok[..., None], w / n[..., None], tf.zeros_like(w)))
-        zero = tf.zeros(shape, v.dtype)
-        coordinates.append(tf.stack([zero if c is None else c + zero for c in r], axis=-1))
+        n = kops.sqrt(kops.where(ok, n_sq, kops.ones_like(n_sq)))
+        r[i] = kops.where(ok, n, kops.zeros_like(n))
+        basis.append(kops.where(ok[..., None], w / n[..., None], kops.zeros_like(w)))
+        zero = kops.zeros_like(like)
+        coordinates.append(kops.stack([zero if c is None else c + zero for c in r], axis=-1))
     return coordinates
 
 
@@ -507,17 +621,16 @@ def _refine_on_arcs(x1, x2, y1, y2, coefficients, free_x, free_y, steps=3):
     a1, a2, b1, b2 = coefficients
     u = x2 - x1
     v = y2 - y1
-    info = np.finfo(x1.dtype.as_numpy_dtype)
-    eps, tiny = float(info.eps), float(info.tiny)
+    eps, tiny = _eps(x1), _tiny(x1)
     short = (16.0 * eps) ** 2
-    zero = tf.zeros_like(a1)
+    zero = kops.zeros_like(a1)
     for _ in range(steps):
         # Coefficients rescaled to unit points.
         p1 = a1[..., None] * x1 + a2[..., None] * x2
         p2 = b1[..., None] * y1 + b2[..., None] * y2
-        r = tf.math.rsqrt(tf.maximum(_dot(p1, p1), tiny))
+        r = kops.rsqrt(_maximum(_dot(p1, p1), tiny))
         a1, a2, p1 = a1 * r, a2 * r, p1 * r[..., None]
-        r = tf.math.rsqrt(tf.maximum(_dot(p2, p2), tiny))
+        r = kops.rsqrt(_maximum(_dot(p2, p2), tiny))
         b1, b2, p2 = b1 * r, b2 * r, p2 * r[..., None]
         # Tangents t = u - (u.p) p, as coefficients on the endpoints: (-1 - k a1, 1 - k a2).
         k = _dot(u, p1)
@@ -528,10 +641,10 @@ def _refine_on_arcs(x1, x2, y1, y2, coefficients, free_x, free_y, steps=3):
         n2_sq = _dot(t2, t2)
         # A chord within rounding of 0 (an arc shorter than about 16 eps, e.g. of two equal
         # vectors) has no usable tangent: such a point stays where it is.
-        ok1 = tf.logical_and(free_x, n1_sq > short)
-        ok2 = tf.logical_and(free_y, n2_sq > short)
-        n1 = tf.sqrt(tf.where(ok1, n1_sq, tf.ones_like(n1_sq)))
-        n2 = tf.sqrt(tf.where(ok2, n2_sq, tf.ones_like(n2_sq)))
+        ok1 = kops.logical_and(free_x, n1_sq > short)
+        ok2 = kops.logical_and(free_y, n2_sq > short)
+        n1 = kops.sqrt(kops.where(ok1, n1_sq, kops.ones_like(n1_sq)))
+        n2 = kops.sqrt(kops.where(ok2, n2_sq, kops.ones_like(n2_sq)))
         delta = p1 - p2
         r1 = _dot(delta, t1) / n1
         r2 = _dot(delta, t2) / n2
@@ -539,14 +652,14 @@ def _refine_on_arcs(x1, x2, y1, y2, coefficients, free_x, free_y, steps=3):
         # min |delta + da t1 - db t2|^2: [[1, -c], [-c, 1]] (da, db) = (-r1, r2), or one
         # unknown. Tangent great circles (det = 0) have no unique solution: no step.
         det = 1.0 - c * c
-        both = tf.logical_and(tf.logical_and(ok1, ok2), det > eps)
-        det_s = tf.where(both, det, tf.ones_like(det))
-        only_x = tf.logical_and(ok1, tf.logical_not(ok2))
-        only_y = tf.logical_and(ok2, tf.logical_not(ok1))
-        da = tf.where(both, (c * r2 - r1) / det_s, tf.where(only_x, -r1, zero))
-        db = tf.where(both, (r2 - c * r1) / det_s, tf.where(only_y, r2, zero))
-        ca, sa = tf.cos(da), tf.sin(da) / n1
-        cb, sb = tf.cos(db), tf.sin(db) / n2
+        both = kops.logical_and(kops.logical_and(ok1, ok2), det > eps)
+        det_s = kops.where(both, det, kops.ones_like(det))
+        only_x = kops.logical_and(ok1, kops.logical_not(ok2))
+        only_y = kops.logical_and(ok2, kops.logical_not(ok1))
+        da = kops.where(both, (c * r2 - r1) / det_s, kops.where(only_x, -r1, zero))
+        db = kops.where(both, (r2 - c * r1) / det_s, kops.where(only_y, r2, zero))
+        (ca, sa), (cb, sb) = _cos_sin(da), _cos_sin(db)
+        sa, sb = sa / n1, sb / n2
         a1, a2 = ca * a1 + sa * (-1.0 - k * a1), ca * a2 + sa * (1.0 - k * a2)
         b1, b2 = cb * b1 + sb * (-1.0 - m * b1), cb * b2 + sb * (1.0 - m * b2)
     return a1, a2, b1, b2
@@ -558,10 +671,10 @@ def _on_arcs(a1, a2, b1, b2):
     Non-negative coefficients, not both 0 on either arc, all finite. (Exactly antipodal
     arcs, where a positive combination can vanish, only have endpoint candidates.)
     """
-    coefficients = tf.stack([a1, a2, b1, b2], axis=-1)
-    ok = tf.reduce_all(tf.logical_and(coefficients >= 0, tf.math.is_finite(coefficients)),
+    coefficients = kops.stack([a1, a2, b1, b2], axis=-1)
+    ok = kops.all(kops.logical_and(coefficients >= 0, kops.isfinite(coefficients)),
                        axis=-1)
-    return tf.logical_and(ok, tf.logical_and(a1 + a2 > 0, b1 + b2 > 0))
+    return kops.logical_and(ok, kops.logical_and(a1 + a2 > 0, b1 + b2 > 0))
 
 
 def arc_distance(x1, x2, y1, y2, return_points=False):
@@ -636,7 +749,7 @@ def arc_distance(x1, x2, y1, y2, return_points=False):
     """
     (x1, x2, y1, y2), dtype = _check_vectors((x1, x2, y1, y2), ("x1", "x2", "y1", "y2"))
     cdtype = ops.compute_dtype(dtype)
-    x1, x2, y1, y2 = (tf.cast(t, cdtype) for t in (x1, x2, y1, y2))
+    x1, x2, y1, y2 = (kops.cast(t, cdtype) for t in (x1, x2, y1, y2))
     dots, _ = _prepare_dots((_dot(x1, x2), _dot(y1, y2), _dot(x1, y1), _dot(x1, y2),
                              _dot(x2, y1), _dot(x2, y2)), _ARC_DOT_NAMES)
     *_, candidates = _arc_solve(*dots, return_candidates=True)
@@ -648,8 +761,8 @@ def arc_distance(x1, x2, y1, y2, return_points=False):
     # Candidates and refinements are compared in 4-D coordinates of the span of the
     # inputs (cheap, and as accurate as the vectors); the distance of the one chosen is
     # then measured from the vectors themselves.
-    span = _span_coordinates([tf.stop_gradient(t) for t in (x1, x2, y1, y2)],
-                             tf.shape(dots[0]))
+    span = _span_coordinates([kops.stop_gradient(t) for t in (x1, x2, y1, y2)],
+                             dots[0])
 
     def gap(coefficients):
         return _arc_squared_gap(*points(*coefficients, *span))
@@ -659,36 +772,36 @@ def arc_distance(x1, x2, y1, y2, return_points=False):
     # endpoint shared, or near the crossing).
     best = None
     for feasible, coefficients, case in candidates:
-        fixed = tuple(tf.stop_gradient(c) for c in coefficients)
+        fixed = tuple(kops.stop_gradient(c) for c in coefficients)
         if best is None:  # corner_x1_y1, always feasible
             best = _Best(gap(fixed), coefficients, case, maximize=False)
         else:
-            best.offer(gap(fixed), tf.logical_and(feasible, _on_arcs(*fixed)), coefficients,
+            best.offer(gap(fixed), kops.logical_and(feasible, _on_arcs(*fixed)), coefficients,
                        case)
     # The best one refined: its own free points (edge_y1, edge_y2 and interior move p1;
     # edge_x1, edge_x2 and interior move p2), and both points (a crossing near an
     # endpoint, where an edge or a corner may have come first).
     start = tuple(best.coefficients)
-    fixed = tuple(tf.stop_gradient(c) for c in start)
+    fixed = tuple(kops.stop_gradient(c) for c in start)
 
     def case_in(*names):
-        return tf.reduce_any(
-            tf.stack([tf.equal(best.case, _ARC_CASES.index(n)) for n in names], -1), -1)
+        return kops.any(
+            kops.stack([kops.equal(best.case, _ARC_CASES.index(n)) for n in names], -1), -1)
 
-    own_x = tf.logical_and(x_ok, case_in("edge_y1", "edge_y2", "interior"))
-    own_y = tf.logical_and(y_ok, case_in("edge_x1", "edge_x2", "interior"))
+    own_x = kops.logical_and(x_ok, case_in("edge_y1", "edge_y2", "interior"))
+    own_y = kops.logical_and(y_ok, case_in("edge_x1", "edge_x2", "interior"))
     for free_x, free_y in ((own_x, own_y), (x_ok, y_ok)):
         refined = _refine_on_arcs(*span, fixed, free_x, free_y)
         # The returned points keep the gradients of the coefficients they started from.
-        moved = tuple(c + tf.stop_gradient(r - c) for c, r in zip(start, refined, strict=True))
+        moved = tuple(c + kops.stop_gradient(r - c) for c, r in zip(start, refined, strict=True))
         best.offer(gap(refined), _on_arcs(*refined), moved, _ARC_CASES.index("interior"))
-    chosen = tuple(tf.stop_gradient(c) for c in best.coefficients)
+    chosen = tuple(kops.stop_gradient(c) for c in best.coefficients)
     squared = _arc_squared_gap(*points(*chosen, x1, x2, y1, y2))
-    distance = tf.cast(ops.safe_sqrt(tf.maximum(squared, tf.zeros_like(squared))), dtype)
+    distance = kops.cast(ops.safe_sqrt(_maximum(squared, kops.zeros_like(squared))), dtype)
     if not return_points:
         return distance
     p1, p2 = (_unit_rows(p) for p in points(*best.coefficients, x1, x2, y1, y2))
-    return distance, (tf.cast(p1, dtype), tf.cast(p2, dtype))
+    return distance, (kops.cast(p1, dtype), kops.cast(p2, dtype))
 
 
 # -- segments --------------------------------------------------------------------------------------
@@ -709,47 +822,61 @@ def _segment_solve(uu, vv, uv, uw, vw, ww):
         ``(f_min, s, t, case)``; ``f_min`` is evaluated at ``(s, t)`` held fixed
         (envelope gradient), ``case`` indexes ``_SEGMENT_CASES``.
     """
-    dtype = uu.dtype
-    one = tf.ones_like(uu)
-    zero = tf.zeros_like(uu)
-    eps = float(np.finfo(dtype.as_numpy_dtype).eps)
-    uu = tf.maximum(uu, 0.0)
-    vv = tf.maximum(vv, 0.0)
-    scale = uu + vv + tf.maximum(ww, 0.0)
+    one = kops.ones_like(uu)
+    zero = kops.zeros_like(uu)
+    eps = _eps(uu)
+    uu = _maximum(uu, 0.0)
+    vv = _maximum(vv, 0.0)
+    scale = uu + vv + _maximum(ww, 0.0)
     u_ok = uu > eps * eps * scale
     v_ok = vv > eps * eps * scale
-    uu_s = tf.where(u_ok, uu, one)
-    vv_s = tf.where(v_ok, vv, one)
+    uu_s = kops.where(u_ok, uu, one)
+    vv_s = kops.where(v_ok, vv, one)
 
     def f(s, t):
-        s = tf.stop_gradient(s)
-        t = tf.stop_gradient(t)
+        s = kops.stop_gradient(s)
+        t = kops.stop_gradient(t)
         return ww + s * s * uu + t * t * vv + 2.0 * s * uw - 2.0 * t * vw - 2.0 * s * t * uv
 
     def clamp(x):
-        return tf.clip_by_value(x, 0.0, 1.0)
+        return _clip(x, 0.0, 1.0)
 
     den = uu * vv - uv * uv
-    den_ok = tf.logical_and(tf.logical_and(u_ok, v_ok), den > eps * uu * vv)
-    den_s = tf.where(den_ok, den, one)
-    s_i = tf.where(den_ok, clamp((uv * vw - vv * uw) / den_s), zero)
-    t_i = tf.where(den_ok, clamp((uu * vw - uv * uw) / den_s), zero)
+    den_ok = kops.logical_and(kops.logical_and(u_ok, v_ok), den > eps * uu * vv)
+
+    def clamped_ratio(num):
+        """``clip(num / den, 0, 1)`` where ``den_ok``, else 0.
+
+        The quotient is formed with ``den`` only where it is not clamped (``den > 0``
+        there, so the clamp follows from the signs of ``num`` and ``den - num``), so that
+        its zero gradient stays finite: for a tiny ``den`` JAX differentiates
+        ``num / den`` as ``num * den**-2``, which overflows.
+        """
+        below = num < 0
+        above = num > den
+        den_s = kops.where(kops.logical_and(den_ok, kops.logical_not(
+            kops.logical_or(below, above))), den, one)
+        ratio = kops.where(below, zero, kops.where(above, one, num / den_s))
+        return kops.where(den_ok, ratio, zero)
+
+    s_i = clamped_ratio(uv * vw - vv * uw)
+    t_i = clamped_ratio(uu * vw - uv * uw)
     best = _Best(f(s_i, t_i), (s_i, t_i, zero, zero), 4, maximize=False)
     # The interior is only meaningful when the stationary point exists; otherwise it is
     # replaced by any edge (all of them are at least as good as the corner (0, 0)).
-    best.value = tf.where(den_ok, best.value, tf.fill(tf.shape(uu), tf.constant(np.inf, dtype)))
+    best.value = kops.where(den_ok, best.value, kops.full_like(uu, np.inf))
 
-    always = tf.ones_like(u_ok)
-    t0 = tf.where(v_ok, clamp(vw / vv_s), zero)
+    always = kops.ones_like(u_ok)
+    t0 = kops.where(v_ok, clamp(vw / vv_s), zero)
     best.offer(f(zero, t0), always, (zero, t0, zero, zero), 0)
-    t1 = tf.where(v_ok, clamp((vw + uv) / vv_s), zero)
+    t1 = kops.where(v_ok, clamp((vw + uv) / vv_s), zero)
     best.offer(f(one, t1), always, (one, t1, zero, zero), 1)
-    s0 = tf.where(u_ok, clamp(-uw / uu_s), zero)
+    s0 = kops.where(u_ok, clamp(-uw / uu_s), zero)
     best.offer(f(s0, zero), always, (s0, zero, zero, zero), 2)
-    s1 = tf.where(u_ok, clamp((uv - uw) / uu_s), zero)
+    s1 = kops.where(u_ok, clamp((uv - uw) / uu_s), zero)
     best.offer(f(s1, one), always, (s1, one, zero, zero), 3)
     s, t = best.coefficients[:2]
-    return tf.maximum(best.value, zero), s, t, best.case
+    return _maximum(best.value, zero), s, t, best.case
 
 
 def segment_squared_distance_from_dots(
@@ -807,10 +934,10 @@ def segment_squared_distance_from_dots(
     vw = x1y2 - y1y2 - x1y1 + y1y1
     ww = x1x1 - 2.0 * x1y1 + y1y1
     sq, s, t, _ = _segment_solve(uu, vv, uv, uw, vw, ww)
-    sq = tf.cast(sq, dtype)
+    sq = kops.cast(sq, dtype)
     if not return_coefficients:
         return sq
-    return sq, tuple(tf.cast(c, dtype) for c in (1.0 - s, s, 1.0 - t, t))
+    return sq, tuple(kops.cast(c, dtype) for c in (1.0 - s, s, 1.0 - t, t))
 
 
 def segment_distance(x1, x2, y1, y2, return_points=False):
@@ -848,19 +975,19 @@ def segment_distance(x1, x2, y1, y2, return_points=False):
     """
     (x1, x2, y1, y2), dtype = _check_vectors((x1, x2, y1, y2), ("x1", "x2", "y1", "y2"))
     cdtype = ops.compute_dtype(dtype)
-    x1, x2, y1, y2 = (tf.cast(t, cdtype) for t in (x1, x2, y1, y2))
+    x1, x2, y1, y2 = (kops.cast(t, cdtype) for t in (x1, x2, y1, y2))
     u = x2 - x1
     v = y2 - y1
     w = x1 - y1
     _, s, t, _ = _segment_solve(_dot(u, u), _dot(v, v), _dot(u, v), _dot(u, w), _dot(v, w),
                                 _dot(w, w))
     # The parameters are held fixed: the distance at fixed (s, t) has the envelope gradient.
-    s_fixed = tf.stop_gradient(s)[..., None]
-    t_fixed = tf.stop_gradient(t)[..., None]
+    s_fixed = kops.stop_gradient(s)[..., None]
+    t_fixed = kops.stop_gradient(t)[..., None]
     diff = w + s_fixed * u - t_fixed * v
-    distance = tf.cast(ops.safe_sqrt(_dot(diff, diff)), dtype)
+    distance = kops.cast(ops.safe_sqrt(_dot(diff, diff)), dtype)
     if not return_points:
         return distance
     p1 = x1 + s[..., None] * u
     p2 = y1 + t[..., None] * v
-    return distance, (tf.cast(p1, dtype), tf.cast(p2, dtype))
+    return distance, (kops.cast(p1, dtype), kops.cast(p2, dtype))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numbers
 
 import keras
-from keras import ops
+from keras import ops as kops
 
 __all__ = ["GeneralizedMeanPooling2D", "GeMPooling2D", "L2Normalization"]
 
@@ -17,6 +17,24 @@ def _is_number(x):
 def _check_positive(name, value):
     if not _is_number(value) or not value > 0:
         raise ValueError(f"`{name}` must be a number > 0. Received: {name}={value!r}")
+
+
+def _work_dtype(x):
+    """float64 for float64 tensors, float32 for anything else."""
+    return "float64" if keras.backend.standardize_dtype(x.dtype) == "float64" else "float32"
+
+
+def _maximum(x, y):
+    """``keras.ops.maximum(x, y)`` that keeps float64 under every backend.
+
+    Keras' PyTorch backend (3.15) promotes two float64 tensors to float32 in
+    ``maximum``; ``torch.maximum`` is the same operation in the input dtype.
+    """
+    if keras.backend.backend() == "torch":
+        import torch
+
+        return torch.maximum(x, y)
+    return kops.maximum(x, y)
 
 
 def _check_data_format(data_format):
@@ -107,17 +125,17 @@ class GeneralizedMeanPooling2D(keras.layers.Layer):
         return (1, 2) if self.data_format == "channels_last" else (2, 3)
 
     def call(self, inputs):
-        work = "float64" if inputs.dtype == "float64" else "float32"
-        x = ops.maximum(ops.cast(inputs, work), ops.cast(self.epsilon, work))
+        work = _work_dtype(inputs)
+        x = _maximum(kops.cast(inputs, work), kops.cast(self.epsilon, work))
         axes = self._axes()
-        p = ops.maximum(ops.cast(self.p, work), ops.cast(1.0, work))
+        p = _maximum(kops.cast(self.p, work), kops.cast(1.0, work))
         # d/dm of m * mean((x/m)^p)^(1/p) is exactly 0: stopping its gradient is exact.
-        m = ops.stop_gradient(ops.max(x, axis=axes, keepdims=True))
-        mean = ops.mean(ops.power(x / m, p), axis=axes, keepdims=True)
-        out = m * ops.power(mean, 1.0 / p)
+        m = kops.stop_gradient(kops.max(x, axis=axes, keepdims=True))
+        mean = kops.mean(kops.power(x / m, p), axis=axes, keepdims=True)
+        out = m * kops.power(mean, 1.0 / p)
         if not self.keepdims:
-            out = ops.squeeze(out, axis=axes)
-        return ops.cast(out, self.compute_dtype)
+            out = kops.squeeze(out, axis=axes)
+        return kops.cast(out, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         shape = list(input_shape)
@@ -183,11 +201,11 @@ class L2Normalization(keras.layers.Layer):
         self.supports_masking = True
 
     def call(self, inputs):
-        work = "float64" if inputs.dtype == "float64" else "float32"
-        x = ops.cast(inputs, work)
-        square_sum = ops.sum(ops.square(x), axis=self.axis, keepdims=True)
-        out = x * ops.rsqrt(ops.maximum(square_sum, ops.cast(self.epsilon, work)))
-        return ops.cast(out, self.compute_dtype)
+        work = _work_dtype(inputs)
+        x = kops.cast(inputs, work)
+        square_sum = kops.sum(kops.square(x), axis=self.axis, keepdims=True)
+        out = x * kops.rsqrt(_maximum(square_sum, kops.cast(self.epsilon, work)))
+        return kops.cast(out, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)

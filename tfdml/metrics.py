@@ -44,7 +44,7 @@ import warnings
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops as kops
 
 from tfdml import ops
 
@@ -108,12 +108,13 @@ def _nonfinite_rows(embeddings):
     ``embeddings`` is anything with a leading row axis (a NumPy array or a tensor);
     values are converted to float32 first, as the metrics compute in float32.
     """
-    x = tf.convert_to_tensor(embeddings)
-    if not x.dtype.is_floating or x.shape.rank is None or x.shape.rank == 0:
+    x = kops.convert_to_tensor(embeddings)
+    dtype = keras.backend.standardize_dtype(x.dtype)
+    if not dtype.startswith(("float", "bfloat")) or len(x.shape) == 0:
         return np.zeros(0, np.int64)
-    x = tf.cast(x, tf.float32)
-    finite = tf.math.is_finite(tf.reshape(x, [tf.shape(x)[0], -1]))
-    return np.flatnonzero(~tf.reduce_all(finite, axis=1).numpy()).astype(np.int64)
+    x = kops.cast(x, "float32")
+    finite = kops.all(kops.isfinite(kops.reshape(x, (kops.shape(x)[0], -1))), axis=1)
+    return np.flatnonzero(~kops.convert_to_numpy(finite)).astype(np.int64)
 
 
 def _at_indices(bad):
@@ -158,7 +159,7 @@ def _prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chu
     _check_positive_int("gallery_chunk_size", gallery_chunk_size)
     emb_name, lab_name = names
     labels = ops.cast_labels(labels, lab_name)
-    queries = tf.cast(ops.check_embeddings(embeddings, emb_name), tf.float32)
+    queries = kops.cast(ops.check_embeddings(embeddings, emb_name), "float32")
     ops.check_batch_sizes(labels, queries, lab_name, emb_name)
     if queries.shape[0] == 0:
         raise ValueError(f"`{emb_name}` is empty. Received: {emb_name}.shape={queries.shape}")
@@ -177,8 +178,8 @@ def _prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chu
                 "`gallery_embeddings` was given without `gallery_labels`. "
                 "Received: gallery_labels=None"
             )
-        gallery = tf.cast(ops.check_embeddings(gallery_embeddings, "gallery_embeddings"),
-                          tf.float32)
+        gallery = kops.cast(ops.check_embeddings(gallery_embeddings, "gallery_embeddings"),
+                            "float32")
         gallery_labels = ops.cast_labels(gallery_labels, "gallery_labels")
         ops.check_batch_sizes(gallery_labels, gallery, "gallery_labels", "gallery_embeddings")
         if gallery.shape[-1] != queries.shape[-1]:
@@ -191,8 +192,8 @@ def _prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chu
     if metric == "cosine":
         queries = ops.l2_normalize(queries)
         gallery = queries if exclude_self else ops.l2_normalize(gallery)
-    return (queries, gallery, labels.numpy().astype(np.int64),
-            gallery_labels.numpy().astype(np.int64), exclude_self)
+    return (queries, gallery, kops.convert_to_numpy(labels).astype(np.int64),
+            kops.convert_to_numpy(gallery_labels).astype(np.int64), exclude_self)
 
 
 # -- exact nearest neighbours --------------------------------------------------------------------
@@ -204,13 +205,46 @@ def _scores(queries, gallery, metric):
     return -ops.pairwise_distance(queries, gallery, squared=True)
 
 
+def _top_k_lower_index_first(scores, k):
+    """``(values, positions)`` of the ``k`` largest scores of each row, largest first.
+
+    Equal scores are ordered by increasing position, as ``tf.math.top_k`` and
+    ``jax.lax.top_k`` document (``keras.ops.top_k`` on those backends).
+    ``torch.topk`` makes no such promise, so PyTorch takes the first ``k`` of a
+    stable descending sort (NaN first, as ``jax.lax.top_k``).
+    """
+    if keras.backend.backend() == "torch":
+        import torch
+
+        values, positions = torch.sort(scores, dim=1, descending=True, stable=True)
+        return values[:, :k], positions[:, :k]
+    return kops.top_k(scores, k=k)
+
+
+def _merge_block(chunk, block, g_start, best_scores, best_idx, keep, metric):
+    """The running top-``keep`` of a query chunk merged with gallery rows ``g_start...``.
+
+    ``best_scores`` and ``best_idx`` are the kept ``[n, <=keep]`` scores and gallery
+    indices (``None`` before the first block); returns the new ones.
+    """
+    scores = _scores(chunk, block, metric)
+    cols = kops.arange(g_start, g_start + int(block.shape[0]), dtype="int32")
+    cols = kops.broadcast_to(cols[None, :], kops.shape(scores))
+    if best_scores is not None:
+        scores = kops.concatenate([best_scores, scores], axis=1)
+        cols = kops.concatenate([best_idx, cols], axis=1)
+    best_scores, pos = _top_k_lower_index_first(scores, min(keep, int(scores.shape[1])))
+    return best_scores, kops.take_along_axis(cols, pos, axis=1)
+
+
 def _neighbour_chunks(queries, gallery, k, exclude_self, metric, chunk_size, gallery_chunk_size):
     """Yields ``(start, indices)``: the ``k`` nearest gallery rows of queries ``start:start+n``.
 
     ``indices`` is an ``[n, k]`` int64 NumPy array, nearest first, ties broken by the
     lower gallery index. The top-k is a running one over gallery chunks: merging the
-    kept ``k`` (all of lower index) with a new chunk and taking ``tf.math.top_k``
-    (which puts the lower position first among equal values) keeps that order.
+    kept ``k`` (all of lower index) with a new chunk and taking a top-k that puts the
+    lower position first among equal values (:func:`_top_k_lower_index_first`) keeps
+    that order.
 
     With ``exclude_self`` (query ``i`` is gallery row ``i``) the search keeps ``k + 1``
     candidates and then removes row ``i`` by its index, or the last candidate when row
@@ -226,15 +260,9 @@ def _neighbour_chunks(queries, gallery, k, exclude_self, metric, chunk_size, gal
         best_scores = best_idx = None
         for g_start in range(0, num_gallery, gallery_chunk_size):
             block = gallery[g_start : g_start + gallery_chunk_size]
-            scores = _scores(chunk, block, metric)
-            cols = tf.range(g_start, g_start + int(block.shape[0]))
-            cols = tf.broadcast_to(cols[None, :], tf.shape(scores))
-            if best_scores is not None:
-                scores = tf.concat([best_scores, scores], axis=1)
-                cols = tf.concat([best_idx, cols], axis=1)
-            best_scores, pos = tf.math.top_k(scores, k=min(keep, int(scores.shape[1])))
-            best_idx = tf.gather(cols, pos, batch_dims=1)
-        idx = best_idx.numpy().astype(np.int64)
+            best_scores, best_idx = _merge_block(chunk, block, g_start, best_scores, best_idx,
+                                                 keep, metric)
+        idx = kops.convert_to_numpy(best_idx).astype(np.int64)
         if exclude_self:
             is_self = idx == np.arange(start, start + len(idx))[:, None]
             # A stable sort moves the query's own index (if present) behind the others.
@@ -563,7 +591,7 @@ def vehicleid_match_rate(
     num_draws = _check_positive_int("num_draws", num_draws)
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
         raise ValueError(f"`seed` must be an integer. Received: seed={seed!r}")
-    labels_np = ops.cast_labels(labels).numpy().astype(np.int64)
+    labels_np = kops.convert_to_numpy(ops.cast_labels(labels)).astype(np.int64)
     x = ops.check_embeddings(embeddings)
     ops.check_batch_sizes(labels_np, x)
     _check_finite(x, "embeddings")
@@ -583,9 +611,9 @@ def vehicleid_match_rate(
         chosen = order[starts + rng.integers(0, counts)]
         is_query = np.ones(len(labels_np), dtype=bool)
         is_query[chosen] = False
-        curve = cmc(tf.gather(x, np.flatnonzero(is_query)), labels_np[is_query],
-                    tf.gather(x, chosen), labels_np[chosen], top_k=max(ks), metric=metric,
-                    chunk_size=chunk_size)
+        curve = cmc(kops.take(x, np.flatnonzero(is_query), axis=0), labels_np[is_query],
+                    kops.take(x, chosen, axis=0), labels_np[chosen], top_k=max(ks),
+                    metric=metric, chunk_size=chunk_size)
         totals += np.array([curve[k - 1] for k in ks])
     return {k: float(v / num_draws) for k, v in zip(ks, totals, strict=True)}
 
@@ -598,8 +626,8 @@ def _kmeans(embeddings, labels, num_clusters, seed, metric):
     from sklearn.cluster import KMeans
 
     _check_choice("metric", metric, METRICS)
-    labels = ops.cast_labels(labels).numpy().astype(np.int64)
-    x = tf.cast(ops.check_embeddings(embeddings), tf.float32)
+    labels = kops.convert_to_numpy(ops.cast_labels(labels)).astype(np.int64)
+    x = kops.cast(ops.check_embeddings(embeddings), "float32")
     ops.check_batch_sizes(labels, x)
     _check_finite(x, "embeddings")
     if metric == "cosine":
@@ -616,7 +644,7 @@ def _kmeans(embeddings, labels, num_clusters, seed, metric):
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
         raise ValueError(f"`seed` must be an integer. Received: seed={seed!r}")
     km = KMeans(n_clusters=num_clusters, n_init=1, random_state=int(seed))
-    return labels, km.fit_predict(x.numpy())
+    return labels, km.fit_predict(kops.convert_to_numpy(x))
 
 
 def _contingency(labels, clusters):
@@ -794,7 +822,7 @@ class ActiveAnchors(keras.metrics.Mean):
         with warnings.catch_warnings():  # the copy's own warnings (e.g. an unattached beta)
             warnings.simplefilter("ignore")
             terms = self._probe.per_anchor(ops.cast_labels(y_true, "y_true"), y_pred)
-        return super().update_state(tf.cast(terms.active, self.dtype), sample_weight)
+        return super().update_state(kops.cast(terms.active, self.dtype), sample_weight)
 
     def get_config(self):
         return {"loss": self._loss_config, "name": self.name, "dtype": self.dtype}

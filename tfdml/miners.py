@@ -17,19 +17,21 @@ the pairs they contain, :func:`as_triplets` turns pairs into every
 scores of the chosen pairs and apply their formula; mining itself is never
 differentiated.
 
-Everything compiles under ``jit_compile=True``: selections are masked
-arg-max/arg-min, sorts and searches of fixed shape. Only the
-``positive="all", negative="all"`` strategy (and :func:`as_triplets`) builds a
-``[B, R, R]`` tensor.
+Everything is written with ``keras.ops`` and runs under every Keras backend
+(TensorFlow, JAX, PyTorch), eagerly and compiled (``jit_compile=True``,
+``jax.jit``): every single choice is a masked arg-max of a key (the scores,
+their negation, or random noise), and the rest are sorts, scatters and
+cumulative sums of fixed shape. Only the ``positive="all", negative="all"``
+strategy (and :func:`as_triplets`) builds a ``[B, R, R]`` tensor.
 """
 
 from __future__ import annotations
 
 import numbers
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import keras
-import tensorflow as tf
+from keras import ops as kops
 
 from tfdml import ops
 
@@ -69,9 +71,9 @@ class Triplets(NamedTuple):
             whose mask is all false has no triplet and is left out of the loss.
     """
 
-    positive: tf.Tensor | None
-    negative: tf.Tensor | None
-    mask: tf.Tensor
+    positive: Any | None
+    negative: Any | None
+    mask: Any
 
 
 class Pairs(NamedTuple):
@@ -83,16 +85,17 @@ class Pairs(NamedTuple):
         negative: ``[B, R]`` bool, true for the kept different-class pairs.
     """
 
-    positive: tf.Tensor
-    negative: tf.Tensor
+    positive: Any
+    negative: Any
 
 
 def _scatter_columns(indices, valid, width):
     """``[B, width]`` bool: true at ``indices[b, t]`` for every valid ``t`` (O(B T) memory)."""
-    columns = tf.where(valid, indices, width)  # column `width` collects the invalid ones
-    target = tf.zeros([tf.shape(indices)[0], width + 1], tf.int32)
-    hits = _row_scatter(target, columns, tf.ones_like(columns), tf.tensor_scatter_nd_max)
-    return tf.cast(hits[:, :width], tf.bool)
+    indices = kops.cast(indices, "int32")
+    columns = kops.where(valid, indices, width)  # column `width` collects the invalid ones
+    target = kops.zeros((kops.shape(indices)[0], width + 1), "int32")
+    hits = ops.scatter_rows(target, columns, kops.ones_like(columns), mode="max")
+    return kops.cast(hits[:, :width], "bool")
 
 
 def as_pairs(mined, num_ref=None) -> Pairs:
@@ -112,18 +115,18 @@ def as_pairs(mined, num_ref=None) -> Pairs:
     mask = mined.mask
     if num_ref is None:
         if mined.positive is None:
-            num_ref = tf.shape(mask)[1]
+            num_ref = kops.shape(mask)[1]
         elif mined.negative is None:
-            num_ref = tf.shape(mask)[2]
+            num_ref = kops.shape(mask)[2]
         else:
             raise ValueError("`num_ref` is needed to turn single-choice triplets into pairs.")
-    pair_valid = tf.reduce_any(mask, axis=2)  # [B, P]
+    pair_valid = kops.any(mask, axis=2)  # [B, P]
     if mined.positive is None:
         positive = pair_valid
     else:
         positive = _scatter_columns(mined.positive, pair_valid, num_ref)
     if mined.negative is None:
-        negative = tf.reduce_any(mask, axis=1)
+        negative = kops.any(mask, axis=1)
     else:
         negative = _scatter_columns(mined.negative, pair_valid, num_ref)
     return Pairs(positive, negative)
@@ -137,7 +140,7 @@ def as_triplets(mined) -> Triplets:
     """
     if isinstance(mined, Triplets):
         return mined
-    mask = tf.logical_and(mined.positive[:, :, None], mined.negative[:, None, :])
+    mask = kops.logical_and(mined.positive[:, :, None], mined.negative[:, None, :])
     return Triplets(None, None, mask)
 
 
@@ -156,11 +159,11 @@ def gather_triplet_scores(scores, triplets: Triplets):
     if triplets.positive is None:
         s_ap = scores
     else:
-        s_ap = tf.gather(scores, triplets.positive, batch_dims=1)
+        s_ap = kops.take_along_axis(scores, triplets.positive, axis=1)
     if triplets.negative is None:
         s_an = scores[:, None, :]
     else:
-        s_an = tf.gather(scores, triplets.negative, batch_dims=1)[:, :, None]
+        s_an = kops.take_along_axis(scores, triplets.negative, axis=1)[:, :, None]
     return s_ap[:, :, None], s_an
 
 
@@ -207,21 +210,17 @@ class Miner:
         return f"{type(self).__name__}({args})"
 
 
-def _row_scatter(target, columns, updates, scatter=tf.tensor_scatter_nd_update):
-    """``target[b, columns[b, t]] = updates[b, t]`` (or combined by ``scatter``) for all b, t."""
-    rows = tf.broadcast_to(tf.range(tf.shape(columns)[0])[:, None], tf.shape(columns))
-    return scatter(target, tf.stack([rows, columns], axis=-1), updates)
-
-
 def _compact(mask, values):
     """Per row, the ``values`` where ``mask`` is true, moved to the front in order: [B, R].
 
     Entries past the row's count are 0.
     """
-    width = tf.shape(mask)[1]
-    slot = tf.where(mask, tf.cumsum(tf.cast(mask, tf.int32), axis=1) - 1, width)
-    target = tf.zeros([tf.shape(mask)[0], width + 1], values.dtype)  # column `width`: discard
-    return _row_scatter(target, slot, values)[:, :width]
+    width = kops.shape(mask)[1]
+    slot = kops.where(mask, kops.cumsum(kops.cast(mask, "int32"), axis=1) - 1, width)
+    # Column `width` collects (and discards) the entries outside the mask, so columns repeat
+    # there: "add" into zeros, which sets every other column to its one value.
+    target = kops.zeros((kops.shape(mask)[0], width + 1), ops.dtype_name(values))
+    return ops.scatter_rows(target, slot, values, mode="add")[:, :width]
 
 
 def negatives_at_or_below(values, negative_mask):
@@ -240,23 +239,24 @@ def negatives_at_or_below(values, negative_mask):
         included), and ``negatives[a, :n_a]`` are the column indices of the
         row's ``n_a`` negatives by ascending value (0 after them).
     """
-    order = tf.argsort(values, axis=1, stable=True)
-    ordered = tf.gather(values, order, batch_dims=1)
-    is_negative = tf.gather(negative_mask, order, batch_dims=1)
-    negatives_so_far = tf.cumsum(tf.cast(is_negative, tf.int32), axis=1)
+    values = kops.convert_to_tensor(values)
+    order = ops.stable_argsort(values, axis=1)
+    ordered = kops.take_along_axis(values, order, axis=1)
+    is_negative = kops.take_along_axis(negative_mask, order, axis=1)
+    negatives_so_far = kops.cumsum(kops.cast(is_negative, "int32"), axis=1)
     # Extend each position to the end of its group of equal values.
-    starts = tf.concat(
-        [tf.ones_like(ordered[:, :1], tf.bool), tf.not_equal(ordered[:, 1:], ordered[:, :-1])],
+    starts = kops.concatenate(
+        [kops.ones_like(ordered[:, :1], "bool"), kops.not_equal(ordered[:, 1:], ordered[:, :-1])],
         axis=1,
     )
-    group = tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1
-    positions = tf.broadcast_to(tf.range(tf.shape(order)[1]), tf.shape(order))
-    group_end = _row_scatter(tf.zeros_like(order), group, positions, tf.tensor_scatter_nd_max)
-    last = tf.gather(group_end, group, batch_dims=1)
-    count_sorted = tf.gather(negatives_so_far, last, batch_dims=1)
-    count = _row_scatter(tf.zeros_like(order), order, count_sorted)  # back to column order
+    group = kops.cumsum(kops.cast(starts, "int32"), axis=1) - 1
+    positions = kops.broadcast_to(kops.arange(kops.shape(order)[1], dtype="int32"),
+                                  kops.shape(order))
+    group_end = ops.scatter_rows(kops.zeros_like(order), group, positions, mode="max")
+    last = kops.take_along_axis(group_end, group, axis=1)
+    count_sorted = kops.take_along_axis(negatives_so_far, last, axis=1)
+    count = ops.scatter_rows(kops.zeros_like(order), order, count_sorted)  # column order
     return count, _compact(is_negative, order)
-
 
 
 def _check_choice(name, value, allowed):
@@ -406,19 +406,28 @@ class TripletMiner(Miner):
     def _gumbel(self, shape, dtype):
         u = keras.random.uniform(shape, minval=1e-20, maxval=1.0, dtype=dtype,
                                  seed=self._seed_generator)
-        return -tf.math.log(-tf.math.log(u))
+        return -kops.log(-kops.log(u))
 
-    def _pick(self, strategy, scores, mask, noise):
-        """Single choice along the last axis: ``(index, found)``.
+    @staticmethod
+    def _pick(strategy, scores, mask, noise=None):
+        """Single choice along the last axis, ``(index, found)``: a masked arg-max of a key.
 
-        ``noise`` is uniform noise for ``"random"`` and log-weights plus
-        Gumbel noise for ``"distance_weighted"`` (Gumbel-max sampling).
+        Every single-choice strategy is the arg-max of a key over its
+        candidates (:func:`tfdml.ops.masked_argmax`, ties to the lowest
+        index): the scores ``S`` for ``"easy_positive"``, ``"hard_negative"``
+        and ``"semihard_negative"`` (whose ``mask`` holds only the negatives
+        at most as similar as the positive), ``-S`` for ``"hard_positive"``
+        and ``"easy_negative"``, and ``noise`` for the random strategies:
+        uniform noise for ``"random_*"``, log-weights plus Gumbel noise for
+        ``"distance_weighted_negative"`` (Gumbel-max sampling).
         """
-        if strategy in ("easy_positive", "hard_negative"):
-            return ops.masked_argmax(scores, mask)
-        if strategy in ("hard_positive", "easy_negative"):
-            return ops.masked_argmin(scores, mask)
-        return ops.masked_argmax(noise, mask)  # random, distance_weighted
+        if strategy in ("easy_positive", "hard_negative", "semihard_negative"):
+            key = scores
+        elif strategy in ("hard_positive", "easy_negative"):
+            key = -scores
+        else:  # random_positive, random_negative, distance_weighted_negative
+            key = noise
+        return ops.masked_argmax(key, mask)
 
     def _distance_log_weights(self, embeddings, ref_embeddings):
         """``(log_w, within)``: ``[B, R]`` log of ``1 / q(d)`` and ``d < upper_cutoff``."""
@@ -428,78 +437,68 @@ class TripletMiner(Miner):
                 "`mine(scores, labels, ..., embeddings=x, ref_embeddings=ref)` "
                 "(tfdml losses pass them)."
             )
-        x = tf.stop_gradient(tf.convert_to_tensor(embeddings))
-        ref = x if ref_embeddings is None else tf.stop_gradient(tf.convert_to_tensor(ref_embeddings))
-        x = tf.cast(x, ops.compute_dtype(x.dtype))
-        ref = tf.cast(ref, x.dtype)
+        x = kops.stop_gradient(kops.convert_to_tensor(embeddings))
+        ref = x if ref_embeddings is None else kops.stop_gradient(
+            kops.convert_to_tensor(ref_embeddings))
+        x = kops.cast(x, ops.compute_dtype(x.dtype))
+        ref = kops.cast(ref, ops.dtype_name(x))
         dist = ops.pairwise_distance(x, ref)
-        dim = x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1]
-        dim = tf.cast(dim, dist.dtype)
-        d = tf.maximum(dist, tf.constant(self.lower_cutoff, dist.dtype))
-        one_minus = tf.maximum(1.0 - 0.25 * tf.square(d), tf.constant(1e-6, dist.dtype))
-        log_w = (2.0 - dim) * tf.math.log(d) - 0.5 * (dim - 3.0) * tf.math.log(one_minus)
+        dtype = ops.dtype_name(dist)
+        dim = x.shape[-1] if x.shape[-1] is not None else kops.shape(x)[-1]
+        dim = kops.cast(dim, dtype)
+        d = kops.maximum(dist, kops.convert_to_tensor(self.lower_cutoff, dtype))
+        one_minus = kops.maximum(1.0 - 0.25 * kops.square(d), kops.convert_to_tensor(1e-6, dtype))
+        log_w = (2.0 - dim) * kops.log(d) - 0.5 * (dim - 3.0) * kops.log(one_minus)
         if self.upper_cutoff is None:
-            within = tf.ones_like(dist, tf.bool)
+            within = kops.ones_like(dist, "bool")
         else:
-            within = dist < tf.constant(self.upper_cutoff, dist.dtype)
+            within = dist < kops.convert_to_tensor(self.upper_cutoff, dtype)
         return log_w, within
 
     @staticmethod
     def _distance_candidates(log_w, within, negative_mask):
         """Negatives to draw from and their log-weights (uniform when none is within reach)."""
-        candidates = tf.logical_and(negative_mask, within)
-        any_within = tf.reduce_any(candidates, axis=-1, keepdims=True)
-        candidates = tf.where(any_within, candidates, negative_mask)
-        log_w = tf.where(any_within, log_w, tf.zeros_like(log_w))
+        candidates = kops.logical_and(negative_mask, within)
+        any_within = kops.any(candidates, axis=-1, keepdims=True)
+        candidates = kops.where(any_within, candidates, negative_mask)
+        log_w = kops.where(any_within, log_w, kops.zeros_like(log_w))
         return log_w, candidates
 
-    def _categorical_per_pair(self, log_w, candidates):
+    def _draw_per_pair(self, log_w, candidates):
         """One draw per (anchor, reference j) from each anchor's distribution: ``[B, R]``.
 
-        Inverse CDF without a ``[B, R, R]`` comparison: the ``R`` cumulative
-        weights and the ``R`` uniform draws of a row are sorted together (the
-        weights first on ties), and a draw's index is the number of
-        cumulative weights sorted before it (``<= u``).
+        Candidate ``k`` of anchor ``a`` is drawn with probability proportional
+        to ``exp(log_w[a, k])`` (``log_w = 0``: uniformly), independently for
+        every ``j``. Inverse CDF without a ``[B, R, R]`` comparison: the ``R``
+        cumulative weights and the ``R`` uniform draws of a row are sorted
+        together (the weights first on ties), and a draw's index is the
+        number of cumulative weights sorted before it (``<= u``).
         """
-        logits = tf.where(candidates, log_w, tf.constant(-float("inf"), log_w.dtype))
-        top = tf.reduce_max(logits, axis=1, keepdims=True)
-        top = tf.where(tf.math.is_finite(top), top, tf.zeros_like(top))
-        weights = tf.where(candidates, tf.exp(logits - top), tf.zeros_like(logits))
-        cdf = tf.cumsum(weights, axis=1)
-        width = tf.shape(cdf)[1]
-        u = self._noise(tf.shape(cdf), cdf.dtype) * cdf[:, -1:]
-        merged = tf.concat([cdf, u], axis=1)
-        is_cdf = tf.concat([tf.ones_like(cdf, tf.int32), tf.zeros_like(u, tf.int32)], axis=1)
-        order = tf.argsort(merged, axis=1, stable=True)
-        before = tf.cumsum(tf.gather(is_cdf, order, batch_dims=1), axis=1)
-        count = _row_scatter(tf.zeros_like(order), order, before)[:, width:]
-        found = tf.reduce_any(candidates, axis=1, keepdims=True)
-        last, _ = ops.masked_argmax(
-            tf.broadcast_to(tf.cast(tf.range(width), cdf.dtype), tf.shape(candidates)), candidates
-        )
-        index = tf.where(count >= width, last[:, None], count)
-        found = tf.broadcast_to(found, tf.shape(index))
-        return tf.where(found, index, tf.zeros_like(index)), found
+        dtype = ops.dtype_name(log_w)
+        logits = kops.where(candidates, log_w, kops.convert_to_tensor(-float("inf"), dtype))
+        top = kops.max(logits, axis=1, keepdims=True)
+        top = kops.where(kops.isfinite(top), top, kops.zeros_like(top))
+        weights = kops.where(candidates, kops.exp(logits - top), kops.zeros_like(logits))
+        cdf = kops.cumsum(weights, axis=1)
+        width = kops.shape(cdf)[1]
+        u = self._noise(kops.shape(cdf), dtype) * cdf[:, -1:]
+        merged = kops.concatenate([cdf, u], axis=1)
+        is_cdf = kops.concatenate([kops.ones_like(cdf, "int32"), kops.zeros_like(u, "int32")],
+                                  axis=1)
+        order = ops.stable_argsort(merged, axis=1)
+        before = kops.cumsum(kops.take_along_axis(is_cdf, order, axis=1), axis=1)
+        count = ops.scatter_rows(kops.zeros_like(order), order, before)[:, width:]
+        found = kops.any(candidates, axis=1, keepdims=True)
+        columns = kops.cast(kops.arange(width, dtype="int32"), dtype)
+        last, _ = ops.masked_argmax(kops.broadcast_to(columns, kops.shape(candidates)), candidates)
+        index = kops.where(count >= width, last[:, None], count)
+        found = kops.broadcast_to(found, kops.shape(index))
+        return kops.where(found, index, kops.zeros_like(index)), found
 
     def _semihard_single(self, scores, negative_mask, s_ap):
         """Semi-hard negative for one positive per anchor. ``s_ap`` has shape [B, 1]."""
-        candidates = tf.logical_and(negative_mask, scores <= s_ap)
-        return ops.masked_argmax(scores, candidates)
-
-    def _random_all(self, negative_mask):
-        """A uniformly random negative for every (anchor, positive = reference j) pair: [B, R].
-
-        Draws ``u ~ U[0, 1)`` per pair and takes the ``floor(u * count)``-th
-        negative of the anchor in reference order: O(B R) memory, no sort.
-        """
-        count = tf.reduce_sum(tf.cast(negative_mask, tf.int32), axis=1, keepdims=True)
-        columns = tf.broadcast_to(tf.range(tf.shape(negative_mask)[1]), tf.shape(negative_mask))
-        negatives = _compact(negative_mask, columns)
-        u = self._noise(tf.shape(negative_mask), tf.float32)
-        k = tf.minimum(tf.cast(u * tf.cast(count, tf.float32), tf.int32), tf.maximum(count - 1, 0))
-        index = tf.gather(negatives, k, batch_dims=1)
-        found = tf.broadcast_to(count > 0, tf.shape(index))
-        return tf.where(found, index, tf.zeros_like(index)), found
+        candidates = kops.logical_and(negative_mask, scores <= s_ap)
+        return self._pick("semihard_negative", scores, candidates)
 
     @staticmethod
     def _semihard_all(scores, negative_mask):
@@ -513,40 +512,41 @@ class TripletMiner(Miner):
         def semihard(scores, negative_mask):
             count, negatives = negatives_at_or_below(scores, negative_mask)
             found = count > 0
-            index = tf.gather(negatives, tf.maximum(count - 1, 0), batch_dims=1)
-            return tf.where(found, index, tf.zeros_like(index)), found
+            index = kops.take_along_axis(negatives, kops.maximum(count - 1, 0), axis=1)
+            return kops.where(found, index, kops.zeros_like(index)), found
 
-        return ops.map_row_blocks(semihard, (scores, negative_mask), (tf.int32, tf.bool))
+        return ops.map_row_blocks(semihard, (scores, negative_mask), ("int32", "bool"))
 
     # -- mining --------------------------------------------------------------------------------
 
     def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
              ref_embeddings=None) -> Triplets:
-        scores = tf.stop_gradient(tf.convert_to_tensor(scores))
+        scores = kops.stop_gradient(kops.convert_to_tensor(scores))
+        dtype = ops.dtype_name(scores)
         positive_mask, negative_mask = ops.label_masks(labels, ref_labels, ref_offset)
         log_w = None
         if self.negative == "distance_weighted":
             log_w, within = self._distance_log_weights(embeddings, ref_embeddings)
-            log_w = tf.cast(log_w, scores.dtype)
+            log_w = kops.cast(log_w, dtype)
         if self.disjoint:
             if log_w is not None:
                 log_w = (log_w, within)
             return self._mine_disjoint(scores, positive_mask, negative_mask, ref_offset, log_w)
-        shape = tf.shape(scores)
+        shape = kops.shape(scores)
 
         if self.positive == "all":
             positive = None
             s_ap = scores
             pair_found = positive_mask
         else:
-            noise = self._noise(shape, scores.dtype) if self.positive == "random" else None
+            noise = self._noise(shape, dtype) if self.positive == "random" else None
             index, pair_found = self._pick(self.positive + "_positive", scores, positive_mask, noise)
             positive = index[:, None]
-            s_ap = tf.gather(scores, positive, batch_dims=1)
+            s_ap = kops.take_along_axis(scores, positive, axis=1)
             pair_found = pair_found[:, None]
 
         if self.negative == "all":
-            mask = tf.logical_and(pair_found[:, :, None], negative_mask[:, None, :])
+            mask = kops.logical_and(pair_found[:, :, None], negative_mask[:, None, :])
             return Triplets(positive, None, mask)
 
         if self.negative == "semihard":
@@ -555,79 +555,80 @@ class TripletMiner(Miner):
             else:
                 negative, found = self._semihard_single(scores, negative_mask, s_ap)
                 negative, found = negative[:, None], found[:, None]
-        elif self.negative == "random" and positive is None:
-            negative, found = self._random_all(negative_mask)
-        elif self.negative == "distance_weighted":
-            log_w, candidates = self._distance_candidates(log_w, within, negative_mask)
-            if positive is None:
-                negative, found = self._categorical_per_pair(log_w, candidates)
+        elif self.negative in ("random", "distance_weighted") and positive is None:
+            # One draw per (anchor, positive) pair: inverse CDF, uniform weights for "random".
+            if self.negative == "random":
+                log_w, candidates = kops.zeros_like(scores), negative_mask
             else:
-                noise = log_w + self._gumbel(shape, scores.dtype)
-                negative, found = self._pick("distance_weighted", scores, candidates, noise)
-                negative, found = negative[:, None], found[:, None]
+                log_w, candidates = self._distance_candidates(log_w, within, negative_mask)
+            negative, found = self._draw_per_pair(log_w, candidates)
         else:
-            noise = self._noise(shape, scores.dtype) if self.negative == "random" else None
-            negative, found = self._pick(self.negative + "_negative", scores, negative_mask, noise)
-            negative = tf.broadcast_to(negative[:, None], tf.shape(pair_found))
-            found = tf.broadcast_to(found[:, None], tf.shape(pair_found))
-        mask = tf.logical_and(pair_found, found)[:, :, None]
+            candidates = negative_mask
+            noise = None
+            if self.negative == "random":
+                noise = self._noise(shape, dtype)
+            elif self.negative == "distance_weighted":
+                log_w, candidates = self._distance_candidates(log_w, within, negative_mask)
+                noise = log_w + self._gumbel(shape, dtype)
+            negative, found = self._pick(self.negative + "_negative", scores, candidates, noise)
+            negative = kops.broadcast_to(negative[:, None], kops.shape(pair_found))
+            found = kops.broadcast_to(found[:, None], kops.shape(pair_found))
+        mask = kops.logical_and(pair_found, found)[:, :, None]
         return Triplets(positive, negative, mask)
 
     def _mine_disjoint(self, scores, positive_mask, negative_mask, ref_offset, distance_weights):
-        batch = tf.shape(scores)[0]
-        num_ref = tf.shape(scores)[1]
-        noise_p = self._noise(tf.shape(scores), scores.dtype) if self.positive == "random" else None
-        noise_n = self._noise(tf.shape(scores), scores.dtype) if self.negative == "random" else None
+        shape = kops.shape(scores)
+        batch, num_ref = shape[0], shape[1]
+        dtype = ops.dtype_name(scores)
+        noise_p = self._noise(shape, dtype) if self.positive == "random" else None
+        noise_n = self._noise(shape, dtype) if self.negative == "random" else None
         if distance_weights is not None:
             log_w, within = distance_weights
-            gumbel = self._gumbel(tf.shape(scores), scores.dtype)
-        ref_columns = tf.range(num_ref, dtype=tf.int32)
-        batch_rows = tf.range(batch, dtype=tf.int32)
-        offset = None if ref_offset is None else tf.cast(ref_offset, tf.int32)
+            gumbel = self._gumbel(shape, dtype)
+        ref_columns = kops.arange(num_ref, dtype="int32")
+        batch_rows = kops.arange(batch, dtype="int32")
+        offset = None if ref_offset is None else kops.cast(ref_offset, "int32")
 
-        def body(i, used, positive, negative, valid):
-            row = scores[i][None, :]
-            free = tf.logical_not(used)[None, :]
-            p_mask = tf.logical_and(positive_mask[i][None, :], free)
-            p, p_found = self._pick(
-                self.positive + "_positive", row, p_mask,
-                None if noise_p is None else noise_p[i][None, :],
-            )
-            s_ap = tf.gather(row, p[:, None], batch_dims=1)
-            n_mask = tf.logical_and(negative_mask[i][None, :], free)
+        def body(i, state):
+            used, positive, negative, valid = state
+
+            def row(x):  # row i of a [B, R] tensor, as [1, R]
+                return x[i][None, :]
+
+            scores_i = row(scores)
+            free = kops.logical_not(used)[None, :]
+            p_mask = kops.logical_and(row(positive_mask), free)
+            p, p_found = self._pick(self.positive + "_positive", scores_i, p_mask,
+                                    None if noise_p is None else row(noise_p))
+            n_mask = kops.logical_and(row(negative_mask), free)
             if self.negative == "semihard":
-                n, n_found = self._semihard_single(row, n_mask, s_ap)
-            elif self.negative == "distance_weighted":
-                w_row, candidates = self._distance_candidates(log_w[i][None, :],
-                                                              within[i][None, :], n_mask)
-                n, n_found = self._pick("distance_weighted", row, candidates,
-                                        w_row + gumbel[i][None, :])
+                s_ap = kops.take_along_axis(scores_i, p[:, None], axis=1)
+                n, n_found = self._semihard_single(scores_i, n_mask, s_ap)
             else:
-                n, n_found = self._pick(
-                    self.negative + "_negative", row, n_mask,
-                    None if noise_n is None else noise_n[i][None, :],
-                )
-            ok = tf.logical_and(p_found[0], n_found[0])
-            taken = tf.logical_or(tf.equal(ref_columns, p[0]), tf.equal(ref_columns, n[0]))
+                noise = None if noise_n is None else row(noise_n)
+                if self.negative == "distance_weighted":
+                    w_row, n_mask = self._distance_candidates(row(log_w), row(within), n_mask)
+                    noise = w_row + row(gumbel)
+                n, n_found = self._pick(self.negative + "_negative", scores_i, n_mask, noise)
+            ok = kops.logical_and(p_found[0], n_found[0])
+            taken = kops.logical_or(kops.equal(ref_columns, p[0]), kops.equal(ref_columns, n[0]))
             if offset is not None:
-                anchor_free = tf.logical_not(used[i + offset])
-                ok = tf.logical_and(ok, anchor_free)
-                taken = tf.logical_or(taken, tf.equal(ref_columns, i + offset))
-            used = tf.logical_or(used, tf.logical_and(ok, taken))
-            here = tf.equal(batch_rows, i)
-            positive = tf.where(here, p[0], positive)
-            negative = tf.where(here, n[0], negative)
-            valid = tf.logical_or(valid, tf.logical_and(here, ok))
-            return i + 1, used, positive, negative, valid
+                anchor = kops.equal(ref_columns, i + offset)
+                anchor_free = kops.logical_not(kops.any(kops.logical_and(used, anchor)))
+                ok = kops.logical_and(ok, anchor_free)
+                taken = kops.logical_or(taken, anchor)
+            used = kops.logical_or(used, kops.logical_and(ok, taken))
+            here = kops.equal(batch_rows, i)
+            positive = kops.where(here, p[0], positive)
+            negative = kops.where(here, n[0], negative)
+            valid = kops.logical_or(valid, kops.logical_and(here, ok))
+            return used, positive, negative, valid
 
-        zeros = tf.zeros([batch], tf.int32)
-        _, _, positive, negative, valid = tf.while_loop(
-            lambda i, *_: i < batch,
-            body,
-            (tf.constant(0), tf.zeros([num_ref], tf.bool), zeros, zeros, tf.zeros([batch], tf.bool)),
-        )
-        positive = tf.where(valid, positive, 0)
-        negative = tf.where(valid, negative, 0)
+        zeros = kops.zeros((batch,), "int32")
+        init = (kops.zeros((num_ref,), "bool"), zeros, zeros, kops.zeros((batch,), "bool"))
+        _, positive, negative, valid = kops.fori_loop(0, batch, body, init)
+        positive = kops.where(valid, positive, kops.zeros_like(positive))
+        negative = kops.where(valid, negative, kops.zeros_like(negative))
         return Triplets(positive[:, None], negative[:, None], valid[:, None, None])
 
 
@@ -716,19 +717,19 @@ class MultiSimilarityMiner(Miner):
 
     def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
              ref_embeddings=None) -> Pairs:
-        scores = tf.stop_gradient(tf.convert_to_tensor(scores))
+        scores = kops.stop_gradient(kops.convert_to_tensor(scores))
         positive_mask, negative_mask = ops.label_masks(labels, ref_labels, ref_offset)
-        epsilon = tf.constant(self.epsilon, scores.dtype)
+        epsilon = kops.convert_to_tensor(self.epsilon, ops.dtype_name(scores))
         least_positive, has_positive = ops.masked_min(scores, positive_mask)
-        negative = tf.logical_and(negative_mask, scores + epsilon > least_positive[:, None])
-        negative = tf.logical_and(negative, has_positive[:, None])
+        negative = kops.logical_and(negative_mask, scores + epsilon > least_positive[:, None])
+        negative = kops.logical_and(negative, has_positive[:, None])
         if self.positive == "hard":
             most_negative, _ = ops.masked_max(scores, negative_mask)
-            positive = tf.logical_and(positive_mask, scores - epsilon < most_negative[:, None])
+            positive = kops.logical_and(positive_mask, scores - epsilon < most_negative[:, None])
         elif self.positive == "easy":
             index, found = ops.masked_argmax(scores, positive_mask)
-            positive = _scatter_columns(index[:, None], found[:, None], tf.shape(scores)[1])
+            positive = _scatter_columns(index[:, None], found[:, None], kops.shape(scores)[1])
         else:
             positive = positive_mask
-        has_negative = tf.reduce_any(negative_mask, axis=1, keepdims=True)
-        return Pairs(tf.logical_and(positive, has_negative), negative)
+        has_negative = kops.any(negative_mask, axis=1, keepdims=True)
+        return Pairs(kops.logical_and(positive, has_negative), negative)

@@ -1,6 +1,8 @@
 """Core tensor operations shared by every loss, miner and metric.
 
-Everything here has fixed output shapes and compiles under ``jit_compile=True``:
+Everything here is written in ``keras.ops`` and runs under the TensorFlow, JAX and
+PyTorch backends. Everything has fixed output shapes and compiles (``jit_compile=True``,
+``jax.jit``):
 selections are expressed as masks and masked reductions, never as boolean
 indexing or index lists.
 
@@ -22,8 +24,9 @@ from __future__ import annotations
 
 import numbers
 
+import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops as kops
 
 __all__ = [
     "all_finite",
@@ -33,7 +36,9 @@ __all__ = [
     "check_embeddings",
     "compute_dtype",
     "distance_matrix",
+    "dtype_name",
     "is_number",
+    "is_traced",
     "l2_normalize",
     "label_masks",
     "masked_argmax",
@@ -46,10 +51,210 @@ __all__ = [
     "pairwise_similarity",
     "safe_sqrt",
     "same_label_dtype",
+    "scatter_rows",
+    "stable_argsort",
 ]
 
 
-def cast_labels(labels, name: str = "labels") -> tf.Tensor:
+# -- backend shims: one small function per piece Keras lacks on some backend --------------------
+
+
+def _backend() -> str:
+    return keras.backend.backend()
+
+
+def dtype_name(x) -> str:
+    """The standardized dtype name of a tensor (``"float32"``, ``"int64"``, ...)."""
+    return keras.backend.standardize_dtype(x.dtype)
+
+
+def _is_tensor(x) -> bool:
+    return keras.ops.is_tensor(x) or isinstance(x, keras.KerasTensor)
+
+
+def is_traced(x=None) -> bool:
+    """Whether ``x`` is symbolic: its values cannot be read in Python.
+
+    True inside ``tf.function`` (TensorFlow), for a JAX tracer (``jax.jit``,
+    ``jax.grad``), while ``torch.compile`` traces (PyTorch) and for a
+    ``keras.KerasTensor``. Eager checks (a ValueError naming the bad value)
+    run only where this is false; traced code skips them (XLA would not
+    evaluate an assertion either).
+    """
+    if isinstance(x, keras.KerasTensor):
+        return True
+    backend = _backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return not tf.executing_eagerly() or (x is not None and not hasattr(x, "numpy")
+                                              and tf.is_tensor(x))
+    if backend == "jax":
+        import jax
+
+        return isinstance(x, jax.core.Tracer)
+    if backend == "torch":
+        import torch
+
+        return bool(torch.compiler.is_compiling())
+    return False
+
+
+def stable_argsort(x, axis: int = -1):
+    """int32 indices sorting ``x`` ascending along ``axis``; equal values keep their order.
+
+    ``keras.ops.argsort`` is stable on JAX and PyTorch but not on TensorFlow.
+    """
+    x = kops.convert_to_tensor(x)
+    if dtype_name(x) == "bool":
+        x = kops.cast(x, "int32")
+    if _backend() == "tensorflow":
+        import tensorflow as tf
+
+        return tf.argsort(x, axis=axis, stable=True)
+    return kops.cast(kops.argsort(x, axis=axis), "int32")
+
+
+_SCATTER_MODES = ("update", "max", "add")
+
+
+def scatter_rows(target, columns, updates, mode: str = "update"):
+    """Row-wise scatter: ``target[b, columns[b, t]]`` combined with ``updates[b, t]``.
+
+    Args:
+        target: ``[B, W]`` tensor.
+        columns: ``[B, T]`` integer column indices in ``[0, W)``.
+        updates: ``[B, T]`` tensor of the dtype of ``target``.
+        mode: ``"update"`` (set; a column must not repeat within a row),
+            ``"max"`` (keep the maximum) or ``"add"`` (sum). Defaults to
+            `"update"`.
+
+    Returns:
+        A new ``[B, W]`` tensor (``target`` is not modified).
+    """
+    if mode not in _SCATTER_MODES:
+        raise ValueError(f"`mode` must be one of {_SCATTER_MODES}. Received: mode={mode!r}")
+    target = kops.convert_to_tensor(target)
+    columns = kops.cast(columns, "int32")
+    updates = kops.cast(updates, dtype_name(target))
+    backend = _backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        rows = tf.broadcast_to(tf.range(tf.shape(columns)[0])[:, None], tf.shape(columns))
+        index = tf.stack([rows, columns], axis=-1)
+        scatter = {"update": tf.tensor_scatter_nd_update, "max": tf.tensor_scatter_nd_max,
+                   "add": tf.tensor_scatter_nd_add}[mode]
+        return scatter(target, index, updates)
+    if backend == "jax":
+        import jax.numpy as jnp
+
+        rows = jnp.arange(columns.shape[0])[:, None]
+        at = target.at[rows, columns]
+        return {"update": at.set, "max": at.max, "add": at.add}[mode](updates)
+    if backend == "torch":
+        index = columns.long()
+        if mode == "update":
+            return target.scatter(1, index, updates)
+        if mode == "add":
+            return target.scatter_add(1, index, updates)
+        return target.scatter_reduce(1, index, updates, reduce="amax", include_self=True)
+    raise NotImplementedError(f"scatter_rows is not implemented for the {backend} backend")
+
+
+def _graph_assert(value, ok, message):
+    """``value``, with an assertion that ``ok`` holds where the backend can attach one.
+
+    A TensorFlow graph (``tf.function`` without XLA) evaluates it and raises
+    ``InvalidArgumentError``; XLA, JAX and PyTorch tracing have no runtime
+    assertions, so there the value passes unchecked.
+    """
+    if _backend() != "tensorflow":
+        return value
+    import tensorflow as tf
+
+    with tf.control_dependencies([tf.debugging.Assert(ok, [message])]):
+        return tf.identity(value)
+
+
+def _bitcast_to_int64(x):
+    backend = _backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.bitcast(x, tf.int64)
+    if backend == "jax":
+        import jax
+
+        return jax.lax.bitcast_convert_type(x, "int64")
+    return x.view(__import__("torch").int64)
+
+
+# -- labels and inputs ------------------------------------------------------------------------
+
+
+def _numpy_labels(array, name):
+    """Integer ids from a NumPy array (before any conversion to a backend tensor)."""
+    if array.dtype.kind in "USO":
+        raise ValueError(
+            f"`{name}` must be integer class ids, not strings or objects. Map them to "
+            f"integers first (e.g. with keras.layers.StringLookup). Received: "
+            f"{name}.dtype={array.dtype}"
+        )
+    if array.dtype.kind not in "iufb":
+        raise ValueError(f"`{name}` must be integer class ids. Received: {name}.dtype={array.dtype}")
+    if array.dtype == np.uint64:
+        return array.view(np.int64)
+    if array.dtype == np.uint32:
+        return array.astype(np.int64)
+    if array.dtype.kind == "f":
+        bad = array[~(np.isfinite(array) & (array == np.round(array)))]
+        if bad.size:
+            raise ValueError(
+                f"`{name}` holds float values that are not whole numbers (or NaN/Inf); class ids "
+                f"must be integers. Received e.g. {bad[:3].tolist()}"
+            )
+        return array.astype(np.int64)
+    if array.dtype in (np.int32, np.int64):
+        return array
+    return array.astype(np.int32)
+
+
+def _fits_int32(array) -> bool:
+    info = np.iinfo(np.int32)
+    return array.size == 0 or (array.min() >= info.min and array.max() <= info.max)
+
+
+def _jax_int64(array, name):
+    """JAX without ``jax_enable_x64`` holds integers in 32 bits: cast ids that fit, refuse others."""
+    if array.dtype != np.int64 or _backend() != "jax":
+        return array
+    import jax
+
+    if jax.config.jax_enable_x64:
+        return array
+    if not _fits_int32(array):
+        raise ValueError(
+            f"`{name}` holds class ids beyond int32, which JAX cannot hold without 64-bit mode "
+            '(`jax.config.update("jax_enable_x64", True)`); distinct ids would be merged. '
+            "Enable it or map the ids to a smaller range."
+        )
+    return array.astype(np.int32)
+
+
+def _check_label_shape(shape, name):
+    rank = len(shape)
+    if rank == 2 and shape[-1] == 1:
+        return True
+    if rank != 1:
+        raise ValueError(
+            f"`{name}` must be integer class ids of shape [B] or [B, 1]. "
+            f"Received: {name}.shape={tuple(shape)}"
+        )
+    return False
+
+
+def cast_labels(labels, name: str = "labels"):
     """Returns integer class ids as an integer tensor of shape ``[B]``.
 
     Accepts shape ``[B]`` or ``[B, 1]``, any integer dtype, and floats that
@@ -59,107 +264,98 @@ def cast_labels(labels, name: str = "labels") -> tf.Tensor:
     reinterpreted bit for bit (ids at or above 2**63 become negative, still
     distinct), and float ids beyond 2**31 keep their value. Ids already
     rounded by a ``bfloat16`` conversion cannot be recovered, so pass integer
-    labels.
+    labels. Under JAX, 64-bit ids need ``jax.config.update("jax_enable_x64",
+    True)``; without it JAX holds every integer in 32 bits.
 
     Raises:
         ValueError: if the labels are not of rank 1, or rank 2 with a last
             dimension of 1; if they are strings or another non-numeric
             dtype; or if float labels hold a value that is not a whole
-            number (checked eagerly; inside ``tf.function`` an assertion,
-            which XLA does not evaluate).
+            number (checked where the values can be read, i.e. not inside a
+            compiled function).
     """
-    if not tf.is_tensor(labels):
-        array = np.asarray(labels)
-        if array.dtype.kind in "USO":
-            raise ValueError(
-                f"`{name}` must be integer class ids, not strings or objects. Map them to "
-                f"integers first (e.g. with keras.layers.StringLookup). Received: "
-                f"{name}.dtype={array.dtype}"
-            )
-    labels = tf.convert_to_tensor(labels)
-    if not (labels.dtype.is_integer or labels.dtype.is_floating or labels.dtype == tf.bool):
-        raise ValueError(
-            f"`{name}` must be integer class ids. Received: {name}.dtype={labels.dtype.name}"
-        )
-    rank = labels.shape.rank
-    if rank == 2 and labels.shape[-1] == 1:
-        labels = tf.squeeze(labels, axis=-1)
-    elif rank != 1:
-        raise ValueError(
-            f"`{name}` must be integer class ids of shape [B] or [B, 1]. "
-            f"Received: {name}.shape={labels.shape}"
-        )
-    if labels.dtype in (tf.int32, tf.int64):
+    if not _is_tensor(labels):
+        given = labels
+        array = _numpy_labels(np.asarray(labels), name)
+        if _check_label_shape(array.shape, name):
+            array = array[:, 0]
+        if not isinstance(given, np.ndarray) and array.dtype == np.int64 and _fits_int32(array):
+            array = array.astype(np.int32)  # Python ints: int32 where they fit, as TensorFlow
+        return kops.convert_to_tensor(_jax_int64(array, name))
+    dtype = dtype_name(labels)
+    if not (dtype.startswith(("int", "uint", "float", "bfloat")) or dtype == "bool"):
+        raise ValueError(f"`{name}` must be integer class ids. Received: {name}.dtype={dtype}")
+    if _check_label_shape(labels.shape, name):
+        labels = kops.squeeze(labels, axis=-1)
+    if dtype in ("int32", "int64"):
         return labels
-    if labels.dtype == tf.uint64:
-        return tf.bitcast(labels, tf.int64)
-    if labels.dtype == tf.uint32:
-        return tf.cast(labels, tf.int64)
-    if labels.dtype.is_floating:
-        return _whole_number_ids(labels, name)
-    return tf.cast(labels, tf.int32)
+    if dtype == "uint64":
+        return _bitcast_to_int64(labels)
+    if dtype == "uint32":
+        return kops.cast(labels, "int64")
+    if dtype.startswith(("float", "bfloat")):
+        if not is_traced(labels):
+            _numpy_labels(kops.convert_to_numpy(kops.cast(labels, "float64")), name)
+            return kops.cast(labels, "int64")
+        whole = kops.logical_and(kops.isfinite(labels), kops.equal(labels, kops.round(labels)))
+        return _graph_assert(kops.cast(labels, "int64"), kops.all(whole),
+                             f"`{name}` holds float values that are not whole numbers (or "
+                             "NaN/Inf); class ids must be integers.")
+    return kops.cast(labels, "int32")
 
 
-def _whole_number_ids(labels, name):
-    """Float class ids as int64, refusing values that are not whole numbers."""
-    whole = tf.logical_and(tf.math.is_finite(labels), tf.equal(labels, tf.round(labels)))
-    message = (f"`{name}` holds float values that are not whole numbers (or NaN/Inf); "
-               "class ids must be integers.")
-    if tf.executing_eagerly():
-        bad = np.asarray(labels)[~np.asarray(whole)]
-        if bad.size:
-            raise ValueError(f"{message} Received e.g. {bad[:3].tolist()}")
-        return tf.cast(labels, tf.int64)
-    with tf.control_dependencies([tf.debugging.Assert(tf.reduce_all(whole), [message])]):
-        return tf.cast(labels, tf.int64)
+def _static_int(x):
+    """``x`` as a Python int when it is one or a readable scalar tensor, else None."""
+    if isinstance(x, numbers.Integral) and not isinstance(x, bool):
+        return int(x)
+    if _is_tensor(x) and not is_traced(x):
+        return int(kops.convert_to_numpy(x))
+    return None
 
 
 def check_ref_offset(ref_offset, batch, num_ref):
     """Checks that anchors ``[ref_offset, ref_offset + B)`` lie inside a reference set of ``R``.
 
-    ``ref_offset=None`` (anchors outside the reference set) passes. A static
-    offset with static sizes raises a ValueError; otherwise an assertion is
-    added (graphs; not evaluated under XLA).
+    ``ref_offset=None`` (anchors outside the reference set) passes. An
+    offset whose value can be read (a Python int, an eager tensor) raises a
+    ValueError when it is out of range; a traced offset is not checked.
 
     Returns:
-        ``ref_offset``, as given or with the assertion attached.
+        ``ref_offset``: a Python int, or an int32 tensor when traced.
     """
     if ref_offset is None:
         return None
-    if not tf.is_tensor(ref_offset):
-        if not isinstance(ref_offset, numbers.Integral) or isinstance(ref_offset, bool):
-            raise ValueError(f"`ref_offset` must be an int or None. Received: ref_offset={ref_offset!r}")
-        ref_offset = int(ref_offset)
-        if isinstance(batch, int) and isinstance(num_ref, int):
-            if not 0 <= ref_offset <= num_ref - batch:
-                raise ValueError(
-                    f"`ref_offset` must be in [0, {num_ref - batch}] so that the {batch} anchors "
-                    f"are rows ref_offset .. ref_offset + {batch} - 1 of the {num_ref} reference "
-                    f"samples (None: the anchors are not in the reference set). "
-                    f"Received: ref_offset={ref_offset}"
-                )
-            return ref_offset
-    offset = tf.cast(ref_offset, tf.int32)
-    ok = tf.logical_and(offset >= 0, offset + tf.cast(batch, tf.int32) <= tf.cast(num_ref, tf.int32))
-    if tf.executing_eagerly():
-        if not bool(ok):
-            raise ValueError(
-                f"`ref_offset` must be in [0, {int(num_ref) - int(batch)}]. "
-                f"Received: ref_offset={int(offset)}"
-            )
-        return ref_offset
-    message = "`ref_offset` must be in [0, len(ref_embeddings) - len(y_pred)]."
-    with tf.control_dependencies([tf.debugging.Assert(ok, [message])]):
-        return tf.identity(offset)
+    if not _is_tensor(ref_offset) and (
+        not isinstance(ref_offset, numbers.Integral) or isinstance(ref_offset, bool)
+    ):
+        raise ValueError(f"`ref_offset` must be an int or None. Received: ref_offset={ref_offset!r}")
+    offset, b, r = _static_int(ref_offset), _static_int(batch), _static_int(num_ref)
+    if offset is None:
+        offset = kops.cast(ref_offset, "int32")
+        ok = kops.logical_and(offset >= 0, offset + kops.cast(batch, "int32")
+                              <= kops.cast(num_ref, "int32"))
+        return _graph_assert(offset, ok,
+                             "`ref_offset` must be in [0, len(ref_embeddings) - len(y_pred)].")
+    if b is not None and r is not None and not 0 <= offset <= r - b:
+        raise ValueError(
+            f"`ref_offset` must be in [0, {r - b}] so that the {b} anchors "
+            f"are rows ref_offset .. ref_offset + {b} - 1 of the {r} reference "
+            f"samples (None: the anchors are not in the reference set). "
+            f"Received: ref_offset={offset}"
+        )
+    return offset
 
 
-def all_finite(*tensors) -> tf.Tensor:
-    """Scalar bool: every entry of every (non-None) tensor is finite."""
-    checks = [tf.reduce_all(tf.math.is_finite(t)) for t in tensors if t is not None]
-    return tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True)
+def all_finite(*tensors):
+    """Scalar bool tensor: every entry of every (non-None) tensor is finite."""
+    ok = kops.convert_to_tensor(True)
+    for t in tensors:
+        if t is not None:
+            ok = kops.logical_and(ok, kops.all(kops.isfinite(t)))
+    return ok
 
 
-def nan_unless_finite(value, *inputs) -> tf.Tensor:
+def nan_unless_finite(value, *inputs):
     """``value`` where every input is finite, NaN (everywhere) otherwise.
 
     How every tfdml loss turns a NaN or Inf embedding into a NaN loss, so that
@@ -167,30 +363,33 @@ def nan_unless_finite(value, *inputs) -> tf.Tensor:
     masked selection would leave (NaN comparisons are false, so a NaN sample
     is simply never mined).
     """
-    value = tf.convert_to_tensor(value)
-    inputs = [tf.convert_to_tensor(t) for t in inputs if t is not None]
+    value = kops.convert_to_tensor(value)
     ok = all_finite(*inputs)
-    return tf.where(ok, value, tf.constant(float("nan"), value.dtype))
+    return kops.where(ok, value, kops.cast(float("nan"), dtype_name(value)))
 
 
 def same_label_dtype(a, b):
     """Casts two label tensors to a common dtype (int64 if either is int64)."""
-    if a.dtype == b.dtype:
+    if dtype_name(a) == dtype_name(b):
         return a, b
-    return tf.cast(a, tf.int64), tf.cast(b, tf.int64)
+    return kops.cast(a, "int64"), kops.cast(b, "int64")
 
 
-def check_embeddings(embeddings, name: str = "embeddings") -> tf.Tensor:
+def _is_floating(dtype: str) -> bool:
+    return dtype.startswith(("float", "bfloat"))
+
+
+def check_embeddings(embeddings, name: str = "embeddings"):
     """Converts to a tensor and checks that it is a rank-2 ``[B, D]`` float tensor."""
-    embeddings = tf.convert_to_tensor(embeddings)
-    if embeddings.shape.rank != 2:
+    embeddings = kops.convert_to_tensor(embeddings)
+    if len(embeddings.shape) != 2:
         raise ValueError(
             f"`{name}` must be a rank-2 tensor of shape [B, D]. "
-            f"Received: {name}.shape={embeddings.shape}"
+            f"Received: {name}.shape={tuple(embeddings.shape)}"
         )
-    if not embeddings.dtype.is_floating:
+    if not _is_floating(dtype_name(embeddings)):
         raise ValueError(
-            f"`{name}` must have a floating dtype. Received: {name}.dtype={embeddings.dtype.name}"
+            f"`{name}` must have a floating dtype. Received: {name}.dtype={dtype_name(embeddings)}"
         )
     return embeddings
 
@@ -202,49 +401,52 @@ def check_batch_sizes(labels, embeddings, labels_name="labels", embeddings_name=
     if n_labels is not None and n_embeddings is not None and n_labels != n_embeddings:
         raise ValueError(
             f"`{labels_name}` and `{embeddings_name}` must have the same batch size. "
-            f"Received: {labels_name}.shape={labels.shape}, "
-            f"{embeddings_name}.shape={embeddings.shape}"
+            f"Received: {labels_name}.shape={tuple(labels.shape)}, "
+            f"{embeddings_name}.shape={tuple(embeddings.shape)}"
         )
 
 
-def compute_dtype(dtype) -> tf.DType:
-    """The dtype computations run in: float64 stays float64, all else float32."""
-    return tf.float64 if tf.as_dtype(dtype) == tf.float64 else tf.float32
+def compute_dtype(dtype) -> str:
+    """The dtype computations run in: ``"float64"`` stays, all else ``"float32"``."""
+    return "float64" if keras.backend.standardize_dtype(dtype) == "float64" else "float32"
 
 
-def l2_normalize(x, axis: int = -1, epsilon: float = 1e-12) -> tf.Tensor:
+# -- distances --------------------------------------------------------------------------------
+
+
+def l2_normalize(x, axis: int = -1, epsilon: float = 1e-12):
     """L2-normalizes ``x`` along ``axis``; zero vectors stay zero, gradients stay finite."""
-    x = tf.convert_to_tensor(x)
-    square_sum = tf.reduce_sum(tf.square(x), axis=axis, keepdims=True)
-    return x * tf.math.rsqrt(tf.maximum(square_sum, tf.cast(epsilon, x.dtype)))
+    x = kops.convert_to_tensor(x)
+    square_sum = kops.sum(kops.square(x), axis=axis, keepdims=True)
+    return x * kops.rsqrt(kops.maximum(square_sum, kops.cast(epsilon, dtype_name(x))))
 
 
-def safe_sqrt(x, epsilon: float = 1e-12) -> tf.Tensor:
+def safe_sqrt(x, epsilon: float = 1e-12):
     """``sqrt(x)`` for ``x >= 0`` whose value and gradient are 0 at (and below) ``epsilon``.
 
     The plain square root has an infinite derivative at 0, which turns the
     gradient of a distance between duplicate points into NaN.
     """
-    x = tf.convert_to_tensor(x)
-    eps = tf.cast(epsilon, x.dtype)
-    positive = x > eps
-    one, zero = tf.ones([], x.dtype), tf.zeros([], x.dtype)  # broadcast, not materialized
-    return tf.where(positive, tf.sqrt(tf.where(positive, x, one)), zero)
+    x = kops.convert_to_tensor(x)
+    dtype = dtype_name(x)
+    positive = x > kops.cast(epsilon, dtype)
+    one, zero = kops.ones((), dtype), kops.zeros((), dtype)  # broadcast, not materialized
+    return kops.where(positive, kops.sqrt(kops.where(positive, x, one)), zero)
 
 
-def pairwise_similarity(x, y=None) -> tf.Tensor:
+def pairwise_similarity(x, y=None):
     """Dot products ``x @ y^T`` of shape ``[B, R]`` (cosine similarity for unit vectors).
 
     Args:
         x: ``[B, D]`` tensor.
         y: ``[R, D]`` tensor. Defaults to ``x``.
     """
-    x = tf.convert_to_tensor(x)
-    y = x if y is None else tf.convert_to_tensor(y)
-    return tf.matmul(x, y, transpose_b=True)
+    x = kops.convert_to_tensor(x)
+    y = x if y is None else kops.convert_to_tensor(y)
+    return kops.matmul(x, kops.transpose(y))
 
 
-def pairwise_distance(x, y=None, squared: bool = False) -> tf.Tensor:
+def pairwise_distance(x, y=None, squared: bool = False):
     """Euclidean distances of shape ``[B, R]`` between rows of ``x`` and of ``y``.
 
     Uses ``|x|^2 + |y|^2 - 2 x.y`` clipped at 0; the square root is
@@ -255,14 +457,14 @@ def pairwise_distance(x, y=None, squared: bool = False) -> tf.Tensor:
         y: ``[R, D]`` tensor. Defaults to ``x``.
         squared: return squared distances. Defaults to `False`.
     """
-    x = tf.convert_to_tensor(x)
-    y = x if y is None else tf.convert_to_tensor(y)
-    x_sq = tf.reduce_sum(tf.square(x), axis=1, keepdims=True)
-    y_sq = tf.reduce_sum(tf.square(y), axis=1, keepdims=True)
+    x = kops.convert_to_tensor(x)
+    y = x if y is None else kops.convert_to_tensor(y)
+    x_sq = kops.sum(kops.square(x), axis=1, keepdims=True)
+    y_sq = kops.sum(kops.square(y), axis=1, keepdims=True)
     # -2 folded into the [B, D] factor (exact, and the same sums in the same order as
     # x_sq + y_sq^T - 2 x.y): one [B, R] temporary fewer.
-    sq = (x_sq + tf.transpose(y_sq)) + tf.matmul(-2.0 * x, y, transpose_b=True)
-    sq = tf.maximum(sq, 0.0)
+    sq = (x_sq + kops.transpose(y_sq)) + kops.matmul(-2.0 * x, kops.transpose(y))
+    sq = kops.maximum(sq, kops.zeros((), dtype_name(sq)))
     return sq if squared else safe_sqrt(sq)
 
 
@@ -274,7 +476,7 @@ def is_number(x) -> bool:
 DISTANCES = ("squared_l2", "l2", "cosine")
 
 
-def distance_matrix(x, y=None, distance: str = "l2") -> tf.Tensor:
+def distance_matrix(x, y=None, distance: str = "l2"):
     """``[B, R]`` distances by name: ``"l2"``, ``"squared_l2"`` or ``"cosine"`` (``1 - x.y``).
 
     The ``"l2"`` square root is guarded (gradient 0 at distance 0).
@@ -284,6 +486,9 @@ def distance_matrix(x, y=None, distance: str = "l2") -> tf.Tensor:
     if distance == "cosine":
         return 1.0 - pairwise_similarity(x, y)
     return pairwise_distance(x, y, squared=distance == "squared_l2")
+
+
+# -- masks and masked selections --------------------------------------------------------------
 
 
 def label_masks(labels, ref_labels=None, ref_offset=0):
@@ -304,14 +509,14 @@ def label_masks(labels, ref_labels=None, ref_offset=0):
     labels = cast_labels(labels)
     ref_labels = labels if ref_labels is None else cast_labels(ref_labels, "ref_labels")
     labels, ref_labels = same_label_dtype(labels, ref_labels)
-    same = tf.equal(labels[:, None], ref_labels[None, :])
-    negative = tf.logical_not(same)
+    same = kops.equal(labels[:, None], ref_labels[None, :])
+    negative = kops.logical_not(same)
     if ref_offset is None:
         return same, negative
-    rows = tf.range(tf.shape(labels)[0], dtype=tf.int32) + tf.cast(ref_offset, tf.int32)
-    cols = tf.range(tf.shape(ref_labels)[0], dtype=tf.int32)
-    not_self = tf.not_equal(rows[:, None], cols[None, :])
-    return tf.logical_and(same, not_self), negative
+    rows = kops.arange(kops.shape(labels)[0], dtype="int32") + kops.cast(ref_offset, "int32")
+    cols = kops.arange(kops.shape(ref_labels)[0], dtype="int32")
+    not_self = kops.not_equal(rows[:, None], cols[None, :])
+    return kops.logical_and(same, not_self), negative
 
 
 def masked_max(x, mask, axis: int = -1):
@@ -321,15 +526,16 @@ def masked_max(x, mask, axis: int = -1):
         ``(values, found)``: ``values`` is 0 where the mask is empty along
         ``axis``; ``found`` is a boolean tensor saying where it was not.
     """
-    x = tf.convert_to_tensor(x)
-    found = tf.reduce_any(mask, axis=axis)
-    values = tf.reduce_max(tf.where(mask, x, tf.constant(-float("inf"), x.dtype)), axis=axis)
-    return tf.where(found, values, tf.zeros_like(values)), found
+    x = kops.convert_to_tensor(x)
+    dtype = dtype_name(x)
+    found = kops.any(mask, axis=axis)
+    values = kops.max(kops.where(mask, x, kops.cast(-float("inf"), dtype)), axis=axis)
+    return kops.where(found, values, kops.zeros((), dtype)), found
 
 
 def masked_min(x, mask, axis: int = -1):
     """Minimum of ``x`` over the entries where ``mask`` is true; see :func:`masked_max`."""
-    values, found = masked_max(-tf.convert_to_tensor(x), mask, axis=axis)
+    values, found = masked_max(-kops.convert_to_tensor(x), mask, axis=axis)
     return -values, found
 
 
@@ -341,20 +547,33 @@ def masked_argmax(x, mask, axis: int = -1):
         the boolean ``found``. Ties go to the lowest index; the index is
         always inside the mask, even when every candidate is ``-inf``.
     """
-    x = tf.stop_gradient(tf.convert_to_tensor(x))
+    x = kops.stop_gradient(kops.convert_to_tensor(x))
     best, found = masked_max(x, mask, axis=axis)
-    is_best = tf.logical_and(mask, tf.equal(x, tf.expand_dims(best, axis)))
-    idx = tf.argmax(tf.cast(is_best, tf.int32), axis=axis, output_type=tf.int32)
-    return tf.where(found, idx, tf.zeros_like(idx)), found
+    is_best = kops.logical_and(mask, kops.equal(x, kops.expand_dims(best, axis)))
+    idx = kops.cast(kops.argmax(kops.cast(is_best, "int32"), axis=axis), "int32")
+    return kops.where(found, idx, kops.zeros((), "int32")), found
 
 
 def masked_argmin(x, mask, axis: int = -1):
     """Index of the smallest ``x`` where ``mask`` is true; see :func:`masked_argmax`."""
-    return masked_argmax(-tf.convert_to_tensor(x), mask, axis=axis)
+    return masked_argmax(-kops.convert_to_tensor(x), mask, axis=axis)
 
+
+# -- row blocks -------------------------------------------------------------------------------
 
 #: Elements per block in :func:`map_row_blocks` (4 Mi: 16 MiB per int32 temporary).
 ROW_BLOCK_ELEMENTS = 1 << 22
+
+
+def _map_blocks(one_block, num_blocks, block, width, output_dtypes):
+    """``[one_block(i) for i in range(num_blocks)]`` stacked, as a loop the compiler keeps."""
+    if _backend() == "tensorflow":
+        import tensorflow as tf
+
+        block_dim = block if isinstance(block, int) else None
+        signature = tuple(tf.TensorSpec([block_dim, width], dtype) for dtype in output_dtypes)
+        return tf.map_fn(one_block, tf.range(num_blocks), fn_output_signature=signature)
+    return kops.map(one_block, kops.arange(num_blocks, dtype="int32"))
 
 
 def map_row_blocks(fn, tensors, output_dtypes, max_elements: int | None = None):
@@ -363,17 +582,16 @@ def map_row_blocks(fn, tensors, output_dtypes, max_elements: int | None = None):
     ``fn`` maps ``[b, R]`` slices of ``tensors`` to a tuple of ``[b, R]``
     tensors and must treat rows independently. When ``B * R`` is larger than
     ``max_elements``, the rows are processed ``max(1, max_elements // R)`` at
-    a time in a loop (``tf.map_fn``, an XLA while loop under
-    ``jit_compile=True``), so the temporaries of ``fn`` (sorts, scatters)
-    take ``O(max_elements)`` memory instead of ``O(B R)``. Meant for index
-    computations without gradients (sorting, counting); the outputs have no
-    gradient path to ``tensors``.
+    a time in a loop (``keras.ops.map``: a while loop under XLA), so the
+    temporaries of ``fn`` (sorts, scatters) take ``O(max_elements)`` memory
+    instead of ``O(B R)``. Meant for index computations without gradients
+    (sorting, counting); the outputs have no gradient path to ``tensors``.
 
     Args:
         fn: callable taking ``len(tensors)`` ``[b, R]`` tensors, returning a
             tuple of ``[b, R]`` tensors.
         tensors: sequence of ``[B, R]`` tensors.
-        output_dtypes: the dtypes of ``fn``'s outputs.
+        output_dtypes: the dtypes of ``fn``'s outputs (names such as ``"int32"``).
         max_elements: the block size in elements. Defaults to
             ``tfdml.ops.ROW_BLOCK_ELEMENTS`` (read at trace time).
 
@@ -382,27 +600,27 @@ def map_row_blocks(fn, tensors, output_dtypes, max_elements: int | None = None):
     """
     if max_elements is None:
         max_elements = ROW_BLOCK_ELEMENTS
-    tensors = [tf.stop_gradient(tf.convert_to_tensor(t)) for t in tensors]
+    output_dtypes = [keras.backend.standardize_dtype(d) for d in output_dtypes]
+    tensors = [kops.stop_gradient(kops.convert_to_tensor(t)) for t in tensors]
     rows, width = tensors[0].shape[0], tensors[0].shape[1]
     if rows is not None and width is not None and rows * width <= max_elements:
         return tuple(fn(*tensors))
-    n = tf.shape(tensors[0])[0]
-    r = tf.shape(tensors[0])[1]
+    n = kops.shape(tensors[0])[0]
+    r = kops.shape(tensors[0])[1]
     if width is not None:  # static block size (XLA needs it)
         block = max(1, max_elements // max(width, 1))
         if rows is not None:
             block = min(block, rows)
-        block_dim = block
     else:
-        block = tf.minimum(tf.maximum(max_elements // tf.maximum(r, 1), 1), tf.maximum(n, 1))
-        block_dim = None
+        block = kops.minimum(kops.maximum(max_elements // kops.maximum(r, 1), 1),
+                             kops.maximum(n, 1))
     num_blocks = (n + block - 1) // block
 
     def one_block(i):
         # The last block repeats the last row; the extra rows are cut below.
-        index = tf.minimum(i * block + tf.range(block), tf.maximum(n - 1, 0))
-        return tuple(fn(*[tf.gather(t, index) for t in tensors]))
+        index = kops.minimum(i * block + kops.arange(block, dtype="int32"),
+                             kops.maximum(n - 1, 0))
+        return tuple(fn(*[kops.take(t, index, axis=0) for t in tensors]))
 
-    signature = tuple(tf.TensorSpec([block_dim, width], dtype) for dtype in output_dtypes)
-    blocks = tf.map_fn(one_block, tf.range(num_blocks), fn_output_signature=signature)
-    return tuple(tf.reshape(b, [-1, r])[:n] for b in blocks)
+    blocks = _map_blocks(one_block, num_blocks, block, width, output_dtypes)
+    return tuple(kops.reshape(b, (-1, r))[:n] for b in blocks)

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops as kops
 
 from tfdml import ops
 from tfdml.miners import TripletMiner
@@ -116,7 +117,7 @@ def _check_positive_int(name, value):
 
 def _normalized(embeddings, name="embeddings"):
     x = ops.check_embeddings(embeddings, name)
-    return ops.l2_normalize(tf.cast(x, ops.compute_dtype(x.dtype)))
+    return ops.l2_normalize(kops.cast(x, ops.compute_dtype(x.dtype)))
 
 
 # -- the scatter --------------------------------------------------------------------------------
@@ -147,8 +148,8 @@ def triplet_scatter(
 
     Args:
         embeddings: ``[N, D]`` float embeddings (any scale: they are
-            L2-normalized). float64 input is computed in float64, anything
-            else in float32.
+            L2-normalized). float64 input is computed in float64 (under JAX
+            only with ``jax_enable_x64``), anything else in float32.
         labels: ``[N]`` integer class ids.
         positive: ``"easy"``, ``"hard"`` or ``"random"``. Defaults to `"easy"`.
         negative: ``"hard"``, ``"semihard"``, ``"easy"`` or ``"random"``.
@@ -185,8 +186,8 @@ def triplet_scatter(
     miner = TripletMiner(positive, negative, seed=seed)
     pos = np.zeros(n, np.int64)
     neg = np.zeros(n, np.int64)
-    s_ap = np.zeros(n, x.dtype.as_numpy_dtype)
-    s_an = np.zeros(n, x.dtype.as_numpy_dtype)
+    s_ap = np.zeros(n, ops.dtype_name(x))
+    s_an = np.zeros(n, ops.dtype_name(x))
     used = np.zeros(n, bool)
     for start in range(0, n, chunk_size):
         stop = min(start + chunk_size, n)
@@ -194,11 +195,11 @@ def triplet_scatter(
         triplets = miner.mine(scores, labels[start:stop], ref_labels=labels, ref_offset=start,
                               embeddings=x[start:stop], ref_embeddings=x)
         p, q = triplets.positive[:, 0], triplets.negative[:, 0]
-        pos[start:stop] = p.numpy()
-        neg[start:stop] = q.numpy()
-        s_ap[start:stop] = tf.gather(scores, p[:, None], batch_dims=1)[:, 0].numpy()
-        s_an[start:stop] = tf.gather(scores, q[:, None], batch_dims=1)[:, 0].numpy()
-        used[start:stop] = triplets.mask[:, 0, 0].numpy()
+        pos[start:stop] = kops.convert_to_numpy(p)
+        neg[start:stop] = kops.convert_to_numpy(q)
+        s_ap[start:stop] = kops.convert_to_numpy(kops.take_along_axis(scores, p[:, None], 1))[:, 0]
+        s_an[start:stop] = kops.convert_to_numpy(kops.take_along_axis(scores, q[:, None], 1))[:, 0]
+        used[start:stop] = kops.convert_to_numpy(triplets.mask[:, 0, 0])
     anchors = np.flatnonzero(used).astype(np.int64)
     return TripletScatterResult(s_ap[used], s_an[used], anchors, pos[used], neg[used], used)
 
@@ -231,9 +232,9 @@ def rescore_triplets(embeddings, triplets: TripletScatterResult) -> TripletScatt
             f"`embeddings` must have one row per sample of `triplets` ({len(triplets.used)}). "
             f"Received: embeddings.shape={x.shape}"
         )
-    a = tf.gather(x, triplets.anchors)
-    s_ap = tf.reduce_sum(a * tf.gather(x, triplets.positives), axis=1).numpy()
-    s_an = tf.reduce_sum(a * tf.gather(x, triplets.negatives), axis=1).numpy()
+    a = kops.take(x, triplets.anchors, axis=0)
+    s_ap = kops.convert_to_numpy(kops.sum(a * kops.take(x, triplets.positives, axis=0), axis=1))
+    s_an = kops.convert_to_numpy(kops.sum(a * kops.take(x, triplets.negatives, axis=0), axis=1))
     return triplets._replace(s_ap=s_ap, s_an=s_an)
 
 
@@ -440,7 +441,71 @@ def _model_embeddings(model, x):
             "`model` must have a single embedding output. Received: an output of type "
             f"{type(out).__name__}"
         )
-    return np.asarray(out, dtype=np.float64)
+    return kops.convert_to_numpy(out).astype(np.float64)
+
+
+def _plus_model_losses(value, losses):
+    """``value + (losses[0] + losses[1] + ...)``, the losses cast to the dtype of ``value``."""
+    if not losses:
+        return value
+    dtype = ops.dtype_name(value)
+    total = kops.cast(losses[0], dtype)
+    for extra in losses[1:]:
+        total = total + kops.cast(extra, dtype)
+    return value + total
+
+
+def _training_loss(model, x, y, loss):
+    """``loss(y, model(x, training=True))`` plus the model's own losses."""
+    pred = model(x, training=True)
+    return _plus_model_losses(loss(y, pred), model.losses)
+
+
+def _gradients(model, x, y, loss):
+    """Gradients of :func:`_training_loss` w.r.t. ``model.trainable_variables`` (None where
+    unconnected), by ``tf.GradientTape``, ``jax.grad`` or ``torch.autograd``.
+
+    The forward pass updates the model's non-trainable state (batch-norm statistics,
+    random seeds) as ``model(x, training=True)`` does; under JAX it runs in a
+    ``keras.StatelessScope`` and the updates are assigned afterwards.
+    """
+    variables = model.trainable_variables
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            value = _training_loss(model, x, y, loss)
+        return tape.gradient(value, variables)
+    if backend == "jax":
+        import jax
+
+        others = model.non_trainable_variables
+
+        def value_and_state(trainable, non_trainable):
+            mapping = list(zip(variables, trainable, strict=True))
+            mapping += list(zip(others, non_trainable, strict=True))
+            with keras.StatelessScope(state_mapping=mapping, collect_losses=True) as scope:
+                pred = model(x, training=True)
+                extras = model.losses
+            value = _plus_model_losses(loss(y, pred), extras)
+            return value, [scope.get_current_value(v) for v in others]
+
+        grads, state = jax.grad(value_and_state, has_aux=True)(
+            [v.value for v in variables], [v.value for v in others])
+        for v, new in zip(others, state, strict=True):
+            if new is not None:
+                v.assign(new)
+        return grads
+    if backend == "torch":
+        import torch
+
+        value = _training_loss(model, x, y, loss)
+        params = [v.value for v in variables]
+        if not value.requires_grad:
+            return [None] * len(params)
+        return list(torch.autograd.grad(value, params, allow_unused=True))
+    raise NotImplementedError(f"triplet_movement does not support the {backend} backend.")
 
 
 def triplet_movement(
@@ -460,8 +525,11 @@ def triplet_movement(
     Embeds ``x`` (inference mode), mines one triplet per anchor within the
     batch, takes one optimizer step on ``loss(y, model(x, training=True))``
     (plus the model's own losses), embeds ``x`` again and measures the *same*
-    triplets (fixed indices). Similarities are computed in float64. The model's
-    weights and the optimizer's state are changed by the step, as in training.
+    triplets (fixed indices). Similarities are computed in float64 (under JAX only
+    with ``jax_enable_x64``, float32 otherwise). The model's weights and the
+    optimizer's state are changed by the step, as in training. The gradient is
+    taken with ``tf.GradientTape``, ``jax.grad`` or ``torch.autograd``, whichever
+    the Keras backend is.
 
     The loss mines its own triplets; for the paper's experiment the measured
     triplets are the trained ones, so by default ``positive``, ``negative``
@@ -520,25 +588,20 @@ def triplet_movement(
 
     labels = ops.cast_labels(y, "y")
     before_emb = _model_embeddings(model, x)
-    ops.check_batch_sizes(labels, tf.constant(before_emb), "y", "model(x)")
-    normed = ops.l2_normalize(tf.constant(before_emb))
+    ops.check_batch_sizes(labels, before_emb, "y", "model(x)")
+    normed = ops.l2_normalize(kops.convert_to_tensor(before_emb))
     scores = ops.pairwise_similarity(normed)
     triplets = TripletMiner(positive, negative, disjoint=disjoint).mine(
         scores, labels, embeddings=normed)
-    used = triplets.mask[:, 0, 0].numpy()
+    used = kops.convert_to_numpy(triplets.mask[:, 0, 0])
     template = TripletScatterResult(
         np.zeros(0), np.zeros(0), np.flatnonzero(used).astype(np.int64),
-        triplets.positive[:, 0].numpy().astype(np.int64)[used],
-        triplets.negative[:, 0].numpy().astype(np.int64)[used], used)
+        kops.convert_to_numpy(triplets.positive[:, 0]).astype(np.int64)[used],
+        kops.convert_to_numpy(triplets.negative[:, 0]).astype(np.int64)[used], used)
     before = rescore_triplets(before_emb, template)
 
-    with tf.GradientTape() as tape:
-        pred = model(x, training=True)
-        value = loss(y, pred)
-        if model.losses:
-            value = value + tf.add_n([tf.cast(v, value.dtype) for v in model.losses])
     variables = model.trainable_variables
-    grads = tape.gradient(value, variables)
+    grads = _gradients(model, x, y, loss)
     optimizer.apply_gradients(
         [(g, v) for g, v in zip(grads, variables, strict=True) if g is not None])
 

@@ -64,7 +64,7 @@ import warnings
 from typing import NamedTuple
 
 import keras
-import tensorflow as tf
+from keras import ops as kops
 
 from tfdml import ops
 from tfdml.miners import AllPairsMiner, Miner, Pairs
@@ -101,9 +101,9 @@ class AnchorTerms(NamedTuple):
         nonzero: ``[B]`` number of terms with a loss above 0.
     """
 
-    total: tf.Tensor
-    count: tf.Tensor
-    nonzero: tf.Tensor
+    total: object
+    count: object
+    nonzero: object
 
     @property
     def active(self):
@@ -141,7 +141,7 @@ def prepare_inputs(
     embeddings = ops.check_embeddings(embeddings, "y_pred")
     ops.check_batch_sizes(labels, embeddings, "y_true", "y_pred")
     dtype = ops.compute_dtype(embeddings.dtype)
-    x = tf.cast(embeddings, dtype)
+    x = kops.cast(embeddings, dtype)
     if normalize:
         x = ops.l2_normalize(x)
     if ref_embeddings is None:
@@ -160,17 +160,17 @@ def prepare_inputs(
             "`ref_embeddings` must have the same embedding size as `y_pred`. "
             f"Received: ref_embeddings.shape={ref.shape}, y_pred.shape={embeddings.shape}"
         )
-    batch = x.shape[0] if x.shape[0] is not None else tf.shape(x)[0]
-    num_ref = ref.shape[0] if ref.shape[0] is not None else tf.shape(ref)[0]
+    batch = x.shape[0] if x.shape[0] is not None else kops.shape(x)[0]
+    num_ref = ref.shape[0] if ref.shape[0] is not None else kops.shape(ref)[0]
     ref_offset = ops.check_ref_offset(ref_offset, batch, num_ref)
-    ref = tf.cast(ref, dtype)
+    ref = kops.cast(ref, dtype)
     if normalize:
         ref = ops.l2_normalize(ref)
     return labels, x, ref_labels, ref, ref_offset
 
 
 def _nonzero(values):
-    return values > tf.zeros([], values.dtype)
+    return values > kops.zeros((), ops.dtype_name(values))
 
 
 def triplet_terms(values, mask) -> AnchorTerms:
@@ -181,13 +181,13 @@ def triplet_terms(values, mask) -> AnchorTerms:
             is the anchor.
         mask: boolean, ``[B, ...]``.
     """
-    values = tf.broadcast_to(values, tf.shape(mask))
-    axes = list(range(1, len(mask.shape)))
-    weights = tf.cast(mask, values.dtype)
-    total = tf.reduce_sum(tf.where(mask, values, tf.zeros_like(values)), axis=axes)
-    nonzero = tf.reduce_sum(tf.cast(tf.logical_and(mask, _nonzero(values)), values.dtype),
-                            axis=axes)
-    return AnchorTerms(total, tf.reduce_sum(weights, axis=axes), nonzero)
+    values = kops.broadcast_to(values, kops.shape(mask))
+    axes = tuple(range(1, len(mask.shape)))
+    dtype = ops.dtype_name(values)
+    weights = kops.cast(mask, dtype)
+    total = kops.sum(kops.where(mask, values, kops.zeros((), dtype)), axis=axes)
+    nonzero = kops.sum(kops.cast(kops.logical_and(mask, _nonzero(values)), dtype), axis=axes)
+    return AnchorTerms(total, kops.sum(weights, axis=axes), nonzero)
 
 
 def pair_terms(positive_values, negative_values, pairs: Pairs) -> AnchorTerms:
@@ -204,10 +204,10 @@ def pair_terms(positive_values, negative_values, pairs: Pairs) -> AnchorTerms:
 
 def anchor_terms(losses, active) -> AnchorTerms:
     """One term per active anchor, for losses defined per anchor (MS, histogram, LoOp pairs)."""
-    count = tf.cast(active, losses.dtype)
-    total = tf.where(active, losses, tf.zeros_like(losses))
-    return AnchorTerms(total, count, tf.cast(tf.logical_and(active, _nonzero(losses)),
-                                             losses.dtype))
+    dtype = ops.dtype_name(losses)
+    count = kops.cast(active, dtype)
+    total = kops.where(active, losses, kops.zeros((), dtype))
+    return AnchorTerms(total, count, kops.cast(kops.logical_and(active, _nonzero(losses)), dtype))
 
 
 def check_average(average):
@@ -220,10 +220,10 @@ def average_terms(terms: AnchorTerms, average: str):
     """``(values, shares)``: per anchor ``v_a`` and ``c_a`` of the module docstring."""
     check_average(average)
     if average in ("anchors", "batch"):
-        values = tf.math.divide_no_nan(terms.total, terms.count)
+        values = kops.divide_no_nan(terms.total, terms.count)
         if average == "anchors":
-            return values, tf.cast(terms.active, values.dtype)
-        return values, tf.ones_like(values)
+            return values, kops.cast(terms.active, ops.dtype_name(values))
+        return values, kops.ones_like(values)
     return terms.total, terms.count if average == "terms" else terms.nonzero
 
 
@@ -234,38 +234,47 @@ def functional_value(terms: AnchorTerms, average, y_pred, ref_embeddings=None):
     dtype of ``y_pred``.
     """
     values, shares = average_terms(terms, average)
-    value = tf.math.divide_no_nan(tf.reduce_sum(values), tf.reduce_sum(shares))
+    value = kops.divide_no_nan(kops.sum(values), kops.sum(shares))
     value = ops.nan_unless_finite(value, y_pred, ref_embeddings)
-    return tf.cast(value, tf.convert_to_tensor(y_pred).dtype)
+    return kops.cast(value, ops.dtype_name(kops.convert_to_tensor(y_pred)))
+
+
+def _tf_replicas() -> int:
+    """Replicas in sync under a ``tf.distribute`` strategy (1 on other backends)."""
+    if keras.backend.backend() != "tensorflow":
+        return 1
+    import tensorflow as tf
+
+    return tf.distribute.get_strategy().num_replicas_in_sync
 
 
 def _scale_for_distribution(value):
-    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    replicas = _tf_replicas()
     if replicas > 1:
-        value = value * tf.cast(1.0 / replicas, value.dtype)
+        value = value * kops.cast(1.0 / replicas, ops.dtype_name(value))
     return value
 
 
 def reduce_anchor_losses(values, shares, sample_weight=None, reduction="sum_over_batch_size"):
     """Reduces per-anchor values and denominator shares as described in the module docstring."""
     _check_reduction(reduction)
-    weights = tf.ones_like(values)
+    weights = kops.ones_like(values)
     if sample_weight is not None:
-        sample_weight = tf.cast(tf.convert_to_tensor(sample_weight), values.dtype)
-        if sample_weight.shape.rank == 2 and sample_weight.shape[-1] == 1:
-            sample_weight = tf.squeeze(sample_weight, axis=-1)
+        sample_weight = kops.cast(sample_weight, ops.dtype_name(values))
+        if len(sample_weight.shape) == 2 and sample_weight.shape[-1] == 1:
+            sample_weight = kops.squeeze(sample_weight, axis=-1)
         weights = weights * sample_weight
     weighted = values * weights
     if reduction in ("none", None):
         return weighted
-    total = tf.reduce_sum(weighted)
+    total = kops.sum(weighted)
     if reduction == "sum":
         return total
     if reduction == "mean_with_sample_weight":
-        denominator = tf.reduce_sum(shares * weights)
+        denominator = kops.sum(shares * weights)
     else:
-        denominator = tf.reduce_sum(shares)
-    return _scale_for_distribution(tf.math.divide_no_nan(total, denominator))
+        denominator = kops.sum(shares)
+    return _scale_for_distribution(kops.divide_no_nan(total, denominator))
 
 
 def _check_reduction(reduction):
@@ -423,7 +432,11 @@ class MetricLoss(keras.losses.Loss):
         if self.cross_replica is not None and not isinstance(self.cross_replica, bool):
             raise ValueError("`cross_replica` must be None, True or False. Received: "
                              f"cross_replica={self.cross_replica!r}")
-        if self.cross_replica is False or not tf.distribute.has_strategy():
+        if self.cross_replica is False or keras.backend.backend() != "tensorflow":
+            return None
+        import tensorflow as tf
+
+        if not tf.distribute.has_strategy():
             return None
         ctx = tf.distribute.get_replica_context()
         if ctx is None or ctx.num_replicas_in_sync <= 1:
@@ -437,9 +450,9 @@ class MetricLoss(keras.losses.Loss):
 
     def _warn_if_inactive(self, terms):
         """Eagerly, once per loss: say so when no anchor of a batch has anything to learn."""
-        if self._warned_inactive or not tf.executing_eagerly():
+        if self._warned_inactive or ops.is_traced(terms.count):
             return
-        if not bool(tf.reduce_any(terms.active)):
+        if not bool(kops.convert_to_numpy(kops.any(terms.active))):
             self._warned_inactive = True
             warnings.warn(
                 f"Loss {self.name!r}: no anchor of this batch has a positive and a negative "
@@ -450,17 +463,19 @@ class MetricLoss(keras.losses.Loss):
             )
 
     def __call__(self, y_true, y_pred, sample_weight=None):
-        with tf.name_scope(self.name):
+        with keras.name_scope(self.name):
             labels = ops.cast_labels(y_true, "y_true")
             ctx = self._gathering_context()
             if ctx is not None:
                 return self._cross_replica_call(ctx, labels, y_pred, sample_weight)
             terms = self.per_anchor(labels, y_pred)
             self._warn_if_inactive(terms)
-            return tf.cast(self._reduce(terms, sample_weight, y_pred), self.dtype)
+            return kops.cast(self._reduce(terms, sample_weight, y_pred), self.dtype)
 
     def _cross_replica_call(self, ctx, labels, y_pred, sample_weight):
         """The loss over the global batch, gathered from all replicas (module docstring)."""
+        import tensorflow as tf  # only reached under a tf.distribute strategy
+
         labels = tf.reshape(labels, [-1])
         y_pred = tf.convert_to_tensor(y_pred)
         local = tf.shape(labels)[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numbers
 
 import keras
-import tensorflow as tf
+from keras import ops as kops
 
 from tfdml import ops
 from tfdml.losses.base import (
@@ -39,9 +39,9 @@ def _contrastive_per_anchor(labels, embeddings, positive_margin, negative_margin
     )
     dist = ops.distance_matrix(x, ref, distance)
     pairs = as_pairs(miner.mine(-dist, labels, ref_labels, ref_offset, x, ref),
-                     num_ref=tf.shape(dist)[1])
-    positive = tf.nn.relu(dist - tf.constant(positive_margin, dist.dtype))
-    negative = tf.nn.relu(tf.constant(negative_margin, dist.dtype) - dist)
+                     num_ref=kops.shape(dist)[1])
+    positive = kops.relu(dist - kops.convert_to_tensor(positive_margin, ops.dtype_name(dist)))
+    negative = kops.relu(kops.convert_to_tensor(negative_margin, ops.dtype_name(dist)) - dist)
     return pair_terms(positive, negative, pairs)
 
 

@@ -17,7 +17,7 @@ import math
 import numbers
 
 import keras
-import tensorflow as tf
+from keras import ops as kops
 
 from tfdml import ops
 from tfdml.losses.base import AnchorTerms, MetricLoss, anchor_terms, prepare_inputs
@@ -43,26 +43,39 @@ def _interpolate(s, bin_width, num_nodes):
     ``s`` is clipped to [-1, 1]; ``v <= num_nodes - 2``, so ``s = 1`` gives ``frac = 1``
     on the last node instead of falling past it. A NaN ``s`` gets node 0 and a NaN ``frac``.
     """
-    s = tf.clip_by_value(s, -1.0, 1.0)
+    s = _clip_unit(s)
     position = (s + 1.0) / bin_width
-    v = tf.clip_by_value(tf.floor(tf.stop_gradient(position)), 0.0, float(num_nodes - 2))
-    v = tf.where(tf.math.is_nan(v), tf.zeros_like(v), v)  # a NaN stays in `frac`, not the index
-    return tf.cast(v, tf.int32), position - v
+    v = kops.clip(kops.floor(kops.stop_gradient(position)), 0.0, float(num_nodes - 2))
+    v = kops.where(kops.isnan(v), kops.zeros_like(v), v)  # a NaN stays in `frac`, not the index
+    return kops.cast(v, "int32"), position - v
+
+
+def _clip_unit(s):
+    """``s`` clipped to [-1, 1], NaN kept; the gradient passes on [-1, 1], ends included.
+
+    This is ``tf.clip_by_value``'s gradient (0 outside [-1, 1] and at NaN) on every
+    backend; ``jnp.clip`` would halve it where ``s`` equals a bound.
+    """
+    one = kops.ones((), ops.dtype_name(s))
+    inside = kops.logical_and(s >= -one, s <= one)
+    clipped = kops.where(s < -one, -one, kops.where(s > one, one, s))
+    return kops.where(inside, s, kops.stop_gradient(clipped))
 
 
 def _node_histograms(s, mask, bin_width, num_nodes):
     """Per row ``i``: the triangular-kernel histogram of ``s[i, k]`` over the ``k`` in ``mask``,
     normalized by the row's count: ``[B, n]`` (zeros for an empty row)."""
-    rows = tf.shape(s)[0]
+    rows = s.shape[0] if s.shape[0] is not None else kops.shape(s)[0]
     v, frac = _interpolate(s, bin_width, num_nodes)
-    weights = tf.cast(mask, s.dtype)
-    count = tf.reduce_sum(weights, axis=1, keepdims=True)
-    weights = tf.math.divide_no_nan(weights, count)
-    base = tf.range(rows)[:, None] * num_nodes
-    segments = tf.reshape(tf.concat([base + v, base + v + 1], axis=1), [-1])
-    data = tf.reshape(tf.concat([(1.0 - frac) * weights, frac * weights], axis=1), [-1])
-    hist = tf.math.unsorted_segment_sum(data, segments, rows * num_nodes)
-    return tf.reshape(hist, [rows, num_nodes])
+    weights = kops.cast(mask, ops.dtype_name(s))
+    count = kops.sum(weights, axis=1, keepdims=True)
+    weights = kops.divide_no_nan(weights, count)
+    base = kops.arange(rows, dtype="int32")[:, None] * num_nodes
+    segments = kops.reshape(kops.concatenate([base + v, base + v + 1], axis=1), (-1,))
+    data = kops.reshape(kops.concatenate([(1.0 - frac) * weights, frac * weights], axis=1),
+                        (-1,))
+    hist = kops.segment_sum(data, segments, num_segments=rows * num_nodes)
+    return kops.reshape(hist, (rows, num_nodes))
 
 
 def _fpp(sim, positive, negative, bin_width):
@@ -70,16 +83,17 @@ def _fpp(sim, positive, negative, bin_width):
     n = _num_nodes(bin_width)
     hist = _node_histograms(sim, negative, bin_width, n)
     # tail[i, u] = sum_{u' >= u} h_i^{u'}, with a zero column past the last node.
-    tail = tf.concat([tf.cumsum(hist, axis=1, reverse=True), tf.zeros_like(hist[:, :1])], axis=1)
+    reverse_cumsum = kops.flip(kops.cumsum(kops.flip(hist, axis=1), axis=1), axis=1)
+    tail = kops.concatenate([reverse_cumsum, kops.zeros_like(hist[:, :1])], axis=1)
     t, h_right = _interpolate(sim, bin_width, n)
     h_left = 1.0 - h_right
 
     # side[i, j]: the term of pair (i, j) that uses the negatives of i (row i of the table).
-    side = (h_left * tf.gather(tail, t, batch_dims=1)
-            + h_right * tf.gather(tail, t + 1, batch_dims=1))
+    side = (h_left * kops.take_along_axis(tail, t, axis=1)
+            + h_right * kops.take_along_axis(tail, t + 1, axis=1))
     # The negatives of j are read from row j: side[j, i], as sim (hence t, h) is symmetric.
-    p = side + tf.transpose(side)
-    return tf.where(positive, p, tf.zeros_like(p))
+    p = side + kops.transpose(side)
+    return kops.where(positive, p, kops.zeros_like(p))
 
 
 def false_positive_probability(labels, embeddings, bin_width):
@@ -115,7 +129,7 @@ def false_positive_probability(labels, embeddings, bin_width):
 def _symmetric_similarity(x):
     """Cosine similarities, exactly symmetric (``_fpp`` reads pair (i, j) from both rows)."""
     sim = ops.pairwise_similarity(x, x)
-    return 0.5 * (sim + tf.transpose(sim))
+    return 0.5 * (sim + kops.transpose(sim))
 
 
 def _scales(min_bin_width):
@@ -131,17 +145,18 @@ def _fappy_per_anchor(labels, embeddings, min_bin_width):
     labels, x, _, _, _ = prepare_inputs(labels, embeddings)
     sim = _symmetric_similarity(x)
     positive, negative = ops.label_masks(labels, labels, 0)
-    pair_weights = tf.zeros_like(sim)
+    pair_weights = kops.zeros_like(sim)
     for width in _scales(min_bin_width):
-        counted = tf.logical_and(positive, 1.0 - sim >= width)
+        counted = kops.logical_and(positive, 1.0 - sim >= width)
         # L <- (L + L_Delta / count) / 2: every earlier scale is halved once more.
         pair_weights = 0.5 * (pair_weights + _fpp(sim, counted, negative, width))
     # Each unordered pair appears twice in the [B, B] table: half of it per anchor, so
     # that the sum over anchors divided by the summed counts is the mean over pairs.
-    total = 0.5 * tf.reduce_sum(pair_weights, axis=1)
-    count = 0.5 * tf.reduce_sum(tf.cast(positive, sim.dtype), axis=1)
-    nonzero = 0.5 * tf.reduce_sum(
-        tf.cast(tf.logical_and(positive, pair_weights > 0), sim.dtype), axis=1)
+    dtype = ops.dtype_name(sim)
+    total = 0.5 * kops.sum(pair_weights, axis=1)
+    count = 0.5 * kops.sum(kops.cast(positive, dtype), axis=1)
+    nonzero = 0.5 * kops.sum(
+        kops.cast(kops.logical_and(positive, pair_weights > 0), dtype), axis=1)
     return AnchorTerms(total, count, nonzero)
 
 
@@ -223,22 +238,20 @@ def _histogram_loss(labels, embeddings, bin_width):
     labels, x, _, _, _ = prepare_inputs(labels, embeddings)
     sim = ops.pairwise_similarity(x, x)
     positive, negative = ops.label_masks(labels, labels, 0)
-    upper = tf.linalg.band_part(tf.ones_like(sim), 0, -1) - tf.linalg.band_part(
-        tf.ones_like(sim), 0, 0)  # i < j
-    upper = tf.cast(upper, tf.bool)
+    upper = kops.cast(kops.triu(kops.ones_like(sim), k=1), "bool")  # i < j
     n = _num_nodes(bin_width)
-    flat_sim = tf.reshape(sim, [1, -1])
+    flat_sim = kops.reshape(sim, (1, -1))
 
     def histogram(mask):
-        return _node_histograms(flat_sim, tf.reshape(tf.logical_and(mask, upper), [1, -1]),
+        return _node_histograms(flat_sim, kops.reshape(kops.logical_and(mask, upper), (1, -1)),
                                 bin_width, n)[0]
 
     h_pos, h_neg = histogram(positive), histogram(negative)
-    value = tf.reduce_sum(h_neg * tf.cumsum(h_pos))
-    has_pairs = tf.logical_and(tf.reduce_any(positive), tf.reduce_any(negative))
-    value = tf.where(has_pairs, value, tf.zeros_like(value))
-    valid = tf.logical_and(tf.reduce_any(positive, axis=1), has_pairs)
-    return anchor_terms(tf.broadcast_to(value, tf.shape(valid)), valid)
+    value = kops.sum(h_neg * kops.cumsum(h_pos))
+    has_pairs = kops.logical_and(kops.any(positive), kops.any(negative))
+    value = kops.where(has_pairs, value, kops.zeros_like(value))
+    valid = kops.logical_and(kops.any(positive, axis=1), has_pairs)
+    return anchor_terms(kops.broadcast_to(value, kops.shape(valid)), valid)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")

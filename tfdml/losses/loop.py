@@ -18,7 +18,7 @@ tensor, and it compiles under XLA.
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+from keras import ops as kops
 
 from tfdml import geometry, ops
 from tfdml.losses.base import MetricLoss, anchor_terms, functional_value, prepare_inputs
@@ -57,18 +57,42 @@ def label_pairs(labels):
         Every sample is the ``first`` of exactly one slot (valid or not).
     """
     labels = ops.cast_labels(labels)
-    size = tf.shape(labels)[0]
-    order = tf.argsort(labels, stable=True)
-    ordered = tf.gather(labels, order)
-    positions = tf.range(size)
-    starts = tf.concat([tf.ones_like(ordered[:1], tf.bool), ordered[1:] != ordered[:-1]], 0)
-    group = tf.cumsum(tf.cast(starts, tf.int32)) - 1
-    group_start = tf.gather(tf.math.unsorted_segment_min(positions, group, size), group)
+    size = kops.shape(labels)[0]
+    order = ops.stable_argsort(labels)
+    ordered = kops.take(labels, order, axis=0)
+    positions = kops.arange(size, dtype="int32")
+    starts = kops.concatenate(
+        [kops.ones_like(ordered[:1], dtype="bool"), kops.not_equal(ordered[1:], ordered[:-1])], 0)
+    group = kops.cumsum(kops.cast(starts, "int32")) - 1
+    # The first position of each group: the positions of the starts, in order (a stable
+    # sort puts them first), taken at the group index.
+    first_of_group = kops.take(positions, ops.stable_argsort(kops.logical_not(starts)), axis=0)
+    group_start = kops.take(first_of_group, group, axis=0)
     rank = positions - group_start
-    next_same = tf.concat([ordered[1:] == ordered[:-1], tf.zeros_like(ordered[:1], tf.bool)], 0)
-    valid = tf.logical_and(tf.equal(rank % 2, 0), next_same)
-    second = tf.concat([order[1:], order[:1]], 0)
+    next_same = kops.concatenate(
+        [kops.equal(ordered[1:], ordered[:-1]), kops.zeros_like(ordered[:1], dtype="bool")], 0)
+    valid = kops.logical_and(kops.equal(rank % 2, 0), next_same)
+    second = kops.concatenate([order[1:], order[:1]], 0)
     return order, second, valid
+
+
+def _gather(x, index, axis=0):
+    return kops.take(x, index, axis=axis)
+
+
+def _minimum(x, y):
+    """``min(x, y)`` in the dtype of ``x``; at ties the gradient goes to ``x``.
+
+    As ``tf.minimum`` does; JAX and PyTorch would split the gradient at ties, and
+    ``keras.ops.minimum`` computes float64 in float32 under PyTorch. A NaN ``x`` stays NaN.
+    """
+    return kops.where(y < x, y, x)
+
+
+def _maximum(x, y):
+    """``max(x, y)`` in the dtype of ``x``; at ties the gradient goes to ``x`` (see
+    :func:`_minimum`)."""
+    return kops.where(x < y, y, x)
 
 
 class _Geometry:
@@ -77,109 +101,113 @@ class _Geometry:
     def __init__(self, labels, x, normalized):
         gram = ops.pairwise_similarity(x, x)
         self.dist = ops.pairwise_distance(x, x)  # x is unit-norm when normalized
-        self.sim = 1.0 - 0.5 * tf.square(self.dist)  # s = 1 - d^2 / 2 (Section 3.3)
+        self.sim = 1.0 - 0.5 * kops.square(self.dist)  # s = 1 - d^2 / 2 (Section 3.3)
         self.first, self.second, self.valid = label_pairs(labels)
         a, b = self.first, self.second
-        pair_labels = tf.gather(labels, a)
+        pair_labels = _gather(labels, a)
+        self.same_mask = kops.equal(labels[:, None], labels[None, :])  # self-pairs included
         self.positive_mask, self.negative_mask = ops.label_masks(labels, labels, 0)
-        self.pair_dist = tf.gather_nd(self.dist, tf.stack([a, b], axis=-1))  # d(a_t, b_t)
-        rows_a, rows_b = tf.gather(gram, a), tf.gather(gram, b)
-        aa, ab = tf.gather(rows_a, a, axis=1), tf.gather(rows_a, b, axis=1)
-        ba, bb = tf.gather(rows_b, a, axis=1), tf.gather(rows_b, b, axis=1)
-        x1x2 = tf.linalg.diag_part(ab)  # dots within each pair
+        # d(a_t, b_t), from the flattened matrix
+        self.pair_dist = _gather(kops.reshape(self.dist, [-1]), a * kops.shape(self.dist)[1] + b)
+        rows_a, rows_b = _gather(gram, a), _gather(gram, b)
+        aa, ab = _gather(rows_a, a, axis=1), _gather(rows_a, b, axis=1)
+        ba, bb = _gather(rows_b, a, axis=1), _gather(rows_b, b, axis=1)
+        x1x2 = kops.diagonal(ab)  # dots within each pair
         if normalized:
             s = geometry.arc_similarity_from_dots(
                 x1x2[:, None], x1x2[None, :], aa, ab, ba, bb
             )
-            self.loop_dist = ops.safe_sqrt(tf.maximum(2.0 - 2.0 * s, 0.0))
+            self.loop_dist = ops.safe_sqrt(_maximum(2.0 - 2.0 * s, kops.zeros_like(s)))
         else:
-            norms = tf.linalg.diag_part(gram)
-            na, nb = tf.gather(norms, a), tf.gather(norms, b)
+            norms = kops.diagonal(gram)
+            na, nb = _gather(norms, a), _gather(norms, b)
             squared = geometry.segment_squared_distance_from_dots(
                 na[:, None], nb[:, None], x1x2[:, None], na[None, :], nb[None, :],
                 x1x2[None, :], aa, ab, ba, bb,
             )
-            self.loop_dist = ops.safe_sqrt(tf.maximum(squared, 0.0))
-        self.loop_sim = 1.0 - 0.5 * tf.square(self.loop_dist)
+            self.loop_dist = ops.safe_sqrt(_maximum(squared, kops.zeros_like(squared)))
+        self.loop_sim = 1.0 - 0.5 * kops.square(self.loop_dist)
         # Slot t against slot u: both real pairs, of different classes.
-        self.loop_mask = tf.logical_and(
-            tf.logical_and(self.valid[:, None], self.valid[None, :]),
-            tf.not_equal(pair_labels[:, None], pair_labels[None, :]),
+        self.loop_mask = kops.logical_and(
+            kops.logical_and(self.valid[:, None], self.valid[None, :]),
+            kops.not_equal(pair_labels[:, None], pair_labels[None, :]),
         )
 
     def by_sample(self, slot_values, slot_valid):
         """Slot values moved to the index of the pair's first sample: ``[B]``."""
-        index = self.first[:, None]
-        size = tf.shape(self.first)
-        return (tf.scatter_nd(index, slot_values, size),
-                tf.scatter_nd(index, tf.cast(slot_valid, tf.int32), size) > 0)
+        # ``first`` is a permutation: a scatter without repeated indices.
+        columns = self.first[None, :]
+        values = ops.scatter_rows(kops.zeros_like(slot_values[None, :]), columns,
+                                  slot_values[None, :])
+        valid = kops.cast(slot_valid, "int32")[None, :]
+        valid = ops.scatter_rows(kops.zeros_like(valid), columns, valid)
+        return values[0], valid[0] > 0
 
     def hardest_positive(self, index):
         """``max_{c[k] = c[i]} d(i, k)`` for each ``i`` in ``index`` (0 if alone)."""
-        same = tf.gather(tf.logical_or(self.positive_mask,
-                                       tf.eye(tf.shape(self.dist)[0], dtype=tf.bool)), index)
-        return ops.masked_max(tf.gather(self.dist, index), same)[0]
+        same = _gather(self.same_mask, index)
+        return ops.masked_max(_gather(self.dist, index), same)[0]
 
     def hardest_negative(self, index):
         """``(min_{c[k] != c[i]} d(i, k), found)`` for each ``i`` in ``index``."""
-        return ops.masked_min(tf.gather(self.dist, index), tf.gather(self.negative_mask, index))
+        return ops.masked_min(_gather(self.dist, index), _gather(self.negative_mask, index))
 
 
 def _pair_losses(geo: _Geometry, base, margin, loop):
     """Per-slot losses of the triplet, HPHN-triplet and lifted-structure forms."""
-    m = tf.constant(margin, geo.dist.dtype)
+    m = kops.convert_to_tensor(margin, dtype=ops.dtype_name(geo.dist))
     if loop:
         if base == "triplet":
-            hinge = tf.nn.relu(geo.pair_dist[:, None] - geo.loop_dist + m)
-            weights = tf.cast(geo.loop_mask, hinge.dtype)
-            values = tf.reduce_sum(hinge * weights, axis=1)
-            found = tf.reduce_any(geo.loop_mask, axis=1)
+            hinge = kops.relu(geo.pair_dist[:, None] - geo.loop_dist + m)
+            weights = kops.cast(geo.loop_mask, ops.dtype_name(hinge))
+            values = kops.sum(hinge * weights, axis=1)
+            found = kops.any(geo.loop_mask, axis=1)
         else:
             closest, found = ops.masked_min(geo.loop_dist, geo.loop_mask)
     else:
         na, found_a = geo.hardest_negative(geo.first)
         nb, found_b = geo.hardest_negative(geo.second)
-        closest = tf.minimum(tf.where(found_a, na, nb), tf.where(found_b, nb, na))
-        found = tf.logical_or(found_a, found_b)
+        closest = _minimum(kops.where(found_a, na, nb), kops.where(found_b, nb, na))
+        found = kops.logical_or(found_a, found_b)
     if base == "hphn_triplet":
-        far = tf.maximum(geo.hardest_positive(geo.first), geo.hardest_positive(geo.second))
-        values = tf.nn.relu(far + m - closest)
+        far = _maximum(geo.hardest_positive(geo.first), geo.hardest_positive(geo.second))
+        values = kops.relu(far + m - closest)
     elif base == "lifted_structure":
-        values = tf.nn.relu(geo.pair_dist + m - closest)
-    valid = tf.logical_and(geo.valid, found)
-    values = tf.where(valid, values, tf.zeros_like(values))
+        values = kops.relu(geo.pair_dist + m - closest)
+    valid = kops.logical_and(geo.valid, found)
+    values = kops.where(valid, values, kops.zeros_like(values))
     return geo.by_sample(values, valid)
 
 
 def _ms_losses(geo: _Geometry, margin, alpha, beta, epsilon):
     """Per-sample losses of the LoOp multi-similarity loss."""
-    size = tf.shape(geo.first)[0]
-    slots = tf.range(size)
-    # Each paired sample's slot: scatter the slot index to both members of valid slots.
-    target = tf.fill([size + 1], -1)
+    size = kops.shape(geo.first)[0]
+    slots = kops.arange(size, dtype="int32")
+    # Each paired sample's slot: scatter the slot index to both members of valid slots
+    # (column ``size`` collects the invalid slots).
+    target = kops.pad(kops.full_like(slots, -1), [[0, 1]], constant_values=-1)[None, :]
     for members in (geo.first, geo.second):
-        target = tf.tensor_scatter_nd_max(
-            target, tf.where(geo.valid, members, size)[:, None], slots
-        )
-    slot_of = target[:size]
+        target = ops.scatter_rows(target, kops.where(geo.valid, members, size)[None, :],
+                                  slots[None, :], mode="max")
+    slot_of = target[0, :size]
     paired = slot_of >= 0
-    slot_of = tf.maximum(slot_of, 0)
+    slot_of = _maximum(slot_of, kops.zeros_like(slot_of))
     sim = geo.sim
-    eps = tf.constant(epsilon, sim.dtype)
+    eps = kops.convert_to_tensor(epsilon, dtype=ops.dtype_name(sim))
     least_positive, has_positive = ops.masked_min(sim, geo.positive_mask)
     most_negative, has_negative = ops.masked_max(sim, geo.negative_mask)
-    positive = tf.logical_and(geo.positive_mask, sim - eps < most_negative[:, None])
-    positive = tf.logical_and(positive, has_negative[:, None])
-    loop_sim = tf.gather(geo.loop_sim, slot_of)
-    negative = tf.logical_and(tf.gather(geo.loop_mask, slot_of), paired[:, None])
-    negative = tf.logical_and(negative, loop_sim > least_positive[:, None] - eps)
-    negative = tf.logical_and(negative, has_positive[:, None])
-    lam = tf.constant(margin, sim.dtype)
+    positive = kops.logical_and(geo.positive_mask, sim - eps < most_negative[:, None])
+    positive = kops.logical_and(positive, has_negative[:, None])
+    loop_sim = _gather(geo.loop_sim, slot_of)
+    negative = kops.logical_and(_gather(geo.loop_mask, slot_of), paired[:, None])
+    negative = kops.logical_and(negative, loop_sim > least_positive[:, None] - eps)
+    negative = kops.logical_and(negative, has_positive[:, None])
+    lam = kops.convert_to_tensor(margin, dtype=ops.dtype_name(sim))
     pos_term = _log1p_sum_exp(-alpha * (sim - lam), positive) / alpha
     neg_term = _log1p_sum_exp(beta * (loop_sim - lam), negative) / beta
-    valid = tf.logical_and(tf.reduce_any(positive, axis=1), tf.reduce_any(negative, axis=1))
-    valid = tf.logical_and(valid, paired)
-    return tf.where(valid, pos_term + neg_term, tf.zeros_like(pos_term)), valid
+    valid = kops.logical_and(kops.any(positive, axis=1), kops.any(negative, axis=1))
+    valid = kops.logical_and(valid, paired)
+    return kops.where(valid, pos_term + neg_term, kops.zeros_like(pos_term)), valid
 
 
 def _per_anchor(labels, embeddings, base, margin, normalized, loop, options):

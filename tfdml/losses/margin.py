@@ -7,7 +7,7 @@ import warnings
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops as kops
 
 from tfdml import ops
 from tfdml.losses.base import (
@@ -22,7 +22,6 @@ from tfdml.losses.base import (
 from tfdml.miners import Pairs, TripletMiner, gather_triplet_scores
 
 __all__ = ["MarginLoss", "margin_loss"]
-
 
 
 def _distance_weighted():
@@ -69,21 +68,27 @@ def _check_beta(beta, num_classes):
     return values
 
 
-def _check_class_ids(labels, num_classes):
-    """Class ids must index the per-class ``beta``: ValueError eagerly, an assertion in graphs."""
-    message = f"With `num_classes={num_classes}`, class ids (y_true) must be in [0, {num_classes})."
-    if tf.executing_eagerly():
-        values = np.asarray(labels)
-        if values.size and (values.min() < 0 or values.max() >= num_classes):
-            raise ValueError(
-                f"{message} Received ids from {values.min()} to {values.max()}."
-            )
-        return labels
-    ok = tf.logical_and(
-        tf.reduce_all(labels >= 0), tf.reduce_all(labels < tf.cast(num_classes, labels.dtype))
-    )
-    with tf.control_dependencies([tf.debugging.Assert(ok, [message])]):
-        return tf.identity(labels)
+def _check_class_ids(labels, num_classes, given=True):
+    """Class ids must index the per-class ``beta``: a ValueError eagerly; when traced, an
+    assertion where the backend evaluates one (a ``tf.function`` graph without XLA).
+
+    ``given``: ``num_classes`` was passed (else it is the length of a functional ``beta``).
+    """
+    if given:
+        message = (f"With `num_classes={num_classes}`, class ids (y_true) must be in "
+                   f"[0, {num_classes}).")
+    else:
+        message = (f"With a per-class `beta` of length {num_classes}, class ids (y_true) must "
+                   f"be in [0, {num_classes}).")
+    if ops.is_traced(labels):
+        ok = kops.logical_and(kops.all(labels >= 0), kops.all(labels < num_classes))
+        return ops._graph_assert(labels, ok, message)
+    values = kops.convert_to_numpy(labels)
+    if values.size and (values.min() < 0 or values.max() >= num_classes):
+        raise ValueError(
+            f"{message} Received ids from {values.min()} to {values.max()}."
+        )
+    return labels
 
 
 def _margin_per_anchor(labels, embeddings, margin, beta, distance, miner, normalize,
@@ -93,26 +98,35 @@ def _margin_per_anchor(labels, embeddings, margin, beta, distance, miner, normal
     )
     dist = ops.distance_matrix(x, ref, distance)
     mined = miner.mine(-dist, labels, ref_labels, ref_offset, x, ref)
+    dtype = ops.dtype_name(dist)
     if isinstance(beta, (numbers.Real, np.ndarray, list, tuple)):
-        beta = tf.constant(np.asarray(beta, np.float64), dist.dtype)  # full precision in float64
+        # Rounded once from float64: full precision in float64.
+        beta = kops.convert_to_tensor(np.asarray(beta, np.float64).astype(dtype))
     else:
-        beta = tf.cast(beta, dist.dtype)
-    if beta.shape.rank == 1:
+        beta = kops.cast(beta, dtype)
+    rank = len(beta.shape)
+    if rank == 1:
         if num_classes is not None:
             labels = _check_class_ids(labels, num_classes)
-        beta = tf.gather(beta, labels)[:, None]  # each anchor's own boundary: [B, 1]
-    elif beta.shape.rank != 0:
+        elif beta.shape[0] is not None:
+            labels = _check_class_ids(labels, beta.shape[0], given=False)
+        # Each anchor's own boundary, [B, 1]. Out-of-range ids (unchecked when traced) read
+        # the nearest valid entry on every backend, as XLA's gather does.
+        last = beta.shape[0] - 1 if beta.shape[0] is not None else kops.cast(
+            kops.shape(beta)[0] - 1, ops.dtype_name(labels))
+        beta = kops.take(beta, kops.clip(labels, 0, last), axis=0)[:, None]
+    elif rank != 0:
         raise ValueError(f"`beta` must be a scalar or [num_classes]. Received shape {beta.shape}")
-    m = tf.constant(margin, dist.dtype)
+    m = kops.convert_to_tensor(margin, dtype)
     if isinstance(mined, Pairs):
-        return pair_terms(tf.nn.relu(dist - beta + m), tf.nn.relu(beta - dist + m), mined)
+        return pair_terms(kops.relu(dist - beta + m), kops.relu(beta - dist + m), mined)
     # A triplet (a, p, n) is two terms, its positive and its negative pair, as in
     # Wu et al.'s code (a negative drawn for several positives counts once per triplet).
     neg_d_ap, neg_d_an = gather_triplet_scores(-dist, mined)
-    if beta.shape.rank == 2:
+    if len(beta.shape) == 2:
         beta = beta[:, :, None]
-    return triplet_terms(tf.nn.relu(-neg_d_ap - beta + m), mined.mask).plus(
-        triplet_terms(tf.nn.relu(beta + neg_d_an + m), mined.mask))
+    return triplet_terms(kops.relu(-neg_d_ap - beta + m), mined.mask).plus(
+        triplet_terms(kops.relu(beta + neg_d_an + m), mined.mask))
 
 
 def margin_loss(
@@ -136,7 +150,8 @@ def margin_loss(
         margin, distance, miner, normalize, average: as in :class:`MarginLoss`.
         beta: the boundary: a number, or a ``[num_classes]`` array/tensor/
             variable indexed by the anchor's class id (pass your own
-            ``tf.Variable`` to learn it in a custom training loop).
+            ``keras.Variable`` to learn it in a custom training loop; class
+            ids must then be in ``[0, num_classes)``, checked eagerly).
             Defaults to `1.2`.
         ref_embeddings, ref_labels, ref_offset: a reference set to mine
             from, as in :func:`tfdml.losses.triplet_nca_loss`.
@@ -226,7 +241,8 @@ class MarginLoss(MetricLoss):
 
     With ``num_classes`` class ids must be in ``[0, num_classes)``: eagerly
     a ValueError, inside ``tf.function`` an assertion (not checked under
-    XLA, where an out-of-range id reads the nearest valid entry).
+    XLA, ``jax.jit`` or ``torch.compile``, where an out-of-range id reads the
+    nearest valid entry).
 
     Defaults follow Wu et al. and the class-collapse paper: ``alpha = 0.2``,
     ``beta`` initialised to 1.2, Euclidean distance between L2-normalized
@@ -321,7 +337,7 @@ class MarginLoss(MetricLoss):
     def beta(self):
         """The current boundary: a float32 tensor, scalar or ``[num_classes]``."""
         if self._beta_layer is None:
-            return tf.constant(self._fixed_beta, tf.float32)
+            return kops.convert_to_tensor(np.asarray(self._fixed_beta, np.float32))
         return self._beta_layer.beta * self.beta_lr_multiplier
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):

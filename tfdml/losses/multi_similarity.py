@@ -5,7 +5,7 @@ from __future__ import annotations
 import numbers
 
 import keras
-import tensorflow as tf
+from keras import ops as kops
 
 from tfdml import ops
 from tfdml.losses.base import (
@@ -31,8 +31,8 @@ def _check_args(alpha, beta, base):
 
 def _log1p_sum_exp(z, mask):
     """``log(1 + sum_{mask} exp(z))`` per row, stable; 0 (zero gradient) for an empty row."""
-    z = tf.where(mask, z, tf.constant(-float("inf"), z.dtype))
-    return tf.reduce_logsumexp(tf.concat([tf.zeros_like(z[:, :1]), z], axis=1), axis=1)
+    z = kops.where(mask, z, kops.convert_to_tensor(-float("inf"), ops.dtype_name(z)))
+    return kops.logsumexp(kops.concatenate([kops.zeros_like(z[:, :1]), z], axis=1), axis=1)
 
 
 def _ms_per_anchor(labels, embeddings, alpha, beta, base, miner, normalize,
@@ -42,12 +42,12 @@ def _ms_per_anchor(labels, embeddings, alpha, beta, base, miner, normalize,
     )
     scores = ops.pairwise_similarity(x, ref)
     pairs = as_pairs(miner.mine(scores, labels, ref_labels, ref_offset, x, ref),
-                     num_ref=tf.shape(scores)[1])
-    shifted = scores - tf.constant(base, scores.dtype)
+                     num_ref=kops.shape(scores)[1])
+    shifted = scores - kops.convert_to_tensor(base, ops.dtype_name(scores))
     positive = _log1p_sum_exp(-alpha * shifted, pairs.positive) / alpha
     negative = _log1p_sum_exp(beta * shifted, pairs.negative) / beta
-    active = tf.logical_or(tf.reduce_any(pairs.positive, axis=1),
-                           tf.reduce_any(pairs.negative, axis=1))
+    active = kops.logical_or(kops.any(pairs.positive, axis=1),
+                             kops.any(pairs.negative, axis=1))
     return anchor_terms(positive + negative, active)
 
 

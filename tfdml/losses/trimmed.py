@@ -5,8 +5,10 @@ from __future__ import annotations
 import numbers
 
 import keras
-import tensorflow as tf
+import numpy as np
+from keras import ops as kops
 
+from tfdml import ops
 from tfdml.losses.base import AnchorTerms, MetricLoss, resolve_loss
 
 __all__ = ["TrimmedLoss", "trim_mask"]
@@ -24,16 +26,30 @@ def trim_mask(losses, valid, trim: float):
     Returns:
         ``[B]`` bool. Never differentiated; at least one valid anchor is kept.
     """
-    losses = tf.stop_gradient(losses)
-    count = tf.reduce_sum(tf.cast(valid, tf.int32))
-    # The small tolerance makes 0.2 * 5 drop exactly one anchor.
-    drop = tf.cast(tf.floor(float(trim) * tf.cast(count, tf.float64) + 1e-9), tf.int32)
-    keep = count - drop
-    ranked = tf.where(valid, losses, tf.constant(float("inf"), losses.dtype))
-    order = tf.argsort(ranked, stable=True)
-    size = tf.shape(losses)[0]
-    rank = tf.scatter_nd(order[:, None], tf.range(size), [size])
-    return tf.logical_and(valid, rank < keep)
+    losses = kops.stop_gradient(kops.convert_to_tensor(losses))
+    valid = kops.convert_to_tensor(valid)
+    count = kops.sum(kops.cast(valid, "int32"))
+    keep = count - _num_dropped(count, trim, losses.shape[0])
+    inf = kops.convert_to_tensor(float("inf"), ops.dtype_name(losses))
+    ranked = kops.where(valid, losses, inf)
+    order = ops.stable_argsort(ranked)
+    # The inverse permutation of `order`: the rank of each anchor.
+    rank = ops.stable_argsort(order)
+    return kops.logical_and(valid, rank < keep)
+
+
+def _num_dropped(count, trim: float, size):
+    """``floor(trim * count + 1e-9)`` as int32, computed in float64 as before the port.
+
+    The small tolerance makes 0.2 * 5 drop exactly one anchor. JAX has no
+    float64 by default, so with a static batch size ``size`` the values for
+    every possible ``count`` are tabulated in NumPy float64 instead.
+    """
+    if size is not None:
+        table = np.floor(float(trim) * np.arange(size + 1, dtype=np.float64) + 1e-9)
+        return kops.take(kops.convert_to_tensor(table.astype(np.int32)), count)
+    drop = kops.floor(float(trim) * kops.cast(count, "float64") + 1e-9)
+    return kops.cast(drop, "int32")
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -93,9 +109,9 @@ class TrimmedLoss(MetricLoss):
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
         terms = self.loss.per_anchor(labels, embeddings, ref_embeddings, ref_labels, ref_offset)
-        mean = tf.math.divide_no_nan(terms.total, terms.count)
+        mean = kops.divide_no_nan(terms.total, terms.count)
         keep = trim_mask(mean, terms.active, self.trim)
-        return AnchorTerms(*(tf.where(keep, t, tf.zeros_like(t)) for t in terms))
+        return AnchorTerms(*(kops.where(keep, t, kops.zeros_like(t)) for t in terms))
 
     def get_config(self):
         config = super().get_config()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numbers
 
 import keras
-import tensorflow as tf
+from keras import ops as kops
 
 from tfdml import ops
 from tfdml.losses.base import (
@@ -26,7 +26,6 @@ __all__ = [
 ]
 
 DISTANCES = ops.DISTANCES
-
 
 
 def _check_nca_args(order, temperature):
@@ -62,8 +61,8 @@ def _nca_per_anchor(labels, embeddings, order, temperature, miner, normalize,
     if order == 1:
         logits = s_an - s_ap
     else:
-        logits = 0.5 * tf.square(s_an) - (s_ap - 0.5 * tf.square(s_ap))
-    values = tf.math.softplus(logits / tf.constant(temperature, logits.dtype))
+        logits = 0.5 * kops.square(s_an) - (s_ap - 0.5 * kops.square(s_ap))
+    values = kops.softplus(logits / kops.convert_to_tensor(temperature, ops.dtype_name(logits)))
     return triplet_terms(values, triplets.mask)
 
 
@@ -75,7 +74,7 @@ def _margin_per_anchor(labels, embeddings, margin, distance, miner, normalize,
     scores = -ops.distance_matrix(x, ref, distance)
     triplets = as_triplets(miner.mine(scores, labels, ref_labels, ref_offset, x, ref))
     s_ap, s_an = gather_triplet_scores(scores, triplets)
-    values = tf.nn.relu(s_an - s_ap + tf.constant(margin, scores.dtype))
+    values = kops.relu(s_an - s_ap + kops.convert_to_tensor(margin, ops.dtype_name(scores)))
     return triplet_terms(values, triplets.mask)
 
 

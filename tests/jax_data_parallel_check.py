@@ -1,0 +1,60 @@
+"""One training step under ``keras.distribution.DataParallel`` on 2 JAX devices equals one
+step on a single device with the same global batch.
+
+Run as a script (``tests/test_backends.py`` does, in a subprocess): the device count
+must be set before JAX starts. Prints one JSON line per loss: the largest difference between the two
+weight updates, the largest update, and both loss values.
+"""
+
+import os
+
+os.environ["KERAS_BACKEND"] = "jax"
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                           + " --xla_force_host_platform_device_count=2").strip()
+
+import json  # noqa: E402
+
+import jax  # noqa: E402
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+import tfdml  # noqa: E402
+
+LOSSES = {
+    "ephn_nca2": lambda: tfdml.losses.TripletNCALoss(order=2),
+    "multi_similarity": lambda: tfdml.losses.MultiSimilarityLoss(),
+    "triplet_semihard_all": lambda: tfdml.losses.TripletMarginLoss(
+        miner=tfdml.miners.TripletMiner("all", "semihard")),
+}
+
+
+def one_step(make_loss, x, y, distributed):
+    keras.distribution.set_distribution(
+        keras.distribution.DataParallel(devices=jax.devices()) if distributed else None)
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((x.shape[1],)), keras.layers.Dense(16)])
+    model.compile(optimizer=keras.optimizers.SGD(0.5), loss=make_loss(), jit_compile=True)
+    initial = [np.asarray(w) for w in model.get_weights()]
+    # A class's samples are spread over both halves of the global batch, so per-device
+    # mining would see different positives and negatives.
+    history = model.fit(x, y, batch_size=len(x), epochs=1, shuffle=False, verbose=0)
+    after = [np.asarray(w) for w in model.get_weights()]
+    return [a - b for a, b in zip(after, initial, strict=True)], history.history["loss"][0]
+
+
+def main():
+    assert len(jax.devices()) == 2, jax.devices()
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(32, 12)).astype("float32")
+    y = np.tile(np.arange(8), 4).astype("int32")  # 8 classes x 4, interleaved
+    for name, make_loss in LOSSES.items():
+        single, loss_single = one_step(make_loss, x, y, distributed=False)
+        multi, loss_multi = one_step(make_loss, x, y, distributed=True)
+        diff = max(float(np.max(np.abs(a - b))) for a, b in zip(single, multi, strict=True))
+        moved = max(float(np.max(np.abs(a))) for a in single)
+        print(json.dumps({"loss": name, "max_update_diff": diff, "max_update": moved,
+                          "loss_single": loss_single, "loss_distributed": loss_multi}))
+
+
+if __name__ == "__main__":
+    main()

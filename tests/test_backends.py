@@ -1,0 +1,71 @@
+"""The core under other Keras backends: importing without TensorFlow, JAX data parallelism."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(code_or_path, env_extra, timeout=600):
+    env = dict(os.environ, **env_extra)
+    env.pop("XLA_FLAGS", None)
+    args = [sys.executable, code_or_path] if code_or_path.endswith(".py") else [
+        sys.executable, "-c", code_or_path]
+    return subprocess.run(args, env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_core_imports_and_trains_under_jax_without_tensorflow():
+    """`import tfdml.losses` (and the rest of the core) with KERAS_BACKEND=jax and no TensorFlow.
+
+    TensorFlow is made unimportable in the child process (``sys.modules["tensorflow"] =
+    None``), as in an environment where it is not installed.
+    """
+    pytest.importorskip("jax")
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["tensorflow"] = None  # any `import tensorflow` now fails
+        import numpy as np
+        import tfdml.losses, tfdml.miners, tfdml.metrics, tfdml.layers
+        import tfdml.geometry, tfdml.analysis, tfdml.models
+        import keras
+        import tfdml
+        x = np.random.default_rng(0).normal(size=(16, 8)).astype("float32")
+        y = np.repeat(np.arange(4), 4)
+        value = float(tfdml.losses.TripletNCALoss(order=2)(y, x))
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4),
+                                  tfdml.layers.L2Normalization()])
+        model.compile("sgd", tfdml.losses.MultiSimilarityLoss(), jit_compile=True)
+        model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+        recall = tfdml.metrics.recall_at_k(x, y, ks=(1,))
+        try:
+            tfdml.data
+        except ImportError as err:
+            data_error = str(err)
+        else:
+            data_error = ""
+        print(keras.backend.backend(), value > 0, recall, "TensorFlow" in data_error)
+    """)
+    result = _run(code, {"KERAS_BACKEND": "jax"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    backend, positive, _, names_tf = result.stdout.split()[:2] + result.stdout.split()[-2:]
+    assert backend == "jax" and positive == "True"
+    assert names_tf == "True", result.stdout
+
+
+def test_jax_data_parallel_step_equals_single_device_on_the_global_batch():
+    """keras.distribution.DataParallel on 2 (host) devices: the loss sees the global batch."""
+    pytest.importorskip("jax")
+    result = _run(os.path.join(ROOT, "tests", "jax_data_parallel_check.py"), {})
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert len(rows) == 3, result.stdout
+    for row in rows:
+        assert row["max_update"] > 1e-3, row  # the step did move the weights
+        assert row["max_update_diff"] < 1e-5 * max(1.0, row["max_update"]), row
+        assert abs(row["loss_single"] - row["loss_distributed"]) < 1e-5, row
