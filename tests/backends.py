@@ -19,6 +19,8 @@ Such tests use ``keras.ops`` and the helpers below, never ``tf.*``.
   ``f(*args) -> (value, grads)`` of backend tensors.
 * :func:`enable_float64`: context in which float64 tensors exist (JAX's
   ``jax_enable_x64``; a no-op elsewhere).
+* :func:`gradient_check`: the backend's gradient of a scalar function and its central
+  finite differences (as ``tf.test.compute_gradient``), in float64.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ __all__ = [
     "CAN_COMPILE",
     "compiled",
     "enable_float64",
+    "gradient_check",
     "to_numpy",
     "value_and_grad",
     "value_and_grad_function",
@@ -166,6 +169,23 @@ def enable_float64():
 
     with jax.enable_x64(True):
         yield
+
+
+def gradient_check(fn, x, delta=1e-6):
+    """``(theoretical, numerical)``: the gradient of the scalar ``fn(x)`` w.r.t. the float64
+    array ``x`` and its central differences ``(fn(x + delta e_i) - fn(x - delta e_i)) / 2 delta``,
+    both as NumPy arrays of ``x``'s shape. Call it inside :func:`enable_float64`.
+    """
+    x = np.asarray(x, np.float64)
+    _, theoretical = value_and_grad(fn, x)
+    numerical = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        step = np.zeros_like(x)
+        step[i] = delta
+        up = float(to_numpy(fn(_as_tensor(x + step))))
+        down = float(to_numpy(fn(_as_tensor(x - step))))
+        numerical[i] = (up - down) / (2.0 * delta)
+    return np.asarray(theoretical, np.float64), numerical
 
 
 def compiled(fn):

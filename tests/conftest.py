@@ -35,6 +35,15 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+@pytest.fixture
+def float64():
+    """float64 tensors under JAX too (``jax_enable_x64``; a no-op under TensorFlow and PyTorch)."""
+    from backends import enable_float64
+
+    with enable_float64():
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _restore_dtype_policy():
     """A test that changes the global Keras dtype policy cannot leak it into the next one."""

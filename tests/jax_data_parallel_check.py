@@ -2,8 +2,9 @@
 step on a single device with the same global batch.
 
 Run as a script (``tests/test_backends.py`` does, in a subprocess): the device count
-must be set before JAX starts. Prints one JSON line per loss: the largest difference between the two
-weight updates, the largest update, and both loss values.
+must be set before JAX starts. Prints one JSON line per loss: the largest difference between the
+two weight updates, the largest update, both loss values and, for contrast, the mean of the
+loss computed on each device's half of the batch (what mining per device would give).
 """
 
 import os
@@ -52,8 +53,14 @@ def main():
         multi, loss_multi = one_step(make_loss, x, y, distributed=True)
         diff = max(float(np.max(np.abs(a - b))) for a, b in zip(single, multi, strict=True))
         moved = max(float(np.max(np.abs(a))) for a in single)
+        # What per-device mining would give: the mean of the loss on each half.
+        keras.distribution.set_distribution(None)
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((x.shape[1],)), keras.layers.Dense(16)])
+        halves = [float(make_loss()(y[i::2], model(x[i::2]))) for i in (0, 1)]
         print(json.dumps({"loss": name, "max_update_diff": diff, "max_update": moved,
-                          "loss_single": loss_single, "loss_distributed": loss_multi}))
+                          "loss_single": loss_single, "loss_distributed": loss_multi,
+                          "loss_per_device_mean": float(np.mean(halves))}))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import keras
 import matplotlib
 import numpy as np
 import pytest
-from backends import BACKEND, enable_float64
+from backends import BACKEND
 
 import tfdml
 from tfdml.analysis.scatter import (
@@ -28,13 +28,6 @@ from tfdml.analysis.scatter import (
 matplotlib.use("Agg")
 
 MB = pytest.mark.multibackend
-
-
-@pytest.fixture
-def float64():
-    """float64 tensors under JAX too (a no-op under TensorFlow and PyTorch)."""
-    with enable_float64():
-        yield
 
 
 def _data(n=37, d=5, seed=0):

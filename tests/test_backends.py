@@ -69,3 +69,5 @@ def test_jax_data_parallel_step_equals_single_device_on_the_global_batch():
         assert row["max_update"] > 1e-3, row  # the step did move the weights
         assert row["max_update_diff"] < 1e-5 * max(1.0, row["max_update"]), row
         assert abs(row["loss_single"] - row["loss_distributed"]) < 1e-5, row
+        # Mining within each device's half would have given another loss.
+        assert abs(row["loss_single"] - row["loss_per_device_mean"]) > 1e-3, row

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import references as ref
-from backends import CAN_COMPILE, compiled, to_numpy, value_and_grad
+from backends import CAN_COMPILE, compiled, gradient_check, to_numpy, value_and_grad
 from keras import ops as kops
 from recorded_mining import (
     RecordingMiner,
@@ -161,41 +161,40 @@ def test_anchor_with_negatives_only_counts_without_miner():
     assert per_anchor[singleton[0]] > 0
 
 
-# -- float64 and tf.test.compute_gradient (TensorFlow only) ---------------------------------------
+# -- float64 and finite differences ---------------------------------------------------------------
 
 SMALL_LABELS = np.array([2, 5, 2, 5, 2, 9], np.int32)
 
 
+@pytest.mark.multibackend
 @pytest.mark.parametrize("make_miner,distance", [
     (lambda: None, "l2"), (lambda: None, "squared_l2"),
     (lambda: MultiSimilarityMiner(0.3, "easy"), "cosine"),
     (lambda: TripletMiner("easy", "hard"), "l2"),
 ])
-def test_float64_compute_gradient(make_miner, distance):
-    import tensorflow as tf
-
+def test_float64_compute_gradient(make_miner, distance, float64):
     x = np.random.default_rng(4).normal(size=(6, 4))
-    labels = tf.constant(SMALL_LABELS)
+    labels = kops.convert_to_tensor(SMALL_LABELS)
 
     def loss_fn(e):
         return contrastive_loss(labels, e, positive_margin=0.1, negative_margin=1.1,
                                 distance=distance, miner=make_miner())
 
-    value = loss_fn(tf.constant(x))
-    assert value.dtype == tf.float64
+    value = loss_fn(kops.convert_to_tensor(x))
+    assert to_numpy(value).dtype == np.float64
     miner = make_miner()
     if miner is None:
         pos, neg = ref.label_masks(SMALL_LABELS)
     else:
         recorder = RecordingMiner(miner)
-        contrastive_loss(labels, tf.constant(x), distance=distance, miner=recorder)
+        contrastive_loss(labels, kops.convert_to_tensor(x), distance=distance, miner=recorder)
         pos, neg, _ = checked_pairs(recorder, SMALL_LABELS, None, 0)
     want = ref.contrastive_loss(x, pos, neg, 0.1, 1.1, distance)[0]
     assert want > 0
-    np.testing.assert_allclose(value.numpy(), want, rtol=1e-12, atol=1e-12)
-    theoretical, numerical = tf.test.compute_gradient(loss_fn, [tf.constant(x)], delta=1e-6)
-    assert np.abs(theoretical[0]).max() > 1e-3
-    np.testing.assert_allclose(theoretical[0], numerical[0], rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(to_numpy(value), want, rtol=1e-12, atol=1e-12)
+    theoretical, numerical = gradient_check(loss_fn, x, delta=1e-6)
+    assert np.abs(theoretical).max() > 1e-3
+    np.testing.assert_allclose(theoretical, numerical, rtol=1e-6, atol=1e-8)
 
 
 # -- the published formula --------------------------------------------------------------------------

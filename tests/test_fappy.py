@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import references as ref
-from backends import BACKEND, CAN_COMPILE, compiled, to_numpy, value_and_grad
+from backends import BACKEND, CAN_COMPILE, compiled, gradient_check, to_numpy, value_and_grad
 from keras import ops as kops
 
 from tfdml import ops
@@ -327,17 +327,15 @@ def test_loss_gradient_matches_finite_differences(min_bin_width):
     np.testing.assert_allclose(grad, fd, rtol=GRAD_RTOL, atol=GRAD_ATOL * np.abs(fd).max())
 
 
-def test_loss_gradient_float64_compute_gradient():
-    import tensorflow as tf
-
+@pytest.mark.multibackend
+def test_loss_gradient_float64_compute_gradient(float64):
     labels, x64 = smooth_batch([3, 2, 2, 1], 5, 2.0 / 256, margin=1e-4, seed=20)
     loss = FAPPYLoss(min_bin_width=0.01, dtype="float64")
-    label_t = tf.constant(labels)
-    theoretical, numerical = tf.test.compute_gradient(lambda e: loss(label_t, e),
-                                                      [tf.constant(x64)], delta=1e-7)
-    assert np.abs(numerical[0]).max() > 1e-2
-    np.testing.assert_allclose(theoretical[0], numerical[0], rtol=1e-5,
-                               atol=1e-6 * np.abs(numerical[0]).max())
+    label_t = kops.convert_to_tensor(labels)
+    theoretical, numerical = gradient_check(lambda e: loss(label_t, e), x64, delta=1e-7)
+    assert np.abs(numerical).max() > 1e-2
+    np.testing.assert_allclose(theoretical, numerical, rtol=1e-5,
+                               atol=1e-6 * np.abs(numerical).max())
 
 
 # -- HistogramLoss --------------------------------------------------------------------------------
@@ -396,17 +394,15 @@ def test_histogram_gradient_matches_finite_differences(bin_width):
     np.testing.assert_allclose(grad, fd, rtol=GRAD_RTOL, atol=GRAD_ATOL * np.abs(fd).max())
 
 
-def test_histogram_gradient_float64_compute_gradient():
-    import tensorflow as tf
-
+@pytest.mark.multibackend
+def test_histogram_gradient_float64_compute_gradient(float64):
     labels, x64 = smooth_batch([3, 2, 2, 1], 5, 0.05, margin=1e-4, seed=40)
     loss = HistogramLoss(bin_width=0.05, dtype="float64")
-    label_t = tf.constant(labels)
-    theoretical, numerical = tf.test.compute_gradient(lambda e: loss(label_t, e),
-                                                      [tf.constant(x64)], delta=1e-7)
-    assert np.abs(numerical[0]).max() > 1e-2
-    np.testing.assert_allclose(theoretical[0], numerical[0], rtol=1e-5,
-                               atol=1e-6 * np.abs(numerical[0]).max())
+    label_t = kops.convert_to_tensor(labels)
+    theoretical, numerical = gradient_check(lambda e: loss(label_t, e), x64, delta=1e-7)
+    assert np.abs(numerical).max() > 1e-2
+    np.testing.assert_allclose(theoretical, numerical, rtol=1e-5,
+                               atol=1e-6 * np.abs(numerical).max())
 
 
 # -- Lemma 1: where d P_ij / d s_ik is non-zero ---------------------------------------------------

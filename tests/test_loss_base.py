@@ -16,11 +16,12 @@ TensorFlow-only.
 from __future__ import annotations
 
 import functools
+import warnings
 
 import keras
 import numpy as np
 import pytest
-from backends import BACKEND, compiled, to_numpy
+from backends import BACKEND, CAN_COMPILE, compiled, to_numpy
 from harness import (
     Batch,
     LossCase,
@@ -37,6 +38,7 @@ from harness import (
     mixed_precision_loss,
     no_triplet_batches,
     nonfinite_batches,
+    pk_arrays,
     pk_data,
     pk_dataset,
     run_under_policy,
@@ -281,6 +283,55 @@ def test_issue_example_nca_order2_jit_fit_on_tf_data():
 def test_default_losses_fit_with_steps_per_epoch(factory):
     history = assert_one_step_fit(factory, jit_compile=False, steps=2, epochs=2)
     assert len(history.history["loss"]) == 2
+
+
+# -- the seed state of random miners in fit ------------------------------------------------------
+
+
+def _three_fit_steps(loss, attach):
+    """The logged losses of 3 fit steps at learning rate 0 on one fixed batch (only the
+    miner's draws can change them)."""
+    data = pk_arrays(num_batches=1)
+    stack = small_embedding_model()
+    model = keras.Model(stack.inputs, stack.outputs)  # attach needs a functional model
+    if attach:
+        loss.attach(model)
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss=loss, jit_compile=CAN_COMPILE)
+    logged = []
+    record = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: logged.append(float(logs["loss"])))
+    model.fit(np.tile(data.x, (3, 1)), np.tile(data.y, 3), batch_size=len(data.y),
+              shuffle=False, verbose=0, callbacks=[record])
+    return logged
+
+
+@MB
+@pytest.mark.parametrize("make_loss", [
+    lambda: TripletNCALoss(miner=TripletMiner("random", "random", seed=3)),
+    lambda: tfdml.losses.MarginLoss(miner=TripletMiner("all", "distance_weighted", seed=3)),
+], ids=["nca_random", "margin_distance_weighted"])
+def test_attached_random_miner_draws_anew_at_every_fit_step(make_loss):
+    """The model owns the miner's seed (``attach``): every compiled step draws anew (JAX's
+    stateless training included), and the seed state moves on."""
+    loss = make_loss()
+    generator = loss.miner.seed_generator
+    before = to_numpy(generator.state)
+    with warnings.catch_warnings():
+        # Neither the JAX warning nor a spurious "no anchor" (PyTorch's symbolic build).
+        warnings.simplefilter("error", UserWarning)
+        logged = _three_fit_steps(loss, attach=True)
+    assert not np.array_equal(to_numpy(generator.state), before)
+    # Keras logs the running mean of the epoch: it moves only if the draws change.
+    assert np.ptp(logged) > 1e-4, logged
+
+
+@MB
+@pytest.mark.skipif(BACKEND != "jax", reason="JAX's stateless training only")
+def test_unattached_random_miner_warns_and_repeats_under_jax():
+    loss = TripletNCALoss(miner=TripletMiner("random", "random", seed=3))
+    with pytest.warns(UserWarning, match="attach"):
+        logged = _three_fit_steps(loss, attach=False)
+    assert np.ptp(logged) < 1e-6, logged  # the documented failure the warning is about
 
 
 # -- degenerate batches ------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import pytest
 import references as ref
-from backends import CAN_COMPILE, compiled, to_numpy, value_and_grad
+from backends import CAN_COMPILE, compiled, gradient_check, to_numpy, value_and_grad
 from keras import ops as kops
 from recorded_mining import (
     RecordingMiner,
@@ -296,41 +296,38 @@ def test_learn_beta_false_is_a_constant():
     assert len(model.trainable_variables) == before
 
 
-# -- float64; tf.test.compute_gradient (TensorFlow only) -----------------------------------------
-# (float64 is TensorFlow only: Keras' type promotion computes float64 inputs in float32 under
-# JAX and PyTorch, e.g. keras.ops.matmul and divide_no_nan.)
+# -- float64 and finite differences ------------------------------------------------------------------
 
 SMALL_LABELS = np.array([2, 0, 2, 0, 2, 1], np.int32)  # B=6, D=4, one singleton
 
 
+@pytest.mark.multibackend
 @pytest.mark.parametrize("make_miner,beta,distance", [
     (lambda: TripletMiner("easy", "hard"), 1.2, "l2"),
     (lambda: TripletMiner("all", "all"), [1.0, 0.7, 1.3], "l2"),
     (lambda: MultiSimilarityMiner(0.3, "all"), 0.9, "squared_l2"),
     (lambda: MultiSimilarityMiner(0.2, "easy"), [1.0, 0.7, 1.3], "cosine"),
 ])
-def test_float64_compute_gradient(make_miner, beta, distance):
-    import tensorflow as tf
-
+def test_float64_compute_gradient(make_miner, beta, distance, float64):
     x = np.random.default_rng(4).normal(size=(6, 4))
-    labels = tf.constant(SMALL_LABELS)
+    labels = kops.convert_to_tensor(SMALL_LABELS)
 
     def loss_fn(e):
         return margin_loss(labels, e, margin=0.2, beta=beta, distance=distance,
                            miner=make_miner())
 
-    value = loss_fn(tf.constant(x))
-    assert value.dtype == tf.float64
+    value = loss_fn(kops.convert_to_tensor(x))
+    assert to_numpy(value).dtype == np.float64
     recorder = RecordingMiner(make_miner())
-    margin_loss(labels, tf.constant(x), beta=beta, distance=distance, miner=recorder)
+    margin_loss(labels, kops.convert_to_tensor(x), beta=beta, distance=distance, miner=recorder)
     mined = checked_mined(recorder, SMALL_LABELS, None, 0)
     want = reference_margin(SMALL_LABELS, x, mined, 0.2, beta, distance)[0]
     assert want > 0
     # (A scalar beta is rounded to float32 first: see test_float64_keeps_scalar_beta_precision.)
-    np.testing.assert_allclose(value.numpy(), want, rtol=1e-7, atol=1e-12)
-    theoretical, numerical = tf.test.compute_gradient(loss_fn, [tf.constant(x)], delta=1e-6)
-    assert np.abs(theoretical[0]).max() > 1e-3
-    np.testing.assert_allclose(theoretical[0], numerical[0], rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(to_numpy(value), want, rtol=1e-7, atol=1e-12)
+    theoretical, numerical = gradient_check(loss_fn, x, delta=1e-6)
+    assert np.abs(theoretical).max() > 1e-3
+    np.testing.assert_allclose(theoretical, numerical, rtol=1e-6, atol=1e-8)
 
 
 @pytest.mark.parametrize("beta", [1.2, [1.0, 0.7, 1.1]])

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 import references as ref
-from backends import CAN_COMPILE, compiled, to_numpy
+from backends import CAN_COMPILE, compiled, gradient_check, to_numpy
 from keras import ops as kops
 from recorded_mining import (
     RecordingMiner,
@@ -162,35 +162,34 @@ def test_functional_reference_set_without_offset(miner):
            base=1.0)
 
 
-# -- float64 and tf.test.compute_gradient (TensorFlow only) ---------------------------------------
+# -- float64 and finite differences ---------------------------------------------------------------
 
 
+@pytest.mark.multibackend
 @pytest.mark.parametrize("make_miner", [lambda: MultiSimilarityMiner(0.1, "hard"),
                                         lambda: MultiSimilarityMiner(0.3, "easy"),
                                         lambda: TripletMiner("all", "all")])
-def test_float64_compute_gradient(make_miner):
-    import tensorflow as tf
-
+def test_float64_compute_gradient(make_miner, float64):
     labels_np, x = BATCH_C
     x = x[:8]
     labels_np = labels_np[:8]
-    labels = tf.constant(labels_np)
+    labels = kops.convert_to_tensor(labels_np)
 
     def loss_fn(e):
         return multi_similarity_loss(labels, e, alpha=2.0, beta=10.0, base=0.5,
                                      miner=make_miner())
 
-    value = loss_fn(tf.constant(x))
-    assert value.dtype == tf.float64
+    value = loss_fn(kops.convert_to_tensor(x))
+    assert to_numpy(value).dtype == np.float64
     recorder = RecordingMiner(make_miner())
-    multi_similarity_loss(labels, tf.constant(x), beta=10.0, miner=recorder)
+    multi_similarity_loss(labels, kops.convert_to_tensor(x), beta=10.0, miner=recorder)
     pos, neg, _ = checked_pairs(recorder, labels_np, None, 0)
     want = ref.multi_similarity_loss(x, pos, neg, 2.0, 10.0, 0.5)[0]
     assert want > 0
-    np.testing.assert_allclose(value.numpy(), want, rtol=1e-12, atol=1e-12)
-    theoretical, numerical = tf.test.compute_gradient(loss_fn, [tf.constant(x)], delta=1e-6)
-    assert np.abs(theoretical[0]).max() > 1e-3
-    np.testing.assert_allclose(theoretical[0], numerical[0], rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(to_numpy(value), want, rtol=1e-12, atol=1e-12)
+    theoretical, numerical = gradient_check(loss_fn, x, delta=1e-6)
+    assert np.abs(theoretical).max() > 1e-3
+    np.testing.assert_allclose(theoretical, numerical, rtol=1e-6, atol=1e-8)
 
 
 # -- the published formula --------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import itertools
 import numpy as np
 import pytest
 import references as ref
-from backends import CAN_COMPILE, compiled, to_numpy, value_and_grad
+from backends import CAN_COMPILE, compiled, gradient_check, to_numpy, value_and_grad
 from keras import ops as kops
 from recorded_mining import as_f32, run_recorded
 
@@ -237,9 +237,7 @@ def test_offset_excludes_only_the_anchor_itself():
     assert abs(want_with - want_without) > 1e-2
 
 
-# -- float64 and tf.test.compute_gradient (TensorFlow only) --------------------------------------
-# (float64 is TensorFlow only: Keras' type promotion computes float64 inputs in float32 under
-# JAX and PyTorch, e.g. keras.ops.matmul and divide_no_nan.)
+# -- float64 and finite differences ---------------------------------------------------------------
 
 SMALL_LABELS = np.array([2, 5, 2, 5, 2, 9], np.int32)  # B=6, D=4, one singleton
 
@@ -248,6 +246,7 @@ def _small_x():
     return np.random.default_rng(4).normal(size=(6, 4))
 
 
+@pytest.mark.multibackend
 @pytest.mark.parametrize(
     "kind,params,positive,negative",
     [
@@ -259,11 +258,9 @@ def _small_x():
         ("margin", (0.25, "cosine"), "hard", "easy"),
     ],
 )
-def test_float64_compute_gradient(kind, params, positive, negative):
-    import tensorflow as tf
-
+def test_float64_compute_gradient(kind, params, positive, negative, float64):
     x = _small_x()
-    labels = tf.constant(SMALL_LABELS)
+    labels = kops.convert_to_tensor(SMALL_LABELS)
     miner = TripletMiner(positive, negative)
 
     def loss_fn(e):
@@ -273,8 +270,8 @@ def test_float64_compute_gradient(kind, params, positive, negative):
         return tfdml.losses.triplet_margin_loss(labels, e, margin=params[0],
                                                 distance=params[1], miner=miner)
 
-    value = loss_fn(tf.constant(x))
-    assert value.dtype == tf.float64  # computed in float64 for float64 input
+    value = loss_fn(kops.convert_to_tensor(x))
+    assert to_numpy(value).dtype == np.float64  # computed in float64 for float64 input
     common = dict(positive=positive, negative=negative)
     if kind == "nca":
         want = ref.nca_loss(SMALL_LABELS, x, order=params[0], temperature=params[1],
@@ -283,11 +280,11 @@ def test_float64_compute_gradient(kind, params, positive, negative):
         want = ref.margin_loss(SMALL_LABELS, x, margin=params[0], distance_kind=params[1],
                                **common)[0]
     assert want > 0
-    np.testing.assert_allclose(value.numpy(), want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(to_numpy(value), want, rtol=1e-12, atol=1e-12)
 
-    theoretical, numerical = tf.test.compute_gradient(loss_fn, [tf.constant(x)], delta=1e-6)
-    assert np.abs(theoretical[0]).max() > 1e-3
-    np.testing.assert_allclose(theoretical[0], numerical[0], rtol=1e-6, atol=1e-8)
+    theoretical, numerical = gradient_check(loss_fn, x, delta=1e-6)
+    assert np.abs(theoretical).max() > 1e-3
+    np.testing.assert_allclose(theoretical, numerical, rtol=1e-6, atol=1e-8)
 
 
 @pytest.mark.parametrize("kind,param", [("nca", 0.1), ("margin", 0.3)])

@@ -155,45 +155,12 @@ def _tiny(x) -> float:
     return float(np.finfo(ops.dtype_name(x)).tiny)
 
 
-def _clip(x, low, high):
-    """``x`` clipped to ``[low, high]``; the gradient passes on the bounds (as in TensorFlow).
-
-    Written with ``where`` so that every backend has the same gradient at the bounds
-    (``jnp.clip`` splits it there). NaN stays NaN.
-    """
-    low, high = _like(low, x), _like(high, x)
-    return kops.where(x < low, low, kops.where(x > high, high, x))
 
 
-def _maximum(x, y):
-    """``max(x, y)`` in ``x``'s dtype, the gradient going to ``x`` at ties.
-
-    As ``tf.maximum`` does; JAX and PyTorch split the gradient evenly at ties, and
-    ``keras.ops.maximum`` computes float64 in float32 under PyTorch. A NaN ``x`` stays NaN.
-    """
-    y = _like(y, x)
-    return kops.where(x < y, y, x)
 
 
-def _cos_sin(x):
-    """``(cos(x), sin(x))`` in ``x``'s dtype.
-
-    ``keras.ops.cos`` and ``sin`` compute float64 in float32 under JAX (Keras' type
-    promotion maps 64-bit floats to 32 bits on backends other than TensorFlow); there
-    ``jax.numpy`` keeps float64.
-    """
-    if keras.backend.backend() == "jax" and ops.dtype_name(x) == "float64":
-        import jax.numpy as jnp
-
-        return jnp.cos(x), jnp.sin(x)
-    return kops.cos(x), kops.sin(x)
 
 
-def _like(value, x):
-    """A Python number as a scalar tensor of ``x``'s dtype (a tensor passes through)."""
-    if isinstance(value, (int, float)):
-        return kops.convert_to_tensor(value, dtype=ops.dtype_name(x))
-    return value
 
 
 def _static_shape(t):
@@ -376,8 +343,8 @@ def _arc_sine(cos0):
     """
     dtype = ops.dtype_name(cos0)
     near, antipodal = _degenerate_sines(dtype)
-    cos0 = _clip(cos0, -1.0, 1.0)
-    sin_sq = _maximum((1.0 - cos0) * (1.0 + cos0), 0.0)
+    cos0 = ops.clip(cos0, -1.0, 1.0)
+    sin_sq = ops.maximum((1.0 - cos0) * (1.0 + cos0), 0.0)
     limit = kops.where(cos0 > 0, kops.convert_to_tensor(near * near, dtype=dtype),
                        kops.convert_to_tensor(antipodal * antipodal, dtype=dtype))
     return cos0, sin_sq, sin_sq > limit
@@ -547,7 +514,7 @@ def arc_similarity_from_dots(x1x2, y1y2, x1y1, x1y2, x2y1, x2y2, return_coeffici
 def _unit_rows(p):
     """``p / ||p||`` along the last axis (a zero vector stays zero, with finite gradients)."""
     tiny = _tiny(p)
-    return p * kops.rsqrt(_maximum(_dot(p, p), tiny))[..., None]
+    return p * kops.rsqrt(ops.maximum(_dot(p, p), tiny))[..., None]
 
 
 def _arc_squared_gap(p1, p2):
@@ -628,9 +595,9 @@ def _refine_on_arcs(x1, x2, y1, y2, coefficients, free_x, free_y, steps=3):
         # Coefficients rescaled to unit points.
         p1 = a1[..., None] * x1 + a2[..., None] * x2
         p2 = b1[..., None] * y1 + b2[..., None] * y2
-        r = kops.rsqrt(_maximum(_dot(p1, p1), tiny))
+        r = kops.rsqrt(ops.maximum(_dot(p1, p1), tiny))
         a1, a2, p1 = a1 * r, a2 * r, p1 * r[..., None]
-        r = kops.rsqrt(_maximum(_dot(p2, p2), tiny))
+        r = kops.rsqrt(ops.maximum(_dot(p2, p2), tiny))
         b1, b2, p2 = b1 * r, b2 * r, p2 * r[..., None]
         # Tangents t = u - (u.p) p, as coefficients on the endpoints: (-1 - k a1, 1 - k a2).
         k = _dot(u, p1)
@@ -658,7 +625,7 @@ def _refine_on_arcs(x1, x2, y1, y2, coefficients, free_x, free_y, steps=3):
         only_y = kops.logical_and(ok2, kops.logical_not(ok1))
         da = kops.where(both, (c * r2 - r1) / det_s, kops.where(only_x, -r1, zero))
         db = kops.where(both, (r2 - c * r1) / det_s, kops.where(only_y, r2, zero))
-        (ca, sa), (cb, sb) = _cos_sin(da), _cos_sin(db)
+        (ca, sa), (cb, sb) = ops.cos_sin(da), ops.cos_sin(db)
         sa, sb = sa / n1, sb / n2
         a1, a2 = ca * a1 + sa * (-1.0 - k * a1), ca * a2 + sa * (1.0 - k * a2)
         b1, b2 = cb * b1 + sb * (-1.0 - m * b1), cb * b2 + sb * (1.0 - m * b2)
@@ -797,7 +764,7 @@ def arc_distance(x1, x2, y1, y2, return_points=False):
         best.offer(gap(refined), _on_arcs(*refined), moved, _ARC_CASES.index("interior"))
     chosen = tuple(kops.stop_gradient(c) for c in best.coefficients)
     squared = _arc_squared_gap(*points(*chosen, x1, x2, y1, y2))
-    distance = kops.cast(ops.safe_sqrt(_maximum(squared, kops.zeros_like(squared))), dtype)
+    distance = kops.cast(ops.safe_sqrt(ops.maximum(squared, kops.zeros_like(squared))), dtype)
     if not return_points:
         return distance
     p1, p2 = (_unit_rows(p) for p in points(*best.coefficients, x1, x2, y1, y2))
@@ -825,9 +792,9 @@ def _segment_solve(uu, vv, uv, uw, vw, ww):
     one = kops.ones_like(uu)
     zero = kops.zeros_like(uu)
     eps = _eps(uu)
-    uu = _maximum(uu, 0.0)
-    vv = _maximum(vv, 0.0)
-    scale = uu + vv + _maximum(ww, 0.0)
+    uu = ops.maximum(uu, 0.0)
+    vv = ops.maximum(vv, 0.0)
+    scale = uu + vv + ops.maximum(ww, 0.0)
     u_ok = uu > eps * eps * scale
     v_ok = vv > eps * eps * scale
     uu_s = kops.where(u_ok, uu, one)
@@ -839,7 +806,7 @@ def _segment_solve(uu, vv, uv, uw, vw, ww):
         return ww + s * s * uu + t * t * vv + 2.0 * s * uw - 2.0 * t * vw - 2.0 * s * t * uv
 
     def clamp(x):
-        return _clip(x, 0.0, 1.0)
+        return ops.clip(x, 0.0, 1.0)
 
     den = uu * vv - uv * uv
     den_ok = kops.logical_and(kops.logical_and(u_ok, v_ok), den > eps * uu * vv)
@@ -876,7 +843,7 @@ def _segment_solve(uu, vv, uv, uw, vw, ww):
     s1 = kops.where(u_ok, clamp((uv - uw) / uu_s), zero)
     best.offer(f(s1, one), always, (s1, one, zero, zero), 3)
     s, t = best.coefficients[:2]
-    return _maximum(best.value, zero), s, t, best.case
+    return ops.maximum(best.value, zero), s, t, best.case
 
 
 def segment_squared_distance_from_dots(

@@ -7,6 +7,8 @@ import numbers
 import keras
 from keras import ops as kops
 
+from tfdml import ops
+
 __all__ = ["GeneralizedMeanPooling2D", "GeMPooling2D", "L2Normalization"]
 
 
@@ -24,17 +26,6 @@ def _work_dtype(x):
     return "float64" if keras.backend.standardize_dtype(x.dtype) == "float64" else "float32"
 
 
-def _maximum(x, y):
-    """``keras.ops.maximum(x, y)`` that keeps float64 under every backend.
-
-    Keras' PyTorch backend (3.15) promotes two float64 tensors to float32 in
-    ``maximum``; ``torch.maximum`` is the same operation in the input dtype.
-    """
-    if keras.backend.backend() == "torch":
-        import torch
-
-        return torch.maximum(x, y)
-    return kops.maximum(x, y)
 
 
 def _check_data_format(data_format):
@@ -126,9 +117,9 @@ class GeneralizedMeanPooling2D(keras.layers.Layer):
 
     def call(self, inputs):
         work = _work_dtype(inputs)
-        x = _maximum(kops.cast(inputs, work), kops.cast(self.epsilon, work))
+        x = ops.maximum(kops.cast(inputs, work), kops.cast(self.epsilon, work))
         axes = self._axes()
-        p = _maximum(kops.cast(self.p, work), kops.cast(1.0, work))
+        p = ops.maximum(kops.cast(self.p, work), kops.cast(1.0, work))
         # d/dm of m * mean((x/m)^p)^(1/p) is exactly 0: stopping its gradient is exact.
         m = kops.stop_gradient(kops.max(x, axis=axes, keepdims=True))
         mean = kops.mean(kops.power(x / m, p), axis=axes, keepdims=True)
@@ -204,7 +195,7 @@ class L2Normalization(keras.layers.Layer):
         work = _work_dtype(inputs)
         x = kops.cast(inputs, work)
         square_sum = kops.sum(kops.square(x), axis=self.axis, keepdims=True)
-        out = x * kops.rsqrt(_maximum(square_sum, kops.cast(self.epsilon, work)))
+        out = x * kops.rsqrt(ops.maximum(square_sum, kops.cast(self.epsilon, work)))
         return kops.cast(out, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):

@@ -193,6 +193,16 @@ class Miner:
         """
         raise NotImplementedError
 
+    @property
+    def seed_generator(self):
+        """The ``keras.random.SeedGenerator`` of a random strategy, or None.
+
+        Its state changes at every draw. A loss using this miner lists it in its state
+        (``loss.attach(model)``), so that ``fit`` updates it under every backend: JAX
+        training is stateless and only updates the model's own variables.
+        """
+        return getattr(self, "_seed_generator", None)
+
     def __call__(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
                  ref_embeddings=None):
         return self.mine(scores, labels, ref_labels=ref_labels, ref_offset=ref_offset,
@@ -446,8 +456,8 @@ class TripletMiner(Miner):
         dtype = ops.dtype_name(dist)
         dim = x.shape[-1] if x.shape[-1] is not None else kops.shape(x)[-1]
         dim = kops.cast(dim, dtype)
-        d = kops.maximum(dist, kops.convert_to_tensor(self.lower_cutoff, dtype))
-        one_minus = kops.maximum(1.0 - 0.25 * kops.square(d), kops.convert_to_tensor(1e-6, dtype))
+        d = ops.maximum(dist, self.lower_cutoff)
+        one_minus = ops.maximum(1.0 - 0.25 * kops.square(d), 1e-6)
         log_w = (2.0 - dim) * kops.log(d) - 0.5 * (dim - 3.0) * kops.log(one_minus)
         if self.upper_cutoff is None:
             within = kops.ones_like(dist, "bool")
@@ -479,7 +489,7 @@ class TripletMiner(Miner):
         top = kops.max(logits, axis=1, keepdims=True)
         top = kops.where(kops.isfinite(top), top, kops.zeros_like(top))
         weights = kops.where(candidates, kops.exp(logits - top), kops.zeros_like(logits))
-        cdf = kops.cumsum(weights, axis=1)
+        cdf = ops.cumsum(weights, axis=1)
         width = kops.shape(cdf)[1]
         u = self._noise(kops.shape(cdf), dtype) * cdf[:, -1:]
         merged = kops.concatenate([cdf, u], axis=1)

@@ -34,8 +34,13 @@ __all__ = [
     "check_ref_offset",
     "check_batch_sizes",
     "check_embeddings",
+    "clip",
+    "cos_sin",
+    "cumsum",
     "compute_dtype",
     "distance_matrix",
+    "divide_no_nan",
+    "floor",
     "dtype_name",
     "is_number",
     "is_traced",
@@ -46,12 +51,16 @@ __all__ = [
     "masked_max",
     "masked_min",
     "map_row_blocks",
+    "matmul",
+    "maximum",
+    "minimum",
     "nan_unless_finite",
     "pairwise_distance",
     "pairwise_similarity",
     "safe_sqrt",
     "same_label_dtype",
     "scatter_rows",
+    "segment_sum",
     "stable_argsort",
 ]
 
@@ -76,8 +85,8 @@ def is_traced(x=None) -> bool:
     """Whether ``x`` is symbolic: its values cannot be read in Python.
 
     True inside ``tf.function`` (TensorFlow), for a JAX tracer (``jax.jit``,
-    ``jax.grad``), while ``torch.compile`` traces (PyTorch) and for a
-    ``keras.KerasTensor``. Eager checks (a ValueError naming the bad value)
+    ``jax.grad``), while ``torch.compile`` traces or for a tensor on PyTorch's
+    ``"meta"`` device (PyTorch), and for a ``keras.KerasTensor``. Eager checks (a ValueError naming the bad value)
     run only where this is false; traced code skips them (XLA would not
     evaluate an assertion either).
     """
@@ -96,7 +105,9 @@ def is_traced(x=None) -> bool:
     if backend == "torch":
         import torch
 
-        return bool(torch.compiler.is_compiling())
+        # A "meta" tensor has a shape and no values (Keras' symbolic build of a model).
+        on_meta = isinstance(x, torch.Tensor) and x.device.type == "meta"
+        return on_meta or bool(torch.compiler.is_compiling())
     return False
 
 
@@ -113,6 +124,109 @@ def stable_argsort(x, axis: int = -1):
 
         return tf.argsort(x, axis=axis, stable=True)
     return kops.cast(kops.argsort(x, axis=axis), "int32")
+
+
+# Float64 on every backend. Keras 3.15's PyTorch backend computes ``matmul``, ``maximum``,
+# ``minimum``, ``divide_no_nan``, ``cumsum``, ``floor`` and ``segment_sum`` of float64 tensors
+# in float32, and its JAX backend ``floor``, ``cos`` and ``sin`` (with ``jax_enable_x64``);
+# these keep the input dtype.
+
+
+def _as_tensor_like(value, x):
+    """``value`` as a tensor of ``x``'s dtype (a Python number becomes a scalar)."""
+    if _is_tensor(value):
+        return value
+    return kops.convert_to_tensor(value, dtype=dtype_name(x))
+
+
+def _torch_float64(*tensors) -> bool:
+    return _backend() == "torch" and any(dtype_name(t) == "float64" for t in tensors)
+
+
+def matmul(x, y):
+    """``keras.ops.matmul(x, y)`` in the inputs' dtype."""
+    if _torch_float64(x, y):
+        return x @ y
+    return kops.matmul(x, y)
+
+
+def maximum(x, y):
+    """``max(x, y)`` in ``x``'s dtype; at ties the gradient goes to ``x``; a NaN ``x`` stays NaN.
+
+    ``tf.maximum``'s gradient at ties; JAX and PyTorch would split it evenly.
+    """
+    y = _as_tensor_like(y, x)
+    return kops.where(x < y, y, x)
+
+
+def minimum(x, y):
+    """``min(x, y)`` in ``x``'s dtype; at ties the gradient goes to ``x`` (see :func:`maximum`)."""
+    y = _as_tensor_like(y, x)
+    return kops.where(y < x, y, x)
+
+
+def clip(x, low, high):
+    """``x`` clipped to ``[low, high]``, NaN kept; the gradient passes on the bounds.
+
+    Written with ``where`` so that every backend has ``tf.clip_by_value``'s gradient at
+    the bounds (``jnp.clip`` halves it there).
+    """
+    return maximum(minimum(x, high), low)
+
+
+def divide_no_nan(x, y):
+    """``x / y``, and 0 where ``y == 0`` (``keras.ops.divide_no_nan``) in the inputs' dtype."""
+    if _torch_float64(x, y):
+        zero = y == 0
+        return kops.where(zero, kops.zeros_like(x), x / kops.where(zero, kops.ones_like(y), y))
+    return kops.divide_no_nan(x, y)
+
+
+def cumsum(x, axis=None):
+    """``keras.ops.cumsum(x, axis)`` in ``x``'s dtype."""
+    if _torch_float64(x):
+        import torch
+
+        return torch.cumsum(x.reshape(-1), dim=0) if axis is None else torch.cumsum(x, dim=axis)
+    return kops.cumsum(x, axis=axis)
+
+
+def segment_sum(data, segment_ids, num_segments):
+    """``keras.ops.segment_sum`` of 1-D ``data`` in its dtype; ids in ``[0, num_segments)``."""
+    if _torch_float64(data):
+        import torch
+
+        total = torch.zeros(num_segments, dtype=data.dtype, device=data.device)
+        return total.index_add(0, segment_ids.long(), data)
+    return kops.segment_sum(data, segment_ids, num_segments=num_segments)
+
+
+def _native_float64(name, x):
+    """The backend's own ``name`` op applied to a float64 ``x`` (None when Keras' keeps it).
+
+    Keras 3.15 computes ``floor`` of float64 in float32 under JAX and PyTorch, and ``cos``
+    and ``sin`` under JAX; ``jax.numpy`` and ``torch`` keep float64.
+    """
+    if dtype_name(x) != "float64" or _backend() not in ("jax", "torch"):
+        return None
+    if _backend() == "jax":
+        import jax.numpy as module
+    else:
+        import torch as module
+    return getattr(module, name)(x)
+
+
+def floor(x):
+    """``keras.ops.floor(x)`` in ``x``'s dtype."""
+    native = _native_float64("floor", x)
+    return kops.floor(x) if native is None else native
+
+
+def cos_sin(x):
+    """``(cos(x), sin(x))`` in ``x``'s dtype."""
+    if _backend() == "jax" and dtype_name(x) == "float64":
+        return _native_float64("cos", x), _native_float64("sin", x)
+    return kops.cos(x), kops.sin(x)
 
 
 _SCATTER_MODES = ("update", "max", "add")
@@ -418,7 +532,7 @@ def l2_normalize(x, axis: int = -1, epsilon: float = 1e-12):
     """L2-normalizes ``x`` along ``axis``; zero vectors stay zero, gradients stay finite."""
     x = kops.convert_to_tensor(x)
     square_sum = kops.sum(kops.square(x), axis=axis, keepdims=True)
-    return x * kops.rsqrt(kops.maximum(square_sum, kops.cast(epsilon, dtype_name(x))))
+    return x * kops.rsqrt(maximum(square_sum, epsilon))
 
 
 def safe_sqrt(x, epsilon: float = 1e-12):
@@ -443,7 +557,7 @@ def pairwise_similarity(x, y=None):
     """
     x = kops.convert_to_tensor(x)
     y = x if y is None else kops.convert_to_tensor(y)
-    return kops.matmul(x, kops.transpose(y))
+    return matmul(x, kops.transpose(y))
 
 
 def pairwise_distance(x, y=None, squared: bool = False):
@@ -463,8 +577,8 @@ def pairwise_distance(x, y=None, squared: bool = False):
     y_sq = kops.sum(kops.square(y), axis=1, keepdims=True)
     # -2 folded into the [B, D] factor (exact, and the same sums in the same order as
     # x_sq + y_sq^T - 2 x.y): one [B, R] temporary fewer.
-    sq = (x_sq + kops.transpose(y_sq)) + kops.matmul(-2.0 * x, kops.transpose(y))
-    sq = kops.maximum(sq, kops.zeros((), dtype_name(sq)))
+    sq = (x_sq + kops.transpose(y_sq)) + matmul(-2.0 * x, kops.transpose(y))
+    sq = maximum(sq, 0.0)
     return sq if squared else safe_sqrt(sq)
 
 

@@ -220,7 +220,7 @@ def average_terms(terms: AnchorTerms, average: str):
     """``(values, shares)``: per anchor ``v_a`` and ``c_a`` of the module docstring."""
     check_average(average)
     if average in ("anchors", "batch"):
-        values = kops.divide_no_nan(terms.total, terms.count)
+        values = ops.divide_no_nan(terms.total, terms.count)
         if average == "anchors":
             return values, kops.cast(terms.active, ops.dtype_name(values))
         return values, kops.ones_like(values)
@@ -234,7 +234,7 @@ def functional_value(terms: AnchorTerms, average, y_pred, ref_embeddings=None):
     dtype of ``y_pred``.
     """
     values, shares = average_terms(terms, average)
-    value = kops.divide_no_nan(kops.sum(values), kops.sum(shares))
+    value = ops.divide_no_nan(kops.sum(values), kops.sum(shares))
     value = ops.nan_unless_finite(value, y_pred, ref_embeddings)
     return kops.cast(value, ops.dtype_name(kops.convert_to_tensor(y_pred)))
 
@@ -274,7 +274,7 @@ def reduce_anchor_losses(values, shares, sample_weight=None, reduction="sum_over
         denominator = kops.sum(shares * weights)
     else:
         denominator = kops.sum(shares)
-    return _scale_for_distribution(kops.divide_no_nan(total, denominator))
+    return _scale_for_distribution(ops.divide_no_nan(total, denominator))
 
 
 def _check_reduction(reduction):
@@ -319,6 +319,22 @@ def resolve_loss(loss):
     return loss
 
 
+class LossState(keras.layers.Layer):
+    """The state of a loss, held by a layer so that a model can own it (``loss.attach(model)``).
+
+    It holds the seed generators of the loss's random miners (their state is a
+    non-trainable variable) and, in subclasses, learned variables. It is not part of
+    any computation: ``call`` returns its input.
+    """
+
+    def __init__(self, seed_generators=(), **kwargs):
+        super().__init__(**kwargs)
+        self.seed_generators = list(seed_generators)
+
+    def call(self, inputs):
+        return inputs
+
+
 class MetricLoss(keras.losses.Loss):
     """Base class of tfdml losses: labels + embeddings in, terms per anchor, averaged, reduced.
 
@@ -354,16 +370,37 @@ class MetricLoss(keras.losses.Loss):
         self.average = check_average(average)
         self._config_dtype = dtype
         self._warned_inactive = False
+        self._warned_seed = False
+        self._attached = False
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
         """Returns the :class:`AnchorTerms` of each anchor, in the compute dtype."""
         raise NotImplementedError
 
-    # -- trainable state (e.g. the learnable boundary of MarginLoss) -------------------------
+    # -- state: learned variables (MarginLoss's beta) and the random miners' seeds --------------
 
     def _state_layer(self):
-        """A ``keras.layers.Layer`` owning the loss's variables, or None."""
-        return None
+        """A ``keras.layers.Layer`` owning the loss's variables, or None.
+
+        By default, the seed generators of the loss's random miners (a deterministic
+        loss has no state); :class:`MarginLoss` adds its learnable boundary.
+        """
+        if getattr(self, "_seed_state", None) is None:
+            generators = self._seed_generators()
+            if generators:
+                self._seed_state = LossState(generators, name=f"{self.name}_state")
+        return getattr(self, "_seed_state", None)
+
+    def _seed_generators(self):
+        """The ``keras.random.SeedGenerator`` of the miners this loss uses (wrapped losses too)."""
+        found = []
+        miner = getattr(self, "miner", None)
+        if isinstance(miner, Miner) and miner.seed_generator is not None:
+            found.append(miner.seed_generator)
+        wrapped = getattr(self, "loss", None)
+        if isinstance(wrapped, MetricLoss):
+            found.extend(g for g in wrapped._seed_generators() if all(g is not f for f in found))
+        return found
 
     @property
     def trainable_variables(self):
@@ -372,12 +409,16 @@ class MetricLoss(keras.losses.Loss):
         return [] if layer is None else list(layer.trainable_variables)
 
     def attach(self, model):
-        """Lets ``model`` own this loss's trainable variables, so ``model.fit`` trains them.
+        """Lets ``model`` own this loss's state, so ``model.fit`` trains and updates it.
 
-        Keras trains ``model.trainable_variables`` only; a loss is not part of
-        the model. ``attach`` adds the layer that holds the loss's variables to
-        the model as a tracked attribute (it is not part of the model's
-        computation). Call it before the optimizer is built, i.e. before the
+        The state is a learnable variable (:class:`MarginLoss`'s beta) and the
+        seed of a random miner (``TripletMiner`` with ``"random"`` or
+        ``"distance_weighted"``). Keras trains ``model.trainable_variables``
+        only, and JAX training is stateless: it updates the model's variables
+        only, so without ``attach`` a random miner draws the same samples at
+        every JAX step. A loss is not part of the model: ``attach`` adds the
+        layer that holds the loss's variables to the model as a tracked
+        attribute (it is not part of the model's computation). Call it before the optimizer is built, i.e. before the
         first ``fit`` (calling it after ``compile`` is fine), or compile again
         with a new optimizer afterwards. A loss without variables leaves the
         model unchanged.
@@ -462,7 +503,22 @@ class MetricLoss(keras.losses.Loss):
                 stacklevel=3,
             )
 
+    def _warn_if_seed_not_tracked(self, y_pred):
+        """Under JAX, once: a random miner's draws repeat at every compiled step unless a
+        model owns its seed (``attach``)."""
+        if (self._warned_seed or self._attached or keras.backend.backend() != "jax"
+                or not ops.is_traced(y_pred) or not self._seed_generators()):
+            return
+        self._warned_seed = True
+        warnings.warn(
+            f"Loss {self.name!r} uses a random miner, whose seed state a compiled JAX step "
+            "does not update unless a model owns it: the same samples would be drawn at "
+            "every step of `fit`. Call `loss.attach(model)` before training.",
+            stacklevel=3,
+        )
+
     def __call__(self, y_true, y_pred, sample_weight=None):
+        self._warn_if_seed_not_tracked(y_pred)
         with keras.name_scope(self.name):
             labels = ops.cast_labels(y_true, "y_true")
             ctx = self._gathering_context()

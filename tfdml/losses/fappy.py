@@ -43,23 +43,13 @@ def _interpolate(s, bin_width, num_nodes):
     ``s`` is clipped to [-1, 1]; ``v <= num_nodes - 2``, so ``s = 1`` gives ``frac = 1``
     on the last node instead of falling past it. A NaN ``s`` gets node 0 and a NaN ``frac``.
     """
-    s = _clip_unit(s)
+    s = ops.clip(s, -1.0, 1.0)
     position = (s + 1.0) / bin_width
-    v = kops.clip(kops.floor(kops.stop_gradient(position)), 0.0, float(num_nodes - 2))
+    v = kops.clip(ops.floor(kops.stop_gradient(position)), 0.0, float(num_nodes - 2))
     v = kops.where(kops.isnan(v), kops.zeros_like(v), v)  # a NaN stays in `frac`, not the index
     return kops.cast(v, "int32"), position - v
 
 
-def _clip_unit(s):
-    """``s`` clipped to [-1, 1], NaN kept; the gradient passes on [-1, 1], ends included.
-
-    This is ``tf.clip_by_value``'s gradient (0 outside [-1, 1] and at NaN) on every
-    backend; ``jnp.clip`` would halve it where ``s`` equals a bound.
-    """
-    one = kops.ones((), ops.dtype_name(s))
-    inside = kops.logical_and(s >= -one, s <= one)
-    clipped = kops.where(s < -one, -one, kops.where(s > one, one, s))
-    return kops.where(inside, s, kops.stop_gradient(clipped))
 
 
 def _node_histograms(s, mask, bin_width, num_nodes):
@@ -69,12 +59,12 @@ def _node_histograms(s, mask, bin_width, num_nodes):
     v, frac = _interpolate(s, bin_width, num_nodes)
     weights = kops.cast(mask, ops.dtype_name(s))
     count = kops.sum(weights, axis=1, keepdims=True)
-    weights = kops.divide_no_nan(weights, count)
+    weights = ops.divide_no_nan(weights, count)
     base = kops.arange(rows, dtype="int32")[:, None] * num_nodes
     segments = kops.reshape(kops.concatenate([base + v, base + v + 1], axis=1), (-1,))
     data = kops.reshape(kops.concatenate([(1.0 - frac) * weights, frac * weights], axis=1),
                         (-1,))
-    hist = kops.segment_sum(data, segments, num_segments=rows * num_nodes)
+    hist = ops.segment_sum(data, segments, rows * num_nodes)
     return kops.reshape(hist, (rows, num_nodes))
 
 
@@ -83,7 +73,7 @@ def _fpp(sim, positive, negative, bin_width):
     n = _num_nodes(bin_width)
     hist = _node_histograms(sim, negative, bin_width, n)
     # tail[i, u] = sum_{u' >= u} h_i^{u'}, with a zero column past the last node.
-    reverse_cumsum = kops.flip(kops.cumsum(kops.flip(hist, axis=1), axis=1), axis=1)
+    reverse_cumsum = kops.flip(ops.cumsum(kops.flip(hist, axis=1), axis=1), axis=1)
     tail = kops.concatenate([reverse_cumsum, kops.zeros_like(hist[:, :1])], axis=1)
     t, h_right = _interpolate(sim, bin_width, n)
     h_left = 1.0 - h_right
@@ -247,7 +237,7 @@ def _histogram_loss(labels, embeddings, bin_width):
                                 bin_width, n)[0]
 
     h_pos, h_neg = histogram(positive), histogram(negative)
-    value = kops.sum(h_neg * kops.cumsum(h_pos))
+    value = kops.sum(h_neg * ops.cumsum(h_pos))
     has_pairs = kops.logical_and(kops.any(positive), kops.any(negative))
     value = kops.where(has_pairs, value, kops.zeros_like(value))
     valid = kops.logical_and(kops.any(positive, axis=1), has_pairs)

@@ -80,19 +80,8 @@ def _gather(x, index, axis=0):
     return kops.take(x, index, axis=axis)
 
 
-def _minimum(x, y):
-    """``min(x, y)`` in the dtype of ``x``; at ties the gradient goes to ``x``.
-
-    As ``tf.minimum`` does; JAX and PyTorch would split the gradient at ties, and
-    ``keras.ops.minimum`` computes float64 in float32 under PyTorch. A NaN ``x`` stays NaN.
-    """
-    return kops.where(y < x, y, x)
 
 
-def _maximum(x, y):
-    """``max(x, y)`` in the dtype of ``x``; at ties the gradient goes to ``x`` (see
-    :func:`_minimum`)."""
-    return kops.where(x < y, y, x)
 
 
 class _Geometry:
@@ -117,7 +106,7 @@ class _Geometry:
             s = geometry.arc_similarity_from_dots(
                 x1x2[:, None], x1x2[None, :], aa, ab, ba, bb
             )
-            self.loop_dist = ops.safe_sqrt(_maximum(2.0 - 2.0 * s, kops.zeros_like(s)))
+            self.loop_dist = ops.safe_sqrt(ops.maximum(2.0 - 2.0 * s, kops.zeros_like(s)))
         else:
             norms = kops.diagonal(gram)
             na, nb = _gather(norms, a), _gather(norms, b)
@@ -125,7 +114,7 @@ class _Geometry:
                 na[:, None], nb[:, None], x1x2[:, None], na[None, :], nb[None, :],
                 x1x2[None, :], aa, ab, ba, bb,
             )
-            self.loop_dist = ops.safe_sqrt(_maximum(squared, kops.zeros_like(squared)))
+            self.loop_dist = ops.safe_sqrt(ops.maximum(squared, kops.zeros_like(squared)))
         self.loop_sim = 1.0 - 0.5 * kops.square(self.loop_dist)
         # Slot t against slot u: both real pairs, of different classes.
         self.loop_mask = kops.logical_and(
@@ -167,10 +156,10 @@ def _pair_losses(geo: _Geometry, base, margin, loop):
     else:
         na, found_a = geo.hardest_negative(geo.first)
         nb, found_b = geo.hardest_negative(geo.second)
-        closest = _minimum(kops.where(found_a, na, nb), kops.where(found_b, nb, na))
+        closest = ops.minimum(kops.where(found_a, na, nb), kops.where(found_b, nb, na))
         found = kops.logical_or(found_a, found_b)
     if base == "hphn_triplet":
-        far = _maximum(geo.hardest_positive(geo.first), geo.hardest_positive(geo.second))
+        far = ops.maximum(geo.hardest_positive(geo.first), geo.hardest_positive(geo.second))
         values = kops.relu(far + m - closest)
     elif base == "lifted_structure":
         values = kops.relu(geo.pair_dist + m - closest)
@@ -191,7 +180,7 @@ def _ms_losses(geo: _Geometry, margin, alpha, beta, epsilon):
                                   slots[None, :], mode="max")
     slot_of = target[0, :size]
     paired = slot_of >= 0
-    slot_of = _maximum(slot_of, kops.zeros_like(slot_of))
+    slot_of = ops.maximum(slot_of, kops.zeros_like(slot_of))
     sim = geo.sim
     eps = kops.convert_to_tensor(epsilon, dtype=ops.dtype_name(sim))
     least_positive, has_positive = ops.masked_min(sim, geo.positive_mask)

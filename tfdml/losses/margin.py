@@ -11,6 +11,7 @@ from keras import ops as kops
 
 from tfdml import ops
 from tfdml.losses.base import (
+    LossState,
     MetricLoss,
     check_average,
     functional_value,
@@ -170,11 +171,11 @@ def margin_loss(
     return functional_value(terms, average, y_pred, ref_embeddings)
 
 
-class _MarginBeta(keras.layers.Layer):
-    """Holds the learnable boundary of a :class:`MarginLoss` (not part of any computation)."""
+class _MarginBeta(LossState):
+    """The state of a :class:`MarginLoss`: its learnable boundary (and its miner's seed)."""
 
-    def __init__(self, initial, trainable=True, **kwargs):
-        super().__init__(trainable=trainable, dtype="float32", **kwargs)
+    def __init__(self, initial, trainable=True, seed_generators=(), **kwargs):
+        super().__init__(seed_generators, trainable=trainable, dtype="float32", **kwargs)
         initial = np.asarray(initial, dtype=np.float32)
         self.beta = self.add_weight(
             shape=initial.shape,
@@ -182,10 +183,6 @@ class _MarginBeta(keras.layers.Layer):
             trainable=trainable,
             name="beta",
         )
-
-    def call(self, inputs):
-        return inputs
-
 
 @keras.saving.register_keras_serializable(package="tfdml")
 class MarginLoss(MetricLoss):
@@ -321,17 +318,17 @@ class MarginLoss(MetricLoss):
         self.distance = distance
         self.beta_lr_multiplier = float(beta_lr_multiplier)
         self.miner = resolve_miner(miner, _distance_weighted)
-        self._attached = False
         self._warned = False
         self._beta_layer = None
         self._fixed_beta = beta
         if self.learn_beta:
             self._beta_layer = _MarginBeta(
-                np.asarray(beta, np.float64) / self.beta_lr_multiplier, name=f"{name}_beta"
+                np.asarray(beta, np.float64) / self.beta_lr_multiplier, name=f"{name}_beta",
+                seed_generators=self._seed_generators(),
             )
 
     def _state_layer(self):
-        return self._beta_layer
+        return self._beta_layer if self._beta_layer is not None else super()._state_layer()
 
     @property
     def beta(self):

@@ -48,7 +48,7 @@ def _num_dropped(count, trim: float, size):
     if size is not None:
         table = np.floor(float(trim) * np.arange(size + 1, dtype=np.float64) + 1e-9)
         return kops.take(kops.convert_to_tensor(table.astype(np.int32)), count)
-    drop = kops.floor(float(trim) * kops.cast(count, "float64") + 1e-9)
+    drop = ops.floor(float(trim) * kops.cast(count, "float64") + 1e-9)
     return kops.cast(drop, "int32")
 
 
@@ -109,7 +109,7 @@ class TrimmedLoss(MetricLoss):
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
         terms = self.loss.per_anchor(labels, embeddings, ref_embeddings, ref_labels, ref_offset)
-        mean = kops.divide_no_nan(terms.total, terms.count)
+        mean = ops.divide_no_nan(terms.total, terms.count)
         keep = trim_mask(mean, terms.active, self.trim)
         return AnchorTerms(*(kops.where(keep, t, kops.zeros_like(t)) for t in terms))
 
