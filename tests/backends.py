@@ -177,13 +177,16 @@ def gradient_check(fn, x, delta=1e-6):
     both as NumPy arrays of ``x``'s shape. Call it inside :func:`enable_float64`.
     """
     x = np.asarray(x, np.float64)
-    _, theoretical = value_and_grad(fn, x)
+    # Under JAX, one compilation instead of one per op and call (eager JAX is slow).
+    jit = BACKEND == "jax"
+    _, theoretical = to_numpy(value_and_grad_function(fn, jit_compile=jit)(x))
+    evaluate = compiled(fn) if jit else fn
     numerical = np.zeros_like(x)
     for i in np.ndindex(x.shape):
         step = np.zeros_like(x)
         step[i] = delta
-        up = float(to_numpy(fn(_as_tensor(x + step))))
-        down = float(to_numpy(fn(_as_tensor(x - step))))
+        up = float(to_numpy(evaluate(_as_tensor(x + step))))
+        down = float(to_numpy(evaluate(_as_tensor(x - step))))
         numerical[i] = (up - down) / (2.0 * delta)
     return np.asarray(theoretical, np.float64), numerical
 

@@ -32,7 +32,7 @@ def test_core_imports_and_trains_under_jax_without_tensorflow():
         sys.modules["tensorflow"] = None  # any `import tensorflow` now fails
         import numpy as np
         import tfdml.losses, tfdml.miners, tfdml.metrics, tfdml.layers
-        import tfdml.geometry, tfdml.analysis, tfdml.models
+        import tfdml.geometry, tfdml.analysis, tfdml.models, tfdml.callbacks
         import keras
         import tfdml
         x = np.random.default_rng(0).normal(size=(16, 8)).astype("float32")

@@ -1,4 +1,7 @@
-"""tfdml.callbacks.RecallAtK and TripletScatter during short fits on scikit-learn's digits."""
+"""tfdml.callbacks.RecallAtK and TripletScatter during short fits on scikit-learn's digits.
+
+The tests on NumPy data run under every backend; those on tf.data run under TensorFlow.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,6 @@ import os
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 from sklearn.datasets import load_digits
 
 import tfdml
@@ -50,6 +52,7 @@ def _read_csv(path):
         return list(csv.DictReader(f))
 
 
+@pytest.mark.multibackend
 def test_values_reach_history_and_a_csv_logger_after_it(digits, tmp_path):
     _, _, x_val, y_val = digits
     path = os.path.join(tmp_path, "log.csv")
@@ -100,6 +103,8 @@ def test_early_stopping_and_checkpoint_monitor_recall(digits, tmp_path):
 
 
 def test_every_and_a_shuffled_dataset(digits, tmp_path):
+    import tensorflow as tf
+
     _, _, x_val, y_val = digits
     model = _model()
     # The dataset reshuffles at every iteration; x and y must stay paired.
@@ -155,6 +160,7 @@ MOVES = ["triplet_move_up_right", "triplet_move_up_left", "triplet_move_down_lef
          "triplet_move_down_right", "triplet_move_still"]
 
 
+@pytest.mark.multibackend
 def test_triplet_scatter_writes_files_and_logs(digits, tmp_path):
     x, y, _, _ = digits
     x, y = x[:300], y[:300]
@@ -194,6 +200,8 @@ def test_triplet_scatter_writes_files_and_logs(digits, tmp_path):
 
 
 def test_triplet_scatter_epochs_files_and_dataset(digits, tmp_path):
+    import tensorflow as tf
+
     x, y, _, _ = digits
     x, y = x[:200], y[:200]
     ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(200, seed=1).batch(64)
@@ -370,6 +378,8 @@ def _xy():
 @pytest.mark.parametrize("cls", [RecallAtK, TripletScatter])
 @pytest.mark.parametrize("endless", ["repeat", "pk_batches"])
 def test_infinite_datasets_are_rejected(cls, endless, tmp_path):
+    import tensorflow as tf
+
     x, y = _xy()
     if endless == "repeat":
         ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(4).repeat()
@@ -383,6 +393,8 @@ def test_infinite_datasets_are_rejected(cls, endless, tmp_path):
 
 @pytest.mark.parametrize("cls", [RecallAtK, TripletScatter])
 def test_finite_and_unknown_cardinality_datasets_are_accepted(cls, tmp_path):
+    import tensorflow as tf
+
     x, y = _xy()
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
     unknown = ds.filter(lambda a, b: True)

@@ -149,6 +149,25 @@ def test_build_embedding_model_resnet18_structure_and_output():
     np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, rtol=1e-5)
 
 
+@pytest.mark.multibackend
+def test_build_embedding_model_trains_with_a_tfdml_loss_under_every_backend():
+    """The model and its layers (GeM, L2Normalization) in a compiled fit step with a loss."""
+    model = models.build_embedding_model(
+        "resnet18", embedding_dim=8, input_shape=SMALL, weights=None, pooling="gem"
+    )
+    images = (_images(8) / 255.0).astype("float32")
+    labels = np.repeat(np.arange(4), 2).astype("int32")
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=tfdml.losses.TripletNCALoss(),
+                  jit_compile=keras.backend.backend() != "torch")
+    before = [np.array(w) for w in model.get_weights()]
+    loss = model.train_on_batch(images, labels)
+    assert np.isfinite(loss) and loss > 0
+    assert any(not np.array_equal(b, a) for b, a in zip(before, model.get_weights(),
+                                                        strict=True))
+    out = keras.ops.convert_to_numpy(model(images))
+    np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, rtol=1e-5)
+
+
 def test_build_embedding_model_pooling_and_head_options():
     base = dict(backbone="resnet18", input_shape=SMALL, weights=None)
     plain = models.build_embedding_model(**base, embedding_dim=None, pooling="max", normalize=False)

@@ -4,19 +4,20 @@ Losses and miners that drop into ``model.compile(loss=...)``, retrieval metrics,
 and the methods of the extreme-triplet, FAPPY, LoOp and easy-positive papers.
 
 The core (``tfdml.ops``, ``miners``, ``losses``, ``geometry``, ``layers``,
-``metrics``, ``analysis``) is written in ``keras.ops`` and runs under every
-Keras backend (TensorFlow, JAX, PyTorch); importing it imports TensorFlow only
-when TensorFlow is the backend. ``tfdml.data``, ``datasets``, ``export``,
-``compat``, ``callbacks`` (for ``tf.data`` inputs), ``models`` and
+``metrics``, ``analysis``, ``callbacks``, ``models``) is written in ``keras.ops``
+and runs under every Keras backend (TensorFlow, JAX, PyTorch); importing it
+imports TensorFlow only when TensorFlow is the backend (or for ``tf.data``
+inputs). ``tfdml.data``, ``datasets``, ``export``, ``compat`` and
 ``experiments`` build on TensorFlow (``tf.data`` feeds ``model.fit`` on every
-backend) and need it installed. Subpackages are imported on first use.
+backend) and need it installed; under another backend they are imported on
+first use.
 """
 
 import importlib
 
 import keras
 
-from tfdml import analysis, geometry, layers, losses, metrics, miners, models, ops
+from tfdml import analysis, callbacks, geometry, layers, losses, metrics, miners, models, ops
 from tfdml._version import __version__
 
 __all__ = [
@@ -38,7 +39,7 @@ __all__ = [
 ]
 
 #: Subpackages that need TensorFlow whatever the Keras backend.
-TENSORFLOW_MODULES = ("callbacks", "compat", "data", "datasets", "experiments", "export")
+TENSORFLOW_MODULES = ("compat", "data", "datasets", "experiments", "export")
 
 _SUBMODULES = frozenset(__all__) - {"__version__"}
 
@@ -66,4 +67,4 @@ def __dir__():
 
 
 if keras.backend.backend() == "tensorflow":
-    from tfdml import callbacks, compat, data, datasets, export  # noqa: E402,F401
+    from tfdml import compat, data, datasets, export  # noqa: E402,F401
