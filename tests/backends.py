@@ -13,6 +13,8 @@ Such tests use ``keras.ops`` and the helpers below, never ``tf.*``.
 * :func:`compiled`: ``fn`` compiled as ``jit_compile=True`` would
   (``tf.function(jit_compile=True)`` or ``jax.jit``); PyTorch runs it eagerly.
 * :data:`CAN_COMPILE`: whether :func:`compiled` really compiles.
+* :func:`traced`: ``fn`` as a graph (``tf.function`` without XLA, ``jax.jit``) for many
+  evaluations; PyTorch runs it eagerly.
 * :func:`value_and_grad_tensors`: like :func:`value_and_grad`, but returns backend
   tensors and may be called inside a compiled or traced function.
 * :func:`value_and_grad_function`: a reusable (optionally compiled) function
@@ -40,6 +42,7 @@ __all__ = [
     "enable_float64",
     "gradient_check",
     "to_numpy",
+    "traced",
     "value_and_grad",
     "value_and_grad_function",
     "value_and_grad_tensors",
@@ -189,6 +192,20 @@ def gradient_check(fn, x, delta=1e-6):
         down = float(to_numpy(evaluate(_as_tensor(x - step))))
         numerical[i] = (up - down) / (2.0 * delta)
     return np.asarray(theoretical, np.float64), numerical
+
+
+def traced(fn):
+    """``fn`` traced once for many evaluations: a ``tf.function`` graph (TensorFlow, no
+    XLA), ``jax.jit`` (JAX); PyTorch runs it eagerly."""
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(fn)
+    if BACKEND == "jax":
+        import jax
+
+        return jax.jit(fn)
+    return fn
 
 
 def compiled(fn):

@@ -43,19 +43,33 @@ def test_core_imports_and_trains_under_jax_without_tensorflow():
         model.compile("sgd", tfdml.losses.MultiSimilarityLoss(), jit_compile=True)
         model.fit(x, y, batch_size=16, epochs=1, verbose=0)
         recall = tfdml.metrics.recall_at_k(x, y, ks=(1,))
+        errors = []
+        for name in ("data", "datasets", "export", "compat", "experiments"):
+            try:
+                getattr(tfdml, name)  # first use of a TensorFlow module
+            except ImportError as err:
+                errors.append(str(err))
         try:
-            tfdml.data
+            import tfdml.datasets  # a direct import says the same
         except ImportError as err:
-            data_error = str(err)
-        else:
-            data_error = ""
-        print(keras.backend.backend(), value > 0, recall, "TensorFlow" in data_error)
+            errors.append(str(err))
+        clear = len(errors) == 6 and all("pip install tfdml[cpu]" in e for e in errors)
+        print(keras.backend.backend(), value > 0, recall, clear)
     """)
     result = _run(code, {"KERAS_BACKEND": "jax"})
     assert result.returncode == 0, result.stderr[-3000:]
     backend, positive, _, names_tf = result.stdout.split()[:2] + result.stdout.split()[-2:]
     assert backend == "jax" and positive == "True"
     assert names_tf == "True", result.stdout
+
+
+def test_default_tensorflow_backend_without_tensorflow_says_what_to_do():
+    code = 'import sys; sys.modules["tensorflow"] = None; import tfdml'
+    result = _run(code, {"KERAS_BACKEND": "tensorflow"})
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError:"), result.stderr[-2000:]
+    assert "pip install tfdml[cpu]" in last and "KERAS_BACKEND=jax" in last, last
 
 
 def test_jax_data_parallel_step_equals_single_device_on_the_global_batch():

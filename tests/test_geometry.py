@@ -35,10 +35,10 @@ import keras
 import numpy as np
 import pytest
 from backends import (
-    BACKEND,
     compiled,
     enable_float64,
     to_numpy,
+    traced,
     value_and_grad,
     value_and_grad_function,
 )
@@ -73,20 +73,6 @@ def _t(v, dtype=None):
 
 def _dtype(x):
     return keras.backend.standardize_dtype(x.dtype)
-
-
-def _traced(fn):
-    """``fn`` traced once for many evaluations: a ``tf.function`` graph (TensorFlow),
-    ``jax.jit`` (JAX); PyTorch runs it eagerly."""
-    if BACKEND == "tensorflow":
-        import tensorflow as tf
-
-        return tf.function(fn)
-    if BACKEND == "jax":
-        import jax
-
-        return jax.jit(fn)
-    return fn
 
 
 # -- case construction -----------------------------------------------------------------------------
@@ -825,10 +811,10 @@ def test_arc_gradients_match_finite_differences():
     idx = np.flatnonzero(mask)[::4][:60]
     xs = [v[idx] for v in vecs]
 
-    traced = _traced(geometry.arc_distance)  # one trace for the many evaluations
+    dist_fn = traced(geometry.arc_distance)  # one trace for the many evaluations
 
     def dist_np(*a):
-        return to_numpy(traced(*(_t(v) for v in a)))
+        return to_numpy(dist_fn(*(_t(v) for v in a)))
 
     _, grads = value_and_grad(geometry.arc_distance, *xs, argnums=_ARGS4)
     fds = _central_differences(dist_np, xs)
@@ -837,7 +823,7 @@ def test_arc_gradients_match_finite_differences():
 
     dots = _arc_dots(*xs)
 
-    traced_s = _traced(geometry.arc_similarity_from_dots)
+    traced_s = traced(geometry.arc_similarity_from_dots)
 
     def s_np(*a):
         return to_numpy(traced_s(*(_t(v) for v in a)))
@@ -1196,10 +1182,10 @@ def test_segment_gradients_match_finite_differences():
     idx = np.flatnonzero(_seg_unique(data))[::4][:60]
     xs = [data[k][idx] for k in ("x1", "x2", "y1", "y2")]
 
-    traced = _traced(geometry.segment_distance)
+    dist_fn = traced(geometry.segment_distance)
 
     def dist_np(*a):
-        return to_numpy(traced(*(_t(v) for v in a)))
+        return to_numpy(dist_fn(*(_t(v) for v in a)))
 
     _, grads = value_and_grad(geometry.segment_distance, *xs, argnums=_ARGS4)
     for got, fd in zip(grads, _central_differences(dist_np, xs), strict=True):

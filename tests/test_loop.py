@@ -15,6 +15,7 @@ from backends import (
     compiled,
     enable_float64,
     to_numpy,
+    traced,
     value_and_grad,
     value_and_grad_function,
 )
@@ -48,20 +49,6 @@ def _float64():
 
 def _f32(x):
     return kops.convert_to_tensor(np.asarray(x, np.float32))
-
-
-def _traced(fn):
-    """``fn`` traced once for many evaluations: a ``tf.function`` graph (TensorFlow),
-    ``jax.jit`` (JAX); PyTorch runs it eagerly."""
-    if BACKEND == "tensorflow":
-        import tensorflow as tf
-
-        return tf.function(fn)
-    if BACKEND == "jax":
-        import jax
-
-        return jax.jit(fn)
-    return fn
 
 
 def _value_and_per_anchor(loss, labels, x):
@@ -218,9 +205,9 @@ def test_float64_gradients_match_finite_differences(base, normalized):
         return loss(labels, e)
 
     _, theoretical = _value_and_grad(value, x)
-    traced = _traced(value)  # one trace for the many evaluations
+    value_fn = traced(value)  # one trace for the many evaluations
     numerical = _central_differences(
-        lambda e: to_numpy(traced(kops.convert_to_tensor(e))), x)
+        lambda e: to_numpy(value_fn(kops.convert_to_tensor(e))), x)
     assert np.all(np.isfinite(theoretical))
     assert np.abs(theoretical).max() > 0
     np.testing.assert_allclose(theoretical, numerical, rtol=1e-4, atol=1e-6)

@@ -15,7 +15,18 @@ first use.
 
 import importlib
 
-import keras
+from tfdml._install import TENSORFLOW_INSTALL
+
+try:
+    import keras
+except ModuleNotFoundError as _err:  # Keras' default backend is TensorFlow
+    if _err.name != "tensorflow" and not (_err.name or "").startswith("tensorflow."):
+        raise
+    raise ImportError(
+        "Keras' backend is TensorFlow (the default, or KERAS_BACKEND=tensorflow) and "
+        f"TensorFlow is not installed. {TENSORFLOW_INSTALL} Or use the JAX or PyTorch backend for the "
+        "core: KERAS_BACKEND=jax or KERAS_BACKEND=torch."
+    ) from _err
 
 from tfdml import analysis, callbacks, geometry, layers, losses, metrics, miners, models, ops
 from tfdml._version import __version__
@@ -47,17 +58,7 @@ _SUBMODULES = frozenset(__all__) - {"__version__"}
 def __getattr__(name):
     if name not in _SUBMODULES:
         raise AttributeError(f"module 'tfdml' has no attribute {name!r}")
-    try:
-        module = importlib.import_module(f"tfdml.{name}")
-    except ModuleNotFoundError as err:
-        if err.name != "tensorflow" and not (err.name or "").startswith("tensorflow."):
-            raise
-        raise ImportError(
-            f"tfdml.{name} needs TensorFlow >= 2.16 (the core losses, miners and metrics do "
-            "not). Install it with `pip install tfdml[tensorflow]` (or `pip install "
-            "tensorflow`), or `pip install tfdml[cpu]` (or `pip install tensorflow-cpu`) for "
-            "the CPU-only wheel."
-        ) from err
+    module = importlib.import_module(f"tfdml.{name}")
     globals()[name] = module
     return module
 

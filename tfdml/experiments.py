@@ -46,9 +46,9 @@ import time
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from tfdml import metrics as _metrics
+from tfdml._tensorflow import tf
 from tfdml.data import DatasetSplit, augment, eval_batches, pk_batches
 from tfdml.layers import L2Normalization
 

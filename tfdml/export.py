@@ -5,8 +5,8 @@ from __future__ import annotations
 import numbers
 
 import keras
-import tensorflow as tf
 
+from tfdml._tensorflow import tf
 from tfdml.models import get_preprocess
 
 __all__ = ["export_embedding_model"]

@@ -234,7 +234,7 @@ def _merge_block(chunk, block, g_start, best_scores, best_idx, keep, metric):
         scores = kops.concatenate([best_scores, scores], axis=1)
         cols = kops.concatenate([best_idx, cols], axis=1)
     best_scores, pos = _top_k_lower_index_first(scores, min(keep, int(scores.shape[1])))
-    return best_scores, kops.take_along_axis(cols, pos, axis=1)
+    return best_scores, ops.take_along_axis(cols, pos, axis=1)
 
 
 def _neighbour_chunks(queries, gallery, k, exclude_self, metric, chunk_size, gallery_chunk_size):

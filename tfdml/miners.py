@@ -159,11 +159,11 @@ def gather_triplet_scores(scores, triplets: Triplets):
     if triplets.positive is None:
         s_ap = scores
     else:
-        s_ap = kops.take_along_axis(scores, triplets.positive, axis=1)
+        s_ap = ops.take_along_axis(scores, triplets.positive, axis=1)
     if triplets.negative is None:
         s_an = scores[:, None, :]
     else:
-        s_an = kops.take_along_axis(scores, triplets.negative, axis=1)[:, :, None]
+        s_an = ops.take_along_axis(scores, triplets.negative, axis=1)[:, :, None]
     return s_ap[:, :, None], s_an
 
 
@@ -251,8 +251,8 @@ def negatives_at_or_below(values, negative_mask):
     """
     values = kops.convert_to_tensor(values)
     order = ops.stable_argsort(values, axis=1)
-    ordered = kops.take_along_axis(values, order, axis=1)
-    is_negative = kops.take_along_axis(negative_mask, order, axis=1)
+    ordered = ops.take_along_axis(values, order, axis=1)
+    is_negative = ops.take_along_axis(negative_mask, order, axis=1)
     negatives_so_far = kops.cumsum(kops.cast(is_negative, "int32"), axis=1)
     # Extend each position to the end of its group of equal values.
     starts = kops.concatenate(
@@ -263,8 +263,8 @@ def negatives_at_or_below(values, negative_mask):
     positions = kops.broadcast_to(kops.arange(kops.shape(order)[1], dtype="int32"),
                                   kops.shape(order))
     group_end = ops.scatter_rows(kops.zeros_like(order), group, positions, mode="max")
-    last = kops.take_along_axis(group_end, group, axis=1)
-    count_sorted = kops.take_along_axis(negatives_so_far, last, axis=1)
+    last = ops.take_along_axis(group_end, group, axis=1)
+    count_sorted = ops.take_along_axis(negatives_so_far, last, axis=1)
     count = ops.scatter_rows(kops.zeros_like(order), order, count_sorted)  # column order
     return count, _compact(is_negative, order)
 
@@ -496,7 +496,7 @@ class TripletMiner(Miner):
         is_cdf = kops.concatenate([kops.ones_like(cdf, "int32"), kops.zeros_like(u, "int32")],
                                   axis=1)
         order = ops.stable_argsort(merged, axis=1)
-        before = kops.cumsum(kops.take_along_axis(is_cdf, order, axis=1), axis=1)
+        before = kops.cumsum(ops.take_along_axis(is_cdf, order, axis=1), axis=1)
         count = ops.scatter_rows(kops.zeros_like(order), order, before)[:, width:]
         found = kops.any(candidates, axis=1, keepdims=True)
         columns = kops.cast(kops.arange(width, dtype="int32"), dtype)
@@ -522,7 +522,7 @@ class TripletMiner(Miner):
         def semihard(scores, negative_mask):
             count, negatives = negatives_at_or_below(scores, negative_mask)
             found = count > 0
-            index = kops.take_along_axis(negatives, kops.maximum(count - 1, 0), axis=1)
+            index = ops.take_along_axis(negatives, kops.maximum(count - 1, 0), axis=1)
             return kops.where(found, index, kops.zeros_like(index)), found
 
         return ops.map_row_blocks(semihard, (scores, negative_mask), ("int32", "bool"))
@@ -552,7 +552,7 @@ class TripletMiner(Miner):
             noise = self._noise(shape, dtype) if self.positive == "random" else None
             index, pair_found = self._pick(self.positive + "_positive", scores, positive_mask, noise)
             positive = index[:, None]
-            s_ap = kops.take_along_axis(scores, positive, axis=1)
+            s_ap = ops.take_along_axis(scores, positive, axis=1)
             pair_found = pair_found[:, None]
 
         if self.negative == "all":
@@ -612,7 +612,7 @@ class TripletMiner(Miner):
                                     None if noise_p is None else row(noise_p))
             n_mask = kops.logical_and(row(negative_mask), free)
             if self.negative == "semihard":
-                s_ap = kops.take_along_axis(scores_i, p[:, None], axis=1)
+                s_ap = ops.take_along_axis(scores_i, p[:, None], axis=1)
                 n, n_found = self._semihard_single(scores_i, n_mask, s_ap)
             else:
                 noise = None if noise_n is None else row(noise_n)

@@ -197,8 +197,8 @@ def triplet_scatter(
         p, q = triplets.positive[:, 0], triplets.negative[:, 0]
         pos[start:stop] = kops.convert_to_numpy(p)
         neg[start:stop] = kops.convert_to_numpy(q)
-        s_ap[start:stop] = kops.convert_to_numpy(kops.take_along_axis(scores, p[:, None], 1))[:, 0]
-        s_an[start:stop] = kops.convert_to_numpy(kops.take_along_axis(scores, q[:, None], 1))[:, 0]
+        s_ap[start:stop] = kops.convert_to_numpy(ops.take_along_axis(scores, p[:, None], 1))[:, 0]
+        s_an[start:stop] = kops.convert_to_numpy(ops.take_along_axis(scores, q[:, None], 1))[:, 0]
         used[start:stop] = kops.convert_to_numpy(triplets.mask[:, 0, 0])
     anchors = np.flatnonzero(used).astype(np.int64)
     return TripletScatterResult(s_ap[used], s_an[used], anchors, pos[used], neg[used], used)

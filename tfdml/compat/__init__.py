@@ -4,6 +4,7 @@
 metric-learning losses (see :mod:`tfdml.compat.tfa`).
 """
 
+from tfdml._tensorflow import tf  # noqa: F401  (a clear ImportError without it)
 from tfdml.compat import tfa
 
 __all__ = ["tfa"]

@@ -8,6 +8,7 @@
 * `DatasetSplit`: what the data set readers return.
 """
 
+from tfdml._tensorflow import tf  # noqa: F401  (a clear ImportError without it)
 from tfdml.data import augment
 from tfdml.data.sampler import PKSampler, eval_batches, pk_batches
 from tfdml.data.source import DatasetSplit

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+from tfdml._tensorflow import tf  # noqa: F401  (a clear ImportError without it)
 from tfdml.datasets.cars import load_cars196
 from tfdml.datasets.common import PUBLISHED_COUNTS, class_range_masks, split_counts
 from tfdml.datasets.cub import load_cub200

@@ -79,8 +79,8 @@ def _fpp(sim, positive, negative, bin_width):
     h_left = 1.0 - h_right
 
     # side[i, j]: the term of pair (i, j) that uses the negatives of i (row i of the table).
-    side = (h_left * kops.take_along_axis(tail, t, axis=1)
-            + h_right * kops.take_along_axis(tail, t + 1, axis=1))
+    side = (h_left * ops.take_along_axis(tail, t, axis=1)
+            + h_right * ops.take_along_axis(tail, t + 1, axis=1))
     # The negatives of j are read from row j: side[j, i], as sim (hence t, h) is symmetric.
     p = side + kops.transpose(side)
     return kops.where(positive, p, kops.zeros_like(p))

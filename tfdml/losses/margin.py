@@ -83,7 +83,7 @@ def _check_class_ids(labels, num_classes, given=True):
                    f"be in [0, {num_classes}).")
     if ops.is_traced(labels):
         ok = kops.logical_and(kops.all(labels >= 0), kops.all(labels < num_classes))
-        return ops._graph_assert(labels, ok, message)
+        return ops.graph_assert(labels, ok, message)
     values = kops.convert_to_numpy(labels)
     if values.size and (values.min() < 0 or values.max() >= num_classes):
         raise ValueError(

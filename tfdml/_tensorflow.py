@@ -1,0 +1,17 @@
+"""TensorFlow for the modules that need it whatever the Keras backend (``tfdml.data``,
+``datasets``, ``export``, ``compat``, ``experiments``): ``from tfdml._tensorflow import tf``
+imports it, or raises an ImportError that says what to install."""
+
+from tfdml._install import TENSORFLOW_INSTALL
+
+try:
+    import tensorflow as tf
+except ModuleNotFoundError as err:
+    if err.name != "tensorflow":
+        raise
+    raise ImportError(
+        "tfdml.data, datasets, export, compat and experiments need TensorFlow >= 2.16 (the "
+        "core losses, miners, metrics and layers do not). " + TENSORFLOW_INSTALL
+    ) from err
+
+__all__ = ["tf"]
