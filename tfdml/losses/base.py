@@ -32,6 +32,14 @@ the sample weight (1 without one):
 * ``"none"`` / ``None``: the ``[B]`` values ``w_a v_a`` (0 for inactive
   anchors).
 
+**Why ``MetricLoss`` reduces itself** instead of leaving it to
+``keras.losses.Loss.__call__``: Keras converts ``y_true`` to the loss's dtype
+before ``call`` (class ids 256 and 257 are one bfloat16 number, and float32
+merges ids above 2^24), and its mean reductions divide by the batch size or the
+summed sample weights, where these losses divide by their shares ``c_a``
+(active anchors, mined terms, non-zero terms). ``call`` still returns the
+per-anchor values for code that uses Keras' plumbing directly.
+
 A batch where no anchor is active gives 0 with zero gradients (eagerly the
 loss warns once; ``tfdml.metrics.ActiveAnchors`` logs the fraction of active
 anchors during ``fit``). A NaN or Inf anywhere in the embeddings (or the
