@@ -380,6 +380,7 @@ class MetricLoss(keras.losses.Loss):
         self._warned_inactive = False
         self._warned_seed = False
         self._attached = False
+        self._seed_state = None
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
         """Returns the :class:`AnchorTerms` of each anchor, in the compute dtype."""
@@ -393,11 +394,11 @@ class MetricLoss(keras.losses.Loss):
         By default, the seed generators of the loss's random miners (a deterministic
         loss has no state); :class:`MarginLoss` adds its learnable boundary.
         """
-        if getattr(self, "_seed_state", None) is None:
+        if self._seed_state is None:
             generators = self._seed_generators()
             if generators:
                 self._seed_state = LossState(generators, name=f"{self.name}_state")
-        return getattr(self, "_seed_state", None)
+        return self._seed_state
 
     def _seed_generators(self):
         """The ``keras.random.SeedGenerator`` of the miners this loss uses (wrapped losses too)."""
@@ -426,10 +427,10 @@ class MetricLoss(keras.losses.Loss):
         only, so without ``attach`` a random miner draws the same samples at
         every JAX step. A loss is not part of the model: ``attach`` adds the
         layer that holds the loss's variables to the model as a tracked
-        attribute (it is not part of the model's computation). Call it before the optimizer is built, i.e. before the
-        first ``fit`` (calling it after ``compile`` is fine), or compile again
-        with a new optimizer afterwards. A loss without variables leaves the
-        model unchanged.
+        attribute (it is not part of the model's computation). Call it before
+        the optimizer is built, i.e. before the first ``fit`` (calling it after
+        ``compile`` is fine), or compile again with a new optimizer afterwards.
+        A loss without state leaves the model unchanged.
 
         A ``keras.Sequential`` model cannot hold state outside its stack of
         layers; wrap it first: ``model = keras.Model(seq.inputs, seq.outputs)``
