@@ -44,6 +44,7 @@ __all__ = [
     "Triplets",
     "as_pairs",
     "as_triplets",
+    "distance_log_weights",
     "gather_triplet_scores",
     "negatives_at_or_below",
 ]
@@ -269,6 +270,131 @@ def negatives_at_or_below(values, negative_mask):
     return count, _compact(is_negative, order)
 
 
+# -- selection and sampling: what TripletMiner is built from -------------------------------------
+
+
+def _uniform(shape, dtype, seed):
+    return keras.random.uniform(shape, dtype=dtype, seed=seed)
+
+
+def _gumbel(shape, dtype, seed):
+    u = keras.random.uniform(shape, minval=1e-20, maxval=1.0, dtype=dtype, seed=seed)
+    return -kops.log(-kops.log(u))
+
+
+def _pick(strategy, scores, mask, noise=None):
+    """Single choice along the last axis, ``(index, found)``: a masked arg-max of a key.
+
+    Every single-choice strategy is the arg-max of a key over its
+    candidates (:func:`tfdml.ops.masked_argmax`, ties to the lowest
+    index): the scores ``S`` for ``"easy_positive"``, ``"hard_negative"``
+    and ``"semihard_negative"`` (whose ``mask`` holds only the negatives
+    at most as similar as the positive), ``-S`` for ``"hard_positive"``
+    and ``"easy_negative"``, and ``noise`` for the random strategies:
+    uniform noise for ``"random_*"``, log-weights plus Gumbel noise for
+    ``"distance_weighted_negative"`` (Gumbel-max sampling).
+    """
+    if strategy in ("easy_positive", "hard_negative", "semihard_negative"):
+        key = scores
+    elif strategy in ("hard_positive", "easy_negative"):
+        key = -scores
+    else:  # random_positive, random_negative, distance_weighted_negative
+        key = noise
+    return ops.masked_argmax(key, mask)
+
+
+def distance_log_weights(embeddings, ref_embeddings, lower_cutoff, upper_cutoff):
+    """``(log_w, within)``: ``[B, R]`` log of ``1 / q(d)`` (Wu et al.'s distance-weighted
+    sampling) and ``d < upper_cutoff`` (all True for None)."""
+    if embeddings is None:
+        raise ValueError(
+            "negative='distance_weighted' needs the embeddings: call "
+            "`mine(scores, labels, ..., embeddings=x, ref_embeddings=ref)` "
+            "(tfdml losses pass them)."
+        )
+    x = kops.stop_gradient(kops.convert_to_tensor(embeddings))
+    ref = x if ref_embeddings is None else kops.stop_gradient(
+        kops.convert_to_tensor(ref_embeddings))
+    x = kops.cast(x, ops.compute_dtype(x.dtype))
+    ref = kops.cast(ref, ops.dtype_name(x))
+    dist = ops.pairwise_distance(x, ref)
+    dtype = ops.dtype_name(dist)
+    dim = x.shape[-1] if x.shape[-1] is not None else kops.shape(x)[-1]
+    dim = kops.cast(dim, dtype)
+    d = ops.maximum(dist, lower_cutoff)
+    one_minus = ops.maximum(1.0 - 0.25 * kops.square(d), 1e-6)
+    log_w = (2.0 - dim) * kops.log(d) - 0.5 * (dim - 3.0) * kops.log(one_minus)
+    if upper_cutoff is None:
+        within = kops.ones_like(dist, "bool")
+    else:
+        within = dist < kops.convert_to_tensor(upper_cutoff, dtype)
+    return log_w, within
+
+
+def _distance_candidates(log_w, within, negative_mask):
+    """Negatives to draw from and their log-weights (uniform when none is within reach)."""
+    candidates = kops.logical_and(negative_mask, within)
+    any_within = kops.any(candidates, axis=-1, keepdims=True)
+    candidates = kops.where(any_within, candidates, negative_mask)
+    log_w = kops.where(any_within, log_w, kops.zeros_like(log_w))
+    return log_w, candidates
+
+
+def _draw_per_pair(log_w, candidates, seed):
+    """One draw per (anchor, reference j) from each anchor's distribution: ``[B, R]``.
+
+    Candidate ``k`` of anchor ``a`` is drawn with probability proportional
+    to ``exp(log_w[a, k])`` (``log_w = 0``: uniformly), independently for
+    every ``j``. Inverse CDF without a ``[B, R, R]`` comparison: the ``R``
+    cumulative weights and the ``R`` uniform draws of a row are sorted
+    together (the weights first on ties), and a draw's index is the
+    number of cumulative weights sorted before it (``<= u``).
+    """
+    dtype = ops.dtype_name(log_w)
+    logits = kops.where(candidates, log_w, kops.convert_to_tensor(-float("inf"), dtype))
+    top = kops.max(logits, axis=1, keepdims=True)
+    top = kops.where(kops.isfinite(top), top, kops.zeros_like(top))
+    weights = kops.where(candidates, kops.exp(logits - top), kops.zeros_like(logits))
+    cdf = ops.cumsum(weights, axis=1)
+    width = kops.shape(cdf)[1]
+    u = _uniform(kops.shape(cdf), dtype, seed) * cdf[:, -1:]
+    merged = kops.concatenate([cdf, u], axis=1)
+    is_cdf = kops.concatenate([kops.ones_like(cdf, "int32"), kops.zeros_like(u, "int32")],
+                              axis=1)
+    order = ops.stable_argsort(merged, axis=1)
+    before = kops.cumsum(ops.take_along_axis(is_cdf, order, axis=1), axis=1)
+    count = ops.scatter_rows(kops.zeros_like(order), order, before)[:, width:]
+    found = kops.any(candidates, axis=1, keepdims=True)
+    columns = kops.cast(kops.arange(width, dtype="int32"), dtype)
+    last, _ = ops.masked_argmax(kops.broadcast_to(columns, kops.shape(candidates)), candidates)
+    index = kops.where(count >= width, last[:, None], count)
+    found = kops.broadcast_to(found, kops.shape(index))
+    return kops.where(found, index, kops.zeros_like(index)), found
+
+
+def _semihard_single(scores, negative_mask, s_ap):
+    """Semi-hard negative for one positive per anchor. ``s_ap`` has shape [B, 1]."""
+    candidates = kops.logical_and(negative_mask, scores <= s_ap)
+    return _pick("semihard_negative", scores, candidates)
+
+
+def _semihard_all(scores, negative_mask):
+    """Semi-hard negative for every (anchor, positive = reference j) pair: [B, R].
+
+    The semi-hard negative is the ``count``-th smallest negative, with
+    ``count`` from :func:`negatives_at_or_below`. O(B R log R) time,
+    O(B R) memory; the sort's temporaries are bounded by row blocks
+    (:func:`tfdml.ops.map_row_blocks`).
+    """
+    def semihard(scores, negative_mask):
+        count, negatives = negatives_at_or_below(scores, negative_mask)
+        found = count > 0
+        index = ops.take_along_axis(negatives, kops.maximum(count - 1, 0), axis=1)
+        return kops.where(found, index, kops.zeros_like(index)), found
+
+    return ops.map_row_blocks(semihard, (scores, negative_mask), ("int32", "bool"))
+
+
 def _check_choice(name, value, allowed):
     if value not in allowed:
         raise ValueError(f"`{name}` must be one of {allowed}. Received: {name}={value!r}")
@@ -408,125 +534,6 @@ class TripletMiner(Miner):
             "upper_cutoff": self.upper_cutoff,
         }
 
-    # -- helpers -------------------------------------------------------------------------------
-
-    def _noise(self, shape, dtype):
-        return keras.random.uniform(shape, dtype=dtype, seed=self._seed_generator)
-
-    def _gumbel(self, shape, dtype):
-        u = keras.random.uniform(shape, minval=1e-20, maxval=1.0, dtype=dtype,
-                                 seed=self._seed_generator)
-        return -kops.log(-kops.log(u))
-
-    @staticmethod
-    def _pick(strategy, scores, mask, noise=None):
-        """Single choice along the last axis, ``(index, found)``: a masked arg-max of a key.
-
-        Every single-choice strategy is the arg-max of a key over its
-        candidates (:func:`tfdml.ops.masked_argmax`, ties to the lowest
-        index): the scores ``S`` for ``"easy_positive"``, ``"hard_negative"``
-        and ``"semihard_negative"`` (whose ``mask`` holds only the negatives
-        at most as similar as the positive), ``-S`` for ``"hard_positive"``
-        and ``"easy_negative"``, and ``noise`` for the random strategies:
-        uniform noise for ``"random_*"``, log-weights plus Gumbel noise for
-        ``"distance_weighted_negative"`` (Gumbel-max sampling).
-        """
-        if strategy in ("easy_positive", "hard_negative", "semihard_negative"):
-            key = scores
-        elif strategy in ("hard_positive", "easy_negative"):
-            key = -scores
-        else:  # random_positive, random_negative, distance_weighted_negative
-            key = noise
-        return ops.masked_argmax(key, mask)
-
-    def _distance_log_weights(self, embeddings, ref_embeddings):
-        """``(log_w, within)``: ``[B, R]`` log of ``1 / q(d)`` and ``d < upper_cutoff``."""
-        if embeddings is None:
-            raise ValueError(
-                "negative='distance_weighted' needs the embeddings: call "
-                "`mine(scores, labels, ..., embeddings=x, ref_embeddings=ref)` "
-                "(tfdml losses pass them)."
-            )
-        x = kops.stop_gradient(kops.convert_to_tensor(embeddings))
-        ref = x if ref_embeddings is None else kops.stop_gradient(
-            kops.convert_to_tensor(ref_embeddings))
-        x = kops.cast(x, ops.compute_dtype(x.dtype))
-        ref = kops.cast(ref, ops.dtype_name(x))
-        dist = ops.pairwise_distance(x, ref)
-        dtype = ops.dtype_name(dist)
-        dim = x.shape[-1] if x.shape[-1] is not None else kops.shape(x)[-1]
-        dim = kops.cast(dim, dtype)
-        d = ops.maximum(dist, self.lower_cutoff)
-        one_minus = ops.maximum(1.0 - 0.25 * kops.square(d), 1e-6)
-        log_w = (2.0 - dim) * kops.log(d) - 0.5 * (dim - 3.0) * kops.log(one_minus)
-        if self.upper_cutoff is None:
-            within = kops.ones_like(dist, "bool")
-        else:
-            within = dist < kops.convert_to_tensor(self.upper_cutoff, dtype)
-        return log_w, within
-
-    @staticmethod
-    def _distance_candidates(log_w, within, negative_mask):
-        """Negatives to draw from and their log-weights (uniform when none is within reach)."""
-        candidates = kops.logical_and(negative_mask, within)
-        any_within = kops.any(candidates, axis=-1, keepdims=True)
-        candidates = kops.where(any_within, candidates, negative_mask)
-        log_w = kops.where(any_within, log_w, kops.zeros_like(log_w))
-        return log_w, candidates
-
-    def _draw_per_pair(self, log_w, candidates):
-        """One draw per (anchor, reference j) from each anchor's distribution: ``[B, R]``.
-
-        Candidate ``k`` of anchor ``a`` is drawn with probability proportional
-        to ``exp(log_w[a, k])`` (``log_w = 0``: uniformly), independently for
-        every ``j``. Inverse CDF without a ``[B, R, R]`` comparison: the ``R``
-        cumulative weights and the ``R`` uniform draws of a row are sorted
-        together (the weights first on ties), and a draw's index is the
-        number of cumulative weights sorted before it (``<= u``).
-        """
-        dtype = ops.dtype_name(log_w)
-        logits = kops.where(candidates, log_w, kops.convert_to_tensor(-float("inf"), dtype))
-        top = kops.max(logits, axis=1, keepdims=True)
-        top = kops.where(kops.isfinite(top), top, kops.zeros_like(top))
-        weights = kops.where(candidates, kops.exp(logits - top), kops.zeros_like(logits))
-        cdf = ops.cumsum(weights, axis=1)
-        width = kops.shape(cdf)[1]
-        u = self._noise(kops.shape(cdf), dtype) * cdf[:, -1:]
-        merged = kops.concatenate([cdf, u], axis=1)
-        is_cdf = kops.concatenate([kops.ones_like(cdf, "int32"), kops.zeros_like(u, "int32")],
-                                  axis=1)
-        order = ops.stable_argsort(merged, axis=1)
-        before = kops.cumsum(ops.take_along_axis(is_cdf, order, axis=1), axis=1)
-        count = ops.scatter_rows(kops.zeros_like(order), order, before)[:, width:]
-        found = kops.any(candidates, axis=1, keepdims=True)
-        columns = kops.cast(kops.arange(width, dtype="int32"), dtype)
-        last, _ = ops.masked_argmax(kops.broadcast_to(columns, kops.shape(candidates)), candidates)
-        index = kops.where(count >= width, last[:, None], count)
-        found = kops.broadcast_to(found, kops.shape(index))
-        return kops.where(found, index, kops.zeros_like(index)), found
-
-    def _semihard_single(self, scores, negative_mask, s_ap):
-        """Semi-hard negative for one positive per anchor. ``s_ap`` has shape [B, 1]."""
-        candidates = kops.logical_and(negative_mask, scores <= s_ap)
-        return self._pick("semihard_negative", scores, candidates)
-
-    @staticmethod
-    def _semihard_all(scores, negative_mask):
-        """Semi-hard negative for every (anchor, positive = reference j) pair: [B, R].
-
-        The semi-hard negative is the ``count``-th smallest negative, with
-        ``count`` from :func:`negatives_at_or_below`. O(B R log R) time,
-        O(B R) memory; the sort's temporaries are bounded by row blocks
-        (:func:`tfdml.ops.map_row_blocks`).
-        """
-        def semihard(scores, negative_mask):
-            count, negatives = negatives_at_or_below(scores, negative_mask)
-            found = count > 0
-            index = ops.take_along_axis(negatives, kops.maximum(count - 1, 0), axis=1)
-            return kops.where(found, index, kops.zeros_like(index)), found
-
-        return ops.map_row_blocks(semihard, (scores, negative_mask), ("int32", "bool"))
-
     # -- mining --------------------------------------------------------------------------------
 
     def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
@@ -536,7 +543,8 @@ class TripletMiner(Miner):
         positive_mask, negative_mask = ops.label_masks(labels, ref_labels, ref_offset)
         log_w = None
         if self.negative == "distance_weighted":
-            log_w, within = self._distance_log_weights(embeddings, ref_embeddings)
+            log_w, within = distance_log_weights(embeddings, ref_embeddings, self.lower_cutoff,
+                                                 self.upper_cutoff)
             log_w = kops.cast(log_w, dtype)
         if self.disjoint:
             if log_w is not None:
@@ -549,8 +557,8 @@ class TripletMiner(Miner):
             s_ap = scores
             pair_found = positive_mask
         else:
-            noise = self._noise(shape, dtype) if self.positive == "random" else None
-            index, pair_found = self._pick(self.positive + "_positive", scores, positive_mask, noise)
+            noise = _uniform(shape, dtype, self._seed_generator) if self.positive == "random" else None
+            index, pair_found = _pick(self.positive + "_positive", scores, positive_mask, noise)
             positive = index[:, None]
             s_ap = ops.take_along_axis(scores, positive, axis=1)
             pair_found = pair_found[:, None]
@@ -561,26 +569,26 @@ class TripletMiner(Miner):
 
         if self.negative == "semihard":
             if positive is None:
-                negative, found = self._semihard_all(scores, negative_mask)
+                negative, found = _semihard_all(scores, negative_mask)
             else:
-                negative, found = self._semihard_single(scores, negative_mask, s_ap)
+                negative, found = _semihard_single(scores, negative_mask, s_ap)
                 negative, found = negative[:, None], found[:, None]
         elif self.negative in ("random", "distance_weighted") and positive is None:
             # One draw per (anchor, positive) pair: inverse CDF, uniform weights for "random".
             if self.negative == "random":
                 log_w, candidates = kops.zeros_like(scores), negative_mask
             else:
-                log_w, candidates = self._distance_candidates(log_w, within, negative_mask)
-            negative, found = self._draw_per_pair(log_w, candidates)
+                log_w, candidates = _distance_candidates(log_w, within, negative_mask)
+            negative, found = _draw_per_pair(log_w, candidates, self._seed_generator)
         else:
             candidates = negative_mask
             noise = None
             if self.negative == "random":
-                noise = self._noise(shape, dtype)
+                noise = _uniform(shape, dtype, self._seed_generator)
             elif self.negative == "distance_weighted":
-                log_w, candidates = self._distance_candidates(log_w, within, negative_mask)
-                noise = log_w + self._gumbel(shape, dtype)
-            negative, found = self._pick(self.negative + "_negative", scores, candidates, noise)
+                log_w, candidates = _distance_candidates(log_w, within, negative_mask)
+                noise = log_w + _gumbel(shape, dtype, self._seed_generator)
+            negative, found = _pick(self.negative + "_negative", scores, candidates, noise)
             negative = kops.broadcast_to(negative[:, None], kops.shape(pair_found))
             found = kops.broadcast_to(found[:, None], kops.shape(pair_found))
         mask = kops.logical_and(pair_found, found)[:, :, None]
@@ -590,11 +598,11 @@ class TripletMiner(Miner):
         shape = kops.shape(scores)
         batch, num_ref = shape[0], shape[1]
         dtype = ops.dtype_name(scores)
-        noise_p = self._noise(shape, dtype) if self.positive == "random" else None
-        noise_n = self._noise(shape, dtype) if self.negative == "random" else None
+        noise_p = _uniform(shape, dtype, self._seed_generator) if self.positive == "random" else None
+        noise_n = _uniform(shape, dtype, self._seed_generator) if self.negative == "random" else None
         if distance_weights is not None:
             log_w, within = distance_weights
-            gumbel = self._gumbel(shape, dtype)
+            gumbel = _gumbel(shape, dtype, self._seed_generator)
         ref_columns = kops.arange(num_ref, dtype="int32")
         batch_rows = kops.arange(batch, dtype="int32")
         offset = None if ref_offset is None else kops.cast(ref_offset, "int32")
@@ -608,18 +616,18 @@ class TripletMiner(Miner):
             scores_i = row(scores)
             free = kops.logical_not(used)[None, :]
             p_mask = kops.logical_and(row(positive_mask), free)
-            p, p_found = self._pick(self.positive + "_positive", scores_i, p_mask,
+            p, p_found = _pick(self.positive + "_positive", scores_i, p_mask,
                                     None if noise_p is None else row(noise_p))
             n_mask = kops.logical_and(row(negative_mask), free)
             if self.negative == "semihard":
                 s_ap = ops.take_along_axis(scores_i, p[:, None], axis=1)
-                n, n_found = self._semihard_single(scores_i, n_mask, s_ap)
+                n, n_found = _semihard_single(scores_i, n_mask, s_ap)
             else:
                 noise = None if noise_n is None else row(noise_n)
                 if self.negative == "distance_weighted":
-                    w_row, n_mask = self._distance_candidates(row(log_w), row(within), n_mask)
+                    w_row, n_mask = _distance_candidates(row(log_w), row(within), n_mask)
                     noise = w_row + row(gumbel)
-                n, n_found = self._pick(self.negative + "_negative", scores_i, n_mask, noise)
+                n, n_found = _pick(self.negative + "_negative", scores_i, n_mask, noise)
             ok = kops.logical_and(p_found[0], n_found[0])
             taken = kops.logical_or(kops.equal(ref_columns, p[0]), kops.equal(ref_columns, n[0]))
             if offset is not None:
