@@ -21,6 +21,7 @@ Such tests use ``keras.ops`` and the helpers below, never ``tf.*``.
   ``f(*args) -> (value, grads)`` of backend tensors.
 * :func:`enable_float64`: context in which float64 tensors exist (JAX's
   ``jax_enable_x64``; a no-op elsewhere).
+* :func:`central_differences`: the finite-difference gradient of a NumPy function.
 * :func:`gradient_check`: the backend's gradient of a scalar function and its central
   finite differences (as ``tf.test.compute_gradient``), in float64.
 """
@@ -39,6 +40,7 @@ __all__ = [
     "BACKEND",
     "CAN_COMPILE",
     "compiled",
+    "central_differences",
     "enable_float64",
     "gradient_check",
     "to_numpy",
@@ -174,23 +176,32 @@ def enable_float64():
         yield
 
 
+def central_differences(fun, x, delta=1e-6):
+    """``d fun(x) / d x`` of a scalar NumPy function by central differences, entry by entry
+    (``x`` as float64)."""
+    x = np.array(x, np.float64)
+    grad = np.zeros_like(x)
+    for index in np.ndindex(x.shape):
+        plus, minus = x.copy(), x.copy()
+        plus[index] += delta
+        minus[index] -= delta
+        grad[index] = (fun(plus) - fun(minus)) / (2.0 * delta)
+    return grad
+
+
 def gradient_check(fn, x, delta=1e-6):
     """``(theoretical, numerical)``: the gradient of the scalar ``fn(x)`` w.r.t. the float64
-    array ``x`` and its central differences ``(fn(x + delta e_i) - fn(x - delta e_i)) / 2 delta``,
-    both as NumPy arrays of ``x``'s shape. Call it inside :func:`enable_float64`.
+    array ``x`` and its :func:`central_differences`, both as NumPy arrays of ``x``'s shape.
+    Call it inside :func:`enable_float64`.
+
+    The gradient is compiled under JAX (eager JAX differentiates op by op, several times
+    slower); the many evaluations of ``fn`` run :func:`traced`.
     """
     x = np.asarray(x, np.float64)
-    # Under JAX, one compilation instead of one per op and call (eager JAX is slow).
-    jit = BACKEND == "jax"
-    _, theoretical = to_numpy(value_and_grad_function(fn, jit_compile=jit)(x))
-    evaluate = compiled(fn) if jit else fn
-    numerical = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        step = np.zeros_like(x)
-        step[i] = delta
-        up = float(to_numpy(evaluate(_as_tensor(x + step))))
-        down = float(to_numpy(evaluate(_as_tensor(x - step))))
-        numerical[i] = (up - down) / (2.0 * delta)
+    _, theoretical = to_numpy(value_and_grad_function(fn, jit_compile=BACKEND == "jax")(x))
+    evaluate = traced(fn)
+    numerical = central_differences(lambda e: float(to_numpy(evaluate(_as_tensor(e)))), x,
+                                    delta)
     return np.asarray(theoretical, np.float64), numerical
 
 

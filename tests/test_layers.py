@@ -6,7 +6,7 @@ Everything but the tf.data check runs under every Keras backend (``multibackend`
 import keras
 import numpy as np
 import pytest
-from backends import compiled, enable_float64, to_numpy, value_and_grad
+from backends import central_differences, compiled, enable_float64, to_numpy, value_and_grad
 from harness import assert_config_roundtrip
 from keras import ops as kops
 
@@ -26,17 +26,6 @@ def gem_reference(x, p, eps=1e-6):
             values = np.maximum(x[b, :, :, c], eps).ravel()
             out[b, c] = np.mean(values**p) ** (1.0 / p)
     return out
-
-
-def numeric_grad(f, x, h=1e-6):
-    x = np.array(x, np.float64)
-    grad = np.zeros_like(x)
-    for idx in np.ndindex(x.shape):
-        up, down = x.copy(), x.copy()
-        up[idx] += h
-        down[idx] -= h
-        grad[idx] = (f(up) - f(down)) / (2 * h)
-    return grad
 
 
 def _features(shape=(2, 3, 4, 5), seed=0):
@@ -71,7 +60,7 @@ def test_gem_gradients_match_reference_in_float64():
             return kops.sum(kops.multiply(out, w))
 
         _, (gx, gp) = value_and_grad(value, x, np.array(p), argnums=(0, 1))
-    ref_gx = numeric_grad(lambda v: np.sum(gem_reference(v, p) * w), x)
+    ref_gx = central_differences(lambda v: np.sum(gem_reference(v, p) * w), x)
     up, down = gem_reference(x, p + 1e-6), gem_reference(x, p - 1e-6)
     ref_gp = np.sum((up - down) * w) / 2e-6
     np.testing.assert_allclose(gx, ref_gx, rtol=1e-6, atol=1e-9)
@@ -208,7 +197,7 @@ def test_l2_normalization_gradient_matches_reference():
     with enable_float64():
         layer = L2Normalization(dtype="float64")
         _, grad = value_and_grad(lambda v: kops.sum(kops.multiply(layer(v), w)), x)
-    ref = numeric_grad(lambda v: np.sum(v / np.linalg.norm(v, axis=1, keepdims=True) * w), x)
+    ref = central_differences(lambda v: np.sum(v / np.linalg.norm(v, axis=1, keepdims=True) * w), x)
     np.testing.assert_allclose(grad, ref, rtol=1e-6, atol=1e-9)
 
 

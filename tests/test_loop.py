@@ -14,8 +14,8 @@ from backends import (
     BACKEND,
     compiled,
     enable_float64,
+    gradient_check,
     to_numpy,
-    traced,
     value_and_grad,
     value_and_grad_function,
 )
@@ -174,17 +174,6 @@ def test_loop_negative_is_at_least_as_hard_as_the_endpoints(base):
 # -- gradients ----------------------------------------------------------------------------------
 
 
-def _central_differences(fun, x, delta=1e-6):
-    """d fun(x) / d x (``fun`` scalar-valued) by central differences, entry by entry."""
-    grad = np.zeros_like(x)
-    for index in np.ndindex(x.shape):
-        plus, minus = x.copy(), x.copy()
-        plus[index] += delta
-        minus[index] -= delta
-        grad[index] = (fun(plus) - fun(minus)) / (2 * delta)
-    return grad
-
-
 def _value_and_grad(fn, x):
     """``(value, gradient)`` of ``fn(x)`` as NumPy; under JAX compiled (eager JAX
     differentiates the loss op by op, several times slower than compiling it)."""
@@ -204,10 +193,7 @@ def test_float64_gradients_match_finite_differences(base, normalized):
     def value(e):
         return loss(labels, e)
 
-    _, theoretical = _value_and_grad(value, x)
-    value_fn = traced(value)  # one trace for the many evaluations
-    numerical = _central_differences(
-        lambda e: to_numpy(value_fn(kops.convert_to_tensor(e))), x)
+    theoretical, numerical = gradient_check(value, x)
     assert np.all(np.isfinite(theoretical))
     assert np.abs(theoretical).max() > 0
     np.testing.assert_allclose(theoretical, numerical, rtol=1e-4, atol=1e-6)
