@@ -19,9 +19,11 @@ from dataclasses import dataclass
 import keras
 
 from tfdml.layers import GeneralizedMeanPooling2D, L2Normalization
+from tfdml.metric_model import MetricModel
 
 __all__ = [
     "BACKBONES",
+    "MetricModel",
     "WeightsUnavailableError",
     "build_embedding_model",
     "freeze_batchnorm_layers",

@@ -31,6 +31,7 @@ from keras import ops as kops
 __all__ = [
     "all_finite",
     "cast_labels",
+    "check_class_ids",
     "check_ref_offset",
     "check_batch_sizes",
     "check_embeddings",
@@ -49,6 +50,7 @@ __all__ = [
     "label_masks",
     "masked_argmax",
     "masked_argmin",
+    "masked_logsumexp",
     "masked_max",
     "masked_min",
     "map_row_blocks",
@@ -678,6 +680,52 @@ def masked_min(x, mask, axis: int = -1):
     """Minimum of ``x`` over the entries where ``mask`` is true; see :func:`masked_max`."""
     values, found = masked_max(-kops.convert_to_tensor(x), mask, axis=axis)
     return -values, found
+
+
+def masked_logsumexp(x, mask, axis: int = -1, add_one: bool = False):
+    """``log(sum_{mask} exp(x))`` along ``axis`` (``log(1 + sum ...)`` with ``add_one``).
+
+    Stable for large ``x`` (the masked maximum is subtracted first). An empty
+    mask gives ``-inf`` (0 with ``add_one``) and a zero gradient, never NaN;
+    masked-out entries get no gradient even when they are ``inf``.
+
+    Returns:
+        ``(values, found)`` as :func:`masked_max`.
+    """
+    x = kops.convert_to_tensor(x)
+    dtype = dtype_name(x)
+    zero = kops.zeros((), dtype)
+    best, found = masked_max(kops.stop_gradient(x), mask, axis=axis)
+    if add_one:
+        best = maximum(best, zero)
+    shifted = kops.where(mask, x - kops.expand_dims(best, axis), kops.cast(-float("inf"), dtype))
+    total = kops.sum(kops.exp(shifted), axis=axis)
+    if add_one:
+        return best + kops.log(total + kops.exp(-best)), found
+    empty = kops.logical_not(found)
+    values = best + kops.log(kops.where(empty, kops.ones((), dtype), total))
+    return kops.where(empty, kops.cast(-float("inf"), dtype), values), found
+
+
+def check_class_ids(labels, num_classes: int, message: str | None = None):
+    """Class ids must be in ``[0, num_classes)``: a ValueError eagerly; when traced, an
+    assertion where the backend evaluates one (a ``tf.function`` graph without XLA).
+
+    Args:
+        labels: integer ids.
+        num_classes: the number of classes.
+        message: what the error says first. Defaults to `None`
+            ("Class ids (y_true) must be in [0, num_classes).").
+    """
+    if message is None:
+        message = f"Class ids (y_true) must be in [0, {num_classes}) (num_classes={num_classes})."
+    if is_traced(labels):
+        ok = kops.logical_and(kops.all(labels >= 0), kops.all(labels < num_classes))
+        return graph_assert(labels, ok, message)
+    values = kops.convert_to_numpy(labels)
+    if values.size and (values.min() < 0 or values.max() >= num_classes):
+        raise ValueError(f"{message} Received ids from {values.min()} to {values.max()}.")
+    return labels
 
 
 def masked_argmax(x, mask, axis: int = -1):

@@ -4,7 +4,20 @@ Every loss has a functional form (same arguments, returns the scalar mean over
 anchors that have something to learn from) and a class for ``model.compile``.
 """
 
-from tfdml.losses.base import MetricLoss
+from tfdml.losses.base import LossState, MetricLoss
+from tfdml.losses.class_weights import ClassWeightLoss, ClassWeights
+from tfdml.losses.classification import (
+    ArcFaceLoss,
+    CosFaceLoss,
+    NormalizedSoftmaxLoss,
+    SoftTripleLoss,
+    SubCenterArcFaceLoss,
+    arcface_loss,
+    cosface_loss,
+    normalized_softmax_loss,
+    soft_triple_loss,
+    subcenter_arcface_loss,
+)
 from tfdml.losses.contrastive import ContrastiveLoss, contrastive_loss
 from tfdml.losses.fappy import FAPPYLoss, HistogramLoss, false_positive_probability
 from tfdml.losses.loop import (
@@ -17,6 +30,15 @@ from tfdml.losses.loop import (
 )
 from tfdml.losses.margin import MarginLoss, margin_loss
 from tfdml.losses.multi_similarity import MultiSimilarityLoss, multi_similarity_loss
+from tfdml.losses.proxies import ProxyAnchorLoss, ProxyNCALoss, proxy_anchor_loss, proxy_nca_loss
+from tfdml.losses.supervised_contrastive import (
+    CircleLoss,
+    NTXentLoss,
+    SupConLoss,
+    circle_loss,
+    ntxent_loss,
+    supcon_loss,
+)
 from tfdml.losses.trimmed import TrimmedLoss
 from tfdml.losses.triplet import (
     TripletMarginLoss,
@@ -24,27 +46,53 @@ from tfdml.losses.triplet import (
     triplet_margin_loss,
     triplet_nca_loss,
 )
+from tfdml.losses.xbm import CrossBatchMemory, MemoryBank
 
 __all__ = [
+    "ArcFaceLoss",
+    "CircleLoss",
+    "ClassWeightLoss",
+    "ClassWeights",
     "ContrastiveLoss",
+    "CosFaceLoss",
+    "CrossBatchMemory",
     "FAPPYLoss",
     "HPHNTripletLoss",
     "HistogramLoss",
     "LiftedStructureLoss",
     "LoOpLoss",
+    "LossState",
     "MarginLoss",
+    "MemoryBank",
     "MetricLoss",
     "MultiSimilarityLoss",
+    "NTXentLoss",
+    "NormalizedSoftmaxLoss",
+    "ProxyAnchorLoss",
+    "ProxyNCALoss",
+    "SoftTripleLoss",
+    "SubCenterArcFaceLoss",
+    "SupConLoss",
     "TrimmedLoss",
     "TripletMarginLoss",
     "TripletNCALoss",
+    "arcface_loss",
+    "circle_loss",
     "contrastive_loss",
+    "cosface_loss",
     "false_positive_probability",
     "hphn_triplet_loss",
     "lifted_structure_loss",
     "loop_loss",
     "margin_loss",
     "multi_similarity_loss",
+    "normalized_softmax_loss",
+    "ntxent_loss",
+    "proxy_anchor_loss",
+    "proxy_nca_loss",
+    "soft_triple_loss",
+    "subcenter_arcface_loss",
+    "supcon_loss",
     "triplet_margin_loss",
     "triplet_nca_loss",
 ]

@@ -67,8 +67,8 @@ Miners that draw at random draw independently on each replica. With
 
 from __future__ import annotations
 
-import re
 import warnings
+import weakref
 from typing import NamedTuple
 
 import keras
@@ -328,16 +328,56 @@ def resolve_loss(loss):
 
 
 class LossState(keras.layers.Layer):
-    """The state of a loss, held by a layer so that a model can own it (``loss.attach(model)``).
+    """The variables of a loss, in a layer that a model owns (:class:`tfdml.models.MetricModel`).
 
-    It holds the seed generators of the loss's random miners (their state is a
-    non-trainable variable) and, in subclasses, learned variables. It is not part of
-    any computation: ``call`` returns its input.
+    A loss's state is everything that changes while it trains: the seed of a
+    random miner (``keras.random.SeedGenerator``, a non-trainable variable),
+    learned variables (:class:`MarginLoss`'s beta, the proxies and class
+    weights of the proxy and classification losses) and buffers
+    (:class:`CrossBatchMemory`'s bank). Each loss keeps them in one
+    ``LossState``, which holds the states of wrapped losses as sublayers. The
+    layer is not part of any computation (``call`` returns its input): it is
+    the one place where the variables live, so that a model that tracks it
+    trains, saves, restores and (under JAX) updates them like its own.
+
+    Subclasses create their variables in ``build_state(embedding_dim)``,
+    called once by :meth:`build` with ``input_shape = (None, embedding_dim)``.
+
+    Args:
+        seed_generators: the ``keras.random.SeedGenerator`` of the loss's
+            miners.
+        children: the ``LossState`` of wrapped losses.
+        needs_embedding_dim: the variables' shapes depend on the embedding
+            size (proxies, memory banks).
     """
 
-    def __init__(self, seed_generators=(), **kwargs):
+    def __init__(self, seed_generators=(), children=(), needs_embedding_dim=False, **kwargs):
+        kwargs.setdefault("dtype", "float32")
         super().__init__(**kwargs)
         self.seed_generators = list(seed_generators)
+        self.wrapped_states = [c for c in children if c is not None]
+        self.needs_embedding_dim = bool(needs_embedding_dim) or any(
+            c.needs_embedding_dim for c in self.wrapped_states)
+        self.embedding_dim = None
+
+    def build(self, input_shape=None):
+        dim = None if input_shape is None else input_shape[-1]
+        if self.needs_embedding_dim:
+            if dim is None:
+                raise ValueError(
+                    f"The state of loss {self.name!r} depends on the embedding size, which "
+                    "is not known: build the embedding model first (give it an Input) or "
+                    "pass `embedding_dim` to the loss."
+                )
+            self.embedding_dim = int(dim)
+        for child in self.wrapped_states:
+            if not child.built:
+                child.build(input_shape)
+        self.build_state(self.embedding_dim)
+        self.built = True
+
+    def build_state(self, embedding_dim):
+        """Creates the variables (subclasses); ``embedding_dim`` may be None."""
 
     def call(self, inputs):
         return inputs
@@ -378,27 +418,28 @@ class MetricLoss(keras.losses.Loss):
         self.average = check_average(average)
         self._config_dtype = dtype
         self._warned_inactive = False
-        self._warned_seed = False
-        self._attached = False
-        self._seed_state = None
+        self._warned_state = False
+        self._owner_ref = None  # a weak reference: the model refers to the loss already
+        self._state = None
+        self._state_made = False
+        self._training = True
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
         """Returns the :class:`AnchorTerms` of each anchor, in the compute dtype."""
         raise NotImplementedError
 
-    # -- state: learned variables (MarginLoss's beta) and the random miners' seeds --------------
+    # -- state: learned variables, buffers and the random miners' seeds ------------------------
 
-    def _state_layer(self):
-        """A ``keras.layers.Layer`` owning the loss's variables, or None.
+    def _make_state(self):
+        """The :class:`LossState` of this loss, or None (subclasses add their variables).
 
-        By default, the seed generators of the loss's random miners (a deterministic
-        loss has no state); :class:`MarginLoss` adds its learnable boundary.
+        By default it holds the seed generators of the loss's random miners (a
+        deterministic loss has no state).
         """
-        if self._seed_state is None:
-            generators = self._seed_generators()
-            if generators:
-                self._seed_state = LossState(generators, name=f"{self.name}_state")
-        return self._seed_state
+        generators = self._seed_generators()
+        if not generators:
+            return None
+        return LossState(generators, name=f"{self.name}_state")
 
     def _seed_generators(self):
         """The ``keras.random.SeedGenerator`` of the miners this loss uses (wrapped losses too)."""
@@ -412,70 +453,98 @@ class MetricLoss(keras.losses.Loss):
         return found
 
     @property
-    def trainable_variables(self):
-        """The loss's own trainable variables (empty for most losses)."""
-        layer = self._state_layer()
-        return [] if layer is None else list(layer.trainable_variables)
+    def state(self):
+        """The :class:`LossState` layer holding this loss's variables, or None without state."""
+        if not self._state_made:
+            self._state = self._make_state()
+            self._state_made = True
+        return self._state
 
-    def attach(self, model):
-        """Lets ``model`` own this loss's state, so ``model.fit`` trains and updates it.
+    def build_state(self, embedding_dim=None):
+        """Creates the loss's variables (once) and returns its :class:`LossState` (or None).
 
-        The state is a learnable variable (:class:`MarginLoss`'s beta) and the
-        seed of a random miner (``TripletMiner`` with ``"random"`` or
-        ``"distance_weighted"``). Keras trains ``model.trainable_variables``
-        only, and JAX training is stateless: it updates the model's variables
-        only, so without ``attach`` a random miner draws the same samples at
-        every JAX step. A loss is not part of the model: ``attach`` adds the
-        layer that holds the loss's variables to the model as a tracked
-        attribute (it is not part of the model's computation). Call it before
-        the optimizer is built, i.e. before the first ``fit`` (calling it after
-        ``compile`` is fine), or compile again with a new optimizer afterwards.
-        A loss without state leaves the model unchanged.
-
-        A ``keras.Sequential`` model cannot hold state outside its stack of
-        layers; wrap it first: ``model = keras.Model(seq.inputs, seq.outputs)``
-        (the functional model shares the layers and weights).
+        :class:`tfdml.models.MetricModel` calls it with the embedding size of
+        its model; call it yourself in a custom training loop before the first
+        compiled step.
 
         Args:
-            model: a functional or subclassed ``keras.Model``.
-
-        Returns:
-            ``model``.
+            embedding_dim: the size ``D`` of the embeddings. Needed by losses
+                whose variables have that size (proxies, class weights, a
+                memory bank).
 
         Raises:
-            ValueError: for a ``keras.Sequential`` model, or if ``model``'s
-                optimizer was already built without these variables.
+            ValueError: when the loss needs ``embedding_dim`` and none is known.
         """
-        layer = self._state_layer()
-        if layer is None:
-            return model
-        if isinstance(model, keras.Sequential):
+        state = self.state
+        if state is not None and not state.built:
+            state.build(None if embedding_dim is None else (None, int(embedding_dim)))
+        return state
+
+    @property
+    def trainable_variables(self):
+        """The loss's learned variables (empty for most losses)."""
+        state = self.state
+        return [] if state is None or not state.built else list(state.trainable_variables)
+
+    @property
+    def variables(self):
+        """All of the loss's variables: learned ones, buffers and seed states."""
+        state = self.state
+        return [] if state is None or not state.built else list(state.variables)
+
+    def _owner(self):
+        """The :class:`tfdml.models.MetricModel` that owns this loss's state, or None."""
+        return None if self._owner_ref is None else self._owner_ref()
+
+    def _set_owner(self, model):
+        owner = self._owner()
+        if owner is not None and owner is not model:
             raise ValueError(
-                f"Loss {self.name!r} cannot attach its variables to the Sequential model "
-                f"{model.name!r}: Keras only tracks a Sequential model's stack of layers. "
-                "Wrap it in a functional model that shares its layers, "
-                "`model = keras.Model(seq.inputs, seq.outputs)`, and attach to that."
+                f"Loss {self.name!r} already belongs to the model {owner.name!r}: a "
+                "loss with state (learned variables, a memory bank or a random miner's seed) "
+                "can train one model at a time. Create another loss for another model."
             )
-        optimizer = getattr(model, "optimizer", None)
-        if optimizer is not None and getattr(optimizer, "built", False):
-            known = {id(v) for v in getattr(optimizer, "_trainable_variables", [])}
-            if not all(id(v) in known for v in layer.trainable_variables):
+        self._owner_ref = weakref.ref(model)
+        wrapped = getattr(self, "loss", None)
+        if isinstance(wrapped, MetricLoss):
+            wrapped._set_owner(model)
+
+    def _set_training(self, training):
+        self._training = bool(training)
+        wrapped = getattr(self, "loss", None)
+        if isinstance(wrapped, MetricLoss):
+            wrapped._set_training(training)
+
+    def _prepare_state(self, y_pred):
+        """Builds the state on first use eagerly; checks who trains it when traced."""
+        state = self.state
+        if state is None:
+            return
+        if not state.built:
+            if ops.is_traced(y_pred) and state.needs_embedding_dim:
                 raise ValueError(
-                    f"The optimizer of model {model.name!r} was already built without the "
-                    f"variables of loss {self.name!r}. Call `loss.attach(model)` before the "
-                    "first `fit`, or `model.compile(...)` again with a new optimizer after it."
+                    f"Loss {self.name!r} has variables (e.g. proxies or a memory bank) that "
+                    "do not exist yet, and they cannot be created inside a compiled step. "
+                    "Train with `tfdml.models.MetricModel(model, loss)`, which owns them, or "
+                    "call `loss.build_state(embedding_dim)` before the first step."
                 )
-        tracker = getattr(model, "_tracker", None)
-        locked = bool(getattr(tracker, "locked", False))
-        if locked:
-            tracker.unlock()
-        try:
-            setattr(model, "tfdml_" + re.sub(r"\W", "_", self.name) + "_state", layer)
-        finally:
-            if locked:
-                tracker.lock()
-        self._attached = True
-        return model
+            self.build_state(y_pred.shape[-1])
+        if self._owner() is not None or self._warned_state or not ops.is_traced(y_pred):
+            return
+        learned = bool(state.trainable_variables)
+        if learned or state.needs_embedding_dim or (
+                keras.backend.backend() == "jax" and self._seed_generators()):
+            self._warned_state = True
+            what = ("learned variables that no model trains" if learned else
+                    "a memory bank that a compiled JAX step does not update" if
+                    state.needs_embedding_dim else
+                    "a random miner, whose seed state a compiled JAX step does not update: "
+                    "the same samples would be drawn at every step")
+            warnings.warn(
+                f"Loss {self.name!r} has {what}. Train with "
+                "`tfdml.models.MetricModel(model, loss)`, which owns the loss's state.",
+                stacklevel=4,
+            )
 
     def _gathering_context(self):
         """The replica context to gather over, or None."""
@@ -512,30 +581,23 @@ class MetricLoss(keras.losses.Loss):
                 stacklevel=3,
             )
 
-    def _warn_if_seed_not_tracked(self, y_pred):
-        """Under JAX, once: a random miner's draws repeat at every compiled step unless a
-        model owns its seed (``attach``)."""
-        if (self._warned_seed or self._attached or keras.backend.backend() != "jax"
-                or not ops.is_traced(y_pred) or not self._seed_generators()):
-            return
-        self._warned_seed = True
-        warnings.warn(
-            f"Loss {self.name!r} uses a random miner, whose seed state a compiled JAX step "
-            "does not update unless a model owns it: the same samples would be drawn at "
-            "every step of `fit`. Call `loss.attach(model)` before training.",
-            stacklevel=3,
-        )
-
-    def __call__(self, y_true, y_pred, sample_weight=None):
-        self._warn_if_seed_not_tracked(y_pred)
+    def __call__(self, y_true, y_pred, sample_weight=None, training=True):
+        """The reduced loss; ``training=False`` (evaluation) leaves buffers such as a
+        memory bank unchanged. :class:`tfdml.models.MetricModel` passes it."""
+        self._prepare_state(y_pred)
+        self._set_training(training)
         with keras.name_scope(self.name):
             labels = ops.cast_labels(y_true, "y_true")
             ctx = self._gathering_context()
             if ctx is not None:
                 return self._cross_replica_call(ctx, labels, y_pred, sample_weight)
-            terms = self.per_anchor(labels, y_pred)
-            self._warn_if_inactive(terms)
-            return kops.cast(self._reduce(terms, sample_weight, y_pred), self.dtype)
+            return kops.cast(self._loss_value(labels, y_pred, sample_weight), self.dtype)
+
+    def _loss_value(self, labels, y_pred, sample_weight):
+        """The reduced loss of a batch (the global batch under a strategy)."""
+        terms = self.per_anchor(labels, y_pred)
+        self._warn_if_inactive(terms)
+        return self._reduce(terms, sample_weight, y_pred)
 
     def _cross_replica_call(self, ctx, labels, y_pred, sample_weight):
         """The loss over the global batch, gathered from all replicas (module docstring)."""
@@ -551,8 +613,7 @@ class MetricLoss(keras.losses.Loss):
             if sample_weight.shape.rank == 0:
                 sample_weight = tf.fill([local], sample_weight)
             sample_weight = ctx.all_gather(tf.reshape(sample_weight, [local]), axis=0)
-        terms = self.per_anchor(all_labels, all_pred)
-        value = self._reduce(terms, sample_weight, all_pred)
+        value = self._loss_value(all_labels, all_pred, sample_weight)
         if self.reduction in ("none", None):
             sizes = ctx.all_gather(tf.reshape(local, [1]), axis=0)
             start = tf.reduce_sum(sizes[: ctx.replica_id_in_sync_group])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numbers
-import warnings
 
 import keras
 import numpy as np
@@ -81,15 +80,7 @@ def _check_class_ids(labels, num_classes, given=True):
     else:
         message = (f"With a per-class `beta` of length {num_classes}, class ids (y_true) must "
                    f"be in [0, {num_classes}).")
-    if ops.is_traced(labels):
-        ok = kops.logical_and(kops.all(labels >= 0), kops.all(labels < num_classes))
-        return ops.graph_assert(labels, ok, message)
-    values = kops.convert_to_numpy(labels)
-    if values.size and (values.min() < 0 or values.max() >= num_classes):
-        raise ValueError(
-            f"{message} Received ids from {values.min()} to {values.max()}."
-        )
-    return labels
+    return ops.check_class_ids(labels, num_classes, message)
 
 
 def _margin_per_anchor(labels, embeddings, margin, beta, distance, miner, normalize,
@@ -174,13 +165,16 @@ def margin_loss(
 class _MarginBeta(LossState):
     """The state of a :class:`MarginLoss`: its learnable boundary (and its miner's seed)."""
 
-    def __init__(self, initial, trainable=True, seed_generators=(), **kwargs):
-        super().__init__(seed_generators, trainable=trainable, dtype="float32", **kwargs)
-        initial = np.asarray(initial, dtype=np.float32)
+    def __init__(self, initial, seed_generators=(), **kwargs):
+        super().__init__(seed_generators, **kwargs)
+        self.initial = np.asarray(initial, dtype=np.float32)
+        self.build()  # beta's shape does not depend on the embeddings
+
+    def build_state(self, embedding_dim):
         self.beta = self.add_weight(
-            shape=initial.shape,
-            initializer=keras.initializers.Constant(initial),
-            trainable=trainable,
+            shape=self.initial.shape,
+            initializer=keras.initializers.Constant(self.initial),
+            trainable=True,
             name="beta",
         )
 
@@ -209,32 +203,29 @@ class MarginLoss(MetricLoss):
     regularizer is not applied.
 
     **Learning beta.** With ``learn_beta=True`` (default) ``beta`` is a
-    trainable float32 variable held by the loss (``loss.trainable_variables``).
-    Keras only trains the variables of the model, so hand the loss's
-    variables to the model once, before the first ``fit``::
+    trainable float32 variable of the loss's state (``loss.state``,
+    ``loss.trainable_variables``). Keras only trains the variables of the
+    model, so train with :class:`tfdml.models.MetricModel`, which owns the
+    loss's state::
 
         loss = tfdml.losses.MarginLoss(num_classes=100)
-        model.compile(optimizer="adam", loss=loss)
-        loss.attach(model)   # model.trainable_variables now include beta
+        model = tfdml.models.MetricModel(embedding_model, loss)
+        model.compile(optimizer="adam")   # model.trainable_variables include beta
         model.fit(...)
 
-    In a custom training loop, attach too (``model.trainable_variables``
-    then include beta), or differentiate with respect to
-    ``model.trainable_variables + loss.trainable_variables``. Without
-    ``attach`` the loss warns once, since under ``fit`` beta would not move. Frameworks that follow Wu et al. give beta its own, larger
+    In a custom training loop, differentiate with respect to
+    ``model.trainable_variables + loss.trainable_variables``. Compiled into
+    a plain model's ``fit`` the loss warns once, since beta would not move
+    there. Frameworks that follow Wu et al. give beta its own, larger
     learning rate (e.g. 5e-4 for beta against 1e-5 for the network):
     ``beta_lr_multiplier=m`` stores ``beta / m`` and multiplies it back, so
     adaptive optimizers such as Adam move beta about ``m`` times faster than
     the weights (plain SGD ``m^2`` times).
 
-    ``get_config`` stores the current value of beta, so a model saved with
-    ``model.save`` and reloaded gets a loss that starts from the learned
-    beta. To keep training it, compile again with a new optimizer and then
-    attach: ``model.compile(optimizer=..., loss=model.loss)``,
-    ``model.loss.attach(model)`` (loading warns that the saved optimizer
-    state does not match, and skips it). A ``keras.Sequential`` model
-    cannot hold beta: wrap it, ``model = keras.Model(seq.inputs,
-    seq.outputs)``.
+    A ``MetricModel`` saves beta with its weights (``.keras`` and
+    ``.weights.h5`` files, with the optimizer's state for it), so training
+    resumes where it stopped. ``get_config`` also stores the current value
+    of beta, as the initial value of a loss rebuilt from the config.
 
     With ``num_classes`` class ids must be in ``[0, num_classes)``: eagerly
     a ValueError, inside ``tf.function`` an assertion (not checked under
@@ -278,8 +269,8 @@ class MarginLoss(MetricLoss):
 
     >>> loss = tfdml.losses.MarginLoss(
     ...     num_classes=100, miner=tfdml.miners.TripletMiner("easy", "distance_weighted"))
-    >>> model.compile(optimizer="adam", loss=loss)
-    >>> loss.attach(model)
+    >>> model = tfdml.models.MetricModel(embedding_model, loss)
+    >>> model.compile(optimizer="adam")
     >>> model.fit(pk_dataset, epochs=10)
 
     Reference:
@@ -318,35 +309,23 @@ class MarginLoss(MetricLoss):
         self.distance = distance
         self.beta_lr_multiplier = float(beta_lr_multiplier)
         self.miner = resolve_miner(miner, _distance_weighted)
-        self._warned = False
-        self._beta_layer = None
         self._fixed_beta = beta
-        if self.learn_beta:
-            self._beta_layer = _MarginBeta(
-                np.asarray(beta, np.float64) / self.beta_lr_multiplier, name=f"{name}_beta",
-                seed_generators=self._seed_generators(),
-            )
 
-    def _state_layer(self):
-        return self._beta_layer if self._beta_layer is not None else super()._state_layer()
+    def _make_state(self):
+        if not self.learn_beta:
+            return super()._make_state()
+        return _MarginBeta(np.asarray(self._fixed_beta, np.float64) / self.beta_lr_multiplier,
+                           seed_generators=self._seed_generators(), name=f"{self.name}_state")
 
     @property
     def beta(self):
         """The current boundary: a float32 tensor, scalar or ``[num_classes]``."""
-        if self._beta_layer is None:
+        if not self.learn_beta:
             return kops.convert_to_tensor(np.asarray(self._fixed_beta, np.float32))
-        return self._beta_layer.beta * self.beta_lr_multiplier
+        return self.state.beta * self.beta_lr_multiplier
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
-        if self.learn_beta and not self._attached and not self._warned:
-            self._warned = True
-            warnings.warn(
-                f"MarginLoss {self.name!r} has a learnable beta that no model trains: call "
-                "`loss.attach(model)` before training (then `model.trainable_variables` "
-                "include beta, for `fit` and custom loops alike).",
-                stacklevel=3,
-            )
-        beta = self._fixed_beta if self._beta_layer is None else self.beta
+        beta = self.beta if self.learn_beta else self._fixed_beta
         return _margin_per_anchor(labels, embeddings, self.margin, beta, self.distance,
                                   self.miner, self.normalize, ref_embeddings, ref_labels,
                                   ref_offset, self.num_classes)

@@ -101,11 +101,8 @@ class TrimmedLoss(MetricLoss):
         self.loss = loss
         self.trim = float(trim)
 
-    def _state_layer(self):
-        return self.loss._state_layer()
-
-    def attach(self, model):
-        return self.loss.attach(model)
+    def _make_state(self):
+        return self.loss.state
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
         terms = self.loss.per_anchor(labels, embeddings, ref_embeddings, ref_labels, ref_offset)

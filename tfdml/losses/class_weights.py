@@ -1,0 +1,223 @@
+"""What the proxy and classification losses share: learned per-class vectors and cosines.
+
+A loss of this family compares each embedding with ``C`` learned vectors, one
+per class (proxies, class weights) or ``k`` per class (sub-centres, SoftTriple
+centres), by the cosine of their angle. The functional forms take the vectors
+explicitly (``[C, D]`` or ``[C, k, D]``); the loss classes hold them in their
+:class:`ClassWeights` state, which :class:`tfdml.models.MetricModel` trains.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import keras
+from keras import ops as kops
+
+from tfdml import ops
+from tfdml.losses.base import LossState, MetricLoss, anchor_terms, functional_value
+
+__all__ = [
+    "ClassWeightLoss",
+    "ClassWeights",
+    "class_cosines",
+    "prepare_class_inputs",
+    "softmax_cross_entropy",
+]
+
+
+def _check_int(name, value, minimum=1):
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
+    return int(value)
+
+
+def check_positive(name, value, allow_zero=False):
+    """A float ``> 0`` (``>= 0`` with ``allow_zero``), else a ValueError naming the argument."""
+    ok = ops.is_number(value) and (value >= 0 if allow_zero else value > 0)
+    if not ok or value != value or value == float("inf"):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"`{name}` must be a finite number {bound}. Received: {name}={value!r}")
+    return float(value)
+
+
+def prepare_class_inputs(y_true, y_pred, weights, rank, name="weights"):
+    """Validates and casts the inputs of a class-weight loss.
+
+    Args:
+        y_true: ``[B]`` / ``[B, 1]`` integer class ids in ``[0, C)``.
+        y_pred: ``[B, D]`` embeddings.
+        weights: ``[C, D]`` (``rank=2``) or ``[C, k, D]`` (``rank=3``).
+        rank: the rank ``weights`` must have.
+        name: the argument name of ``weights`` in error messages.
+
+    Returns:
+        ``(labels, x, w)``: integer labels, and the L2-normalized embeddings
+        and weights in the compute dtype (float32; float64 for float64
+        embeddings).
+
+    Raises:
+        ValueError: for shapes that do not fit, or (eagerly) class ids
+            outside ``[0, C)``.
+    """
+    labels = ops.cast_labels(y_true, "y_true")
+    embeddings = ops.check_embeddings(y_pred, "y_pred")
+    ops.check_batch_sizes(labels, embeddings, "y_true", "y_pred")
+    w = kops.convert_to_tensor(weights)
+    shape = tuple(w.shape)
+    if len(shape) != rank:
+        want = "[num_classes, embedding_dim]" if rank == 2 else (
+            "[num_classes, centers_per_class, embedding_dim]")
+        raise ValueError(f"`{name}` must have shape {want}. Received: {name}.shape={shape}")
+    if shape[-1] is not None and embeddings.shape[-1] is not None and (
+            shape[-1] != embeddings.shape[-1]):
+        raise ValueError(
+            f"`{name}` must have the embedding size of `y_pred` as its last axis. "
+            f"Received: {name}.shape={shape}, y_pred.shape={tuple(embeddings.shape)}"
+        )
+    dtype = ops.compute_dtype(embeddings.dtype)
+    x = ops.l2_normalize(kops.cast(embeddings, dtype))
+    w = ops.l2_normalize(kops.cast(w, dtype))
+    if shape[0] is not None:
+        labels = ops.check_class_ids(labels, shape[0], (
+            f"Class ids (y_true) must index the rows of `{name}`: [0, {shape[0]})."))
+    return labels, x, w
+
+
+def class_cosines(x, w):
+    """Cosines ``[B, C]`` of unit embeddings ``[B, D]`` and unit weights ``[C, D]``
+    (``[B, C, k]`` for ``[C, k, D]``)."""
+    if len(w.shape) == 2:
+        return ops.matmul(x, kops.transpose(w))
+    num_classes, k, dim = w.shape
+    flat = ops.matmul(x, kops.transpose(kops.reshape(w, (num_classes * k, dim))))
+    return kops.reshape(flat, (-1, num_classes, k))
+
+
+def class_mask(labels, num_classes):
+    """``[B, C]`` boolean: column ``y`` of each row."""
+    columns = kops.arange(num_classes, dtype=ops.dtype_name(labels))
+    return kops.equal(labels[:, None], columns[None, :])
+
+
+def softmax_cross_entropy(logits, target):
+    """Per row ``logsumexp(logits) - logits[target]`` (``target``: a ``[B, C]`` mask)."""
+    dtype = ops.dtype_name(logits)
+    picked = kops.sum(kops.where(target, logits, kops.zeros((), dtype)), axis=-1)
+    return kops.logsumexp(logits, axis=-1) - picked
+
+
+def per_sample_value(losses, x_raw, w):
+    """The functional forms' mean over the batch, NaN for a NaN/Inf embedding or weight."""
+    active = kops.ones(kops.shape(losses), "bool")
+    value = functional_value(anchor_terms(losses, active), "anchors", x_raw)
+    return ops.nan_unless_finite(value, w)
+
+
+class ClassWeights(LossState):
+    """The learned per-class vectors of a loss: ``[C, D]``, or ``[C, k, D]`` with ``k``.
+
+    Args:
+        num_classes: ``C``.
+        per_class: ``k``, or None for one vector per class (``[C, D]``).
+        initializer: a Keras initializer, or None for a normal distribution
+            with standard deviation ``1 / sqrt(D)`` (rows of norm about 1).
+        variable_name: the variable's name (``"proxies"``, ``"weights"``,
+            ``"centers"``).
+    """
+
+    def __init__(self, num_classes, per_class=None, initializer=None, variable_name="weights",
+                 seed_generators=(), **kwargs):
+        super().__init__(seed_generators, needs_embedding_dim=True, **kwargs)
+        self.num_classes = num_classes
+        self.per_class = per_class
+        self.initializer = initializer
+        self.variable_name = variable_name
+
+    def build_state(self, embedding_dim):
+        shape = (self.num_classes, embedding_dim) if self.per_class is None else (
+            self.num_classes, self.per_class, embedding_dim)
+        initializer = self.initializer
+        if initializer is None:
+            initializer = keras.initializers.RandomNormal(stddev=embedding_dim ** -0.5)
+        self.vectors = self.add_weight(shape=shape, initializer=initializer, trainable=True,
+                                       name=self.variable_name)
+
+
+class ClassWeightLoss(MetricLoss):
+    """Base class of the losses with learned per-class vectors (proxies, class weights).
+
+    Subclasses set ``_variable_name`` and ``_per_class`` and implement
+    :meth:`sample_losses` (the ``[B]`` loss of each sample given the
+    vectors). The vectors live in the loss's :class:`ClassWeights` state;
+    train with :class:`tfdml.models.MetricModel`, which owns it. These losses
+    compare embeddings with the vectors only: they take no reference set and
+    no miner, and every sample is an anchor (``average="anchors"`` is the
+    mean over the batch).
+    """
+
+    _variable_name = "weights"
+
+    def __init__(self, num_classes, embedding_dim=None, initializer=None,
+                 reduction="sum_over_batch_size", name=None, dtype=None, average="anchors"):
+        self.num_classes = _check_int("num_classes", num_classes)
+        self.embedding_dim = None if embedding_dim is None else _check_int(
+            "embedding_dim", embedding_dim)
+        self.initializer = keras.initializers.get(initializer) if initializer is not None else None
+        super().__init__(normalize=True, reduction=reduction, name=name, dtype=dtype,
+                         average=average)
+
+    @property
+    def _per_class(self):
+        return None
+
+    def _make_state(self):
+        return ClassWeights(self.num_classes, self._per_class, self.initializer,
+                            self._variable_name, name=f"{self.name}_state")
+
+    def build_state(self, embedding_dim=None):
+        if embedding_dim is None:
+            embedding_dim = self.embedding_dim
+        elif self.embedding_dim is not None and int(embedding_dim) != self.embedding_dim:
+            raise ValueError(
+                f"Loss {self.name!r} was built for embeddings of size {self.embedding_dim}; "
+                f"the model's are of size {embedding_dim}."
+            )
+        return super().build_state(embedding_dim)
+
+    @property
+    def class_weights(self):
+        """The learned vectors (a variable, ``[C, D]`` or ``[C, k, D]``); built on first use."""
+        state = self.state
+        if not state.built:
+            self.build_state()
+        return state.vectors
+
+    def sample_losses(self, labels, x, w):
+        """``[B]`` losses from integer labels and unit embeddings and vectors."""
+        raise NotImplementedError
+
+    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
+        if ref_embeddings is not None or ref_labels is not None:
+            raise ValueError(
+                f"Loss {self.name!r} compares embeddings with its learned class vectors and "
+                "takes no reference set (`ref_embeddings`)."
+            )
+        w = self.class_weights
+        labels, x, w = prepare_class_inputs(labels, embeddings, w, 2 if self._per_class is None
+                                            else 3, self._variable_name)
+        losses = self.sample_losses(labels, x, w)
+        losses = ops.nan_unless_finite(losses, w)
+        active = kops.ones(kops.shape(losses), "bool")
+        return anchor_terms(losses, active)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("normalize", None)
+        config.update(
+            num_classes=self.num_classes,
+            embedding_dim=self.embedding_dim,
+            initializer=(None if self.initializer is None
+                         else keras.initializers.serialize(self.initializer)),
+        )
+        return config

@@ -1,0 +1,481 @@
+"""Classification losses on cosines: normalized softmax, CosFace, ArcFace, sub-centre ArcFace,
+SoftTriple.
+
+Each compares the unit embedding ``x`` of a sample of class ``y`` with ``C``
+unit class vectors ``w_c`` (``k`` per class for sub-centre ArcFace and
+SoftTriple) through ``cos_c = x . w_c`` and takes the softmax cross-entropy of
+scaled, margin-adjusted cosines:
+
+``L = -log( exp(s * f(cos_y)) / (exp(s * f(cos_y)) + sum_{c != y} exp(s * cos_c)) )``
+
+with ``f(cos) = cos`` (normalized softmax, ``s = 1 / temperature``),
+``cos - m`` (CosFace) or ``cos(theta + m)`` (ArcFace). The loss is the mean
+over the batch. Computed in float32 (float64 for float64 embeddings) whatever
+the dtype policy, so the large scales (``s = 64``) never overflow float16.
+"""
+
+from __future__ import annotations
+
+import math
+
+import keras
+from keras import ops as kops
+
+from tfdml import ops
+from tfdml.losses.class_weights import (
+    ClassWeightLoss,
+    _check_int,
+    check_positive,
+    class_cosines,
+    class_mask,
+    per_sample_value,
+    prepare_class_inputs,
+    softmax_cross_entropy,
+)
+
+__all__ = [
+    "ArcFaceLoss",
+    "CosFaceLoss",
+    "NormalizedSoftmaxLoss",
+    "SoftTripleLoss",
+    "SubCenterArcFaceLoss",
+    "arcface_loss",
+    "cosface_loss",
+    "normalized_softmax_loss",
+    "soft_triple_loss",
+    "subcenter_arcface_loss",
+]
+
+
+def _constant(value, like):
+    return kops.convert_to_tensor(value, ops.dtype_name(like))
+
+
+def _margin_logits(cosines, target, scale, modified_target):
+    """``scale * cosines`` with the target column replaced by ``scale * modified_target``."""
+    logits = kops.where(target, modified_target[:, None], cosines)
+    return logits * _constant(scale, cosines)
+
+
+def _target_cosine(cosines, target):
+    dtype = ops.dtype_name(cosines)
+    return kops.sum(kops.where(target, cosines, kops.zeros((), dtype)), axis=-1)
+
+
+def _arcface_target(cos_y, margin):
+    """``cos(theta + m)`` for ``theta = arccos(cos_y) <= pi - m``, else ``cos_y - m sin(m)``.
+
+    The second branch keeps the target logit decreasing in ``theta`` past
+    ``pi - m`` (Deng et al.'s code; pytorch-metric-learning does the same).
+    ``cos(theta + m) = cos_y cos(m) - sin(theta) sin(m)`` with ``sin(theta) =
+    sqrt(1 - cos_y^2)``, whose gradient stays finite at ``cos_y = +-1``.
+    """
+    one = _constant(1.0, cos_y)
+    cos_y = ops.clip(cos_y, -one, one)
+    sin_y = ops.safe_sqrt(one - kops.square(cos_y))
+    plus = cos_y * _constant(math.cos(margin), cos_y) - sin_y * _constant(math.sin(margin), cos_y)
+    past = cos_y - _constant(margin * math.sin(margin), cos_y)
+    return kops.where(cos_y >= _constant(-math.cos(margin), cos_y), plus, past)
+
+
+def _check_margin_scale(margin, scale):
+    check_positive("margin", margin, allow_zero=True)
+    check_positive("scale", scale)
+
+
+def _check_arc_margin(margin):
+    if not ops.is_number(margin) or not 0 <= margin < math.pi / 2:
+        raise ValueError("`margin` must be an angle in radians in [0, pi/2). "
+                         f"Received: margin={margin!r}")
+
+
+# -- the per-sample losses, from unit embeddings and weights ------------------------------------
+
+
+def _normalized_softmax(labels, x, w, temperature):
+    cosines = class_cosines(x, w)
+    target = class_mask(labels, w.shape[0])
+    return softmax_cross_entropy(cosines / _constant(temperature, cosines), target)
+
+
+def _cosface(labels, x, w, margin, scale):
+    cosines = class_cosines(x, w)
+    target = class_mask(labels, w.shape[0])
+    cos_y = _target_cosine(cosines, target)
+    return softmax_cross_entropy(
+        _margin_logits(cosines, target, scale, cos_y - _constant(margin, cos_y)), target)
+
+
+def _arcface(labels, x, w, margin, scale):
+    cosines = class_cosines(x, w)
+    if len(cosines.shape) == 3:  # sub-centres: each class's nearest one
+        cosines = kops.max(cosines, axis=-1)
+    target = class_mask(labels, w.shape[0])
+    cos_y = _target_cosine(cosines, target)
+    return softmax_cross_entropy(
+        _margin_logits(cosines, target, scale, _arcface_target(cos_y, margin)), target)
+
+
+def _soft_triple(labels, x, w, la, gamma, margin):
+    cosines = class_cosines(x, w)  # [B, C, k]
+    weights = kops.softmax(cosines / _constant(gamma, cosines), axis=-1)
+    similarity = kops.sum(weights * cosines, axis=-1)  # [B, C]
+    target = class_mask(labels, w.shape[0])
+    logits = similarity - kops.where(target, _constant(margin, similarity),
+                                     kops.zeros((), ops.dtype_name(similarity)))
+    return softmax_cross_entropy(logits * _constant(la, logits), target)
+
+
+# -- functional forms --------------------------------------------------------------------------
+
+
+def normalized_softmax_loss(y_true, y_pred, weights, temperature: float = 0.05):
+    """Normalized softmax loss (Zhai & Wu 2019): cross-entropy of ``cos(x, w_c) / T``.
+
+    Args:
+        y_true: ``[B]`` integer class ids in ``[0, C)``.
+        y_pred: ``[B, D]`` embeddings (normalized here).
+        weights: ``[C, D]`` class weights (normalized here).
+        temperature: ``T > 0``. Defaults to `0.05`.
+
+    Returns:
+        The mean over the batch, a scalar of the dtype of ``y_pred``; NaN when
+        an embedding or a weight is NaN or Inf.
+    """
+    temperature = check_positive("temperature", temperature)
+    labels, x, w = prepare_class_inputs(y_true, y_pred, weights, 2)
+    return per_sample_value(_normalized_softmax(labels, x, w, temperature), y_pred, w)
+
+
+def cosface_loss(y_true, y_pred, weights, margin: float = 0.35, scale: float = 64.0):
+    """CosFace / large margin cosine loss (Wang et al. 2018): target logit ``s (cos_y - m)``.
+
+    Args:
+        y_true: ``[B]`` integer class ids in ``[0, C)``.
+        y_pred: ``[B, D]`` embeddings (normalized here).
+        weights: ``[C, D]`` class weights (normalized here).
+        margin: ``m >= 0``, subtracted from the target cosine. Defaults to `0.35`.
+        scale: ``s > 0``. Defaults to `64.0`.
+
+    Returns:
+        The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
+    """
+    _check_margin_scale(margin, scale)
+    labels, x, w = prepare_class_inputs(y_true, y_pred, weights, 2)
+    return per_sample_value(_cosface(labels, x, w, float(margin), float(scale)), y_pred, w)
+
+
+def arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: float = 64.0):
+    """ArcFace / additive angular margin loss (Deng et al. 2019): target logit
+    ``s cos(theta_y + m)``.
+
+    Past ``theta_y > pi - m`` the target logit is ``s (cos_y - m sin m)``, as in
+    the authors' code, so that it keeps decreasing with the angle.
+
+    Args:
+        y_true: ``[B]`` integer class ids in ``[0, C)``.
+        y_pred: ``[B, D]`` embeddings (normalized here).
+        weights: ``[C, D]`` class weights (normalized here).
+        margin: ``m`` in radians, in ``[0, pi/2)``. Defaults to `0.5`
+            (pytorch-metric-learning's default is 28.6 degrees = 0.4992).
+        scale: ``s > 0``. Defaults to `64.0`.
+
+    Returns:
+        The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
+    """
+    _check_arc_margin(margin)
+    check_positive("scale", scale)
+    labels, x, w = prepare_class_inputs(y_true, y_pred, weights, 2)
+    return per_sample_value(_arcface(labels, x, w, float(margin), float(scale)), y_pred, w)
+
+
+def subcenter_arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: float = 64.0):
+    """Sub-centre ArcFace (Deng et al. 2020): ArcFace on each class's nearest sub-centre.
+
+    ``cos_c = max_j cos(x, w_c^j)`` over the ``k`` sub-centres of class ``c``.
+
+    Args:
+        y_true: ``[B]`` integer class ids in ``[0, C)``.
+        y_pred: ``[B, D]`` embeddings (normalized here).
+        weights: ``[C, k, D]`` sub-centres (normalized here).
+        margin: ``m`` in radians, in ``[0, pi/2)``. Defaults to `0.5`.
+        scale: ``s > 0``. Defaults to `64.0`.
+
+    Returns:
+        The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
+    """
+    _check_arc_margin(margin)
+    check_positive("scale", scale)
+    labels, x, w = prepare_class_inputs(y_true, y_pred, weights, 3)
+    return per_sample_value(_arcface(labels, x, w, float(margin), float(scale)), y_pred, w)
+
+
+def soft_triple_loss(y_true, y_pred, centers, la: float = 20.0, gamma: float = 0.1,
+                     margin: float = 0.01):
+    """SoftTriple loss (Qian et al. 2019): softmax over ``k`` centres per class.
+
+    ``S_c = sum_j softmax_j(cos(x, w_c^j) / gamma) cos(x, w_c^j)``, then the
+    cross-entropy of ``la (S_c - margin [c = y])``. The paper's regularizer
+    that merges similar centres (its ``tau``) is not included, as in
+    pytorch-metric-learning.
+
+    Args:
+        y_true: ``[B]`` integer class ids in ``[0, C)``.
+        y_pred: ``[B, D]`` embeddings (normalized here).
+        centers: ``[C, k, D]`` centres (normalized here).
+        la: ``lambda > 0``, the scale. Defaults to `20.0`.
+        gamma: ``gamma > 0``, the softmax temperature over a class's centres.
+            Defaults to `0.1`.
+        margin: ``delta >= 0``. Defaults to `0.01`.
+
+    Returns:
+        The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
+    """
+    la, gamma = check_positive("la", la), check_positive("gamma", gamma)
+    margin = check_positive("margin", margin, allow_zero=True)
+    labels, x, w = prepare_class_inputs(y_true, y_pred, centers, 3, "centers")
+    return per_sample_value(_soft_triple(labels, x, w, la, gamma, margin), y_pred, w)
+
+
+# -- classes -----------------------------------------------------------------------------------
+
+_STATE_DOC = """
+    The class vectors are a variable of the loss's state (``loss.class_weights``,
+    ``[C, D]``; ``[C, k, D]`` with centres), created with the embedding size.
+    Train with :class:`tfdml.models.MetricModel`, which owns the state: its
+    ``fit`` trains the vectors with the network and its ``save`` keeps them.
+    They are normalized in the loss, so their initial norm sets how fast an
+    adaptive optimizer such as Adam turns them (about ``lr / norm`` radians
+    per step): the default initializer gives norm about 1; a smaller
+    ``stddev`` trains them faster.
+"""
+
+_COMMON_ARGS = """
+        num_classes: ``C``; class ids must be in ``[0, C)``.
+        embedding_dim: ``D``. Defaults to `None`: taken from the model by
+            :class:`tfdml.models.MetricModel` (or from the first batch when
+            called eagerly).
+        initializer: a Keras initializer for the vectors. Defaults to `None`:
+            normal with standard deviation ``1 / sqrt(D)``.
+        reduction: see :mod:`tfdml.losses.base`. Defaults to
+            `"sum_over_batch_size"`.
+        average: see :mod:`tfdml.losses.base` (every sample is one term).
+            Defaults to `"anchors"`, the mean over the batch.
+        dtype: dtype of the returned value. Defaults to `None` (floatx)."""
+
+
+def _doc(cls):
+    cls.__doc__ = cls.__doc__.replace("    {STATE}\n", _STATE_DOC).replace(
+        "{ARGS}", _COMMON_ARGS.strip("\n"))
+    return cls
+
+
+@_doc
+@keras.saving.register_keras_serializable(package="tfdml")
+class NormalizedSoftmaxLoss(ClassWeightLoss):
+    """Normalized softmax loss: cross-entropy of cosines over a temperature.
+
+    ``L = -log softmax_y(cos(x, w_c) / T)``, the mean over the batch.
+    {STATE}
+    Args:
+{ARGS}
+        temperature: ``T > 0``. Defaults to `0.05`.
+        name: name of the loss. Defaults to `"normalized_softmax_loss"`.
+
+    Examples:
+
+    >>> loss = tfdml.losses.NormalizedSoftmaxLoss(num_classes=100)
+    >>> model = tfdml.models.MetricModel(embedder, loss)
+    >>> model.compile(optimizer="adam")
+
+    Reference:
+        Zhai, Wu, "Classification is a strong baseline for deep metric
+        learning", BMVC 2019.
+    """
+
+    def __init__(self, num_classes, embedding_dim=None, temperature: float = 0.05,
+                 initializer=None, reduction="sum_over_batch_size",
+                 name="normalized_softmax_loss", dtype=None, average="anchors"):
+        self.temperature = check_positive("temperature", temperature)
+        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average)
+
+    def sample_losses(self, labels, x, w):
+        return _normalized_softmax(labels, x, w, self.temperature)
+
+    def get_config(self):
+        return {**super().get_config(), "temperature": self.temperature}
+
+
+@_doc
+@keras.saving.register_keras_serializable(package="tfdml")
+class CosFaceLoss(ClassWeightLoss):
+    """CosFace (large margin cosine) loss: the target logit is ``s (cos_y - m)``.
+
+    ``L = -log softmax_y(s [cos_c - m [c = y]])``, the mean over the batch.
+    {STATE}
+    Args:
+{ARGS}
+        margin: ``m >= 0``. Defaults to `0.35`.
+        scale: ``s > 0``. Defaults to `64.0`.
+        name: name of the loss. Defaults to `"cosface_loss"`.
+
+    Examples:
+
+    >>> loss = tfdml.losses.CosFaceLoss(num_classes=10_000, margin=0.35, scale=64.0)
+    >>> model = tfdml.models.MetricModel(embedder, loss)
+
+    Reference:
+        Wang et al., "CosFace: Large margin cosine loss for deep face
+        recognition", CVPR 2018.
+    """
+
+    _variable_name = "weights"
+
+    def __init__(self, num_classes, embedding_dim=None, margin: float = 0.35,
+                 scale: float = 64.0, initializer=None, reduction="sum_over_batch_size",
+                 name="cosface_loss", dtype=None, average="anchors"):
+        _check_margin_scale(margin, scale)
+        self.margin, self.scale = float(margin), float(scale)
+        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average)
+
+    def sample_losses(self, labels, x, w):
+        return _cosface(labels, x, w, self.margin, self.scale)
+
+    def get_config(self):
+        return {**super().get_config(), "margin": self.margin, "scale": self.scale}
+
+
+@_doc
+@keras.saving.register_keras_serializable(package="tfdml")
+class ArcFaceLoss(ClassWeightLoss):
+    """ArcFace (additive angular margin) loss: the target logit is ``s cos(theta_y + m)``.
+
+    ``theta_y = arccos(cos_y)``; past ``theta_y > pi - m`` the target logit is
+    ``s (cos_y - m sin m)`` so that it keeps decreasing (Deng et al.'s code,
+    pytorch-metric-learning). The mean over the batch. The margin is in
+    radians (pytorch-metric-learning takes degrees: its default 28.6 is
+    0.4992 rad).
+    {STATE}
+    Args:
+{ARGS}
+        margin: ``m`` in radians, in ``[0, pi/2)``. Defaults to `0.5`.
+        scale: ``s > 0``. Defaults to `64.0`.
+        name: name of the loss. Defaults to `"arcface_loss"`.
+
+    Examples:
+
+    >>> loss = tfdml.losses.ArcFaceLoss(num_classes=10_000)
+    >>> model = tfdml.models.MetricModel(embedder, loss)
+    >>> model.compile(optimizer="adam")
+
+    Reference:
+        Deng, Guo, Xue, Zafeiriou, "ArcFace: Additive angular margin loss for
+        deep face recognition", CVPR 2019.
+    """
+
+    def __init__(self, num_classes, embedding_dim=None, margin: float = 0.5,
+                 scale: float = 64.0, initializer=None, reduction="sum_over_batch_size",
+                 name="arcface_loss", dtype=None, average="anchors"):
+        _check_arc_margin(margin)
+        self.margin, self.scale = float(margin), check_positive("scale", scale)
+        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average)
+
+    def sample_losses(self, labels, x, w):
+        return _arcface(labels, x, w, self.margin, self.scale)
+
+    def get_config(self):
+        return {**super().get_config(), "margin": self.margin, "scale": self.scale}
+
+
+@_doc
+@keras.saving.register_keras_serializable(package="tfdml")
+class SubCenterArcFaceLoss(ArcFaceLoss):
+    """Sub-centre ArcFace: ``k`` sub-centres per class, ArcFace on the nearest one.
+
+    ``cos_c = max_j cos(x, w_c^j)``; then as :class:`ArcFaceLoss`. Samples of
+    a class gather around a dominant sub-centre, and noisy ones around the
+    others.
+    {STATE}
+    Args:
+{ARGS}
+        sub_centers: ``k >= 1``. Defaults to `3`.
+        margin: ``m`` in radians, in ``[0, pi/2)``. Defaults to `0.5`.
+        scale: ``s > 0``. Defaults to `64.0`.
+        name: name of the loss. Defaults to `"subcenter_arcface_loss"`.
+
+    Examples:
+
+    >>> loss = tfdml.losses.SubCenterArcFaceLoss(num_classes=10_000, sub_centers=3)
+
+    Reference:
+        Deng, Guo, Liu, Zafeiriou, "Sub-center ArcFace: Boosting face
+        recognition by large-scale noisy web faces", ECCV 2020.
+    """
+
+    _variable_name = "centers"
+
+    def __init__(self, num_classes, embedding_dim=None, sub_centers: int = 3,
+                 margin: float = 0.5, scale: float = 64.0, initializer=None,
+                 reduction="sum_over_batch_size", name="subcenter_arcface_loss", dtype=None,
+                 average="anchors"):
+        self.sub_centers = _check_int("sub_centers", sub_centers)
+        super().__init__(num_classes, embedding_dim, margin, scale, initializer, reduction,
+                         name, dtype, average)
+
+    @property
+    def _per_class(self):
+        return self.sub_centers
+
+    def get_config(self):
+        return {**super().get_config(), "sub_centers": self.sub_centers}
+
+
+@_doc
+@keras.saving.register_keras_serializable(package="tfdml")
+class SoftTripleLoss(ClassWeightLoss):
+    """SoftTriple loss: a softmax loss with ``k`` centres per class.
+
+    ``S_c = sum_j softmax_j(cos(x, w_c^j) / gamma) cos(x, w_c^j)`` and
+    ``L = -log softmax_y(la (S_c - delta [c = y]))``, the mean over the
+    batch. The paper's regularizer that merges centres (``tau``) is not
+    included, as in pytorch-metric-learning.
+    {STATE}
+    Args:
+{ARGS}
+        centers_per_class: ``k >= 1``. Defaults to `10`.
+        la: ``lambda > 0``, the scale. Defaults to `20.0`.
+        gamma: ``gamma > 0``, the temperature of the softmax over centres.
+            Defaults to `0.1`.
+        margin: ``delta >= 0``. Defaults to `0.01`.
+        name: name of the loss. Defaults to `"soft_triple_loss"`.
+
+    Examples:
+
+    >>> loss = tfdml.losses.SoftTripleLoss(num_classes=100, centers_per_class=10)
+
+    Reference:
+        Qian, Shang, Sun, Hu, Li, Jin, "SoftTriple loss: Deep metric learning
+        without triplet sampling", ICCV 2019.
+    """
+
+    _variable_name = "centers"
+
+    def __init__(self, num_classes, embedding_dim=None, centers_per_class: int = 10,
+                 la: float = 20.0, gamma: float = 0.1, margin: float = 0.01, initializer=None,
+                 reduction="sum_over_batch_size", name="soft_triple_loss", dtype=None,
+                 average="anchors"):
+        self.centers_per_class = _check_int("centers_per_class", centers_per_class)
+        self.la, self.gamma = check_positive("la", la), check_positive("gamma", gamma)
+        self.margin = check_positive("margin", margin, allow_zero=True)
+        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average)
+
+    @property
+    def _per_class(self):
+        return self.centers_per_class
+
+    def sample_losses(self, labels, x, w):
+        return _soft_triple(labels, x, w, self.la, self.gamma, self.margin)
+
+    def get_config(self):
+        return {**super().get_config(), "centers_per_class": self.centers_per_class,
+                "la": self.la, "gamma": self.gamma, "margin": self.margin}

@@ -1,0 +1,238 @@
+"""Proxy losses: Proxy-NCA and Proxy Anchor, with one learned proxy per class."""
+
+from __future__ import annotations
+
+import keras
+from keras import ops as kops
+
+from tfdml import ops
+from tfdml.losses.base import _scale_for_distribution
+from tfdml.losses.class_weights import (
+    ClassWeightLoss,
+    check_positive,
+    class_cosines,
+    class_mask,
+    per_sample_value,
+    prepare_class_inputs,
+    softmax_cross_entropy,
+)
+
+__all__ = ["ProxyAnchorLoss", "ProxyNCALoss", "proxy_anchor_loss", "proxy_nca_loss"]
+
+
+def _proxy_nca(labels, x, proxies, scale):
+    cosines = class_cosines(x, proxies)
+    dtype = ops.dtype_name(cosines)
+    two = kops.convert_to_tensor(2.0, dtype)
+    squared = ops.maximum(two - two * cosines, kops.zeros((), dtype))  # |x - p|^2, unit vectors
+    target = class_mask(labels, proxies.shape[0])
+    return softmax_cross_entropy(-kops.convert_to_tensor(scale, dtype) * squared, target)
+
+
+def _proxy_anchor_parts(labels, x, proxies, margin, alpha, sample_weight=None):
+    """Per proxy: ``(positive_terms, negative_terms, has_positive)``, all ``[C]``."""
+    cosines = class_cosines(x, proxies)  # [B, C]
+    dtype = ops.dtype_name(cosines)
+    m = kops.convert_to_tensor(margin, dtype)
+    a = kops.convert_to_tensor(alpha, dtype)
+    positive = class_mask(labels, proxies.shape[0])
+    negative = kops.logical_not(positive)
+    pos_z, neg_z = -a * (cosines - m), a * (cosines + m)
+    if sample_weight is not None:  # w * exp(z) = exp(z + log w); a zero weight drops the sample
+        log_w = kops.log(kops.cast(sample_weight, dtype))[:, None]
+        keep = (kops.cast(sample_weight, dtype) > 0)[:, None]
+        positive, negative = kops.logical_and(positive, keep), kops.logical_and(negative, keep)
+        pos_z, neg_z = pos_z + log_w, neg_z + log_w
+    pos_terms, has_positive = ops.masked_logsumexp(pos_z, positive, axis=0, add_one=True)
+    neg_terms, _ = ops.masked_logsumexp(neg_z, negative, axis=0, add_one=True)
+    return pos_terms, neg_terms, has_positive
+
+
+def _proxy_anchor_value(pos_terms, neg_terms, has_positive):
+    dtype = ops.dtype_name(pos_terms)
+    count = kops.sum(kops.cast(has_positive, dtype))
+    num_classes = kops.cast(kops.shape(neg_terms)[0], dtype)
+    return ops.divide_no_nan(kops.sum(pos_terms), count) + kops.sum(neg_terms) / num_classes
+
+
+def proxy_anchor_loss(y_true, y_pred, proxies, margin: float = 0.1, alpha: float = 32.0):
+    """Proxy Anchor loss (Kim et al. 2020).
+
+    With ``s(x, p)`` the cosine, ``X_p+`` the samples of proxy ``p``'s class,
+    ``X_p-`` the others, ``P+`` the proxies with at least one sample in the
+    batch and ``P`` all ``C`` proxies:
+
+    ``L = 1/|P+| sum_{p in P+} log(1 + sum_{x in X_p+} exp(-alpha (s(x, p) - margin)))
+        + 1/|P| sum_{p in P} log(1 + sum_{x in X_p-} exp(alpha (s(x, p) + margin)))``
+
+    Args:
+        y_true: ``[B]`` integer class ids in ``[0, C)``.
+        y_pred: ``[B, D]`` embeddings (normalized here).
+        proxies: ``[C, D]`` (normalized here).
+        margin: ``delta >= 0``. Defaults to `0.1`.
+        alpha: ``alpha > 0``, the scale. Defaults to `32.0`.
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; NaN when an embedding or a proxy
+        is NaN or Inf.
+    """
+    margin = check_positive("margin", margin, allow_zero=True)
+    alpha = check_positive("alpha", alpha)
+    labels, x, p = prepare_class_inputs(y_true, y_pred, proxies, 2, "proxies")
+    value = _proxy_anchor_value(*_proxy_anchor_parts(labels, x, p, margin, alpha))
+    value = ops.nan_unless_finite(value, y_pred, p)
+    return kops.cast(value, ops.dtype_name(kops.convert_to_tensor(y_pred)))
+
+
+def proxy_nca_loss(y_true, y_pred, proxies, scale: float = 1.0):
+    """Proxy-NCA loss (Movshovitz-Attias et al. 2017), as a softmax over all proxies.
+
+    ``L = -log( exp(-s |x - p_y|^2) / sum_c exp(-s |x - p_c|^2) )`` with unit
+    ``x`` and ``p_c``, the mean over the batch. The denominator includes the
+    sample's own proxy, as in pytorch-metric-learning and ProxyNCA++ (Teh et
+    al. 2020); the paper's excludes it, which lets the loss fall below zero
+    without bound.
+
+    Args:
+        y_true: ``[B]`` integer class ids in ``[0, C)``.
+        y_pred: ``[B, D]`` embeddings (normalized here).
+        proxies: ``[C, D]`` (normalized here).
+        scale: ``s > 0`` (pytorch-metric-learning's ``softmax_scale``).
+            Defaults to `1.0`.
+
+    Returns:
+        The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
+    """
+    scale = check_positive("scale", scale)
+    labels, x, p = prepare_class_inputs(y_true, y_pred, proxies, 2, "proxies")
+    return per_sample_value(_proxy_nca(labels, x, p, scale), y_pred, p)
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class ProxyNCALoss(ClassWeightLoss):
+    """Proxy-NCA loss: softmax over negative squared distances to one proxy per class.
+
+    ``L = -log softmax_y(-s |x - p_c|^2)`` with unit embeddings and proxies,
+    the mean over the batch. The denominator includes the sample's own proxy
+    (pytorch-metric-learning, ProxyNCA++); Movshovitz-Attias et al.'s
+    excludes it, which makes the loss unbounded below.
+
+    The proxies are a variable of the loss's state (``loss.class_weights``,
+    ``[C, D]``). Train with :class:`tfdml.models.MetricModel`, which owns it.
+
+    Args:
+        num_classes: ``C``; class ids must be in ``[0, C)``.
+        embedding_dim: ``D``. Defaults to `None` (from the model).
+        scale: ``s > 0``. Defaults to `1.0`.
+        initializer: a Keras initializer for the proxies. Defaults to `None`:
+            normal with standard deviation ``1 / sqrt(D)``.
+        reduction: see :mod:`tfdml.losses.base`. Defaults to
+            `"sum_over_batch_size"`.
+        name: name of the loss. Defaults to `"proxy_nca_loss"`.
+        dtype: dtype of the returned value. Defaults to `None` (floatx).
+        average: see :mod:`tfdml.losses.base`. Defaults to `"anchors"`.
+
+    Examples:
+
+    >>> loss = tfdml.losses.ProxyNCALoss(num_classes=100, scale=8.0)
+    >>> model = tfdml.models.MetricModel(embedder, loss)
+
+    Reference:
+        Movshovitz-Attias, Toshev, Leung, Ioffe, Singh, "No fuss distance
+        metric learning using proxies", ICCV 2017.
+    """
+
+    _variable_name = "proxies"
+
+    def __init__(self, num_classes, embedding_dim=None, scale: float = 1.0, initializer=None,
+                 reduction="sum_over_batch_size", name="proxy_nca_loss", dtype=None,
+                 average="anchors"):
+        self.scale = check_positive("scale", scale)
+        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average)
+
+    def sample_losses(self, labels, x, w):
+        return _proxy_nca(labels, x, w, self.scale)
+
+    def get_config(self):
+        return {**super().get_config(), "scale": self.scale}
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class ProxyAnchorLoss(ClassWeightLoss):
+    """Proxy Anchor loss: each proxy pulls its class's samples and pushes the others.
+
+    ``L = 1/|P+| sum_{p in P+} log(1 + sum_{x in X_p+} exp(-alpha (s(x, p) - delta)))
+        + 1/|P| sum_{p in P} log(1 + sum_{x in X_p-} exp(alpha (s(x, p) + delta)))``
+
+    with cosine ``s``, ``P+`` the proxies of the classes in the batch and
+    ``P`` all ``C`` proxies (the two divisors of Kim et al.'s code and of
+    pytorch-metric-learning). The loss is a sum over proxies, not over
+    samples: ``reduction="none"`` is not available. A sample weight ``w``
+    multiplies the sample's exponentials (``w = 1`` everywhere is the
+    unweighted loss; ``w = 0`` leaves the sample out).
+
+    The proxies are a variable of the loss's state (``loss.class_weights``,
+    ``[C, D]``). Train with :class:`tfdml.models.MetricModel`, which owns it.
+    Kim et al. train the proxies with a learning rate 100 times the
+    network's; here their initial norm plays that role (see the
+    classification losses): ``initializer=keras.initializers.RandomNormal(
+    stddev=0.01 / sqrt(D))`` comes close under Adam.
+
+    Args:
+        num_classes: ``C``; class ids must be in ``[0, C)``.
+        embedding_dim: ``D``. Defaults to `None` (from the model).
+        margin: ``delta >= 0``. Defaults to `0.1`.
+        alpha: ``alpha > 0``. Defaults to `32.0`.
+        initializer: a Keras initializer for the proxies. Defaults to `None`:
+            normal with standard deviation ``1 / sqrt(D)``.
+        reduction: ``"sum_over_batch_size"``, ``"mean"``,
+            ``"mean_with_sample_weight"`` or ``"sum"`` (all the same here).
+            Defaults to `"sum_over_batch_size"`.
+        name: name of the loss. Defaults to `"proxy_anchor_loss"`.
+        dtype: dtype of the returned value. Defaults to `None` (floatx).
+
+    Examples:
+
+    >>> loss = tfdml.losses.ProxyAnchorLoss(num_classes=100)
+    >>> model = tfdml.models.MetricModel(embedder, loss)
+    >>> model.compile(optimizer="adam")
+    >>> model.fit(train_ds, epochs=10)
+
+    Reference:
+        Kim, Kim, Cho, Kwak, "Proxy anchor loss for deep metric learning",
+        CVPR 2020.
+    """
+
+    _variable_name = "proxies"
+
+    def __init__(self, num_classes, embedding_dim=None, margin: float = 0.1,
+                 alpha: float = 32.0, initializer=None, reduction="sum_over_batch_size",
+                 name="proxy_anchor_loss", dtype=None):
+        if reduction in ("none", None):
+            raise ValueError(
+                "ProxyAnchorLoss is a sum over proxies, with no value per sample: "
+                f"`reduction` cannot be 'none'. Received: reduction={reduction!r}"
+            )
+        self.margin = check_positive("margin", margin, allow_zero=True)
+        self.alpha = check_positive("alpha", alpha)
+        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype)
+
+    def _loss_value(self, labels, y_pred, sample_weight):
+        labels, x, p = prepare_class_inputs(labels, y_pred, self.class_weights, 2, "proxies")
+        if sample_weight is not None:
+            sample_weight = kops.reshape(kops.cast(sample_weight, ops.dtype_name(x)), (-1,))
+            sample_weight = kops.broadcast_to(sample_weight, kops.shape(labels))
+        value = _proxy_anchor_value(
+            *_proxy_anchor_parts(labels, x, p, self.margin, self.alpha, sample_weight))
+        value = ops.nan_unless_finite(value, y_pred, p)
+        if self.reduction != "sum":
+            value = _scale_for_distribution(value)
+        return value
+
+    def call(self, y_true, y_pred):
+        raise NotImplementedError("ProxyAnchorLoss has no value per sample; call the loss.")
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("average", None)
+        return {**config, "margin": self.margin, "alpha": self.alpha}

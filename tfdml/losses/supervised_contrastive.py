@@ -1,0 +1,319 @@
+"""Softmax losses over pairs: supervised contrastive (SupCon), NT-Xent, and the circle loss."""
+
+from __future__ import annotations
+
+import keras
+from keras import ops as kops
+
+from tfdml import ops
+from tfdml.losses.base import (
+    MetricLoss,
+    anchor_terms,
+    check_average,
+    functional_value,
+    prepare_inputs,
+    resolve_miner,
+    triplet_terms,
+)
+from tfdml.losses.class_weights import check_positive
+from tfdml.miners import AllPairsMiner, as_pairs
+
+__all__ = [
+    "CircleLoss",
+    "NTXentLoss",
+    "SupConLoss",
+    "circle_loss",
+    "ntxent_loss",
+    "supcon_loss",
+]
+
+
+def _mined_pairs(labels, embeddings, miner, normalize, ref_embeddings, ref_labels, ref_offset):
+    labels, x, ref_labels, ref, ref_offset = prepare_inputs(
+        labels, embeddings, ref_embeddings, ref_labels, ref_offset, normalize)
+    similarity = ops.pairwise_similarity(x, ref)
+    pairs = as_pairs(miner.mine(similarity, labels, ref_labels, ref_offset, x, ref),
+                     num_ref=kops.shape(similarity)[1])
+    return similarity, pairs
+
+
+def _has_both(pairs):
+    return kops.logical_and(kops.any(pairs.positive, axis=1), kops.any(pairs.negative, axis=1))
+
+
+def _supcon_per_anchor(labels, embeddings, temperature, miner, normalize, ref_embeddings,
+                       ref_labels, ref_offset):
+    similarity, pairs = _mined_pairs(labels, embeddings, miner, normalize, ref_embeddings,
+                                     ref_labels, ref_offset)
+    dtype = ops.dtype_name(similarity)
+    logits = similarity / kops.convert_to_tensor(temperature, dtype)
+    others = kops.logical_or(pairs.positive, pairs.negative)
+    denominator, _ = ops.masked_logsumexp(logits, others, axis=1)
+    active = _has_both(pairs)
+    # Finite stand-in where the anchor is inactive (its row is dropped anyway).
+    denominator = kops.where(active, denominator, kops.zeros((), dtype))
+    log_prob = logits - denominator[:, None]
+    positives = kops.cast(pairs.positive, dtype)
+    total = -kops.sum(kops.where(pairs.positive, log_prob, kops.zeros((), dtype)), axis=1)
+    losses = ops.divide_no_nan(total, kops.sum(positives, axis=1))
+    return anchor_terms(losses, active)
+
+
+def _ntxent_per_anchor(labels, embeddings, temperature, miner, normalize, ref_embeddings,
+                       ref_labels, ref_offset):
+    similarity, pairs = _mined_pairs(labels, embeddings, miner, normalize, ref_embeddings,
+                                     ref_labels, ref_offset)
+    dtype = ops.dtype_name(similarity)
+    logits = similarity / kops.convert_to_tensor(temperature, dtype)
+    negatives, has_negative = ops.masked_logsumexp(logits, pairs.negative, axis=1)
+    negatives = kops.where(has_negative, negatives, kops.zeros((), dtype))
+    # -log(e^{s_ap} / (e^{s_ap} + sum_n e^{s_an})) = softplus(lse_n s_an - s_ap); 0 without n.
+    values = kops.softplus(negatives[:, None] - logits)
+    values = kops.where(has_negative[:, None], values, kops.zeros((), dtype))
+    return triplet_terms(values, pairs.positive)
+
+
+def _circle_per_anchor(labels, embeddings, margin, gamma, miner, normalize, ref_embeddings,
+                       ref_labels, ref_offset):
+    similarity, pairs = _mined_pairs(labels, embeddings, miner, normalize, ref_embeddings,
+                                     ref_labels, ref_offset)
+    dtype = ops.dtype_name(similarity)
+    zero = kops.zeros((), dtype)
+    m, g = kops.convert_to_tensor(margin, dtype), kops.convert_to_tensor(gamma, dtype)
+    one = kops.ones((), dtype)
+    fixed = kops.stop_gradient(similarity)
+    alpha_p = ops.maximum(one + m - fixed, zero)  # [O_p - s_p]_+, O_p = 1 + m
+    alpha_n = ops.maximum(fixed + m, zero)  # [s_n - O_n]_+, O_n = -m
+    positive, _ = ops.masked_logsumexp(-g * alpha_p * (similarity - (one - m)), pairs.positive,
+                                       axis=1)
+    negative, _ = ops.masked_logsumexp(g * alpha_n * (similarity - m), pairs.negative, axis=1)
+    active = _has_both(pairs)
+    total = kops.where(active, positive + negative, zero)
+    return anchor_terms(kops.softplus(total), active)
+
+
+def supcon_loss(y_true, y_pred, temperature: float = 0.1, miner=None, normalize: bool = True,
+                ref_embeddings=None, ref_labels=None, ref_offset=None, average="anchors"):
+    """Functional form of :class:`SupConLoss`: the mean over anchors with a positive and a negative.
+
+    Arguments as in :class:`SupConLoss`; ``ref_embeddings``, ``ref_labels``
+    and ``ref_offset`` as in :func:`tfdml.losses.triplet_nca_loss`.
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 when no anchor has a positive
+        and a negative, NaN when an embedding is NaN or Inf.
+    """
+    temperature = check_positive("temperature", temperature)
+    check_average(average)
+    miner = resolve_miner(miner, AllPairsMiner)
+    terms = _supcon_per_anchor(y_true, y_pred, temperature, miner, normalize, ref_embeddings,
+                               ref_labels, ref_offset)
+    return functional_value(terms, average, y_pred, ref_embeddings)
+
+
+def ntxent_loss(y_true, y_pred, temperature: float = 0.07, miner=None, normalize: bool = True,
+                ref_embeddings=None, ref_labels=None, ref_offset=None, average="terms"):
+    """Functional form of :class:`NTXentLoss`: the mean over positive pairs.
+
+    Arguments as in :class:`NTXentLoss`; ``ref_embeddings``, ``ref_labels``
+    and ``ref_offset`` as in :func:`tfdml.losses.triplet_nca_loss`.
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 without positive pairs, NaN
+        when an embedding is NaN or Inf.
+    """
+    temperature = check_positive("temperature", temperature)
+    check_average(average)
+    miner = resolve_miner(miner, AllPairsMiner)
+    terms = _ntxent_per_anchor(y_true, y_pred, temperature, miner, normalize, ref_embeddings,
+                               ref_labels, ref_offset)
+    return functional_value(terms, average, y_pred, ref_embeddings)
+
+
+def circle_loss(y_true, y_pred, margin: float = 0.4, gamma: float = 80.0, miner=None,
+                normalize: bool = True, ref_embeddings=None, ref_labels=None, ref_offset=None,
+                average="anchors"):
+    """Functional form of :class:`CircleLoss`: the mean over anchors with a positive and a negative.
+
+    Arguments as in :class:`CircleLoss`; ``ref_embeddings``, ``ref_labels``
+    and ``ref_offset`` as in :func:`tfdml.losses.triplet_nca_loss`.
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 when no anchor has a positive
+        and a negative, NaN when an embedding is NaN or Inf.
+    """
+    margin = check_positive("margin", margin, allow_zero=True)
+    gamma = check_positive("gamma", gamma)
+    check_average(average)
+    miner = resolve_miner(miner, AllPairsMiner)
+    terms = _circle_per_anchor(y_true, y_pred, margin, gamma, miner, normalize, ref_embeddings,
+                               ref_labels, ref_offset)
+    return functional_value(terms, average, y_pred, ref_embeddings)
+
+
+class _PairSoftmaxLoss(MetricLoss):
+    """The arguments and config the three losses share (a miner, default every pair)."""
+
+    def __init__(self, miner, normalize, average, reduction, name, dtype):
+        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
+                         average=average)
+        self.miner = resolve_miner(miner, AllPairsMiner)
+
+    def get_config(self):
+        config = super().get_config()
+        config["miner"] = keras.saving.serialize_keras_object(self.miner)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class SupConLoss(_PairSoftmaxLoss):
+    """Supervised contrastive loss: each positive against all other samples, in one softmax.
+
+    With cosine similarities ``s``, ``P(a)`` the positives of anchor ``a``
+    and ``A(a)`` all its positives and negatives (every other sample)::
+
+        L_a = -1/|P(a)| sum_{p in P(a)} log( exp(s_ap / T) / sum_{j in A(a)} exp(s_aj / T) )
+
+    **Averaged over** the anchors that have a positive and a negative
+    (``average="anchors"``), as pytorch-metric-learning does (its
+    ``AvgNonZeroReducer``, and a zero loss for a batch without negatives).
+    Khosla et al.'s eq. 2 sums over anchors; their code takes the mean and
+    multiplies it by ``T / 0.07``, a constant that only rescales the learning
+    rate, and which tfdml (like pytorch-metric-learning) leaves out. A
+    :class:`CrossBatchMemory` plugs in through ``ref_embeddings``.
+
+    Args:
+        temperature: ``T > 0``. Defaults to `0.1`.
+        miner: a pair miner restricting ``P(a)`` and ``A(a)``. Defaults to
+            `None` (every pair).
+        normalize: L2-normalize the embeddings first. Defaults to `True`.
+        average: see :mod:`tfdml.losses.base`. Defaults to `"anchors"`.
+        reduction: see :mod:`tfdml.losses.base`. Defaults to
+            `"sum_over_batch_size"`.
+        name: name of the loss. Defaults to `"supcon_loss"`.
+        dtype: dtype of the returned value. Defaults to `None` (floatx).
+
+    Examples:
+
+    >>> model.compile(optimizer="adam", loss=tfdml.losses.SupConLoss(temperature=0.1))
+
+    Reference:
+        Khosla et al., "Supervised contrastive learning", NeurIPS 2020.
+    """
+
+    def __init__(self, temperature: float = 0.1, miner=None, normalize: bool = True,
+                 average: str = "anchors", reduction="sum_over_batch_size",
+                 name: str = "supcon_loss", dtype=None):
+        self.temperature = check_positive("temperature", temperature)
+        super().__init__(miner, normalize, average, reduction, name, dtype)
+
+    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
+        return _supcon_per_anchor(labels, embeddings, self.temperature, self.miner,
+                                  self.normalize, ref_embeddings, ref_labels, ref_offset)
+
+    def get_config(self):
+        return {**super().get_config(), "temperature": self.temperature}
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class NTXentLoss(_PairSoftmaxLoss):
+    """NT-Xent (InfoNCE) loss with same-label pairs as positives: one softmax per positive pair.
+
+    For each positive pair ``(a, p)`` with ``N(a)`` the negatives of ``a``::
+
+        L_ap = -log( exp(s_ap / T) / (exp(s_ap / T) + sum_{n in N(a)} exp(s_an / T)) )
+
+    **Averaged over** all positive pairs (``average="terms"``), as
+    pytorch-metric-learning's ``NTXentLoss`` does (a pair whose anchor has no
+    negative counts with loss 0). With one augmented view per label this is
+    SimCLR's loss (Chen et al. 2020). Unlike :class:`SupConLoss`, the other
+    positives of the anchor are not in the denominator.
+
+    Args:
+        temperature: ``T > 0``. Defaults to `0.07`.
+        miner: a pair miner. Defaults to `None` (every pair).
+        normalize: L2-normalize the embeddings first. Defaults to `True`.
+        average: see :mod:`tfdml.losses.base`. Defaults to `"terms"`.
+        reduction: see :mod:`tfdml.losses.base`. Defaults to
+            `"sum_over_batch_size"`.
+        name: name of the loss. Defaults to `"ntxent_loss"`.
+        dtype: dtype of the returned value. Defaults to `None` (floatx).
+
+    Examples:
+
+    >>> model.compile(optimizer="adam", loss=tfdml.losses.NTXentLoss(temperature=0.07))
+
+    Reference:
+        Chen, Kornblith, Norouzi, Hinton, "A simple framework for contrastive
+        learning of visual representations", ICML 2020; Sohn, "Improved deep
+        metric learning with multi-class N-pair loss objective", NeurIPS 2016.
+    """
+
+    def __init__(self, temperature: float = 0.07, miner=None, normalize: bool = True,
+                 average: str = "terms", reduction="sum_over_batch_size",
+                 name: str = "ntxent_loss", dtype=None):
+        self.temperature = check_positive("temperature", temperature)
+        super().__init__(miner, normalize, average, reduction, name, dtype)
+
+    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
+        return _ntxent_per_anchor(labels, embeddings, self.temperature, self.miner,
+                                  self.normalize, ref_embeddings, ref_labels, ref_offset)
+
+    def get_config(self):
+        return {**super().get_config(), "temperature": self.temperature}
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class CircleLoss(_PairSoftmaxLoss):
+    """Circle loss: pairs re-weighted by how far each is from its optimum.
+
+    With cosine similarities ``s``, ``O_p = 1 + m``, ``O_n = -m``,
+    ``Delta_p = 1 - m`` and ``Delta_n = m``::
+
+        L_a = softplus( logsumexp_{p} (-gamma alpha_p (s_ap - Delta_p))
+                      + logsumexp_{n} ( gamma alpha_n (s_an - Delta_n)) )
+
+    with ``alpha_p = [O_p - s_ap]_+`` and ``alpha_n = [s_an - O_n]_+``, which
+    are constants in the gradient (Sun et al.'s code detaches them, as
+    pytorch-metric-learning does). **Averaged over** the anchors that have a
+    positive and a negative (pytorch-metric-learning's ``AvgNonZeroReducer``).
+
+    **Against** ``keras.losses.Circle``: on L2-normalized embeddings the
+    per-anchor values are equal (Keras writes the same formula in cosine
+    distances), but Keras differentiates through ``alpha_p`` and
+    ``alpha_n``, so its gradients differ from the paper's, and Keras neither
+    normalizes the embeddings nor averages over the active anchors only.
+
+    Args:
+        margin: ``m >= 0``, the relaxation. Defaults to `0.4`.
+        gamma: ``gamma > 0``, the scale. Defaults to `80.0`.
+        miner: a pair miner. Defaults to `None` (every pair).
+        normalize: L2-normalize the embeddings first. Defaults to `True`.
+        average: see :mod:`tfdml.losses.base`. Defaults to `"anchors"`.
+        reduction: see :mod:`tfdml.losses.base`. Defaults to
+            `"sum_over_batch_size"`.
+        name: name of the loss. Defaults to `"circle_loss"`.
+        dtype: dtype of the returned value. Defaults to `None` (floatx).
+
+    Examples:
+
+    >>> model.compile(optimizer="adam", loss=tfdml.losses.CircleLoss(margin=0.25, gamma=256))
+
+    Reference:
+        Sun et al., "Circle loss: A unified perspective of pair similarity
+        optimization", CVPR 2020.
+    """
+
+    def __init__(self, margin: float = 0.4, gamma: float = 80.0, miner=None,
+                 normalize: bool = True, average: str = "anchors",
+                 reduction="sum_over_batch_size", name: str = "circle_loss", dtype=None):
+        self.margin = check_positive("margin", margin, allow_zero=True)
+        self.gamma = check_positive("gamma", gamma)
+        super().__init__(miner, normalize, average, reduction, name, dtype)
+
+    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
+        return _circle_per_anchor(labels, embeddings, self.margin, self.gamma, self.miner,
+                                  self.normalize, ref_embeddings, ref_labels, ref_offset)
+
+    def get_config(self):
+        return {**super().get_config(), "margin": self.margin, "gamma": self.gamma}

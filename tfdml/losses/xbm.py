@@ -1,0 +1,186 @@
+"""Cross-batch memory (Wang et al. 2020): mine against the embeddings of past batches."""
+
+from __future__ import annotations
+
+import numbers
+
+import keras
+from keras import ops as kops
+
+from tfdml import ops
+from tfdml.losses.base import AnchorTerms, LossState, MetricLoss, resolve_loss
+from tfdml.losses.class_weights import ClassWeightLoss
+
+__all__ = ["CrossBatchMemory", "MemoryBank"]
+
+
+class MemoryBank(LossState):
+    """A FIFO bank of ``memory_size`` past embeddings and their labels.
+
+    Variables (non-trainable, float32 / int32): ``embeddings [M, D]``,
+    ``labels [M]``, ``position`` (the next row to write), ``filled`` (rows
+    written so far, at most ``M``) and ``steps`` (training calls so far).
+    Under a ``tf.distribute`` strategy every replica writes the same global
+    batch, and the first replica's write is kept.
+    """
+
+    def __init__(self, memory_size, children=(), **kwargs):
+        super().__init__(children=children, needs_embedding_dim=True, **kwargs)
+        self.memory_size = memory_size
+
+    def build_state(self, embedding_dim):
+        def variable(name, shape, dtype):
+            return self.add_weight(shape=shape, initializer="zeros", dtype=dtype,
+                                   trainable=False, name=name,
+                                   aggregation="only_first_replica")
+
+        self.embeddings = variable("embeddings", (self.memory_size, embedding_dim), "float32")
+        self.labels = variable("labels", (self.memory_size,), "int32")
+        self.position = variable("position", (), "int32")
+        self.filled = variable("filled", (), "int32")
+        self.steps = variable("steps", (), "int32")
+
+    def enqueue(self, embeddings, labels):
+        """Writes a batch at ``position`` (wrapping around), oldest rows first out."""
+        size = self.memory_size
+        batch = kops.shape(labels)[0]
+        rows = (kops.cast(self.position, "int32") + kops.arange(batch, dtype="int32")) % size
+        self.embeddings.assign(kops.scatter_update(
+            self.embeddings, rows[:, None], kops.cast(kops.stop_gradient(embeddings), "float32")))
+        self.labels.assign(kops.scatter_update(self.labels, rows[:, None],
+                                               kops.cast(labels, "int32")))
+        batch = kops.cast(batch, "int32")
+        self.position.assign((self.position + batch) % size)
+        self.filled.assign(kops.minimum(self.filled + batch, size))
+        self.steps.assign(self.steps + 1)
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class CrossBatchMemory(MetricLoss):
+    """Cross-batch memory (XBM): a tfdml loss that mines against past batches too.
+
+    A FIFO bank keeps the embeddings and labels of the last ``memory_size``
+    training samples. Once it is full and ``warmup_steps`` training steps
+    have passed, each batch is scored against the reference set ``[batch;
+    bank]`` (the wrapped loss's ``ref_embeddings``), so its anchors find
+    their positives and negatives among ``B + M`` samples instead of ``B``;
+    before that, against the batch alone. Then the batch is written into the
+    bank (during ``fit``, not ``evaluate``). The bank's embeddings are
+    constants in the gradient (they came from earlier weights), the batch's
+    own are not: with an empty bank this is the wrapped loss itself.
+
+    Wang et al. use the bank after the embeddings have stabilised (their
+    warm-up), since embeddings from older weights drift; the bank is then
+    the slow part of a moving target.
+
+    The bank is the loss's state: train with
+    :class:`tfdml.models.MetricModel`, which owns it, updates it under every
+    backend (JAX's stateless training too), and saves it. Shapes are fixed
+    (``[B + M, D]`` references), so the step compiles (XLA, ``jax.jit``).
+    Under ``tf.distribute`` the loss sees the global batch (the tfdml
+    cross-replica gather), so the bank holds global batches; under
+    ``keras.distribution`` (JAX) the loss always sees the global batch.
+
+    **Differences from pytorch-metric-learning's ``CrossBatchMemory``:**
+    ``memory_size`` counts past samples only (pytorch-metric-learning's
+    memory includes the current batch); the bank is used once it is full
+    (pytorch-metric-learning uses the part filled so far); and the
+    anchors' own embeddings in the reference set keep their gradient.
+
+    Any tfdml loss that takes a reference set works: triplet, contrastive,
+    multi-similarity, margin, SupCon, NT-Xent, circle. The proxy and
+    classification losses compare with their class vectors and take no
+    reference set.
+
+    Args:
+        loss: the wrapped tfdml loss (or its config). Its reduction is
+            ignored.
+        memory_size: ``M``, the past samples kept. At least the batch size.
+            Defaults to `1024`.
+        warmup_steps: training steps before the bank is used (the bank is
+            filled meanwhile). Defaults to `0`.
+        embedding_dim: ``D``. Defaults to `None` (from the model).
+        reduction: see :mod:`tfdml.losses.base`. Defaults to
+            `"sum_over_batch_size"`.
+        name: name of the loss. Defaults to `"xbm_" + loss.name`.
+        dtype: dtype of the returned value. Defaults to `None` (floatx).
+
+    Examples:
+
+    >>> loss = tfdml.losses.CrossBatchMemory(
+    ...     tfdml.losses.ContrastiveLoss(), memory_size=8192, warmup_steps=1000)
+    >>> model = tfdml.models.MetricModel(embedder, loss)
+    >>> model.compile(optimizer="adam")
+
+    Reference:
+        Wang, Zhang, Huang, Scott, "Cross-batch memory for embedding
+        learning", CVPR 2020.
+    """
+
+    def __init__(self, loss, memory_size: int = 1024, warmup_steps: int = 0,
+                 embedding_dim=None, reduction="sum_over_batch_size", name=None, dtype=None):
+        loss = resolve_loss(loss)
+        if isinstance(loss, (ClassWeightLoss, CrossBatchMemory)):
+            raise ValueError(
+                f"CrossBatchMemory cannot wrap {type(loss).__name__}: it needs a loss that "
+                "takes a reference set (`ref_embeddings`)."
+            )
+        for arg, value, least in (("memory_size", memory_size, 1),
+                                  ("warmup_steps", warmup_steps, 0)):
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < least:
+                raise ValueError(f"`{arg}` must be an integer >= {least}. "
+                                 f"Received: {arg}={value!r}")
+        super().__init__(normalize=loss.normalize, reduction=reduction,
+                         name=name or f"xbm_{loss.name}", dtype=dtype, average=loss.average)
+        self.loss = loss
+        self.memory_size = int(memory_size)
+        self.warmup_steps = int(warmup_steps)
+        self.embedding_dim = None if embedding_dim is None else int(embedding_dim)
+
+    def _make_state(self):
+        # The wrapped loss's state holds its miners' seeds.
+        return MemoryBank(self.memory_size, children=[self.loss.state], name=f"{self.name}_state")
+
+    def build_state(self, embedding_dim=None):
+        return super().build_state(self.embedding_dim if embedding_dim is None else embedding_dim)
+
+    @property
+    def bank(self) -> MemoryBank:
+        """The :class:`MemoryBank` (built on first use)."""
+        return self.state
+
+    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
+        if ref_embeddings is not None or ref_labels is not None:
+            raise ValueError("CrossBatchMemory provides the reference set itself; "
+                             "`ref_embeddings` cannot be given.")
+        bank = self.state
+        if not bank.built:
+            self.build_state(embeddings.shape[-1])
+        batch = embeddings.shape[0]
+        if batch is not None and batch > self.memory_size:
+            raise ValueError(
+                f"`memory_size` ({self.memory_size}) must be at least the batch size ({batch}).")
+        labels = ops.cast_labels(labels, "y_true")
+        x = kops.convert_to_tensor(embeddings)
+        dtype = ops.compute_dtype(x.dtype)
+        past = kops.stop_gradient(kops.cast(bank.embeddings, dtype))
+        reference = kops.concatenate([kops.cast(x, dtype), past], axis=0)
+        bank_labels = kops.cast(bank.labels, ops.dtype_name(labels))
+        ref_labels = kops.concatenate([labels, bank_labels], axis=0)
+        with_memory = self.loss.per_anchor(labels, x, reference, ref_labels, 0)
+        alone = self.loss.per_anchor(labels, x)
+        use = kops.logical_and(bank.filled >= self.memory_size, bank.steps >= self.warmup_steps)
+        terms = AnchorTerms(*(kops.where(use, a, b) for a, b in zip(with_memory, alone,
+                                                                    strict=True)))
+        if self._training:
+            bank.enqueue(x, labels)
+        return terms
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("normalize", None)
+        config.pop("average", None)
+        config.update(loss=keras.saving.serialize_keras_object(self.loss),
+                      memory_size=self.memory_size, warmup_steps=self.warmup_steps,
+                      embedding_dim=self.embedding_dim)
+        return config
