@@ -27,10 +27,28 @@ What it measures, all in one process on one device (``jax.devices()[0]``), with 
    step, two ways: the step time minus that of the same step with a trivial loss (the mean
    of the embeddings), and the loss's own forward + backward time (as in section 1), each
    over the step time.
-5. The peer, **pytorch-metric-learning** (when importable) on the same device with PyTorch:
+5. **Pair losses with a softmax, and cross-batch memory**, at ``B`` = 512 and 8192
+   (``--state-sizes``): ``SupConLoss()``, ``NTXentLoss()``, ``CircleLoss()`` and
+   ``CrossBatchMemory(ContrastiveLoss(), memory_size=4 * B)`` with a full bank (random
+   embeddings and labels; the bank's variables are inputs of the compiled step, and the
+   updated bank is one of its outputs, as in a training step), next to the floor.
+6. **Losses with class vectors** at ``B`` = 512 and 8192 and ``C`` = 1,000 and 100,000
+   classes (``--classes``): the functional forms ``proxy_anchor_loss``, ``proxy_nca_loss``,
+   ``normalized_softmax_loss``, ``cosface_loss``, ``arcface_loss``,
+   ``subcenter_arcface_loss`` (3 sub-centres) and ``soft_triple_loss`` (10 centres), with the
+   defaults of their classes, on one fixed random array of class vectors (``[C, D]`` or
+   ``[C, k, D]``); the gradient is taken with respect to the embeddings **and** the class
+   vectors (what a training step needs). Class ids: the ``B / 4`` batch classes modulo ``C``.
+   Their floor, the *class floor*, is L2-normalize both + ``B x C`` matmul + sum, with the
+   same two gradients. The ``B x C`` cosines take 3.3 GB at ``B = 8192``, ``C = 100,000``
+   (``[B, C, k]``: ``k`` times that); before timing, the section compiles each loss at small
+   sizes and checks that no tensor of the compiled program has ``B x C x D`` elements.
+7. The peer, **pytorch-metric-learning** (when importable) on the same device with PyTorch:
    ``MultiSimilarityLoss`` + ``MultiSimilarityMiner``, ``TripletMarginLoss`` +
    ``BatchHardMiner``, ``TripletMarginLoss`` + ``TripletMarginMiner("semihard")``, forward +
-   backward, same ``B`` and ``D``.
+   backward, same ``B`` and ``D``; ``SupConLoss`` at the sizes of section 5, and
+   ``ProxyAnchorLoss`` and ``ArcFaceLoss`` (its default margin, 28.6 degrees) at those of
+   section 6, with the gradient of their own class vectors too.
 
 Timing: after 2 warm-up calls (compilation), the median of ``--repeats`` calls, each
 waited for (``block_until_ready`` / ``torch.cuda.synchronize``). A configuration that runs
@@ -59,6 +77,26 @@ SMALL_SIZES = (64, 128, 256)
 LOSSES = ("floor", "nca2-ephn", "margin-semihard", "ms", "margin-dw")
 SMALL_LOSSES = ("fappy-0.01", "loop-ms")
 PEERS = ("pml-ms", "pml-batchhard", "pml-semihard")
+STATE_SIZES = (512, 8192)
+SMALL_STATE_SIZES = (64, 256)
+CLASSES = (1000, 100000)
+SMALL_CLASSES = (10, 1000)
+PAIR_LOSSES = ("supcon", "ntxent", "circle", "xbm-contrastive")
+XBM_MEMORY_FACTOR = 4  # xbm-contrastive: memory_size = 4 * B
+# The losses with class vectors: functional form in tfdml.losses and vectors per class (None:
+# one, [C, D]; k: [C, k, D]), each its class's default. None: the class floor.
+CLASS_LOSSES = {
+    "class-floor": (None, None),
+    "proxy-anchor": ("proxy_anchor_loss", None),
+    "proxy-nca": ("proxy_nca_loss", None),
+    "normalized-softmax": ("normalized_softmax_loss", None),
+    "cosface": ("cosface_loss", None),
+    "arcface": ("arcface_loss", None),
+    "subcenter-arcface": ("subcenter_arcface_loss", 3),
+    "soft-triple": ("soft_triple_loss", 10),
+}
+PAIR_PEERS = ("pml-supcon",)
+CLASS_PEERS = ("pml-proxy-anchor", "pml-arcface")
 LABELS = {
     "floor": "floor (normalize + B x B matmul + sum)",
     "nca2-ephn": "TripletNCALoss(order=2), EPHN",
@@ -70,6 +108,21 @@ LABELS = {
     "pml-ms": "pml MultiSimilarityLoss + MultiSimilarityMiner",
     "pml-batchhard": "pml TripletMarginLoss + BatchHardMiner",
     "pml-semihard": "pml TripletMarginLoss + TripletMarginMiner('semihard')",
+    "supcon": "SupConLoss()",
+    "ntxent": "NTXentLoss()",
+    "circle": "CircleLoss()",
+    "xbm-contrastive": "CrossBatchMemory(ContrastiveLoss(), memory_size=4*B), full bank",
+    "class-floor": "class floor (normalize + B x C matmul + sum)",
+    "proxy-anchor": "proxy_anchor_loss",
+    "proxy-nca": "proxy_nca_loss",
+    "normalized-softmax": "normalized_softmax_loss",
+    "cosface": "cosface_loss",
+    "arcface": "arcface_loss",
+    "subcenter-arcface": "subcenter_arcface_loss, 3 sub-centres",
+    "soft-triple": "soft_triple_loss, 10 centres",
+    "pml-supcon": "pml SupConLoss",
+    "pml-proxy-anchor": "pml ProxyAnchorLoss",
+    "pml-arcface": "pml ArcFaceLoss",
 }
 
 
@@ -117,11 +170,30 @@ def tfdml_loss(name):
         return losses.FAPPYLoss(min_bin_width=0.01)
     if name == "loop-ms":
         return losses.LoOpLoss(base="multi_similarity")
+    if name == "supcon":
+        return losses.SupConLoss()
+    if name == "ntxent":
+        return losses.NTXentLoss()
+    if name == "circle":
+        return losses.CircleLoss()
     raise ValueError(name)
 
 
-def jax_step(name, labels, compute_dtype="float32"):
-    """A jitted ``x -> (loss, d loss / d x)`` for the loss ``name`` (``"floor"``: the floor)."""
+def _unit_rows(x):
+    import jax
+    import jax.numpy as jnp
+
+    return x * jax.lax.rsqrt(jnp.maximum(jnp.sum(x * x, axis=-1, keepdims=True), 1e-12))
+
+
+def jax_step(name, labels, compute_dtype="float32", dim=None):
+    """A jitted ``x -> (loss, d loss / d x)`` for the loss ``name`` (``"floor"``: the floor).
+
+    A loss with state (a miner's seed, ``MarginLoss``'s beta, a memory bank) gets its
+    variables as inputs of the compiled function, as Keras' JAX trainer passes those of
+    the ``tfdml.models.MetricModel`` that owns them, and returns their new values (an
+    updated memory bank) as an auxiliary output.
+    """
     import jax
     import jax.numpy as jnp
     import keras
@@ -129,29 +201,119 @@ def jax_step(name, labels, compute_dtype="float32"):
     labels = jnp.asarray(labels)
     if name == "floor":
         def value(x):
-            x = x.astype(compute_dtype)
-            x = x * jax.lax.rsqrt(jnp.maximum(jnp.sum(x * x, axis=1, keepdims=True), 1e-12))
+            x = _unit_rows(x.astype(compute_dtype))
             return jnp.sum(x @ x.T)
+
+        return jax.jit(jax.value_and_grad(value))
+    if name == "xbm-contrastive":
+        loss, values = xbm_loss(len(labels), dim)
     else:
         loss = tfdml_loss(name)
-        state = loss_variables(loss)
+        values = None
+    state = loss_variables(loss, dim)
+    if values is None:
+        values = [v.value for v in state]
 
-        def value(x):
-            # The loss's variables (a miner's seed, MarginLoss's beta) as explicit state, as
-            # Keras' JAX trainer passes those of a model the loss is attached to.
-            with keras.StatelessScope(state_mapping=[(v, v.value) for v in state]):
-                return loss(labels, x.astype(compute_dtype))
+    def value(x, values):
+        with keras.StatelessScope(state_mapping=list(zip(state, values, strict=True))) as scope:
+            result = loss(labels, x.astype(compute_dtype))
+        updated = [scope.get_current_value(v) for v in state]
+        return result, [old if new is None else new for old, new in zip(values, updated,
+                                                                        strict=True)]
 
-    return jax.jit(jax.value_and_grad(value))
+    step = jax.jit(jax.value_and_grad(value, has_aux=True))
+    return lambda x: step(x, values)
 
 
-def loss_variables(loss):
-    """The variables a model owns once ``loss.attach(model)``: seeds and learned weights."""
-    import keras
+def loss_variables(loss, dim=None):
+    """The variables of the loss's state (seeds, learned weights, a memory bank), built."""
+    state = loss.build_state(dim)
+    return [] if state is None else list(state.variables)
 
-    holder = keras.Model()
-    loss.attach(holder)
-    return list(holder.variables)
+
+def xbm_loss(batch, dim):
+    """``CrossBatchMemory(ContrastiveLoss())`` and the values of its variables with a full
+    bank of random embeddings and labels."""
+    import jax.numpy as jnp
+
+    import tfdml
+
+    memory = XBM_MEMORY_FACTOR * batch
+    loss = tfdml.losses.CrossBatchMemory(tfdml.losses.ContrastiveLoss(), memory_size=memory)
+    bank = loss.build_state(dim)
+    rng = np.random.default_rng(4)
+    full = {
+        id(bank.embeddings): rng.standard_normal((memory, dim)).astype("float32"),
+        id(bank.labels): rng.integers(0, max(1, batch // 4), memory).astype("int32"),
+        id(bank.filled): np.asarray(memory, "int32"),
+    }
+    values = [jnp.asarray(full[id(v)]) if id(v) in full else v.value
+              for v in loss_variables(loss, dim)]
+    return loss, values
+
+
+def class_vectors(name, classes, dim, seed=5):
+    """The fixed random class vectors of a class loss: ``[C, D]`` or ``[C, k, D]``."""
+    per_class = CLASS_LOSSES[name][1]
+    shape = (classes, dim) if per_class is None else (classes, per_class, dim)
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(shape, dtype=np.float32) / np.float32(np.sqrt(dim)))
+
+
+def class_value_fn(name, labels):
+    """``(x, w) -> loss`` for a class loss (its functional form) or the class floor."""
+    import jax.numpy as jnp
+
+    import tfdml
+
+    func_name = CLASS_LOSSES[name][0]
+    labels = jnp.asarray(labels)
+    if func_name is None:
+        def value(x, w):
+            return jnp.sum(_unit_rows(x) @ _unit_rows(w).T)
+
+        return value
+    loss = getattr(tfdml.losses, func_name)
+    return lambda x, w: loss(labels, x, w)
+
+
+def class_step(name, labels):
+    """A jitted ``(x, w) -> (loss, (d loss / d x, d loss / d w))``."""
+    import jax
+
+    return jax.jit(jax.value_and_grad(class_value_fn(name, labels), argnums=(0, 1)))
+
+
+def class_labels(batch, classes):
+    _, labels = make_inputs(batch, 1)
+    return labels % classes
+
+
+def time_class_loss(name, batch, classes, dim, repeats):
+    import jax.numpy as jnp
+
+    x, _ = make_inputs(batch, dim)
+    step = class_step(name, class_labels(batch, classes))
+    xj = jnp.asarray(x)
+    wj = jnp.asarray(class_vectors(name, classes, dim))
+    return time_calls(lambda: step(xj, wj), jax_block, repeats)
+
+
+_SHAPE = __import__("re").compile(r"\b(?:pred|[fsu](?:8|16|32|64)|bf16)\[([0-9,]*)\]")
+
+
+def largest_compiled_tensor(name, batch=64, classes=96, dim=48):
+    """The element count of the largest array in the optimized program of a class loss's
+    value and gradients (compiled, not run), at small sizes, and ``B * C * D``."""
+    import jax.numpy as jnp
+
+    x, _ = make_inputs(batch, dim)
+    step = class_step(name, class_labels(batch, classes))
+    text = step.lower(jnp.asarray(x),
+                      jnp.asarray(class_vectors(name, classes, dim))).compile().as_text()
+    largest = max(int(np.prod([int(d) for d in m.group(1).split(",") if d] or [1]))
+                  for m in _SHAPE.finditer(text))
+    return largest, batch * classes * dim
 
 
 def jax_block(out):
@@ -164,7 +326,7 @@ def time_jax_loss(name, batch, dim, repeats):
     import jax.numpy as jnp
 
     x, labels = make_inputs(batch, dim)
-    step = jax_step(name, labels)
+    step = jax_step(name, labels, dim=dim)
     xj = jnp.asarray(x)
     return time_calls(lambda: step(xj), jax_block, repeats)
 
@@ -172,24 +334,34 @@ def time_jax_loss(name, batch, dim, repeats):
 # -- the peer on PyTorch ----------------------------------------------------------------------
 
 
-def peer_step(name, labels, dim):
+def peer_step(name, labels, dim, classes=None):
     import torch
     from pytorch_metric_learning import losses, miners
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     y = torch.as_tensor(labels, device=device).long()
+    miner = None
     if name == "pml-ms":
         loss, miner = losses.MultiSimilarityLoss(), miners.MultiSimilarityMiner()
     elif name == "pml-batchhard":
         loss, miner = losses.TripletMarginLoss(), miners.BatchHardMiner()
     elif name == "pml-semihard":
         loss, miner = losses.TripletMarginLoss(), miners.TripletMarginMiner(type_of_triplets="semihard")
+    elif name == "pml-supcon":
+        loss = losses.SupConLoss()
+    elif name == "pml-proxy-anchor":
+        loss = losses.ProxyAnchorLoss(num_classes=classes, embedding_size=dim)
+    elif name == "pml-arcface":
+        loss = losses.ArcFaceLoss(num_classes=classes, embedding_size=dim)
     else:
         raise ValueError(name)
+    loss = loss.to(device)
 
     def step(x):
         x = x.detach().requires_grad_(True)
-        value = loss(x, y, miner(x, y))
+        for p in loss.parameters():  # the class vectors: a fresh gradient each step
+            p.grad = None
+        value = loss(x, y, miner(x, y)) if miner is not None else loss(x, y)
         value.backward()
         return x.grad
 
@@ -200,11 +372,13 @@ def peer_step(name, labels, dim):
     return step, block, device
 
 
-def time_peer(name, batch, dim, repeats):
+def time_peer(name, batch, dim, repeats, classes=None):
     import torch
 
     x, labels = make_inputs(batch, dim)
-    step, block, device = peer_step(name, labels, dim)
+    if classes is not None:
+        labels = labels % classes
+    step, block, device = peer_step(name, labels, dim, classes)
     xt = torch.as_tensor(x, device=device)
     try:
         return time_calls(lambda: step(xt), block, repeats)
@@ -242,6 +416,27 @@ def loss_table(names, sizes, dim, repeats, timer, floors=None):
             rows.append(f"| {LABELS[name]} | {batch} | {fmt_ms(seconds, note)} | {ratio} |")
             print(rows[-1], flush=True)
     return rows, floors
+
+
+def class_table(names, sizes, classes, dim, repeats, timer):
+    """Rows ``| loss | B | C | ms | / class floor |``; ``timer(name, B, C, D, repeats)``."""
+    rows = []
+    for num_classes in classes:
+        for batch in sizes:
+            floor = None
+            for name in names:
+                seconds, note = measure(timer, name, batch, num_classes, dim, repeats)
+                if name == "class-floor":
+                    floor = seconds
+                ratio = "" if seconds is None or not floor else f"{seconds / floor:.2f}"
+                rows.append(f"| {LABELS[name]} | {batch} | {num_classes} | "
+                            f"{fmt_ms(seconds, note)} | {ratio} |")
+                print(rows[-1], flush=True)
+    return rows
+
+
+def time_class_peer(name, batch, classes, dim, repeats):
+    return time_peer(name, batch, dim, repeats, classes)
 
 
 def recall_section(num, dim, repeats):
@@ -289,7 +484,7 @@ def resnet_section(batch, image, dim, repeats):
 
     with_loss = step_time(tfdml.losses.MultiSimilarityLoss())
     trivial = step_time(lambda y_true, y_pred: keras.ops.mean(y_pred))
-    loss_step = jax_step("ms", labels, compute_dtype="float32")
+    loss_step = jax_step("ms", labels, compute_dtype="float32", dim=dim)
     emb = jnp.asarray(np.random.default_rng(3).standard_normal((batch, dim)), "float32")
     loss_time = time_calls(lambda: loss_step(emb), jax_block, repeats)
     return (f"| ResNet50 {image} px, batch {batch}, mixed_bfloat16, MultiSimilarityLoss | "
@@ -329,8 +524,14 @@ def main(argv=None):
     parser.add_argument("--sizes", type=int, nargs="+", default=None)
     parser.add_argument("--dim", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--sections", nargs="+", default=["losses", "small", "recall", "resnet",
-                                                          "peer"])
+    parser.add_argument("--state-sizes", type=int, nargs="+", default=None,
+                        help="B of the pair-softmax, XBM and class-vector losses "
+                             "(default: 512 8192; --small: 64 256)")
+    parser.add_argument("--classes", type=int, nargs="+", default=None,
+                        help="C of the class-vector losses (default: 1000 100000; "
+                             "--small: 10 1000)")
+    parser.add_argument("--sections", nargs="+", default=["losses", "small", "pairs", "classes",
+                                                          "recall", "resnet", "peer"])
     parser.add_argument("--output", default=None)
     args = parser.parse_args(argv)
 
@@ -342,6 +543,8 @@ def main(argv=None):
     sizes = args.sizes or (SMALL_SIZES if small else SIZES)
     dim = args.dim or (64 if small else 512)
     repeats = args.repeats or (3 if small else 10)
+    state_sizes = args.state_sizes or (SMALL_STATE_SIZES if small else STATE_SIZES)
+    classes = args.classes or (SMALL_CLASSES if small else CLASSES)
     lines = [
         "# tfdml on a GPU: the multi-backend core under Keras' JAX backend (XLA)",
         "",
@@ -362,6 +565,25 @@ def main(argv=None):
         rows, _ = loss_table(("floor",) + SMALL_LOSSES, small_sizes, dim, repeats,
                              time_jax_loss, dict(floors))
         lines += ["## FAPPY and LoOp", ""] + header + rows + [""]
+    if "pairs" in args.sections:
+        rows, _ = loss_table(("floor",) + PAIR_LOSSES, state_sizes, dim, repeats, time_jax_loss)
+        lines += ["## SupCon, NT-Xent, circle and cross-batch memory", ""] + header + rows + [""]
+    if "classes" in args.sections:
+        checks = []
+        for name in CLASS_LOSSES:
+            largest, cube = largest_compiled_tensor(name)
+            checks.append(f"{name} {largest}")
+            if largest >= cube:
+                raise AssertionError(f"{name}: a compiled tensor has {largest} >= B x C x D = "
+                                     f"{cube} elements")
+        note = ("Largest tensor of each compiled program at B = 64, C = 96, D = 48 "
+                f"(B x C x D = {64 * 96 * 48} elements): " + ", ".join(checks) + ".")
+        print(note, flush=True)
+        rows = class_table(tuple(CLASS_LOSSES), state_sizes, classes, dim, repeats,
+                           time_class_loss)
+        lines += ["## Losses with class vectors (gradients w.r.t. embeddings and vectors)", "",
+                  "| loss | B | C | forward + backward (ms) | / class floor |",
+                  "|---|---|---|---|---|"] + rows + ["", note, ""]
     if "recall" in args.sections:
         num = 4000 if small else 60000
         row = recall_section(num, dim, max(1, repeats // 3))
@@ -385,6 +607,15 @@ def main(argv=None):
             rows, _ = loss_table(PEERS, sizes, dim, repeats, time_peer, {})
             lines += ["## pytorch-metric-learning (PyTorch, same device)", ""]
             lines += ["| loss | B | forward + backward (ms) | |", "|---|---|---|---|"] + rows + [""]
+            if "pairs" in args.sections:
+                rows, _ = loss_table(PAIR_PEERS, state_sizes, dim, repeats, time_peer, {})
+                lines += ["| loss | B | forward + backward (ms) | |",
+                          "|---|---|---|---|"] + rows + [""]
+            if "classes" in args.sections:
+                rows = class_table(CLASS_PEERS, state_sizes, classes, dim, repeats,
+                                   time_class_peer)
+                lines += ["| loss | B | C | forward + backward (ms) | |",
+                          "|---|---|---|---|---|"] + rows + [""]
     report = "\n".join(lines)
     print(report)
     if args.output:

@@ -21,6 +21,28 @@ computes them (a ``B x B x B`` tensor; not run when it would exceed ``TILED_LIMI
 With a ``tfa-*`` loss the report ends with their values and gradients on float16 and
 bfloat16 embeddings (mixed-precision policies) against float64, at B = 128 and 512.
 
+The losses with state (``--losses``, not run by default):
+
+* the losses with learned class vectors, ``proxy-anchor``, ``proxy-nca``,
+  ``normalized-softmax``, ``cosface``, ``arcface``, ``subcenter-arcface`` (3 sub-centres per
+  class) and ``soft-triple`` (10 centres per class), each with its class's default settings.
+  They are timed through their **functional forms** (``tfdml.losses.proxy_anchor_loss``...)
+  with one fixed random ``tf.Variable`` of class vectors (``[C, D]``, or ``[C, k, D]``;
+  standard normal / sqrt(D), seed ``SEED + 1``), ``C = --classes`` (default 1000), and
+  **their gradient is taken with respect to the embeddings and the class vectors**, as a
+  training step needs both. Class ids are the ``B/4`` batch classes modulo ``C``.
+  ``class-floor`` is their yardstick: L2-normalize the embeddings and the ``[C, D]`` vectors,
+  ``B x C`` matmul, sum, with the same two gradients; the ratio column still divides by the
+  ``B x B`` floor, so compare a class loss with ``class-floor`` at the same B and XLA setting;
+* ``supcon``, ``ntxent``, ``circle``: ``SupConLoss()``, ``NTXentLoss()``, ``CircleLoss()``
+  (all pairs of the batch);
+* ``xbm-contrastive``: ``CrossBatchMemory(ContrastiveLoss(), memory_size=4 * B)`` with its bank
+  built (``loss.build_state(D)``) and filled with random embeddings and labels before the first
+  call, so that every call mines against ``B + 4B`` references and writes the batch into the
+  bank (a training call). It also computes the loss against the batch alone (its no-memory
+  branch, selected with ``where``), so expect about ``(5 + 1) x`` the pair work of the plain
+  ``ContrastiveLoss``.
+
 Each (loss, B, XLA) configuration runs in a fresh worker process (this file run with
 ``--worker``), so that the peak resident set size (``ru_maxrss``) belongs to that
 configuration alone: it is read before the first loss call, after the warm-up calls and
@@ -36,6 +58,7 @@ the ratios are the comparable quantity.
 Usage::
 
     python benchmarks/loss_speed.py [--sizes 128 512 2048] [--dim 512] [--repeats N]
+                                    [--classes 1000] [--losses NAME ...]
                                     [--output benchmarks/results/loss_speed.md]
 """
 
@@ -76,7 +99,34 @@ LOSS_LABELS = {
     "tiled-semihard": "semi-hard triplet loss computed as TFA does (B x B x B)",
     "tfa-lifted": "tfdml.compat.tfa LiftedStructLoss (O(B^2))",
     "tiled-lifted": "lifted structured loss computed as TFA does (B x B x B)",
+    "class-floor": "class floor (normalize x and [C, D] vectors + B x C matmul + sum; "
+                   "gradients w.r.t. both)",
+    "proxy-anchor": "proxy_anchor_loss (ProxyAnchorLoss), [C, D] proxies",
+    "proxy-nca": "proxy_nca_loss (ProxyNCALoss), [C, D] proxies",
+    "normalized-softmax": "normalized_softmax_loss (NormalizedSoftmaxLoss), [C, D] weights",
+    "cosface": "cosface_loss (CosFaceLoss), [C, D] weights",
+    "arcface": "arcface_loss (ArcFaceLoss), [C, D] weights",
+    "subcenter-arcface": "subcenter_arcface_loss (SubCenterArcFaceLoss), [C, 3, D] sub-centres",
+    "soft-triple": "soft_triple_loss (SoftTripleLoss), [C, 10, D] centres",
+    "supcon": "SupConLoss()",
+    "ntxent": "NTXentLoss()",
+    "circle": "CircleLoss()",
+    "xbm-contrastive": "CrossBatchMemory(ContrastiveLoss(), memory_size=4*B), bank full",
 }
+# The losses with learned class vectors: functional form in tfdml.losses and vectors per class
+# (None: one, [C, D]; k: [C, k, D]), each its class's default. None: the class floor.
+CLASS_LOSSES = {
+    "class-floor": (None, None),
+    "proxy-anchor": ("proxy_anchor_loss", None),
+    "proxy-nca": ("proxy_nca_loss", None),
+    "normalized-softmax": ("normalized_softmax_loss", None),
+    "cosface": ("cosface_loss", None),
+    "arcface": ("arcface_loss", None),
+    "subcenter-arcface": ("subcenter_arcface_loss", 3),
+    "soft-triple": ("soft_triple_loss", 10),
+}
+DEFAULT_CLASSES = 1000
+XBM_MEMORY_FACTOR = 4  # xbm-contrastive: memory_size = 4 * B
 TILED_LIMIT_GIB = 8.0  # a tiled configuration needing more (B^3 float32) is reported, not run
 ALL_LOSSES = tuple(LOSS_LABELS)
 SAMPLES_PER_CLASS = 4
@@ -119,11 +169,72 @@ def _make_inputs(batch, dim):
     return labels, embeddings
 
 
-def _loss_fn(name):
+def _class_loss_fn(name, dim, classes):
+    """A class loss's functional form on a fixed random variable of class vectors.
+
+    The returned function has the attribute ``class_vectors``: a tuple with the variable of
+    class vectors, whose gradient the step computes with the embeddings'.
+    """
+    import numpy as np
     import tensorflow as tf
 
     import tfdml
 
+    func_name, per_class = CLASS_LOSSES[name]
+    shape = (classes, dim) if per_class is None else (classes, per_class, dim)
+    rng = np.random.default_rng(SEED + 1)
+    vectors = tf.Variable((rng.standard_normal(shape) / np.sqrt(dim)).astype(np.float32),
+                          name="class_vectors")
+    if func_name is None:
+
+        def fn(labels, embeddings):
+            del labels
+            x = tfdml.ops.l2_normalize(embeddings)
+            w = tfdml.ops.l2_normalize(vectors)
+            return tf.reduce_sum(tf.matmul(x, w, transpose_b=True))
+
+    else:
+        loss = getattr(tfdml.losses, func_name)
+
+        def fn(labels, embeddings):
+            return loss(labels, embeddings, vectors)
+
+    fn.class_vectors = (vectors,)
+    return fn
+
+
+def _xbm_loss(batch, dim):
+    """``CrossBatchMemory(ContrastiveLoss())`` with a full bank of random embeddings."""
+    import numpy as np
+
+    import tfdml
+
+    memory = XBM_MEMORY_FACTOR * batch
+    loss = tfdml.losses.CrossBatchMemory(tfdml.losses.ContrastiveLoss(), memory_size=memory)
+    bank = loss.build_state(dim)
+    rng = np.random.default_rng(SEED + 2)
+    bank.embeddings.assign(rng.standard_normal((memory, dim), dtype=np.float32))
+    bank.labels.assign(rng.integers(0, max(1, batch // SAMPLES_PER_CLASS), memory,
+                                    dtype=np.int32))
+    bank.filled.assign(memory)
+    return loss
+
+
+def _loss_fn(name, batch=None, dim=None, classes=DEFAULT_CLASSES):
+    import tensorflow as tf
+
+    import tfdml
+
+    if name in CLASS_LOSSES:
+        return _class_loss_fn(name, dim, classes)
+    if name == "xbm-contrastive":
+        return _xbm_loss(batch, dim)
+    if name == "supcon":
+        return tfdml.losses.SupConLoss()
+    if name == "ntxent":
+        return tfdml.losses.NTXentLoss()
+    if name == "circle":
+        return tfdml.losses.CircleLoss()
     if name == "floor":
 
         def floor(labels, embeddings):
@@ -216,26 +327,31 @@ def _tiled_lifted(labels, embeddings, margin=1.0):
 
 
 def _step(fn, xla):
+    """The loss value and its gradients w.r.t. the embeddings (and ``fn.class_vectors``,
+    the class vectors of a class loss) in one ``tf.function``."""
     import tensorflow as tf
+
+    variables = list(getattr(fn, "class_vectors", ()))
 
     @tf.function(jit_compile=xla)
     def step(labels, embeddings):
         with tf.GradientTape() as tape:
             tape.watch(embeddings)
             value = fn(labels, embeddings)
-        return value, tape.gradient(value, embeddings)
+        return value, tape.gradient(value, [embeddings] + variables)
 
     return step
 
 
 def _call(step, labels, embeddings):
-    value, grad = step(labels, embeddings)
+    value, grads = step(labels, embeddings)
     # Fetching the results waits for the computation to finish.
     value.numpy()
-    grad.numpy()
+    for grad in grads:
+        grad.numpy()
 
 
-def _measure(loss, batch, dim, xla, repeats):
+def _measure(loss, batch, dim, xla, repeats, classes=DEFAULT_CLASSES):
     import keras
     import tensorflow as tf
 
@@ -243,11 +359,13 @@ def _measure(loss, batch, dim, xla, repeats):
         raise MemoryError(f"not run: one [B, B, B] float32 tensor needs "
                           f"{batch**3 * 4 / 2**30:.0f} GiB (limit {TILED_LIMIT_GIB:g} GiB)")
     labels_np, embeddings_np = _make_inputs(batch, dim)
+    if loss in CLASS_LOSSES:
+        labels_np = labels_np % classes  # class ids must index the class vectors
     labels = tf.constant(labels_np)
     embeddings = tf.constant(embeddings_np)
-    step = _step(_loss_fn(loss), xla)
+    step = _step(_loss_fn(loss, batch, dim, classes), xla)
 
-    result = {"loss": loss, "batch": batch, "dim": dim, "xla": xla,
+    result = {"loss": loss, "batch": batch, "dim": dim, "xla": xla, "classes": classes,
               "versions": {"tensorflow": tf.__version__, "keras": keras.__version__}}
     result["rss_base_kib"] = _peak_rss_kib()
     result["rss_base_current_kib"] = _current_rss_kib()
@@ -269,7 +387,7 @@ def _measure(loss, batch, dim, xla, repeats):
     else:
         # The floor, compiled only now so that it does not affect the loss's memory readings,
         # timed in rounds alternating with the loss so that both see the same machine load.
-        floor = _step(_loss_fn("floor"), xla)
+        floor = _step(_loss_fn("floor", batch, dim, classes), xla)
         for _ in range(WARMUP_CALLS):
             _call(floor, labels, embeddings)
         times, floor_times = _timed_rounds([step, floor], labels, embeddings, repeats)
@@ -314,10 +432,11 @@ def _log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def _spawn(loss, batch, dim, xla, repeats):
+def _spawn(loss, batch, dim, xla, repeats, classes=DEFAULT_CLASSES):
     cmd = [
         sys.executable, os.path.abspath(__file__), "--worker",
         "--loss", loss, "--batch", str(batch), "--dim", str(dim), "--xla", str(int(xla)),
+        "--classes", str(classes),
     ]
     if repeats is not None:
         cmd += ["--repeats", str(repeats)]
@@ -566,7 +685,7 @@ def run_driver(args):
     for i, (loss, batch, xla) in enumerate(configs, 1):
         _log(f"[{i}/{len(configs)}] {loss} B={batch} D={args.dim} XLA={'on' if xla else 'off'} ...")
         t = time.perf_counter()
-        result = _spawn(loss, batch, args.dim, xla, args.repeats)
+        result = _spawn(loss, batch, args.dim, xla, args.repeats, args.classes)
         if "error" in result:
             _log(f"    FAILED: {result['error']}")
         else:
@@ -612,6 +731,9 @@ def main(argv=None):
                              f"{MIN_REPEATS}-{MAX_REPEATS} within about {TIME_BUDGET_S:g} s)")
     parser.add_argument("--output", default="benchmarks/results/loss_speed.md",
                         help="markdown file to write the report to ('' to skip)")
+    parser.add_argument("--classes", type=int, default=DEFAULT_CLASSES,
+                        help="number of classes C of the losses with class vectors "
+                             f"(default: {DEFAULT_CLASSES})")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--losses", nargs="+", choices=ALL_LOSSES, default=list(LOSSES),
                         help="losses to run (default: " + " ".join(LOSSES) + ")")
@@ -623,9 +745,12 @@ def main(argv=None):
         parser.error("--repeats must be >= 1")
     if any(b < 2 for b in args.sizes) or args.dim < 1:
         parser.error("--sizes must be >= 2 and --dim >= 1")
+    if args.classes < 1:
+        parser.error("--classes must be >= 1")
     if args.worker:
         try:
-            result = _measure(args.loss, args.batch, args.dim, bool(args.xla), args.repeats)
+            result = _measure(args.loss, args.batch, args.dim, bool(args.xla), args.repeats,
+                              args.classes)
         except Exception as e:  # reported as a failed row (e.g. an out-of-memory error)
             message = str(e).strip().splitlines()[0] if str(e).strip() else ""
             result = {

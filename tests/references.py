@@ -1347,3 +1347,250 @@ def tfa_npairs(labels, similarities):
         log_z = np.log(np.sum(np.exp(s[a] - s[a].max()))) + s[a].max()
         out.append(-sum((s[a, c] - log_z) / len(same) for c in same))
     return float(np.mean(out))
+
+
+# == proxy and classification losses: learned class vectors =======================================
+#
+# Every loss below compares the L2-normalized embedding x_b with L2-normalized class vectors
+# (one per class, [C, D], or k per class, [C, k, D]) by their cosine, loops over samples and
+# classes, and returns ``(value, per_sample)`` with ``value`` the mean of the list
+# ``per_sample`` (Proxy Anchor, a sum over proxies, returns its value only).
+
+
+def logsumexp(values):
+    """``log(sum exp(v))`` of a list of floats (the largest subtracted first); -inf if empty."""
+    values = [float(v) for v in values]
+    if not values:
+        return -math.inf
+    top = max(values)
+    return top + math.log(sum(math.exp(v - top) for v in values))
+
+
+def cross_entropy(logits, target):
+    """``-log softmax(logits)[target]`` of a list of floats."""
+    return logsumexp(logits) - logits[target]
+
+
+def unit_class_vectors(weights):
+    """``[C, D]`` or ``[C, k, D]`` class vectors, each vector L2-normalized (float64)."""
+    w = np.asarray(weights, dtype=np.float64)
+    flat = l2_normalize(w.reshape(-1, w.shape[-1]))
+    return flat.reshape(w.shape)
+
+
+def class_cosines(embeddings, weights):
+    """``cos[b][c]`` (``[C, D]`` weights) or ``cos[b][c][j]`` (``[C, k, D]``), nested lists."""
+    x = l2_normalize(embeddings).tolist()
+    w = unit_class_vectors(weights)
+    out = []
+    for b in range(len(x)):
+        row = []
+        for c in range(w.shape[0]):
+            if w.ndim == 2:
+                row.append(dot(x[b], w[c]))
+            else:
+                row.append([dot(x[b], w[c, j]) for j in range(w.shape[1])])
+        out.append(row)
+    return out
+
+
+def _class_ids(labels):
+    return [int(v) for v in np.asarray(labels).reshape(-1)]
+
+
+def _mean_of_samples(per_sample):
+    return _mean(per_sample), per_sample
+
+
+def proxy_anchor_loss(labels, embeddings, proxies, margin=0.1, alpha=32.0, sample_weight=None):
+    """Proxy Anchor loss (Kim et al. 2020). Returns the value.
+
+    Per proxy ``c``: ``pos_c = log(1 + sum_{b: y_b = c} w_b exp(-alpha (cos_bc - margin)))``
+    and ``neg_c = log(1 + sum_{b: y_b != c} w_b exp(alpha (cos_bc + margin)))``; the
+    value is ``sum_c pos_c / #(classes with a sample) + sum_c neg_c / C``. ``w_b`` is
+    the sample weight (1 without); a sample of weight 0 is left out altogether.
+    """
+    labels = _class_ids(labels)
+    cos = class_cosines(embeddings, proxies)
+    num_classes = np.asarray(proxies).shape[0]
+    weights = [1.0] * len(labels) if sample_weight is None else [
+        float(w) for w in np.asarray(sample_weight).reshape(-1)]
+    positive_total, present, negative_total = 0.0, 0, 0.0
+    for c in range(num_classes):
+        pull, push, has_sample = 0.0, 0.0, False
+        for b in range(len(labels)):
+            if weights[b] == 0.0:
+                continue
+            if labels[b] == c:
+                pull += weights[b] * math.exp(-alpha * (cos[b][c] - margin))
+                has_sample = True
+            else:
+                push += weights[b] * math.exp(alpha * (cos[b][c] + margin))
+        if has_sample:
+            positive_total += math.log1p(pull)
+            present += 1
+        negative_total += math.log1p(push)
+    return (positive_total / present if present else 0.0) + negative_total / num_classes
+
+
+def proxy_nca_loss(labels, embeddings, proxies, scale=1.0):
+    """Proxy-NCA: per sample ``-log softmax_y(-scale |x - p_c|^2)`` over all ``C`` proxies."""
+    labels = _class_ids(labels)
+    x = l2_normalize(embeddings)
+    p = unit_class_vectors(proxies)
+    per_sample = []
+    for b in range(len(labels)):
+        logits = [-scale * squared_distance(x[b], p[c]) for c in range(p.shape[0])]
+        per_sample.append(cross_entropy(logits, labels[b]))
+    return _mean_of_samples(per_sample)
+
+
+def normalized_softmax_loss(labels, embeddings, weights, temperature=0.05):
+    """Normalized softmax: per sample the cross-entropy of ``cos_c / temperature``."""
+    labels = _class_ids(labels)
+    cos = class_cosines(embeddings, weights)
+    per_sample = [cross_entropy([c / temperature for c in cos[b]], labels[b])
+                  for b in range(len(labels))]
+    return _mean_of_samples(per_sample)
+
+
+def _target_margin_loss(labels, cos, scale, target_logit):
+    """Cross-entropy of ``scale * cos_c``, the target column ``scale * target_logit(cos_y)``."""
+    per_sample = []
+    for b in range(len(labels)):
+        y = labels[b]
+        logits = [scale * target_logit(cos[b][c]) if c == y else scale * cos[b][c]
+                  for c in range(len(cos[b]))]
+        per_sample.append(cross_entropy(logits, y))
+    return _mean_of_samples(per_sample)
+
+
+def cosface_loss(labels, embeddings, weights, margin=0.35, scale=64.0):
+    """CosFace: target logit ``scale (cos_y - margin)``, the others ``scale cos_c``."""
+    return _target_margin_loss(_class_ids(labels), class_cosines(embeddings, weights), scale,
+                               lambda cos_y: cos_y - margin)
+
+
+def arcface_target(cos_y, margin):
+    """``cos(theta + m)`` with ``theta = arccos(cos_y)`` if ``theta <= pi - m``, else
+    ``cos_y - m sin(m)``."""
+    theta = math.acos(min(max(cos_y, -1.0), 1.0))
+    if theta <= math.pi - margin:
+        return math.cos(theta + margin)
+    return cos_y - margin * math.sin(margin)
+
+
+def arcface_loss(labels, embeddings, weights, margin=0.5, scale=64.0):
+    """ArcFace: target logit ``scale * arcface_target(cos_y)``, the others ``scale cos_c``."""
+    return _target_margin_loss(_class_ids(labels), class_cosines(embeddings, weights), scale,
+                               lambda cos_y: arcface_target(cos_y, margin))
+
+
+def subcenter_arcface_loss(labels, embeddings, weights, margin=0.5, scale=64.0):
+    """Sub-centre ArcFace: ``cos_c`` = the largest cosine of class ``c``'s ``k`` sub-centres."""
+    nearest = [[max(centres) for centres in row] for row in class_cosines(embeddings, weights)]
+    return _target_margin_loss(_class_ids(labels), nearest, scale,
+                               lambda cos_y: arcface_target(cos_y, margin))
+
+
+def soft_triple_loss(labels, embeddings, centers, la=20.0, gamma=0.1, margin=0.01):
+    """SoftTriple: ``S_c = sum_j softmax_j(cos_cj / gamma) cos_cj``; per sample the
+    cross-entropy of ``la (S_c - margin [c = y])``."""
+    labels = _class_ids(labels)
+    cos = class_cosines(embeddings, centers)
+    per_sample = []
+    for b in range(len(labels)):
+        logits = []
+        for c, centres in enumerate(cos[b]):
+            log_z = logsumexp([v / gamma for v in centres])
+            similarity = sum(math.exp(v / gamma - log_z) * v for v in centres)
+            logits.append(la * (similarity - (margin if c == labels[b] else 0.0)))
+        per_sample.append(cross_entropy(logits, labels[b]))
+    return _mean_of_samples(per_sample)
+
+
+# == softmax losses over pairs: SupCon, NT-Xent, circle ============================================
+#
+# Cosine similarities s (dot products with ``normalize=False``) between the anchors (the
+# batch) and the reference set (the batch itself by default); positives and negatives of
+# an anchor as in :func:`positives_of` / :func:`negatives_of`. Each returns
+# ``(value, terms)`` with ``terms = {anchor: [term losses]}`` for the anchors that have
+# terms, and ``value = average_terms(terms, average, B)``.
+
+
+def supcon_loss(labels, embeddings, temperature=0.1, normalize=True, ref_embeddings=None,
+                ref_labels=None, ref_offset=None, average="anchors"):
+    """Supervised contrastive loss (Khosla et al. 2020).
+
+    ``L_a = -1/|P(a)| sum_{p in P(a)} [s_ap / T - log sum_{j in A(a)} exp(s_aj / T)]`` with
+    ``A(a) = P(a) + N(a)`` (every reference row but the anchor itself); one term per
+    anchor that has a positive and a negative.
+    """
+    labels, ref_labels, ref_offset = _split_ref(labels, ref_embeddings, ref_labels, ref_offset)
+    s = nca_scores(embeddings, ref_embeddings, normalize)
+    terms = {}
+    for a in range(len(labels)):
+        pos = positives_of(a, labels, ref_labels, ref_offset)
+        neg = negatives_of(a, labels, ref_labels)
+        if not pos or not neg:
+            continue
+        log_z = logsumexp([s[a, j] / temperature for j in pos + neg])
+        terms[a] = [-sum(s[a, p] / temperature - log_z for p in pos) / len(pos)]
+    return average_terms(terms, average, len(labels)), terms
+
+
+def ntxent_loss(labels, embeddings, temperature=0.07, normalize=True, ref_embeddings=None,
+                ref_labels=None, ref_offset=None, average="terms"):
+    """NT-Xent: one term per positive pair ``(a, p)``,
+    ``-log(e^{s_ap/T} / (e^{s_ap/T} + sum_{n in N(a)} e^{s_an/T}))`` (0 without negatives)."""
+    labels, ref_labels, ref_offset = _split_ref(labels, ref_embeddings, ref_labels, ref_offset)
+    s = nca_scores(embeddings, ref_embeddings, normalize)
+    terms = {}
+    for a in range(len(labels)):
+        neg = negatives_of(a, labels, ref_labels)
+        for p in positives_of(a, labels, ref_labels, ref_offset):
+            u = s[a, p] / temperature
+            terms.setdefault(a, []).append(
+                logsumexp([u] + [s[a, n] / temperature for n in neg]) - u)
+    return average_terms(terms, average, len(labels)), terms
+
+
+def circle_alphas(embeddings, margin=0.4, normalize=True, ref_embeddings=None):
+    """``(alpha_p, alpha_n)`` ``[B, R]``: ``max(1 + m - s, 0)`` and ``max(s + m, 0)`` of every
+    pair, to hold fixed in :func:`circle_loss`."""
+    s = nca_scores(embeddings, ref_embeddings, normalize)
+    alpha_p, alpha_n = np.zeros_like(s), np.zeros_like(s)
+    for a in range(s.shape[0]):
+        for r in range(s.shape[1]):
+            alpha_p[a, r] = max(1.0 + margin - s[a, r], 0.0)
+            alpha_n[a, r] = max(s[a, r] + margin, 0.0)
+    return alpha_p, alpha_n
+
+
+def circle_loss(labels, embeddings, margin=0.4, gamma=80.0, normalize=True, ref_embeddings=None,
+                ref_labels=None, ref_offset=None, average="anchors", alphas=None):
+    """Circle loss (Sun et al. 2020) with ``O_p = 1 + m``, ``O_n = -m``, ``Delta_p = 1 - m``,
+    ``Delta_n = m``:
+
+    ``L_a = softplus(logsumexp_p(-gamma alpha_p (s_ap - Delta_p))
+                     + logsumexp_n(gamma alpha_n (s_an - Delta_n)))``,
+
+    one term per anchor with a positive and a negative. ``alphas``: ``(alpha_p, alpha_n)``
+    from :func:`circle_alphas` to use instead of recomputing them from ``embeddings``
+    (the weights are constants in the gradient: finite differences with them held).
+    """
+    labels, ref_labels, ref_offset = _split_ref(labels, ref_embeddings, ref_labels, ref_offset)
+    s = nca_scores(embeddings, ref_embeddings, normalize)
+    if alphas is None:
+        alphas = circle_alphas(embeddings, margin, normalize, ref_embeddings)
+    alpha_p, alpha_n = alphas
+    terms = {}
+    for a in range(len(labels)):
+        pos = positives_of(a, labels, ref_labels, ref_offset)
+        neg = negatives_of(a, labels, ref_labels)
+        if not pos or not neg:
+            continue
+        pull = logsumexp([-gamma * alpha_p[a, p] * (s[a, p] - (1.0 - margin)) for p in pos])
+        push = logsumexp([gamma * alpha_n[a, n] * (s[a, n] - margin) for n in neg])
+        terms[a] = [softplus(pull + push)]
+    return average_terms(terms, average, len(labels)), terms

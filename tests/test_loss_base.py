@@ -288,15 +288,16 @@ def test_default_losses_fit_with_steps_per_epoch(factory):
 # -- the seed state of random miners in fit ------------------------------------------------------
 
 
-def _three_fit_steps(loss, attach):
+def _three_fit_steps(loss, wrap):
     """The logged losses of 3 fit steps at learning rate 0 on one fixed batch (only the
-    miner's draws can change them)."""
+    miner's draws can change them), in a MetricModel (``wrap``) or a bare model."""
     data = pk_arrays(num_batches=1)
-    stack = small_embedding_model()
-    model = keras.Model(stack.inputs, stack.outputs)  # attach needs a functional model
-    if attach:
-        loss.attach(model)
-    model.compile(optimizer=keras.optimizers.SGD(0.0), loss=loss, jit_compile=CAN_COMPILE)
+    model = small_embedding_model()
+    if wrap:
+        model = tfdml.models.MetricModel(model, loss)
+        model.compile(optimizer=keras.optimizers.SGD(0.0), jit_compile=CAN_COMPILE)
+    else:
+        model.compile(optimizer=keras.optimizers.SGD(0.0), loss=loss, jit_compile=CAN_COMPILE)
     logged = []
     record = keras.callbacks.LambdaCallback(
         on_train_batch_end=lambda batch, logs: logged.append(float(logs["loss"])))
@@ -310,8 +311,8 @@ def _three_fit_steps(loss, attach):
     lambda: TripletNCALoss(miner=TripletMiner("random", "random", seed=3)),
     lambda: tfdml.losses.MarginLoss(miner=TripletMiner("all", "distance_weighted", seed=3)),
 ], ids=["nca_random", "margin_distance_weighted"])
-def test_attached_random_miner_draws_anew_at_every_fit_step(make_loss):
-    """The model owns the miner's seed (``attach``): every compiled step draws anew (JAX's
+def test_owned_random_miner_draws_anew_at_every_fit_step(make_loss):
+    """The MetricModel owns the miner's seed: every compiled step draws anew (JAX's
     stateless training included), and the seed state moves on."""
     loss = make_loss()
     generator = loss.miner.seed_generator
@@ -319,7 +320,7 @@ def test_attached_random_miner_draws_anew_at_every_fit_step(make_loss):
     with warnings.catch_warnings():
         # Neither the JAX warning nor a spurious "no anchor" (PyTorch's symbolic build).
         warnings.simplefilter("error", UserWarning)
-        logged = _three_fit_steps(loss, attach=True)
+        logged = _three_fit_steps(loss, wrap=True)
     assert not np.array_equal(to_numpy(generator.state), before)
     # Keras logs the running mean of the epoch: it moves only if the draws change.
     assert np.ptp(logged) > 1e-4, logged
@@ -327,10 +328,10 @@ def test_attached_random_miner_draws_anew_at_every_fit_step(make_loss):
 
 @MB
 @pytest.mark.skipif(BACKEND != "jax", reason="JAX's stateless training only")
-def test_unattached_random_miner_warns_and_repeats_under_jax():
+def test_unowned_random_miner_warns_and_repeats_under_jax():
     loss = TripletNCALoss(miner=TripletMiner("random", "random", seed=3))
-    with pytest.warns(UserWarning, match="attach"):
-        logged = _three_fit_steps(loss, attach=False)
+    with pytest.warns(UserWarning, match="MetricModel"):
+        logged = _three_fit_steps(loss, wrap=False)
     assert np.ptp(logged) < 1e-6, logged  # the documented failure the warning is about
 
 

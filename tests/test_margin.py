@@ -25,9 +25,10 @@ from recorded_mining import (
 
 import tfdml
 from tfdml.losses import MarginLoss, margin_loss
+from tfdml.models import MetricModel
 from tfdml.miners import AllPairsMiner, MultiSimilarityMiner, TripletMiner
 
-pytestmark = pytest.mark.filterwarnings("ignore:MarginLoss .* has a learnable beta")
+pytestmark = pytest.mark.filterwarnings("ignore:Loss .* has learned variables")
 
 VALUE_TOL = 1e-5
 GRAD_ATOL = 1e-5
@@ -289,11 +290,9 @@ def test_learn_beta_false_is_a_constant():
     assert np.abs(grad).max() > 0
     np.testing.assert_allclose(value, to_numpy(learned(labels, x)), rtol=1e-6)
     np.testing.assert_allclose(to_numpy(fixed.beta), CLASS_BETA, rtol=1e-6)  # unchanged
-    # A model with the fixed loss attached gains no variable.
-    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4)])
-    before = len(model.trainable_variables)
-    fixed.attach(model)
-    assert len(model.trainable_variables) == before
+    # A MetricModel with the fixed loss gains no variable.
+    model = MetricModel(keras.Sequential([keras.Input((6,)), keras.layers.Dense(4)]), fixed)
+    assert len(model.trainable_variables) == 2
 
 
 # -- float64 and finite differences ------------------------------------------------------------------

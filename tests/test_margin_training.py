@@ -1,4 +1,4 @@
-"""MarginLoss's learnable beta under model.fit: attach, per-class updates, save/load, XLA."""
+"""MarginLoss's learnable beta under model.fit: MetricModel, per-class updates, save/load, XLA."""
 
 from __future__ import annotations
 
@@ -9,59 +9,49 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from harness import assert_keras_save_load, pk_dataset
-from harness import small_embedding_model as small_sequential_model
+from harness import small_embedding_model
 
 from tfdml.losses import MarginLoss, TrimmedLoss, margin_loss
 from tfdml.miners import TripletMiner
+from tfdml.models import MetricModel
 
 EASY_HARD = TripletMiner("easy", "hard")
 
 
-def small_embedding_model():
-    """The harness's model as a functional model (a Sequential one cannot hold beta)."""
-    seq = small_sequential_model()
-    return keras.Model(seq.inputs, seq.outputs)
-
-
-def _fit(model, loss, dataset=None, steps=3, jit_compile=True, lr=0.05, attach=True):
-    model.compile(optimizer=keras.optimizers.Adam(lr), loss=loss, jit_compile=jit_compile)
-    if attach:
-        loss.attach(model)
+def _fit(embedder, loss, dataset=None, steps=3, jit_compile=True, lr=0.05, wrap=True):
+    """Fits ``MetricModel(embedder, loss)`` (or the bare model compiled with the loss)."""
+    if wrap:
+        model = MetricModel(embedder, loss)
+        model.compile(optimizer=keras.optimizers.Adam(lr), jit_compile=jit_compile)
+    else:
+        model = embedder
+        model.compile(optimizer=keras.optimizers.Adam(lr), loss=loss, jit_compile=jit_compile)
     dataset = pk_dataset(num_classes=3, per_class=4) if dataset is None else dataset
-    return model.fit(dataset, epochs=1, steps_per_epoch=steps, shuffle=False, verbose=0)
+    model.fit(dataset, epochs=1, steps_per_epoch=steps, shuffle=False, verbose=0)
+    return model
 
 
 @pytest.mark.parametrize("jit_compile", [True, False], ids=["xla", "graph"])
-def test_attached_beta_is_trained_by_fit(jit_compile):
-    loss = MarginLoss(miner=TripletMiner("easy", "hard"))
-    model = small_embedding_model()
-    assert len(model.trainable_variables) == 2
-    _fit(model, loss, jit_compile=jit_compile, attach=False)  # build + train without beta
-    before = float(loss.beta.numpy())
-    assert before == pytest.approx(1.2)
-
-    loss = MarginLoss(miner=TripletMiner("easy", "hard"))
-    model = small_embedding_model()
-    _fit(model, loss, jit_compile=jit_compile)
+def test_metric_model_trains_beta(jit_compile):
+    loss = MarginLoss(miner=EASY_HARD)
+    model = _fit(small_embedding_model(), loss, jit_compile=jit_compile)
     assert len(model.trainable_variables) == 3
     assert any(v is loss.trainable_variables[0] for v in model.trainable_variables)
     after = float(loss.beta.numpy())
     assert abs(after - 1.2) > 1e-3, "beta did not move under model.fit"
 
 
-def test_without_attach_beta_stays_and_warns():
+def test_bare_model_leaves_beta_and_warns():
     loss = MarginLoss(miner=EASY_HARD)
-    model = small_embedding_model()
-    with pytest.warns(UserWarning, match="learnable beta that no model trains"):
-        _fit(model, loss, attach=False)
+    with pytest.warns(UserWarning, match="learned variables that no model trains"):
+        _fit(small_embedding_model(), loss, wrap=False)
     assert float(loss.beta.numpy()) == np.float32(1.2)
 
 
-def test_attached_loss_does_not_warn():
-    loss = MarginLoss(miner=EASY_HARD)
+def test_metric_model_does_not_warn():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _fit(small_embedding_model(), loss, steps=1)
+        _fit(small_embedding_model(), MarginLoss(miner=EASY_HARD), steps=1)
 
 
 def test_per_class_beta_moves_only_for_classes_in_the_batches():
@@ -86,65 +76,17 @@ def test_beta_lr_multiplier_scales_the_adam_step():
     assert steps[10.0] == pytest.approx(1e-2, rel=0.05)
 
 
-def test_attach_after_optimizer_built_raises_then_recompile_works():
-    loss = MarginLoss(miner=EASY_HARD)
-    model = small_embedding_model()
-    _fit(model, loss, steps=1, attach=False)
-    with pytest.raises(ValueError, match="already built without the variables"):
-        loss.attach(model)
-    model.compile(optimizer=keras.optimizers.Adam(0.05), loss=loss)
-    loss.attach(model)
-    model.fit(pk_dataset(num_classes=3, per_class=4), steps_per_epoch=2, shuffle=False, verbose=0)
-    assert abs(float(loss.beta.numpy()) - 1.2) > 1e-3
-
-
-def test_attach_to_functional_and_built_subclassed_models():
-    inputs = keras.Input((6,))
-    functional = keras.Model(inputs, keras.layers.Dense(4)(inputs))
-
-    class Sub(keras.Model):
-        def __init__(self):
-            super().__init__()
-            self.dense = keras.layers.Dense(4)
-
-        def call(self, x):
-            return self.dense(x)
-
-    sub = Sub()
-    sub(np.zeros((1, 6), np.float32))  # built: its state is locked
-    for model in (functional, sub):
-        loss = MarginLoss(miner=EASY_HARD)
-        assert loss.attach(model) is model
-        assert any(v is loss.trainable_variables[0] for v in model.trainable_variables)
-        model.compile(optimizer=keras.optimizers.Adam(0.05), loss=loss, jit_compile=True)
-        model.fit(pk_dataset(num_classes=3, per_class=4), steps_per_epoch=2, shuffle=False,
-                  verbose=0)
-        assert abs(float(loss.beta.numpy()) - 1.2) > 1e-3
-    with pytest.raises(ValueError, match="cannot add new elements of state"):
-        sub.extra = keras.layers.Dense(2)  # attach restored the lock
-
-
-def test_attach_to_sequential_raises_with_the_wrapping_recipe():
-    seq = small_sequential_model()
-    with pytest.raises(ValueError, match=r"keras\.Model\(seq\.inputs, seq\.outputs\)"):
-        MarginLoss().attach(seq)
-    model = MarginLoss().attach(keras.Model(seq.inputs, seq.outputs))
-    assert len(model.trainable_variables) == 3
-
-
-def test_fixed_beta_has_no_variables_and_attach_is_a_no_op():
+def test_fixed_beta_has_no_variables_and_adds_none():
     loss = MarginLoss(learn_beta=False, miner=EASY_HARD)
-    model = small_embedding_model()
-    assert loss.trainable_variables == []
-    assert loss.attach(model) is model
-    assert len(model.trainable_variables) == 2
+    assert loss.trainable_variables == [] and loss.state is None
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _fit(model, loss, steps=1)
+        model = _fit(small_embedding_model(), loss, steps=1)
+    assert len(model.trainable_variables) == 2
     assert float(loss.beta.numpy()) == pytest.approx(1.2)
 
 
-def test_trimmed_wrapper_attaches_the_inner_beta():
+def test_trimmed_wrapper_trains_the_inner_beta():
     inner = MarginLoss(miner=EASY_HARD)
     loss = TrimmedLoss(inner, trim=0.25)
     assert loss.trainable_variables == inner.trainable_variables
@@ -154,23 +96,23 @@ def test_trimmed_wrapper_attaches_the_inner_beta():
 
 def test_save_load_keeps_learned_beta_and_training_resumes(tmp_path):
     loss = MarginLoss(num_classes=6, miner=EASY_HARD)
-    model = small_embedding_model()
-    _fit(model, loss, steps=3)
+    model = _fit(small_embedding_model(), loss, steps=3)
     learned = loss.beta.numpy().copy()
     assert not np.allclose(learned, 1.2)
     path = tmp_path / "margin.keras"
     model.save(path)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # Keras: the saved optimizer state does not match
+        warnings.simplefilter("error")  # the optimizer's state loads without a mismatch
         loaded = keras.models.load_model(path)
-    np.testing.assert_allclose(loaded.loss.beta.numpy(), learned, rtol=1e-6)
+    np.testing.assert_allclose(loaded.metric_loss.beta.numpy(), learned, rtol=1e-6)
     features = np.random.default_rng(0).normal(size=(5, 6)).astype(np.float32)
     np.testing.assert_allclose(loaded(features), model(features), rtol=1e-6)
-    # Keep training: compile with a new optimizer, attach the loaded loss.
-    loaded.compile(optimizer=keras.optimizers.Adam(0.05), loss=loaded.loss)
-    loaded.loss.attach(loaded)
-    loaded.fit(pk_dataset(num_classes=3, per_class=4), steps_per_epoch=2, shuffle=False, verbose=0)
-    assert not np.allclose(loaded.loss.beta.numpy(), learned)
+    # Both continue identically: the optimizer's moments for beta were restored.
+    for m in (model, loaded):
+        m.fit(pk_dataset(num_classes=3, per_class=4), steps_per_epoch=2, shuffle=False,
+              verbose=0)
+    assert not np.allclose(loaded.metric_loss.beta.numpy(), learned)
+    np.testing.assert_allclose(loaded.metric_loss.beta.numpy(), loss.beta.numpy(), rtol=1e-6)
 
 
 def test_per_class_loss_survives_keras_save_load(tmp_path):
@@ -206,7 +148,7 @@ def test_custom_loop_differentiates_beta(average, want):
     loss = MarginLoss(beta=0.1, miner=EASY_HARD, average=average)
     labels = np.array([0, 0, 1, 1, 2, 2], np.int32)
     x = tf.constant(np.random.default_rng(4).normal(size=(6, 3)), tf.float32)
-    with tf.GradientTape() as tape, pytest.warns(UserWarning, match="loss.attach"):
+    with tf.GradientTape() as tape:
         value = loss(labels, x)
     (grad,) = tape.gradient(value, loss.trainable_variables)
     assert float(grad) == pytest.approx(want)

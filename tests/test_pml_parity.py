@@ -17,8 +17,9 @@ import os
 import numpy as np
 import pytest
 import references as ref
-from backends import BACKEND, enable_float64, value_and_grad
+from backends import BACKEND, enable_float64, to_numpy, value_and_grad
 
+import tfdml.losses as L
 from tfdml.losses import ContrastiveLoss, MarginLoss, MultiSimilarityLoss, TripletMarginLoss
 from tfdml.miners import AllPairsMiner, MultiSimilarityMiner, TripletMiner
 
@@ -108,3 +109,73 @@ def test_recorded_miner_matches_tfdml_miner_pairs():
     pairs: check both are recorded and differ on the uneven batch."""
     assert not np.isclose(DATA["ms/uneven/value"], DATA["ms_mined/uneven/value"])
     assert isinstance(MultiSimilarityLoss().miner, MultiSimilarityMiner)
+
+
+# -- SupCon, NT-Xent, circle: every pair ------------------------------------------------------
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("case,make", [
+    ("supcon", lambda: L.SupConLoss(temperature=0.1, dtype="float64")),
+    ("ntxent", lambda: L.NTXentLoss(temperature=0.07, dtype="float64")),
+    ("circle", lambda: L.CircleLoss(margin=0.4, gamma=80.0, dtype="float64")),
+], ids=["supcon", "ntxent", "circle"])
+def test_pair_softmax_losses_equal_pml_defaults(case, make, batch):
+    _check(case, batch, make())
+
+
+# -- losses with class vectors: values and both gradients -------------------------------------
+
+# The functional forms, with pytorch-metric-learning's settings of the recorded cases.
+# ArcFace's margin is in degrees there (28.6) and in radians here.
+_ARC = float(np.radians(28.6))
+WEIGHTED = {
+    "proxy_anchor": lambda y, x, w: L.proxy_anchor_loss(y, x, w, margin=0.1, alpha=32.0),
+    "proxy_nca": lambda y, x, w: L.proxy_nca_loss(y, x, w, scale=4.0),
+    "normalized_softmax": lambda y, x, w: L.normalized_softmax_loss(y, x, w, temperature=0.05),
+    "cosface": lambda y, x, w: L.cosface_loss(y, x, w, margin=0.35, scale=64.0),
+    "arcface": lambda y, x, w: L.arcface_loss(y, x, w, margin=_ARC, scale=64.0),
+    "subcenter_arcface": lambda y, x, w: L.subcenter_arcface_loss(y, x, w, margin=_ARC,
+                                                                  scale=64.0),
+    "soft_triple": lambda y, x, w: L.soft_triple_loss(y, x, w, la=20.0, gamma=0.1,
+                                                      margin=0.01),
+}
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("case", sorted(WEIGHTED))
+def test_class_vector_losses_equal_pml_values_and_gradients(case, batch):
+    """Embedding and weight gradients to 1e-9 in float64 (the issue asks for 1e-5)."""
+    labels, x = DATA[f"{batch}/labels"], DATA[f"{batch}/embeddings"]
+    weights = DATA[f"{case}/{batch}/weights"]
+    value, (grad, weights_grad) = value_and_grad(WEIGHTED[case], labels, x, weights,
+                                                 argnums=(1, 2))
+    assert value.dtype == grad.dtype == weights_grad.dtype == np.float64
+    np.testing.assert_allclose(value, DATA[f"{case}/{batch}/value"], rtol=1e-9)
+    np.testing.assert_allclose(grad, DATA[f"{case}/{batch}/grad"], rtol=1e-7, atol=1e-10)
+    np.testing.assert_allclose(weights_grad, DATA[f"{case}/{batch}/weights_grad"], rtol=1e-7,
+                               atol=1e-10)
+
+
+_CLASSES = {
+    "proxy_anchor": lambda c: L.ProxyAnchorLoss(c, margin=0.1, alpha=32.0, dtype="float64"),
+    "arcface": lambda c: L.ArcFaceLoss(c, margin=_ARC, dtype="float64"),
+    "soft_triple": lambda c: L.SoftTripleLoss(c, centers_per_class=3, dtype="float64"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_CLASSES))
+def test_loss_classes_with_the_recorded_weights_equal_pml(case):
+    """The classes hold the vectors in float32: 1e-6 relative."""
+    labels, x = DATA["uneven/labels"], DATA["uneven/embeddings"]
+    weights = DATA[f"{case}/uneven/weights"]
+    loss = _CLASSES[case](weights.shape[0])
+    loss.build_state(x.shape[1])
+    loss.class_weights.assign(weights.astype(np.float32))
+    # The functional form on the same float32-rounded weights, and pml's recorded value
+    # on the float64 ones (rounding the weights moves the value by about 1e-7).
+    value = float(to_numpy(loss(labels, x)))
+    rounded = weights.astype(np.float32).astype(np.float64)
+    np.testing.assert_allclose(value, float(to_numpy(WEIGHTED[case](labels, x, rounded))),
+                               rtol=1e-9)
+    np.testing.assert_allclose(value, DATA[f"{case}/uneven/value"], rtol=1e-5)

@@ -51,6 +51,7 @@ from tfdml import metrics as _metrics
 from tfdml._tensorflow import tf
 from tfdml.data import DatasetSplit, augment, eval_batches, pk_batches
 from tfdml.layers import L2Normalization
+from tfdml.metric_model import MetricModel, is_stateful_loss, unwrap
 
 __all__ = [
     "Evaluation",
@@ -646,7 +647,8 @@ class ResumeState(keras.callbacks.Callback):
     After each finished epoch it writes a checkpoint folder ``ckpt-<epoch>`` in
     ``directory`` with the model weights (``model.weights.h5``, which Keras
     writes with the optimizer's variables, step count and momenta, and the
-    state of losses attached to the model, such as a learned margin β), then
+    state of the loss a :class:`tfdml.models.MetricModel` owns, such as a learned
+    margin β or a random miner's seed), then
     commits it by replacing ``state.json`` (finished epochs, the logs of each
     epoch, the best monitored value so far) atomically, then deletes the older
     folder. A kill at any moment leaves a consistent last finished epoch.
@@ -657,8 +659,9 @@ class ResumeState(keras.callbacks.Callback):
     as ``initial_epoch`` to ``fit`` and to the P x K sampler, so the resumed
     run draws the batches the uninterrupted run would have drawn. An epoch
     that was interrupted part-way is run again from its start; no finished
-    epoch is lost or repeated. Not restored: the random state of random miners
-    (their draws restart from their seed) and of dropout.
+    epoch is lost or repeated. The seed of a random miner is restored with the
+    weights when a ``MetricModel`` owns it (as :func:`run` arranges); the random
+    state of dropout is not.
 
     Args:
         directory: where to keep the state.
@@ -841,7 +844,8 @@ def fit_multi_worker(model, strategy, dataset, epochs, initial_epoch=0, callback
     ``dataset`` is one epoch.
     """
     dist = strategy.experimental_distribute_dataset(dataset)
-    loss_fn, optimizer = model.loss, model.optimizer
+    loss_fn = model.metric_loss if isinstance(model, MetricModel) else model.loss
+    optimizer = model.optimizer
     replicas = strategy.num_replicas_in_sync
     with strategy.scope():
         if not optimizer.built:
@@ -896,7 +900,7 @@ def _is_factory(loss):
         p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
 
 
-def run(args, loss, *, name, callbacks=(), attach_loss=None, figures=None, extra_results=None,
+def run(args, loss, *, name, callbacks=(), own_state=None, figures=None, extra_results=None,
         data=None):
     """Trains, evaluates and reports one experiment; resumes an unfinished one.
 
@@ -908,9 +912,11 @@ def run(args, loss, *, name, callbacks=(), attach_loss=None, figures=None, extra
         name: a short name of the method, written into the results.
         callbacks: further Keras callbacks (after the evaluation, so they see
             its metrics), or a callable ``(model, data, eval_fn, out_dir) -> list``.
-        attach_loss: call ``loss.attach(model)`` (for losses with trainable
-            state such as ``MarginLoss``). Defaults to `None`: when the loss has
-            ``trainable_variables``.
+        own_state: train ``tfdml.models.MetricModel(model, loss)``, which owns the
+            loss's state (``MarginLoss``'s β, proxies, a random miner's seed), so
+            that it is trained, updated, checkpointed and restored with the model.
+            Defaults to `None`: when the loss has state. The exported SavedModel
+            is the embedding model either way.
         figures: ``fn(model, data, eval_fn, out_dir, history) -> list of paths``
             for the paper's figures, called at the end.
         extra_results: ``fn(model, data, eval_fn) -> dict`` added to the
@@ -954,9 +960,11 @@ def run(args, loss, *, name, callbacks=(), attach_loss=None, figures=None, extra
         model = build_model(args)
         if _is_factory(loss):
             loss = loss()
-        if attach_loss or (attach_loss is None and getattr(loss, "trainable_variables", None)):
-            loss.attach(model)
-        model.compile(optimizer=_optimizer(args), loss=loss, jit_compile=args.jit_compile)
+        if own_state or (own_state is None and is_stateful_loss(loss)):
+            model = MetricModel(model, loss)
+            model.compile(optimizer=_optimizer(args), jit_compile=args.jit_compile)
+        else:
+            model.compile(optimizer=_optimizer(args), loss=loss, jit_compile=args.jit_compile)
 
     best_path = os.path.join(out, "best.weights.h5")
     monitor = "val_small_top1" if data.name == "vehicleid" else "val_recall@1"
@@ -1032,7 +1040,7 @@ def run(args, loss, *, name, callbacks=(), attach_loss=None, figures=None, extra
         shutil.rmtree(export_dir, ignore_errors=True)
         from tfdml.export import export_embedding_model
 
-        export_embedding_model(model, export_dir, preprocess=_preprocess(args.backbone),
+        export_embedding_model(unwrap(model), export_dir, preprocess=_preprocess(args.backbone),
                                image_size=None,
                                normalize=bool(getattr(args, "normalize", True)))
         results["saved_model"] = "saved_model"

@@ -103,11 +103,12 @@ class MetricModel(keras.Model):
             self.built = True
 
     def build(self, input_shape):
-        if not self.embedder.built:
-            self.embedder.build(input_shape)
+        dim = self.embedding_dim
+        if not self.embedder.built:  # a symbolic call builds a subclassed model's layers
+            output = self.embedder(keras.KerasTensor(input_shape))
+            dim = output.shape[-1] if dim is None else dim
         state = self.loss_state
         if state is not None and not state.built:
-            dim = self.embedding_dim
             if dim is None:
                 dim = self.embedder.compute_output_shape(input_shape)[-1]
             self.metric_loss.build_state(dim)

@@ -198,9 +198,10 @@ class Miner:
     def seed_generator(self):
         """The ``keras.random.SeedGenerator`` of a random strategy, or None.
 
-        Its state changes at every draw. A loss using this miner lists it in its state
-        (``loss.attach(model)``), so that ``fit`` updates it under every backend: JAX
-        training is stateless and only updates the model's own variables.
+        Its state changes at every draw. A loss using this miner holds it in its state
+        (``loss.state``), which :class:`tfdml.models.MetricModel` owns, so that ``fit``
+        updates it under every backend: JAX training is stateless and only updates the
+        model's own variables.
         """
         return getattr(self, "_seed_generator", None)
 
