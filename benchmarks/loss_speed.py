@@ -513,9 +513,11 @@ def _report(args, results, machine, started, elapsed, load):
         f"- machine: {machine}",
         f"- D = {args.dim}; labels: B/{SAMPLES_PER_CLASS} classes x {SAMPLES_PER_CLASS} "
         f"samples each, shuffled; embeddings: standard normal, float32; seed {SEED}",
-        f"- timing: forward+backward (value and gradient w.r.t. the embeddings) in one "
-        f"tf.function; {WARMUP_CALLS} warm-up calls excluded; median of n rounds, each "
-        f"round one call of the loss and one of the floor (alternating order)",
+        "- timing: forward+backward (value and gradient w.r.t. the embeddings"
+        + (f"; and w.r.t. the class vectors for the class losses, C = {args.classes}"
+           if any(loss in CLASS_LOSSES for loss in args.losses) else "")
+        + f") in one tf.function; {WARMUP_CALLS} warm-up calls excluded; median of n rounds, "
+        f"each round one call of the loss and one of the floor (alternating order)",
         f"- total run time: {elapsed:.0f} s; 1-minute load average {load[0]:.2f} at the "
         f"start, {load[1]:.2f} at the end",
         "",

@@ -66,3 +66,19 @@ def test_cross_replica_setting_round_trips_and_is_checked():
     loss.cross_replica = "yes"
     with pytest.raises(ValueError, match="cross_replica"):
         loss(y, x)
+
+
+def test_cross_batch_memory_holds_the_global_batches_under_mirrored_strategy():
+    """Four steps of a MetricModel with a CrossBatchMemory on 2 replicas: the bank holds
+    the last two *global* batches, as on one device, and the weights agree."""
+    script = pathlib.Path(__file__).resolve().parent / "xbm_distribute_check.py"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run([sys.executable, str(script), "--replicas", "2"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    one, mirrored = result["one"], result["mirrored"]
+    assert one["labels"] == mirrored["labels"] == result["last_labels"]
+    assert one["counters"] == mirrored["counters"] == [0, 16, 4]
+    np.testing.assert_allclose(mirrored["embeddings"], one["embeddings"], atol=1e-5)
+    assert _max_diff(mirrored["weights"], one["weights"]) < 1e-5

@@ -532,8 +532,8 @@ class MetricLoss(keras.losses.Loss):
         if self._owner() is not None or self._warned_state or not ops.is_traced(y_pred):
             return
         learned = bool(state.trainable_variables)
-        if learned or state.needs_embedding_dim or (
-                keras.backend.backend() == "jax" and self._seed_generators()):
+        if learned or (keras.backend.backend() == "jax" and (
+                state.needs_embedding_dim or self._seed_generators())):
             self._warned_state = True
             what = ("learned variables that no model trains" if learned else
                     "a memory bank that a compiled JAX step does not update" if
