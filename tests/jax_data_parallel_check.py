@@ -43,6 +43,21 @@ def one_step(make_loss, x, y, distributed):
     return [a - b for a, b in zip(after, initial, strict=True)], history.history["loss"][0]
 
 
+def xbm_steps(x, y, distributed):
+    """Two steps of a MetricModel with a CrossBatchMemory: the bank and the weights."""
+    keras.distribution.set_distribution(
+        keras.distribution.DataParallel(devices=jax.devices()) if distributed else None)
+    keras.utils.set_random_seed(0)
+    loss = tfdml.losses.CrossBatchMemory(tfdml.losses.ContrastiveLoss(), memory_size=len(x))
+    model = tfdml.models.MetricModel(
+        keras.Sequential([keras.Input((x.shape[1],)), keras.layers.Dense(16)]), loss)
+    model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=True)
+    model.fit(x, y, batch_size=len(x) // 2, epochs=1, shuffle=False, verbose=0)
+    bank = loss.bank
+    return (np.asarray(bank.labels).tolist(), np.asarray(bank.embeddings),
+            [np.asarray(w) for w in model.get_weights()])
+
+
 def main():
     assert len(jax.devices()) == 2, jax.devices()
     rng = np.random.default_rng(0)
@@ -61,6 +76,13 @@ def main():
         print(json.dumps({"loss": name, "max_update_diff": diff, "max_update": moved,
                           "loss_single": loss_single, "loss_distributed": loss_multi,
                           "loss_per_device_mean": float(np.mean(halves))}))
+    labels, bank, weights = xbm_steps(x, y, distributed=False)
+    labels_dp, bank_dp, weights_dp = xbm_steps(x, y, distributed=True)
+    print(json.dumps({"xbm_labels": labels, "xbm_labels_distributed": labels_dp,
+                      "xbm_bank_diff": float(np.max(np.abs(bank - bank_dp))),
+                      "xbm_weight_diff": max(float(np.max(np.abs(a - b)))
+                                             for a, b in zip(weights, weights_dp, strict=True)),
+                      "labels": y.tolist()}))
 
 
 if __name__ == "__main__":

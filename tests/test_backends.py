@@ -78,7 +78,11 @@ def test_jax_data_parallel_step_equals_single_device_on_the_global_batch():
     result = _run(os.path.join(ROOT, "tests", "jax_data_parallel_check.py"), {})
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
-    assert len(rows) == 3, result.stdout
+    assert len(rows) == 4, result.stdout
+    xbm = rows.pop()
+    # A CrossBatchMemory's bank holds the global batches, as on one device.
+    assert xbm["xbm_labels"] == xbm["xbm_labels_distributed"] == xbm["labels"], xbm
+    assert xbm["xbm_bank_diff"] < 1e-5 and xbm["xbm_weight_diff"] < 1e-5, xbm
     for row in rows:
         assert row["max_update"] > 1e-3, row  # the step did move the weights
         assert row["max_update_diff"] < 1e-5 * max(1.0, row["max_update"]), row
