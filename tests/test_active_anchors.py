@@ -18,7 +18,7 @@ from tfdml.losses import MarginLoss, MultiSimilarityLoss, TripletNCALoss
 from tfdml.metrics import ActiveAnchors
 from tfdml.miners import TripletMiner
 
-pytestmark = pytest.mark.filterwarnings("ignore:MarginLoss .* has a learnable beta")
+pytestmark = pytest.mark.filterwarnings("ignore:Loss .* has learned variables")
 
 RNG = np.random.default_rng(5)
 X = RNG.normal(size=(12, 6)).astype(np.float32)

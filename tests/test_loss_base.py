@@ -61,7 +61,10 @@ from tfdml.losses import (
     LiftedStructureLoss,
     LoOpLoss,
     MarginLoss,
+    CircleLoss,
     MultiSimilarityLoss,
+    NTXentLoss,
+    SupConLoss,
     TrimmedLoss,
     TripletMarginLoss,
     TripletNCALoss,
@@ -71,7 +74,7 @@ from tfdml.losses import (
 from tfdml.miners import MultiSimilarityMiner, TripletMiner
 
 # The contract tests call MarginLoss without a model to train its beta.
-pytestmark = pytest.mark.filterwarnings("ignore:MarginLoss .* has a learnable beta")
+pytestmark = pytest.mark.filterwarnings("ignore:Loss .* has learned variables")
 
 # -- the one list of loss configurations -------------------------------------------------------
 
@@ -128,6 +131,10 @@ LOSS_CASES = [
     LossCase("loop_triplet_segments", lambda: LoOpLoss("triplet", normalized=False)),
     LossCase("loop_ms_segments", lambda: LoOpLoss("multi_similarity", 0.4, False)),
     LossCase("hphn_triplet", lambda: HPHNTripletLoss()),
+    LossCase("supcon", lambda: SupConLoss()),
+    LossCase("supcon_ms_eps", lambda: SupConLoss(0.5, MSMiner(positive="easy"))),
+    LossCase("ntxent", lambda: NTXentLoss()),
+    LossCase("circle", lambda: CircleLoss()),
     LossCase("lifted_structure", lambda: LiftedStructureLoss(0.5, normalize=False)),
     LossCase("fappy", lambda: FAPPYLoss()),
     LossCase("fappy_0.003", lambda: FAPPYLoss(0.003)),

@@ -819,7 +819,7 @@ class ActiveAnchors(keras.metrics.Mean):
         self._probe = keras.saving.deserialize_keras_object(self._loss_config)
 
     def update_state(self, y_true, y_pred, sample_weight=None):
-        with warnings.catch_warnings():  # the copy's own warnings (e.g. an unattached beta)
+        with warnings.catch_warnings():  # the copy's own warnings (e.g. an unowned beta)
             warnings.simplefilter("ignore")
             terms = self._probe.per_anchor(ops.cast_labels(y_true, "y_true"), y_pred)
         return super().update_state(kops.cast(terms.active, self.dtype), sample_weight)
