@@ -135,3 +135,17 @@ def test_callback_arguments(kwargs):
 def test_public_names():
     assert tfdml.metrics.ActiveAnchors is ActiveAnchors
     assert tfdml.callbacks.ActiveAnchorsWarning is ActiveAnchorsWarning
+
+
+def test_cross_batch_memory_counts_the_wrapped_loss_on_the_batch():
+    labels = np.array([0, 0, 1, 2])  # anchors 0 and 1 have a positive and a negative
+    x = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
+    metric = ActiveAnchors(tfdml.losses.CrossBatchMemory(tfdml.losses.SupConLoss(),
+                                                         memory_size=8))
+    metric.update_state(labels, x)
+    assert float(metric.result()) == pytest.approx(0.5)
+
+
+def test_class_vector_losses_are_refused():
+    with pytest.raises(ValueError, match="every anchor is active"):
+        ActiveAnchors(tfdml.losses.ArcFaceLoss(3))

@@ -796,7 +796,10 @@ class ActiveAnchors(keras.metrics.Mean):
 
     It mines once more with a copy of the loss (same configuration, its own
     random state, so the loss's random draws are not disturbed): about the
-    cost of the loss's mining per step.
+    cost of the loss's mining per step. For a
+    :class:`tfdml.losses.CrossBatchMemory` it counts the anchors that the
+    wrapped loss finds active within the batch. The proxy and classification
+    losses have no mining (every sample is active) and are refused.
 
     Args:
         loss: the tfdml loss being trained (a :class:`tfdml.losses.MetricLoss`).
@@ -814,8 +817,17 @@ class ActiveAnchors(keras.metrics.Mean):
     def __init__(self, loss, name="active_anchors", dtype=None):
         super().__init__(name=name, dtype=dtype)
         from tfdml.losses.base import resolve_loss
+        from tfdml.losses.class_weights import ClassWeightLoss
+        from tfdml.losses.xbm import CrossBatchMemory
 
-        self._loss_config = keras.saving.serialize_keras_object(resolve_loss(loss))
+        loss = resolve_loss(loss)
+        if isinstance(loss, CrossBatchMemory):
+            loss = loss.loss
+        if isinstance(loss, ClassWeightLoss):
+            raise ValueError(
+                f"ActiveAnchors: {type(loss).__name__} compares every sample with the class "
+                "vectors, so every anchor is active; there is nothing to measure.")
+        self._loss_config = keras.saving.serialize_keras_object(loss)
         self._probe = keras.saving.deserialize_keras_object(self._loss_config)
 
     def update_state(self, y_true, y_pred, sample_weight=None):
