@@ -183,3 +183,20 @@ def test_saved_model_is_served_without_tfdml(resnet18_model, exported, tmp_path)
                    env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     expected = resnet18_model.predict(models.get_preprocess("resnet18")(images), verbose=0)
     np.testing.assert_allclose(np.load(tmp_path / "out.npy"), expected, atol=1e-5)
+
+
+def test_metric_model_exports_its_embedding_model(tmp_path):
+    import tfdml
+
+    embedder = _tiny_model()
+    model = tfdml.models.MetricModel(embedder, tfdml.losses.ArcFaceLoss(3))
+    path = tmp_path / "wrapped"
+    export_embedding_model(model, path, preprocess=None)
+    serve = tf.saved_model.load(str(path)).signatures["serving_default"]
+    images = _images(2, 12, 10)
+    got = serve(images=tf.constant(images))["embeddings"].numpy()
+    expected = embedder.predict(images.astype(np.float32), verbose=0)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    # The loss's class weights ([3, 5]) are not in the SavedModel; the embedder's are.
+    shapes = [shape for _, shape in tf.train.list_variables(str(path / "variables" / "variables"))]
+    assert [3, 3, 3, 4] in shapes and [3, 5] not in shapes, shapes

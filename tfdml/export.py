@@ -7,6 +7,7 @@ import numbers
 import keras
 
 from tfdml._tensorflow import tf
+from tfdml.metric_model import unwrap
 from tfdml.models import get_preprocess
 
 __all__ = ["export_embedding_model"]
@@ -100,7 +101,9 @@ def export_embedding_model(
 
     Args:
         model: a Keras embedding model taking ``[N, H, W, 3]`` float images,
-            e.g. from :func:`tfdml.models.build_embedding_model`.
+            e.g. from :func:`tfdml.models.build_embedding_model`. A
+            :class:`tfdml.models.MetricModel` exports its embedding model (the
+            loss's state is not part of the export).
         path: directory to write the SavedModel to.
         preprocess: ``"auto"`` (the ``model.preprocess`` mode that
             :func:`~tfdml.models.build_embedding_model` sets; a model loaded
@@ -129,6 +132,7 @@ def export_embedding_model(
     """
     if not isinstance(model, keras.Model):
         raise ValueError(f"`model` must be a keras.Model. Received: model={model!r}")
+    model = unwrap(model)
     shape = tuple(model.input_shape) if not isinstance(model.input_shape, list) else None
     if shape is None or len(shape) != 4 or shape[-1] != 3:
         raise ValueError(

@@ -229,6 +229,11 @@ class ProxyAnchorLoss(ClassWeightLoss):
             value = _scale_for_distribution(value)
         return value
 
+    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
+        raise ValueError(
+            "ProxyAnchorLoss is a sum over proxies and has no terms per anchor: it cannot be "
+            "wrapped by a loss that reweights anchors (TrimmedLoss) or take a reference set.")
+
     def call(self, y_true, y_pred):
         raise NotImplementedError("ProxyAnchorLoss has no value per sample; call the loss.")
 
