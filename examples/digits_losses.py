@@ -29,12 +29,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+import sys
 import time
 
 import keras
 import numpy as np
 
 import tfdml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from digits_demo import build_model  # noqa: E402  (the demo's embedders)
 
 KS = (1, 2, 4, 8)
 LOSSES = ("nca2-ephn", "multi-similarity", "proxy-anchor", "arcface", "supcon")
@@ -45,25 +50,6 @@ LABELS = {
     "arcface": "ArcFaceLoss()",
     "supcon": "SupConLoss()",
 }
-
-
-def build_model(kind, embedding_dim):
-    """The demo's embedders: one linear layer (default) or a small CNN."""
-    if kind == "linear":
-        return keras.Sequential([
-            keras.Input((8, 8, 1)),
-            keras.layers.Flatten(),
-            keras.layers.Dense(embedding_dim),
-        ], name="digits_embedding")
-    return keras.Sequential([
-        keras.Input((8, 8, 1)),
-        keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
-        keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
-        keras.layers.MaxPooling2D(2),
-        keras.layers.Flatten(),
-        keras.layers.Dense(128, activation="relu"),
-        keras.layers.Dense(embedding_dim),
-    ], name="digits_embedding")
 
 
 def make_loss(name, num_classes):
