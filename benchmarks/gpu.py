@@ -62,6 +62,7 @@ import argparse
 import datetime
 import os
 import platform
+import re
 import shlex
 import statistics
 import sys
@@ -300,7 +301,7 @@ def time_class_loss(name, batch, classes, dim, repeats):
     return time_calls(lambda: step(xj, wj), jax_block, repeats)
 
 
-_SHAPE = __import__("re").compile(r"\b(?:pred|[fsu](?:8|16|32|64)|bf16)\[([0-9,]*)\]")
+_SHAPE = re.compile(r"\b(?:pred|[fsu](?:8|16|32|64)|bf16)\[([0-9,]*)\]")
 
 
 def largest_compiled_tensor(name, batch=64, classes=96, dim=48):

@@ -107,9 +107,14 @@ def test_weights_file_round_trip_and_plain_embedder_checkpoints(tmp_path):
     path = str(tmp_path / "all.weights.h5")
     model.save_weights(path)
     other = _model(ProxyAnchorLoss(NUM_CLASSES), seed=5)
+    other.build_from_config({"input_shape": (None, 6)})
+    other.optimizer.build(other.trainable_variables)  # so that its moments load too
     other.load_weights(path)
     np.testing.assert_allclose(to_numpy(other.metric_loss.class_weights),
                                to_numpy(model.metric_loss.class_weights), rtol=0)
+    for a, b in zip(_numpy(other.optimizer.variables), _numpy(model.optimizer.variables),
+                    strict=True):
+        np.testing.assert_allclose(a, b, rtol=0)
     # Weights of a plain embedding model load into the wrapped one.
     plain = str(tmp_path / "plain.weights.h5")
     model.embedder.save_weights(plain)
