@@ -280,9 +280,10 @@ class CircleLoss(_PairSoftmaxLoss):
 
     **Against** ``keras.losses.Circle``: on L2-normalized embeddings the
     per-anchor values are equal (Keras writes the same formula in cosine
-    distances), but Keras differentiates through ``alpha_p`` and
-    ``alpha_n``, so its gradients differ from the paper's, and Keras neither
-    normalizes the embeddings nor averages over the active anchors only.
+    distances), and so is the mean (Keras masks out the anchors whose loss is
+    0), but Keras differentiates through ``alpha_p`` and ``alpha_n``, so its
+    gradients differ from those of Sun et al.'s code; Keras also leaves the
+    normalization of the embeddings to the model.
 
     Args:
         margin: ``m >= 0``, the relaxation. Defaults to `0.4`.
