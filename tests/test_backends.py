@@ -43,6 +43,9 @@ def test_core_imports_and_trains_under_jax_without_tensorflow():
         model.compile("sgd", tfdml.losses.MultiSimilarityLoss(), jit_compile=True)
         model.fit(x, y, batch_size=16, epochs=1, verbose=0)
         recall = tfdml.metrics.recall_at_k(x, y, ks=(1,))
+        index = tfdml.search.Index()
+        index.add(x, labels=y)
+        assert index.lookup(x[:2], k=1).indices[:, 0].tolist() == [0, 1]
         errors = []
         for name in ("data", "datasets", "export", "compat", "experiments"):
             try:

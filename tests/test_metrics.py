@@ -108,7 +108,7 @@ from sklearn.metrics import normalized_mutual_info_score  # noqa: E402
 from sklearn.metrics.cluster import pair_confusion_matrix  # noqa: E402
 from sklearn.neighbors import NearestNeighbors  # noqa: E402
 
-from tfdml import metrics  # noqa: E402
+from tfdml import metrics, search  # noqa: E402
 
 # JAX compiles every eager op once per shape: other backends try one chunking (a gallery chunk
 # smaller than k, the hardest case of the running top-k).
@@ -210,7 +210,7 @@ def test_retrieval_metrics_break_ties_by_gallery_index(name, metric, seed):
 def test_top_k_puts_the_lower_index_first_among_ties():
     # tf.math.top_k and jax.lax.top_k promise it; torch.topk does not (tfdml sorts stably).
     scores = np.random.default_rng(0).integers(0, 3, size=(8, 2000)).astype(np.float32)
-    values, pos = metrics._top_k_lower_index_first(kops.convert_to_tensor(scores), 300)
+    values, pos = search._top_k_lower_index_first(kops.convert_to_tensor(scores), 300)
     want = np.argsort(-scores, axis=1, kind="stable")[:, :300]
     np.testing.assert_array_equal(to_numpy(pos), want)
     np.testing.assert_array_equal(to_numpy(values), np.take_along_axis(scores, want, axis=1))
@@ -316,14 +316,14 @@ def test_recall_matches_sklearn_brute_force():
 
 def test_score_blocks_are_bounded_by_the_chunk_sizes(monkeypatch):
     shapes = []
-    original = metrics._scores
+    original = search._scores
 
     def spy(queries, gallery, metric):
         out = original(queries, gallery, metric)
         shapes.append(tuple(out.shape))
         return out
 
-    monkeypatch.setattr(metrics, "_scores", spy)
+    monkeypatch.setattr(search, "_scores", spy)
     x, labels = _data(51, 50, 4, 5)
     got = metrics.recall_at_k(x, labels, (1, 8), chunk_size=8, gallery_chunk_size=16)
     chunked, shapes[:] = list(shapes), []

@@ -4,7 +4,7 @@ Losses and miners that drop into ``model.compile(loss=...)``, retrieval metrics,
 and the methods of the extreme-triplet, FAPPY, LoOp and easy-positive papers.
 
 The core (``tfdml.ops``, ``miners``, ``losses``, ``geometry``, ``layers``,
-``metrics``, ``analysis``, ``callbacks``, ``models``) is written in ``keras.ops``
+``search``, ``metrics``, ``analysis``, ``callbacks``, ``models``) is written in ``keras.ops``
 and runs under every Keras backend (TensorFlow, JAX, PyTorch); importing it
 imports TensorFlow only when TensorFlow is the backend (or for ``tf.data``
 inputs). ``tfdml.data``, ``datasets``, ``export``, ``compat`` and
@@ -28,7 +28,18 @@ except ModuleNotFoundError as _err:  # Keras' default backend is TensorFlow
         "core: KERAS_BACKEND=jax or KERAS_BACKEND=torch."
     ) from _err
 
-from tfdml import analysis, callbacks, geometry, layers, losses, metrics, miners, models, ops
+from tfdml import (
+    analysis,
+    callbacks,
+    geometry,
+    layers,
+    losses,
+    metrics,
+    miners,
+    models,
+    ops,
+    search,
+)
 from tfdml._version import __version__
 
 __all__ = [
@@ -46,6 +57,7 @@ __all__ = [
     "miners",
     "models",
     "ops",
+    "search",
     "__version__",
 ]
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from tfdml import metrics as _metrics
 from tfdml import ops
+from tfdml import search as _search
 from tfdml.analysis import scatter as _scatter
 
 __all__ = ["ActiveAnchorsWarning", "RecallAtK", "TripletScatter"]
@@ -109,7 +110,7 @@ class _EmbeddingCallback(keras.callbacks.Callback):
 
     def _nonfinite(self, embeddings, epoch, consequence):
         """True if a row of ``embeddings`` holds a NaN or an Inf; warns the first time."""
-        bad = _metrics._nonfinite_rows(embeddings)
+        bad = _search.nonfinite_rows(embeddings)
         if not len(bad):
             return False
         if not self._warned_nonfinite:

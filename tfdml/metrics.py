@@ -47,6 +47,9 @@ import numpy as np
 from keras import ops as kops
 
 from tfdml import ops
+from tfdml.search import at_indices as _at_indices
+from tfdml.search import check_finite as _check_finite
+from tfdml.search import neighbours
 
 __all__ = [
     "ActiveAnchors",
@@ -100,41 +103,6 @@ def _check_ks(ks, gallery_size, name="ks"):
             f"per query. Received: {name}={ks!r}"
         )
     return tuple(int(k) for k in ks)
-
-
-def _nonfinite_rows(embeddings):
-    """Indices (int64 NumPy array) of the rows of ``embeddings`` with a NaN or an Inf.
-
-    ``embeddings`` is anything with a leading row axis (a NumPy array or a tensor);
-    values are converted to float32 first, as the metrics compute in float32.
-    """
-    x = kops.convert_to_tensor(embeddings)
-    dtype = keras.backend.standardize_dtype(x.dtype)
-    if not dtype.startswith(("float", "bfloat")) or len(x.shape) == 0:
-        return np.zeros(0, np.int64)
-    x = kops.cast(x, "float32")
-    finite = kops.all(kops.isfinite(kops.reshape(x, (kops.shape(x)[0], -1))), axis=1)
-    return np.flatnonzero(~kops.convert_to_numpy(finite)).astype(np.int64)
-
-
-def _at_indices(bad):
-    """``"index 3"`` or ``"indices 3, 9, 17, ..."`` (at most five shown)."""
-    if len(bad) == 1:
-        return f"index {bad[0]}"
-    return "indices " + ", ".join(str(i) for i in bad[:5]) + (", ..." if len(bad) > 5 else "")
-
-
-def _check_finite(embeddings, name):
-    """Raises a ValueError naming ``name`` when a row of ``embeddings`` is not finite."""
-    bad = _nonfinite_rows(embeddings)
-    if len(bad):
-        rows = "row" if len(bad) == 1 else "rows"
-        raise ValueError(
-            f"`{name}` contains {len(bad)} non-finite {rows} (NaN or Inf) out of "
-            f"{int(embeddings.shape[0])}; a metric computed on them would be meaningless "
-            "(a diverged model gives such embeddings). Values beyond the float32 range "
-            f"count as Inf. Received: {name} with non-finite {rows} at {_at_indices(bad)}"
-        )
 
 
 def _check_finite_labeling(values, name):
@@ -196,78 +164,14 @@ def _prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chu
             kops.convert_to_numpy(gallery_labels).astype(np.int64), exclude_self)
 
 
-# -- exact nearest neighbours --------------------------------------------------------------------
-
-
-def _scores(queries, gallery, metric):
-    if metric == "cosine":
-        return ops.pairwise_similarity(queries, gallery)
-    return -ops.pairwise_distance(queries, gallery, squared=True)
-
-
-def _top_k_lower_index_first(scores, k):
-    """``(values, positions)`` of the ``k`` largest scores of each row, largest first.
-
-    Equal scores are ordered by increasing position, as ``tf.math.top_k`` and
-    ``jax.lax.top_k`` document (``keras.ops.top_k`` on those backends).
-    ``torch.topk`` makes no such promise, so PyTorch takes the first ``k`` of a
-    stable descending sort (NaN first, as ``jax.lax.top_k``).
-    """
-    if keras.backend.backend() == "torch":
-        import torch
-
-        values, positions = torch.sort(scores, dim=1, descending=True, stable=True)
-        return values[:, :k], positions[:, :k]
-    return kops.top_k(scores, k=k)
-
-
-def _merge_block(chunk, block, g_start, best_scores, best_idx, keep, metric):
-    """The running top-``keep`` of a query chunk merged with gallery rows ``g_start...``.
-
-    ``best_scores`` and ``best_idx`` are the kept ``[n, <=keep]`` scores and gallery
-    indices (``None`` before the first block); returns the new ones.
-    """
-    scores = _scores(chunk, block, metric)
-    cols = kops.arange(g_start, g_start + int(block.shape[0]), dtype="int32")
-    cols = kops.broadcast_to(cols[None, :], kops.shape(scores))
-    if best_scores is not None:
-        scores = kops.concatenate([best_scores, scores], axis=1)
-        cols = kops.concatenate([best_idx, cols], axis=1)
-    best_scores, pos = _top_k_lower_index_first(scores, min(keep, int(scores.shape[1])))
-    return best_scores, ops.take_along_axis(cols, pos, axis=1)
+# -- exact nearest neighbours: tfdml.search ------------------------------------------------------
 
 
 def _neighbour_chunks(queries, gallery, k, exclude_self, metric, chunk_size, gallery_chunk_size):
-    """Yields ``(start, indices)``: the ``k`` nearest gallery rows of queries ``start:start+n``.
-
-    ``indices`` is an ``[n, k]`` int64 NumPy array, nearest first, ties broken by the
-    lower gallery index. The top-k is a running one over gallery chunks: merging the
-    kept ``k`` (all of lower index) with a new chunk and taking a top-k that puts the
-    lower position first among equal values (:func:`_top_k_lower_index_first`) keeps
-    that order.
-
-    With ``exclude_self`` (query ``i`` is gallery row ``i``) the search keeps ``k + 1``
-    candidates and then removes row ``i`` by its index, or the last candidate when row
-    ``i`` is not among them. The query's own score plays no part, so no score (a tie,
-    ``-inf``, NaN) can make a query its own neighbour; ``k`` must then be below the
-    gallery size.
-    """
-    num_queries = int(queries.shape[0])
-    num_gallery = int(gallery.shape[0])
-    keep = k + 1 if exclude_self else k
-    for start in range(0, num_queries, chunk_size):
-        chunk = queries[start : start + chunk_size]
-        best_scores = best_idx = None
-        for g_start in range(0, num_gallery, gallery_chunk_size):
-            block = gallery[g_start : g_start + gallery_chunk_size]
-            best_scores, best_idx = _merge_block(chunk, block, g_start, best_scores, best_idx,
-                                                 keep, metric)
-        idx = kops.convert_to_numpy(best_idx).astype(np.int64)
-        if exclude_self:
-            is_self = idx == np.arange(start, start + len(idx))[:, None]
-            # A stable sort moves the query's own index (if present) behind the others.
-            order = np.argsort(is_self, axis=1, kind="stable")
-            idx = np.take_along_axis(idx, order, axis=1)[:, :k]
+    """``(start, indices)`` of :func:`tfdml.search.neighbours` (``"euclidean"`` is ``"l2"``)."""
+    search_metric = "l2" if metric == "euclidean" else metric
+    for start, _, idx in neighbours(queries, gallery, k, search_metric, exclude_self,
+                                    chunk_size, gallery_chunk_size):
         yield start, idx
 
 

@@ -1,0 +1,117 @@
+"""tfdml.search.Index against a NumPy brute force: exact answers, ties to the lower index.
+
+Embeddings with many exact ties (small integer coordinates, duplicated rows) make the
+order among equal scores visible; every chunk size must give the same answers. The
+search is written in keras.ops, so these tests run under every backend.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tfdml.search import METRICS, Index
+
+pytestmark = pytest.mark.multibackend
+
+
+def _tied_data(num, dim, seed, metric):
+    """Small integers (entries +-1 for cosine: equal norms, so that normalized rows and
+    their dot products are exact in float32 and equal scores are exact ties)."""
+    rng = np.random.default_rng(seed)
+    if metric == "cosine":
+        x = rng.choice([-1.0, 1.0], size=(num, dim)).astype(np.float32)
+    else:
+        x = rng.integers(-2, 3, size=(num, dim)).astype(np.float32)
+    x[rng.integers(0, num, num // 4)] = x[0]  # duplicates of row 0
+    return x
+
+
+def brute_force(queries, gallery, k, metric):
+    """Scores of every pair in float64, then a stable sort: nearest first, lower index first."""
+    q, g = queries.astype(np.float64), gallery.astype(np.float64)
+    if metric == "cosine":
+        q = q / np.linalg.norm(q, axis=1, keepdims=True)
+        g = g / np.linalg.norm(g, axis=1, keepdims=True)
+    if metric == "l2":
+        values = np.sqrt(((q[:, None, :] - g[None, :, :]) ** 2).sum(-1))
+        order = np.argsort(values, axis=1, kind="stable")[:, :k]
+    else:
+        values = q @ g.T
+        order = np.argsort(-values, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(values, order, axis=1), order
+
+
+@pytest.mark.parametrize("metric", METRICS)
+@pytest.mark.parametrize("chunks", [(1, 1), (3, 7), (64, 5), (1024, 16384)])
+def test_exact_answers_with_ties_across_chunk_sizes(metric, chunks):
+    gallery = _tied_data(45, 4, 0, metric)
+    queries = np.concatenate([_tied_data(10, 4, 1, metric), gallery[:3]])
+    index = Index(metric, chunk_size=chunks[0], gallery_chunk_size=chunks[1])
+    index.add(gallery[:20])
+    index.add(gallery[20:])  # adds append, in order
+    scores, indices = index.search(queries, k=9)
+    want_scores, want_indices = brute_force(queries, gallery, 9, metric)
+    np.testing.assert_array_equal(indices, want_indices)
+    np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-5)
+    assert scores.dtype == np.float32 and indices.dtype == np.int64
+    assert len(index) == 45
+
+
+def test_lookup_labels_ids_and_save_load(tmp_path):
+    rng = np.random.default_rng(2)
+    gallery = rng.normal(size=(30, 6)).astype(np.float32)
+    labels = rng.integers(0, 5, 30)
+    ids = np.array([f"img_{i:03d}.jpg" for i in range(30)])
+    index = Index("l2", chunk_size=4, gallery_chunk_size=8)
+    index.add(gallery[:12], labels=labels[:12], ids=ids[:12])
+    index.add(gallery[12:], labels=labels[12:], ids=ids[12:])
+    queries = rng.normal(size=(7, 6)).astype(np.float32)
+    found = index.lookup(queries, k=4)
+    _, want = brute_force(queries, gallery, 4, "l2")
+    np.testing.assert_array_equal(found.indices, want)
+    np.testing.assert_array_equal(found.labels, labels[want])
+    np.testing.assert_array_equal(found.ids, ids[want])
+
+    path = tmp_path / "gallery.npz"
+    index.save(path)
+    loaded = Index.load(path)
+    assert (loaded.metric, loaded.chunk_size, loaded.gallery_chunk_size) == ("l2", 4, 8)
+    again = loaded.lookup(queries, k=4)
+    for a, b in zip(again, found, strict=True):
+        np.testing.assert_array_equal(a, b)
+    loaded.add(gallery[:2], labels=labels[:2], ids=ids[:2])  # a loaded index keeps growing
+    assert len(loaded) == 32
+
+
+def test_an_index_without_labels_or_ids():
+    index = Index()
+    index.add(np.eye(3, dtype=np.float32))
+    found = index.lookup(np.array([[0.0, 2.0, 0.1]], np.float32), k=2)
+    assert found.labels is None and found.ids is None
+    np.testing.assert_array_equal(found.indices, [[1, 2]])
+
+
+def test_errors_name_the_problem():
+    index = Index("dot")
+    with pytest.raises(ValueError, match="empty"):
+        index.search(np.ones((1, 3), np.float32))
+    index.add(np.ones((4, 3), np.float32), labels=[0, 1, 2, 3])
+    with pytest.raises(ValueError, match="`k` must be at most the size"):
+        index.search(np.ones((1, 3), np.float32), k=5)
+    with pytest.raises(ValueError, match="3 columns"):
+        index.add(np.ones((2, 4), np.float32), labels=[0, 1])
+    with pytest.raises(ValueError, match="has labels"):
+        index.add(np.ones((2, 3), np.float32))
+    with pytest.raises(ValueError, match="one entry per embedding"):
+        index.add(np.ones((2, 3), np.float32), labels=[0])
+    bad = np.ones((3, 3), np.float32)
+    bad[1, 2] = np.nan
+    with pytest.raises(ValueError, match="`queries` contains 1 non-finite row .*index 1"):
+        index.search(bad)
+    with pytest.raises(ValueError, match="`embeddings` contains 1 non-finite row"):
+        index.add(bad, labels=[0, 1, 2])
+    with pytest.raises(ValueError, match="`metric`"):
+        Index("euclidean")
+    with pytest.raises(ValueError, match="`chunk_size`"):
+        Index(chunk_size=0)

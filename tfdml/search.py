@@ -1,0 +1,364 @@
+"""Exact nearest-neighbour search: the one implementation in tfdml, and an index to query.
+
+:func:`neighbours` is the search every part of tfdml uses (the retrieval metrics
+and callbacks too): queries are processed in chunks of ``chunk_size`` rows and
+the gallery in chunks of ``gallery_chunk_size`` rows; each query chunk keeps a
+*running* top-k that is merged with every gallery chunk's scores, so memory is
+``chunk_size x (gallery_chunk_size + k)`` scores, whatever the number of queries
+and gallery items. It is written in ``keras.ops`` and runs on the backend's
+device.
+
+:class:`Index` holds a gallery (embeddings, and optionally labels and ids) that
+grows with :meth:`Index.add`, answers :meth:`Index.search` (scores and gallery
+indices) and :meth:`Index.lookup` (with labels and ids), and saves to one
+``.npz`` file.
+
+Conventions:
+
+* **Metrics.** ``"cosine"``: the dot product of L2-normalized vectors, larger
+  is nearer; ``"dot"``: the plain dot product, larger is nearer; ``"l2"``:
+  the Euclidean distance, smaller is nearer. Scores are computed in float32.
+* **Ties.** Neighbours are ordered nearest first; items at equal scores by
+  increasing gallery index. Results are exact and do not depend on the chunk
+  sizes.
+* **Non-finite embeddings** raise a ``ValueError`` that names the argument and
+  the rows: a NaN would otherwise rank anywhere.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+from typing import NamedTuple
+
+import keras
+import numpy as np
+from keras import ops as kops
+
+from tfdml import ops
+
+__all__ = ["METRICS", "Index", "Lookup", "neighbours"]
+
+#: The metrics an :class:`Index` and :func:`neighbours` take.
+METRICS = ("cosine", "dot", "l2")
+
+
+def _check_metric(metric):
+    if metric not in METRICS:
+        raise ValueError(f"`metric` must be one of {METRICS}. Received: metric={metric!r}")
+    return metric
+
+
+def _check_positive_int(name, value):
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"`{name}` must be an integer >= 1. Received: {name}={value!r}")
+    return int(value)
+
+
+def nonfinite_rows(embeddings) -> np.ndarray:
+    """Indices (int64 NumPy array) of the rows of ``embeddings`` with a NaN or an Inf.
+
+    ``embeddings`` is anything with a leading row axis (a NumPy array or a tensor);
+    values are converted to float32 first, as the search computes in float32.
+    """
+    x = kops.convert_to_tensor(embeddings)
+    dtype = keras.backend.standardize_dtype(x.dtype)
+    if not dtype.startswith(("float", "bfloat")) or len(x.shape) == 0:
+        return np.zeros(0, np.int64)
+    x = kops.cast(x, "float32")
+    finite = kops.all(kops.isfinite(kops.reshape(x, (kops.shape(x)[0], -1))), axis=1)
+    return np.flatnonzero(~kops.convert_to_numpy(finite)).astype(np.int64)
+
+
+def at_indices(bad):
+    """``"index 3"`` or ``"indices 3, 9, 17, ..."`` (at most five shown)."""
+    if len(bad) == 1:
+        return f"index {bad[0]}"
+    return "indices " + ", ".join(str(i) for i in bad[:5]) + (", ..." if len(bad) > 5 else "")
+
+
+def check_finite(embeddings, name):
+    """Raises a ValueError naming ``name`` when a row of ``embeddings`` is not finite."""
+    bad = nonfinite_rows(embeddings)
+    if len(bad):
+        rows = "row" if len(bad) == 1 else "rows"
+        raise ValueError(
+            f"`{name}` contains {len(bad)} non-finite {rows} (NaN or Inf) out of "
+            f"{int(embeddings.shape[0])}; nearest neighbours of such rows, and any metric "
+            "computed on them, would be meaningless (a diverged model gives such "
+            "embeddings). Values beyond the float32 range count as Inf. Received: "
+            f"{name} with non-finite {rows} at {at_indices(bad)}"
+        )
+
+
+def _scores(queries, gallery, metric):
+    """``[n, m]`` scores, larger is nearer: dot products, or minus squared distances."""
+    if metric == "l2":
+        return -ops.pairwise_distance(queries, gallery, squared=True)
+    return ops.pairwise_similarity(queries, gallery)
+
+
+def _top_k_lower_index_first(scores, k):
+    """``(values, positions)`` of the ``k`` largest scores of each row, largest first.
+
+    Equal scores are ordered by increasing position, as ``tf.math.top_k`` and
+    ``jax.lax.top_k`` document (``keras.ops.top_k`` on those backends).
+    ``torch.topk`` makes no such promise, so PyTorch takes the first ``k`` of a
+    stable descending sort (NaN first, as ``jax.lax.top_k``).
+    """
+    if keras.backend.backend() == "torch":
+        import torch
+
+        values, positions = torch.sort(scores, dim=1, descending=True, stable=True)
+        return values[:, :k], positions[:, :k]
+    return kops.top_k(scores, k=k)
+
+
+def _merge_block(chunk, block, g_start, best_scores, best_idx, keep, metric):
+    """The running top-``keep`` of a query chunk merged with gallery rows ``g_start...``.
+
+    ``best_scores`` and ``best_idx`` are the kept ``[n, <=keep]`` scores and gallery
+    indices (``None`` before the first block); returns the new ones.
+    """
+    scores = _scores(chunk, block, metric)
+    cols = kops.arange(g_start, g_start + int(block.shape[0]), dtype="int32")
+    cols = kops.broadcast_to(cols[None, :], kops.shape(scores))
+    if best_scores is not None:
+        scores = kops.concatenate([best_scores, scores], axis=1)
+        cols = kops.concatenate([best_idx, cols], axis=1)
+    best_scores, pos = _top_k_lower_index_first(scores, min(keep, int(scores.shape[1])))
+    return best_scores, ops.take_along_axis(cols, pos, axis=1)
+
+
+def neighbours(queries, gallery, k, metric="cosine", exclude_self=False, chunk_size=1024,
+               gallery_chunk_size=16384):
+    """Yields ``(start, scores, indices)``: the ``k`` nearest gallery rows of each query chunk.
+
+    ``queries`` and ``gallery`` are float32 tensors, already L2-normalized for
+    ``"cosine"`` (the caller normalizes once). For the query rows ``start :
+    start + n``, ``indices`` is an ``[n, k]`` int64 NumPy array, nearest first, ties
+    broken by the lower gallery index, and ``scores`` the matching ``[n, k]``
+    float32 NumPy scores (similarities; for ``"l2"`` the Euclidean distances).
+    The top-k is a running one over gallery chunks: merging the kept ``k`` (all of
+    lower index) with a new chunk and taking a top-k that puts the lower position
+    first among equal values keeps that order.
+
+    With ``exclude_self`` (query ``i`` is gallery row ``i``) the search keeps
+    ``k + 1`` candidates and then removes row ``i`` by its index, or the last
+    candidate when row ``i`` is not among them. The query's own score plays no
+    part, so no score (a tie, ``-inf``, NaN) can make a query its own neighbour;
+    ``k`` must then be below the gallery size.
+    """
+    _check_metric(metric)
+    num_queries = int(queries.shape[0])
+    num_gallery = int(gallery.shape[0])
+    keep = k + 1 if exclude_self else k
+    for start in range(0, num_queries, chunk_size):
+        chunk = queries[start : start + chunk_size]
+        best_scores = best_idx = None
+        for g_start in range(0, num_gallery, gallery_chunk_size):
+            block = gallery[g_start : g_start + gallery_chunk_size]
+            best_scores, best_idx = _merge_block(chunk, block, g_start, best_scores, best_idx,
+                                                 keep, metric)
+        idx = kops.convert_to_numpy(best_idx).astype(np.int64)
+        scores = kops.convert_to_numpy(best_scores).astype(np.float32)
+        if exclude_self:
+            is_self = idx == np.arange(start, start + len(idx))[:, None]
+            # A stable sort moves the query's own index (if present) behind the others.
+            order = np.argsort(is_self, axis=1, kind="stable")
+            idx = np.take_along_axis(idx, order, axis=1)[:, :k]
+            scores = np.take_along_axis(scores, order, axis=1)[:, :k]
+        if metric == "l2":
+            scores = np.sqrt(np.maximum(-scores, 0.0))
+        yield start, scores, idx
+
+
+class Lookup(NamedTuple):
+    """The answer of :meth:`Index.lookup`, each ``[Q, k]``, nearest first.
+
+    Attributes:
+        scores: similarities (``"cosine"``, ``"dot"``) or distances (``"l2"``).
+        indices: positions in the index (the order of :meth:`Index.add`).
+        labels: the neighbours' labels, or None when the index has none.
+        ids: the neighbours' ids, or None when the index has none.
+    """
+
+    scores: np.ndarray
+    indices: np.ndarray
+    labels: np.ndarray | None
+    ids: np.ndarray | None
+
+
+class Index:
+    """An exact nearest-neighbour index over embeddings, with optional labels and ids.
+
+    Add embeddings (as often as needed), then search: every query is compared
+    with every stored embedding, in chunks, so answers are exact and memory is
+    bounded by ``chunk_size x (gallery_chunk_size + k)`` scores. Ties go to the
+    item added first.
+
+    Args:
+        metric: ``"cosine"``, ``"dot"`` or ``"l2"``. Defaults to `"cosine"`.
+        chunk_size: queries per matrix product. Defaults to `1024`.
+        gallery_chunk_size: stored items per matrix product. Defaults to
+            `16384`.
+
+    Examples:
+
+    >>> index = tfdml.search.Index()
+    >>> index.add(model.predict(gallery_images), labels=gallery_labels, ids=file_names)
+    >>> lookup = index.lookup(model.predict(query_images), k=5)
+    >>> lookup.labels[:, 0]      # the nearest item's label for each query
+    >>> index.save("gallery.npz")
+    >>> index = tfdml.search.Index.load("gallery.npz")
+    """
+
+    def __init__(self, metric: str = "cosine", chunk_size: int = 1024,
+                 gallery_chunk_size: int = 16384):
+        self.metric = _check_metric(metric)
+        self.chunk_size = _check_positive_int("chunk_size", chunk_size)
+        self.gallery_chunk_size = _check_positive_int("gallery_chunk_size", gallery_chunk_size)
+        self._parts = []  # float32 NumPy blocks as added (normalized for "cosine")
+        self._labels = None  # list of int64 blocks, or None
+        self._ids = None  # list of blocks, or None
+        self._gallery = None  # the concatenated backend tensor, rebuilt after an add
+        self.dim = None
+
+    def __len__(self):
+        return sum(len(p) for p in self._parts)
+
+    def __repr__(self):
+        return (f"Index(metric={self.metric!r}, size={len(self)}, dim={self.dim}, "
+                f"labels={self._labels is not None}, ids={self._ids is not None})")
+
+    def _prepare(self, embeddings, name):
+        x = kops.cast(ops.check_embeddings(embeddings, name), "float32")
+        if self.dim is not None and x.shape[-1] != self.dim:
+            raise ValueError(f"`{name}` must have {self.dim} columns, the size of the index's "
+                             f"embeddings. Received: {name}.shape={tuple(x.shape)}")
+        check_finite(x, name)
+        return ops.l2_normalize(x) if self.metric == "cosine" else x
+
+    def add(self, embeddings, labels=None, ids=None):
+        """Appends embeddings ``[N, D]``, with their labels ``[N]`` and ids ``[N]``.
+
+        Labels (integer class ids) and ids (any integers or strings, e.g. file
+        names) are optional, but once the index has them every ``add`` must
+        give them, and the other way round.
+
+        Raises:
+            ValueError: for a row with a NaN or an Inf, another embedding size,
+                lengths that differ, or labels/ids given for some adds only.
+        """
+        x = self._prepare(embeddings, "embeddings")
+        n = int(x.shape[0])
+        if labels is not None:
+            labels = kops.convert_to_numpy(ops.cast_labels(labels, "labels")).astype(np.int64)
+            if len(labels) != n:
+                raise ValueError(f"`labels` must have one entry per embedding ({n}). "
+                                 f"Received: {len(labels)}")
+        if ids is not None:
+            ids = np.asarray(ids)
+            if ids.ndim != 1 or len(ids) != n or ids.dtype.kind not in "iuU":
+                raise ValueError("`ids` must be a 1-D array of integers or strings with one "
+                                 f"entry per embedding ({n}). Received: shape {ids.shape}, "
+                                 f"dtype {ids.dtype}")
+        for name, given, stored in (("labels", labels, self._labels), ("ids", ids, self._ids)):
+            if self._parts and (given is None) != (stored is None):
+                state = "has" if stored is not None else "has no"
+                raise ValueError(f"The index {state} {name}: give `{name}` to every add or "
+                                 "to none.")
+        self._parts.append(np.array(kops.convert_to_numpy(x), np.float32))
+        if labels is not None:
+            self._labels = (self._labels or []) + [labels]
+        if ids is not None:
+            self._ids = (self._ids or []) + [ids]
+        self.dim = int(x.shape[-1])
+        self._gallery = None
+
+    @property
+    def embeddings(self) -> np.ndarray:
+        """The stored ``[N, D]`` float32 embeddings (L2-normalized for ``"cosine"``)."""
+        if not self._parts:
+            return np.zeros((0, self.dim or 0), np.float32)
+        return np.concatenate(self._parts)
+
+    @property
+    def labels(self) -> np.ndarray | None:
+        """The stored ``[N]`` labels, or None."""
+        return None if self._labels is None else np.concatenate(self._labels)
+
+    @property
+    def ids(self) -> np.ndarray | None:
+        """The stored ``[N]`` ids, or None."""
+        return None if self._ids is None else np.concatenate(self._ids)
+
+    def search(self, queries, k: int = 1):
+        """The ``k`` nearest stored items of each query, exactly.
+
+        Args:
+            queries: ``[Q, D]`` embeddings.
+            k: neighbours per query, at most ``len(index)``. Defaults to `1`.
+
+        Returns:
+            ``(scores, indices)``: ``[Q, k]`` float32 scores (similarities for
+            ``"cosine"`` and ``"dot"``, Euclidean distances for ``"l2"``) and
+            int64 positions in the index, nearest first, ties by position.
+
+        Raises:
+            ValueError: for an empty index, a bad ``k``, or a query row with a
+                NaN or an Inf.
+        """
+        if not self._parts:
+            raise ValueError("The index is empty: `add` embeddings before searching.")
+        k = _check_positive_int("k", k)
+        if k > len(self):
+            raise ValueError(f"`k` must be at most the size of the index ({len(self)}). "
+                             f"Received: k={k}")
+        q = self._prepare(queries, "queries")
+        if self._gallery is None:
+            self._gallery = kops.convert_to_tensor(self.embeddings)
+        num = int(q.shape[0])
+        scores = np.zeros((num, k), np.float32)
+        indices = np.zeros((num, k), np.int64)
+        for start, s, idx in neighbours(q, self._gallery, k, self.metric, False,
+                                        self.chunk_size, self.gallery_chunk_size):
+            scores[start:start + len(idx)] = s
+            indices[start:start + len(idx)] = idx
+        return scores, indices
+
+    def lookup(self, queries, k: int = 1) -> Lookup:
+        """:meth:`search` with the neighbours' labels and ids (see :class:`Lookup`)."""
+        scores, indices = self.search(queries, k)
+        labels, ids = self.labels, self.ids
+        return Lookup(scores, indices, None if labels is None else labels[indices],
+                      None if ids is None else ids[indices])
+
+    def save(self, path):
+        """Writes the index to one ``.npz`` file (no pickled objects)."""
+        arrays = {
+            "metric": np.array(self.metric),
+            "chunk_sizes": np.array([self.chunk_size, self.gallery_chunk_size], np.int64),
+            "embeddings": self.embeddings,
+        }
+        if self._labels is not None:
+            arrays["labels"] = self.labels
+        if self._ids is not None:
+            arrays["ids"] = self.ids
+        path = os.fspath(path)
+        with open(path, "wb") as f:  # as given: np.savez would append ".npz"
+            np.savez(f, **arrays)
+
+    @classmethod
+    def load(cls, path) -> Index:
+        """An index saved with :meth:`save`."""
+        with np.load(os.fspath(path), allow_pickle=False) as data:
+            chunk, gallery_chunk = (int(v) for v in data["chunk_sizes"])
+            index = cls(str(data["metric"]), chunk, gallery_chunk)
+            embeddings = data["embeddings"]
+            index.dim = int(embeddings.shape[1])
+            if len(embeddings):
+                index._parts = [embeddings.astype(np.float32)]
+                index._labels = [data["labels"]] if "labels" in data else None
+                index._ids = [data["ids"]] if "ids" in data else None
+        return index
