@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tfdml.search import METRICS, Index
+from tfdml.search import METRICS, Index, calibrate, plot_calibration
 
 pytestmark = pytest.mark.multibackend
 
@@ -115,3 +115,82 @@ def test_errors_name_the_problem():
         Index("euclidean")
     with pytest.raises(ValueError, match="`chunk_size`"):
         Index(chunk_size=0)
+
+
+# -- calibrate and match -----------------------------------------------------------------------
+
+
+def _calibration_brute_force(scores, correct, target, metric):
+    """Every distinct nearest score as a threshold; the loosest with precision >= target."""
+    points = []
+    for t in np.unique(scores):
+        accepted = scores <= t if metric == "l2" else scores >= t
+        precision = correct[accepted].mean()
+        recall = correct[accepted].sum() / max(correct.sum(), 1)
+        points.append((t, precision, recall))
+    points.sort(key=lambda p: p[0] if metric == "l2" else -p[0])  # strictest first
+    ok = [p for p in points if p[1] >= target]
+    return points, (ok[-1] if ok else None)
+
+
+@pytest.mark.parametrize("metric", ["l2", "cosine"])
+def test_calibrate_picks_the_loosest_threshold_reaching_the_precision(metric):
+    rng = np.random.default_rng(3)
+    centers = rng.normal(size=(5, 8))
+    gallery_labels = np.repeat(np.arange(5), 10)
+    gallery = (centers[gallery_labels] + rng.normal(size=(50, 8))).astype(np.float32)
+    query_labels = rng.integers(0, 5, 80)
+    queries = (centers[query_labels] + 1.6 * rng.normal(size=(80, 8))).astype(np.float32)
+    queries[:5] = gallery[:5]  # exact duplicates: equal scores share one threshold
+    query_labels[:5] = gallery_labels[:5]
+    index = Index(metric)
+    index.add(gallery, labels=gallery_labels)
+    nearest = index.lookup(queries, 1)
+    correct = nearest.labels[:, 0] == query_labels
+    assert 0.5 < correct.mean() < 0.95  # thresholds matter here
+    scores = nearest.scores[:, 0].astype(np.float64)
+    for target in (0.9, 0.97):
+        got = calibrate(index, queries, query_labels, target)
+        points, want = _calibration_brute_force(scores, correct, target, metric)
+        np.testing.assert_allclose(got.thresholds, [p[0] for p in points], rtol=1e-12)
+        np.testing.assert_allclose(got.precisions, [p[1] for p in points], rtol=1e-12)
+        np.testing.assert_allclose(got.recalls, [p[2] for p in points], rtol=1e-12)
+        assert got.reached and want is not None
+        assert (got.threshold, got.precision, got.recall) == pytest.approx(want, rel=1e-12)
+        # match: the nearest label within the threshold, else -1.
+        matched = index.match(queries, got.threshold)
+        accepted = scores <= got.threshold if metric == "l2" else scores >= got.threshold
+        np.testing.assert_array_equal(matched, np.where(accepted, nearest.labels[:, 0], -1))
+        assert (matched[accepted] == query_labels[accepted]).mean() == pytest.approx(
+            got.precision)
+
+
+def test_calibrate_reports_an_unreachable_target():
+    index = Index("l2")
+    index.add(np.array([[0.0], [1.0]], np.float32), labels=[0, 1])
+    queries = np.array([[0.05], [0.2], [0.9]], np.float32)  # nearest: 0 (wrong), 0, 1
+    got = calibrate(index, queries, [1, 1, 1], target_precision=0.99)
+    assert not got.reached
+    # From the strictest threshold (distances 0.05, 0.1, 0.2): precision 0/1, 1/2, 1/3.
+    np.testing.assert_allclose(got.precisions, [0.0, 0.5, 1 / 3])
+    assert got.threshold == pytest.approx(0.1, abs=1e-6) and got.precision == 0.5
+    with pytest.raises(ValueError, match="target_precision"):
+        calibrate(index, queries, [1, 1, 1], target_precision=0.0)
+    with pytest.raises(ValueError, match="one entry per query"):
+        calibrate(index, queries, [1, 1])
+    unlabelled = Index()
+    unlabelled.add(np.ones((2, 2), np.float32))
+    with pytest.raises(ValueError, match="labels"):
+        unlabelled.match(np.ones((1, 2), np.float32), 0.5)
+
+
+def test_plot_calibration(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    index = Index("l2")
+    index.add(np.array([[0.0], [1.0]], np.float32), labels=[0, 1])
+    got = calibrate(index, np.array([[0.1], [0.8], [0.45]], np.float32), [0, 1, 1], 0.9)
+    ax = plot_calibration(got, target_precision=0.9)
+    assert len(ax.lines) == 4
+    ax.figure.savefig(tmp_path / "calibration.png")

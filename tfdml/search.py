@@ -37,7 +37,8 @@ from keras import ops as kops
 
 from tfdml import ops
 
-__all__ = ["METRICS", "Index", "Lookup", "neighbours"]
+__all__ = ["METRICS", "Calibration", "Index", "Lookup", "calibrate", "match", "neighbours",
+           "plot_calibration"]
 
 #: The metrics an :class:`Index` and :func:`neighbours` take.
 METRICS = ("cosine", "dot", "l2")
@@ -334,6 +335,30 @@ class Index:
         return Lookup(scores, indices, None if labels is None else labels[indices],
                       None if ids is None else ids[indices])
 
+    def match(self, queries, threshold, unknown=-1):
+        """The label of each query's nearest item when it is near enough, else ``unknown``.
+
+        Near enough: a similarity ``>= threshold`` (``"cosine"``, ``"dot"``) or a
+        distance ``<= threshold`` (``"l2"``); :func:`calibrate` picks a threshold
+        for a target precision.
+
+        Args:
+            queries: ``[Q, D]`` embeddings.
+            threshold: the score a match must reach.
+            unknown: the label of a query without a match. Defaults to `-1`.
+
+        Returns:
+            ``[Q]`` int64 labels.
+
+        Raises:
+            ValueError: when the index has no labels.
+        """
+        if self._labels is None:
+            raise ValueError("`match` needs labels: `add` the embeddings with `labels=`.")
+        found = self.lookup(queries, 1)
+        return np.where(_accepts(found.scores[:, 0], threshold, self.metric),
+                        found.labels[:, 0], np.int64(unknown))
+
     def save(self, path):
         """Writes the index to one ``.npz`` file (no pickled objects)."""
         arrays = {
@@ -362,3 +387,129 @@ class Index:
                 index._labels = [data["labels"]] if "labels" in data else None
                 index._ids = [data["ids"]] if "ids" in data else None
         return index
+
+
+# -- calibration -------------------------------------------------------------------------------
+
+
+def _accepts(scores, threshold, metric):
+    return scores <= threshold if metric == "l2" else scores >= threshold
+
+
+class Calibration(NamedTuple):
+    """The answer of :func:`calibrate`.
+
+    Attributes:
+        threshold: the score a match must reach (a similarity for ``"cosine"``
+            and ``"dot"``, a distance for ``"l2"``).
+        precision: the share of correct labels among the calibration queries
+            it accepts.
+        recall: the share of the queries whose nearest item has their label
+            that it accepts.
+        reached: whether ``precision >= target_precision``.
+        thresholds, precisions, recalls: the curve, one point per distinct
+            score of the nearest items, from the strictest threshold to the
+            loosest (for :func:`plot_calibration`).
+    """
+
+    threshold: float
+    precision: float
+    recall: float
+    reached: bool
+    thresholds: np.ndarray
+    precisions: np.ndarray
+    recalls: np.ndarray
+
+
+def calibrate(index: Index, queries, labels, target_precision: float = 0.99) -> Calibration:
+    """The loosest match threshold whose precision on labelled queries reaches a target.
+
+    Each query is matched to its nearest item in ``index``; the match is
+    *correct* when that item has the query's label. A threshold accepts the
+    matches whose score reaches it. Over all thresholds (one per distinct
+    nearest score), the one returned is the loosest, hence the highest recall,
+    whose precision (correct among accepted) is at least ``target_precision``.
+    Recall is the share of the correct matches that are accepted. Calibrate on
+    queries that are not in the index (a query finds itself at distance 0).
+
+    When no threshold reaches the target, the most precise one is returned
+    (ties: the loosest) with ``reached=False``.
+
+    Args:
+        index: an :class:`Index` with labels.
+        queries: ``[Q, D]`` embeddings.
+        labels: ``[Q]`` their labels.
+        target_precision: in ``(0, 1]``. Defaults to `0.99`.
+
+    Returns:
+        A :class:`Calibration`.
+
+    Raises:
+        ValueError: for an index without labels, a bad target, or queries and
+            labels of different lengths.
+
+    Examples:
+
+    >>> calibration = tfdml.search.calibrate(index, val_embeddings, val_labels, 0.99)
+    >>> index.match(new_embeddings, calibration.threshold)   # label, or -1 (unknown)
+    """
+    if not ops.is_number(target_precision) or not 0 < target_precision <= 1:
+        raise ValueError("`target_precision` must be a number in (0, 1]. "
+                         f"Received: target_precision={target_precision!r}")
+    if index.labels is None:
+        raise ValueError("`calibrate` needs an index with labels.")
+    labels = kops.convert_to_numpy(ops.cast_labels(labels, "labels")).astype(np.int64)
+    found = index.lookup(queries, 1)
+    if len(labels) != len(found.indices):
+        raise ValueError(f"`labels` must have one entry per query ({len(found.indices)}). "
+                         f"Received: {len(labels)}")
+    scores = found.scores[:, 0].astype(np.float64)
+    correct = found.labels[:, 0] == labels
+    # Strictest first: the best scores first (smallest distances for "l2").
+    order = np.argsort(scores if index.metric == "l2" else -scores, kind="stable")
+    scores, correct = scores[order], correct[order]
+    accepted = np.arange(1, len(scores) + 1)
+    hits = np.cumsum(correct)
+    last = np.r_[scores[1:] != scores[:-1], True]  # a threshold accepts all equal scores
+    thresholds, accepted, hits = scores[last], accepted[last], hits[last]
+    precisions = hits / accepted
+    recalls = hits / max(int(correct.sum()), 1)
+    ok = precisions >= target_precision
+    if ok.any():
+        best = int(np.flatnonzero(ok)[-1])
+    else:
+        best = int(np.flatnonzero(precisions == precisions.max())[-1])
+    return Calibration(float(thresholds[best]), float(precisions[best]), float(recalls[best]),
+                       bool(ok.any()), thresholds, precisions, recalls)
+
+
+def match(index: Index, queries, threshold, unknown=-1):
+    """:meth:`Index.match`: the nearest item's label within ``threshold``, else ``unknown``."""
+    return index.match(queries, threshold, unknown)
+
+
+def plot_calibration(calibration: Calibration, ax=None, target_precision=None):
+    """Precision and recall against the threshold, the chosen threshold marked.
+
+    Args:
+        calibration: from :func:`calibrate`.
+        ax: a matplotlib axis. Defaults to `None` (a new figure).
+        target_precision: drawn as a horizontal line when given.
+
+    Returns:
+        The matplotlib axis.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot(calibration.thresholds, calibration.precisions, label="precision")
+    ax.plot(calibration.thresholds, calibration.recalls, label="recall")
+    ax.axvline(calibration.threshold, color="gray", linestyle="--",
+               label=f"threshold {calibration.threshold:.3g}")
+    if target_precision is not None:
+        ax.axhline(target_precision, color="gray", linestyle=":", label="target precision")
+    ax.set_xlabel("threshold")
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=7)
+    return ax
