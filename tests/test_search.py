@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from backends import BACKEND
 
 from tfdml.search import METRICS, Index, calibrate, plot_calibration
 
@@ -194,3 +195,39 @@ def test_plot_calibration(tmp_path):
     ax = plot_calibration(got, target_precision=0.9)
     assert len(ax.lines) == 4
     ax.figure.savefig(tmp_path / "calibration.png")
+
+
+# -- the faiss backend -------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="backend-independent; faiss and PyTorch "
+                    "load two OpenMP runtimes")
+@pytest.mark.parametrize("metric", METRICS)
+def test_faiss_backend_gives_the_same_answers(metric, tmp_path):
+    pytest.importorskip("faiss")
+    gallery = _tied_data(300, 4, 0, metric)  # ties far past k: faiss is asked for more
+    queries = np.concatenate([_tied_data(20, 4, 1, metric), gallery[:3]])
+    want_scores, want_indices = brute_force(queries, gallery, 12, metric)
+    default, with_faiss = Index(metric), Index(metric, backend="faiss")
+    for index in (default, with_faiss):
+        index.add(gallery[:100], labels=np.arange(100) % 7)
+        index.add(gallery[100:], labels=np.arange(100, 300) % 7)
+        scores, indices = index.search(queries, k=12)
+        np.testing.assert_array_equal(indices, want_indices)
+        np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-5)
+    path = tmp_path / "faiss.npz"
+    with_faiss.save(path)
+    loaded = Index.load(path)
+    assert loaded.backend == "faiss"
+    np.testing.assert_array_equal(loaded.lookup(queries, 12).labels,
+                                  default.lookup(queries, 12).labels)
+
+
+def test_faiss_backend_without_faiss_names_the_package(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "faiss", None)  # `import faiss` fails
+    with pytest.raises(ImportError, match="pip install faiss-cpu"):
+        Index(backend="faiss")
+    with pytest.raises(ValueError, match="`backend`"):
+        Index(backend="annoy")

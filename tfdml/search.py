@@ -37,11 +37,26 @@ from keras import ops as kops
 
 from tfdml import ops
 
-__all__ = ["METRICS", "Calibration", "Index", "Lookup", "calibrate", "match", "neighbours",
+__all__ = ["BACKENDS", "METRICS", "Calibration", "Index", "Lookup", "calibrate", "match", "neighbours",
            "plot_calibration"]
 
 #: The metrics an :class:`Index` and :func:`neighbours` take.
 METRICS = ("cosine", "dot", "l2")
+
+#: The search backends of an :class:`Index`.
+BACKENDS = ("keras", "faiss")
+
+FAISS_INSTALL = ("Index(backend=\"faiss\") needs the faiss package: `pip install faiss-cpu` "
+                 "(or faiss-gpu). The default backend (\"keras\") needs nothing else and gives "
+                 "the same answers.")
+
+
+def _import_faiss():
+    try:
+        import faiss
+    except ImportError as err:
+        raise ImportError(FAISS_INSTALL) from err
+    return faiss
 
 
 def _check_metric(metric):
@@ -198,11 +213,20 @@ class Index:
     bounded by ``chunk_size x (gallery_chunk_size + k)`` scores. Ties go to the
     item added first.
 
+    **Backends.** ``"keras"`` (default) is :func:`neighbours`, in ``keras.ops``
+    on the Keras backend's device. ``"faiss"`` searches an exact faiss index
+    (``IndexFlatIP`` for ``"cosine"`` and ``"dot"``, ``IndexFlatL2`` for
+    ``"l2"``) when ``faiss-cpu`` (or ``faiss-gpu``) is installed, and puts
+    equal scores in index order too (faiss does not), fetching more
+    candidates until the ties at the ``k``-th place are complete: the same
+    answers as the default backend (up to float32 rounding of the scores).
+
     Args:
         metric: ``"cosine"``, ``"dot"`` or ``"l2"``. Defaults to `"cosine"`.
         chunk_size: queries per matrix product. Defaults to `1024`.
         gallery_chunk_size: stored items per matrix product. Defaults to
             `16384`.
+        backend: ``"keras"`` or ``"faiss"``. Defaults to `"keras"`.
 
     Examples:
 
@@ -215,7 +239,13 @@ class Index:
     """
 
     def __init__(self, metric: str = "cosine", chunk_size: int = 1024,
-                 gallery_chunk_size: int = 16384):
+                 gallery_chunk_size: int = 16384, backend: str = "keras"):
+        if backend not in BACKENDS:
+            raise ValueError(f"`backend` must be one of {BACKENDS}. Received: backend={backend!r}")
+        self.backend = backend
+        self._faiss = None  # the faiss index, built on the first search after an add
+        if backend == "faiss":
+            _import_faiss()
         self.metric = _check_metric(metric)
         self.chunk_size = _check_positive_int("chunk_size", chunk_size)
         self.gallery_chunk_size = _check_positive_int("gallery_chunk_size", gallery_chunk_size)
@@ -229,7 +259,8 @@ class Index:
         return sum(len(p) for p in self._parts)
 
     def __repr__(self):
-        return (f"Index(metric={self.metric!r}, size={len(self)}, dim={self.dim}, "
+        return (f"Index(metric={self.metric!r}, backend={self.backend!r}, size={len(self)}, "
+                f"dim={self.dim}, "
                 f"labels={self._labels is not None}, ids={self._ids is not None})")
 
     def _prepare(self, embeddings, name):
@@ -276,6 +307,7 @@ class Index:
             self._ids = (self._ids or []) + [ids]
         self.dim = int(x.shape[-1])
         self._gallery = None
+        self._faiss = None
 
     @property
     def embeddings(self) -> np.ndarray:
@@ -317,6 +349,8 @@ class Index:
             raise ValueError(f"`k` must be at most the size of the index ({len(self)}). "
                              f"Received: k={k}")
         q = self._prepare(queries, "queries")
+        if self.backend == "faiss":
+            return self._faiss_search(np.asarray(kops.convert_to_numpy(q), np.float32), k)
         if self._gallery is None:
             self._gallery = kops.convert_to_tensor(self.embeddings)
         num = int(q.shape[0])
@@ -327,6 +361,30 @@ class Index:
             scores[start:start + len(idx)] = s
             indices[start:start + len(idx)] = idx
         return scores, indices
+
+    def _faiss_search(self, queries, k):
+        """faiss's exact search, re-sorted so that equal scores come in index order."""
+        faiss = _import_faiss()
+        if self._faiss is None:
+            self._faiss = (faiss.IndexFlatL2 if self.metric == "l2" else faiss.IndexFlatIP)(
+                self.dim)
+            self._faiss.add(self.embeddings)
+        size = len(self)
+        fetch = min(size, k + 8)
+        while True:
+            scores, indices = self._faiss.search(queries, fetch)
+            key = scores if self.metric == "l2" else -scores  # smaller is nearer
+            order = np.lexsort((indices, key), axis=-1)
+            key = np.take_along_axis(key, order, axis=1)
+            # Ties at the k-th place may continue past the fetched candidates: fetch more.
+            if fetch == size or not np.any(key[:, k - 1] == key[:, fetch - 1]):
+                break
+            fetch = min(size, 2 * fetch)
+        order = order[:, :k]
+        scores = np.take_along_axis(scores, order, axis=1).astype(np.float32)
+        if self.metric == "l2":
+            scores = np.sqrt(np.maximum(scores, 0.0))
+        return scores, np.take_along_axis(indices, order, axis=1).astype(np.int64)
 
     def lookup(self, queries, k: int = 1) -> Lookup:
         """:meth:`search` with the neighbours' labels and ids (see :class:`Lookup`)."""
@@ -364,6 +422,7 @@ class Index:
         arrays = {
             "metric": np.array(self.metric),
             "chunk_sizes": np.array([self.chunk_size, self.gallery_chunk_size], np.int64),
+            "backend": np.array(self.backend),
             "embeddings": self.embeddings,
         }
         if self._labels is not None:
@@ -375,11 +434,13 @@ class Index:
             np.savez(f, **arrays)
 
     @classmethod
-    def load(cls, path) -> Index:
-        """An index saved with :meth:`save`."""
+    def load(cls, path, backend=None) -> Index:
+        """An index saved with :meth:`save` (with its backend, unless ``backend`` is given)."""
         with np.load(os.fspath(path), allow_pickle=False) as data:
             chunk, gallery_chunk = (int(v) for v in data["chunk_sizes"])
-            index = cls(str(data["metric"]), chunk, gallery_chunk)
+            if backend is None:
+                backend = str(data["backend"]) if "backend" in data else "keras"
+            index = cls(str(data["metric"]), chunk, gallery_chunk, backend)
             embeddings = data["embeddings"]
             index.dim = int(embeddings.shape[1])
             if len(embeddings):
