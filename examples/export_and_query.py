@@ -6,8 +6,12 @@
 2. Exports it with :func:`tfdml.export.export_embedding_model`: the SavedModel takes raw
    ``uint8`` images of any batch size, here of any height and width (they are resized to
    32x32), applies ResNet18's preprocessing and returns L2-normalized embeddings.
-3. Loads it with plain ``tf.saved_model.load`` (no tfdml needed on the serving side), embeds
-   a gallery and answers top-k cosine nearest-neighbour queries.
+3. Loads it with plain ``tf.saved_model.load`` and embeds a gallery, calibration images and
+   queries with it.
+4. Indexes the gallery (:class:`tfdml.search.Index`, with labels and ids), looks up the
+   queries' top-k neighbours, calibrates a match threshold for a target precision on the
+   calibration images (:func:`tfdml.search.calibrate`), matches the queries (their nearest
+   gallery label, or -1 for "unknown"), and saves the index.
 
 Images: scikit-learn's 8x8 digits, scaled to 0..255 and repeated into 24x24 RGB images (a
 different size than the model's, to show the resizing). Runs in about 30 s on 2 CPU cores:
@@ -42,17 +46,6 @@ def digit_images(size=24):
     return images, digits.target.astype(np.int32)
 
 
-def top_k_cosine(queries, gallery, k):
-    """Indices ``[Q, k]`` and cosine similarities of each query's k nearest gallery items.
-
-    Both inputs are L2-normalized (the exported model's output is), so the dot product is
-    the cosine similarity.
-    """
-    scores = queries @ gallery.T
-    idx = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-    return idx, np.take_along_axis(scores, idx, axis=1)
-
-
 def embed(serve, images, batch_size=64):
     """Runs the SavedModel's serving signature over ``images`` in batches."""
     out = [
@@ -81,6 +74,9 @@ def main(argv=None):
     parser.add_argument("--k", type=int, default=5, help="neighbours per query")
     parser.add_argument("--queries", type=int, default=5, help="number of queries shown")
     parser.add_argument("--gallery", type=int, default=500, help="gallery size")
+    parser.add_argument("--calibration", type=int, default=500,
+                        help="images the match threshold is calibrated on")
+    parser.add_argument("--target-precision", type=float, default=0.9)
     parser.add_argument("--out", default=None, help="SavedModel directory (default: a temp dir)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -92,6 +88,8 @@ def main(argv=None):
     order = rng.permutation(len(images))
     gallery_idx = order[: args.gallery]
     query_idx = order[args.gallery: args.gallery + args.queries]
+    calibration_idx = order[args.gallery + args.queries:
+                            args.gallery + args.queries + args.calibration]
 
     model = tfdml.models.build_embedding_model(
         "resnet18", embedding_dim=32, input_shape=(32, 32, 3), weights=None,
@@ -109,18 +107,33 @@ def main(argv=None):
         serve = tf.saved_model.load(str(path)).signatures["serving_default"]
         gallery = embed(serve, images[gallery_idx])
         queries = embed(serve, images[query_idx])
+        calibration = embed(serve, images[calibration_idx])
 
-    idx, sims = top_k_cosine(queries, gallery, args.k)
-    neighbour_labels = labels[gallery_idx][idx]
-    print(f"gallery {len(gallery)} images, embeddings {gallery.shape[1]}-d, "
+        # --- search: index the gallery, look up, calibrate, match ---
+        index = tfdml.search.Index("cosine")
+        index.add(gallery, labels=labels[gallery_idx], ids=gallery_idx)
+        found = index.lookup(queries, k=args.k)
+        calibrated = tfdml.search.calibrate(index, calibration, labels[calibration_idx],
+                                            target_precision=args.target_precision)
+        matched = index.match(queries, calibrated.threshold)
+        index.save(pathlib.Path(path).parent / "gallery_index.npz")
+
+    print(f"gallery {len(index)} images, embeddings {index.dim}-d, "
           f"{args.steps} training steps")
-    for q, (lab, nl, s) in enumerate(zip(labels[query_idx], neighbour_labels, sims, strict=True)):
+    for q, (lab, nl, s, m) in enumerate(zip(labels[query_idx], found.labels, found.scores,
+                                            matched, strict=True)):
         shown = ", ".join(f"{n} ({v:.3f})" for n, v in zip(nl, s, strict=True))
-        print(f"query {q}: digit {lab} -> top-{args.k} digits (cosine): {shown}")
-    precision = float(np.mean(neighbour_labels == labels[query_idx][:, None]))
-    print(f"precision@{args.k} over {len(query_idx)} queries: {precision:.2f} "
+        answer = "unknown" if m == -1 else f"digit {m}"
+        print(f"query {q}: digit {lab} -> top-{args.k} digits (cosine): {shown}; "
+              f"match: {answer}")
+    precision = float(np.mean(found.labels == labels[query_idx][:, None]))
+    print(f"precision@{args.k} over {len(query_idx)} queries: {precision:.2f}")
+    print(f"match threshold (cosine >= {calibrated.threshold:.3f}) for a precision of "
+          f"{args.target_precision:g} on {len(calibration_idx)} calibration images: precision "
+          f"{calibrated.precision:.3f}, recall {calibrated.recall:.3f}"
+          f"{'' if calibrated.reached else ' (target not reached)'} "
           f"({time.time() - start:.1f} s)")
-    return idx, sims, precision
+    return found, calibrated, precision
 
 
 if __name__ == "__main__":
