@@ -20,7 +20,9 @@ What it measures, all in one process on one device (``jax.devices()[0]``), with 
    given as a ratio to the floor at the same ``B``.
 2. ``FAPPYLoss(min_bin_width=0.01)`` and ``LoOpLoss(base="multi_similarity")`` at ``B`` = 128 and 512.
 3. **Exact Recall@K** (``tfdml.metrics.recall_at_k``, K = 1, 10, 100, 1000) over
-   60,000 x 512 unit vectors (``--small``: 4,000 x 64), every sample a query against the rest.
+   60,000 x 512 unit vectors (``--small``: 4,000 x 64), every sample a query against the rest;
+   and ``tfdml.search.Index.search`` top-101 and top-1001 over the same vectors against
+   PyTorch ``matmul`` + ``topk`` in chunks of 1024 queries on the same device.
 4. A **ResNet50** (``keras.applications``, ``weights=None``, 224 px, batch 128,
    ``mixed_bfloat16``, compiled ``train_on_batch`` on device-resident arrays) with a 512-d
    float32 embedding head, trained with ``MultiSimilarityLoss``. The loss's share of the
@@ -457,6 +459,45 @@ def recall_section(num, dim, repeats):
     return f"| exact Recall@K, K = {ks} | {num} x {dim} | {seconds:.3f} s |"
 
 
+def index_rows(num, dim, repeats, ks=(101, 1001)):
+    """``tfdml.search.Index.search`` (every sample a query) against PyTorch ``matmul`` +
+    ``topk`` on the same device, in chunks of 1024 queries (when PyTorch is importable)."""
+    import tfdml
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((num, dim)).astype("float32")
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    index = tfdml.search.Index("dot")
+    index.add(x)
+    rows = []
+    for k in ks:
+        k = min(k, num)
+        seconds = time_calls(lambda k=k: index.search(x, k), lambda _: None, repeats, warmup=1)
+        rows.append(f"| tfdml.search.Index.search, top-{k} | {num} x {dim} | {seconds:.3f} s |")
+        try:
+            import torch
+        except ImportError:
+            rows.append(f"| PyTorch matmul + topk, top-{k} | {num} x {dim} | not run (no torch) |")
+            continue
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        xt = torch.from_numpy(x).to(device)
+
+        def peer(k=k, xt=xt):
+            out = []
+            for start in range(0, num, 1024):
+                out.append(torch.topk(xt[start:start + 1024] @ xt.T, k, dim=1).indices)
+            return torch.cat(out).cpu()
+
+        def block(_, device=device):
+            if device == "cuda":
+                torch.cuda.synchronize()
+
+        seconds = time_calls(peer, block, repeats, warmup=1)
+        rows.append(f"| PyTorch matmul + topk ({device}), top-{k} | {num} x {dim} | "
+                    f"{seconds:.3f} s |")
+    return rows
+
+
 def resnet_section(batch, image, dim, repeats):
     """The compiled train step of a ResNet50 with ``MultiSimilarityLoss``, the same step with a
     trivial loss (the mean of the embeddings), and the loss alone: the loss's share of the step
@@ -594,7 +635,10 @@ def main(argv=None):
         num = 4000 if small else 60000
         row = recall_section(num, dim, max(1, repeats // 3))
         print(row, flush=True)
-        lines += ["## Exact retrieval", "", "| what | N x D | time |", "|---|---|---|", row, ""]
+        search_rows = index_rows(num, dim, max(1, repeats // 3))
+        print("\n".join(search_rows), flush=True)
+        lines += ["## Exact retrieval", "", "| what | N x D | time |", "|---|---|---|", row,
+                  *search_rows, ""]
     if "resnet" in args.sections:
         row, note = measure(resnet_section, 8 if small else 128, 64 if small else 224, dim,
                             max(2, repeats // 2))
