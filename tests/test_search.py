@@ -59,6 +59,21 @@ def test_exact_answers_with_ties_across_chunk_sizes(metric, chunks):
     assert len(index) == 45
 
 
+@pytest.mark.parametrize("metric", ["cosine", "l2"])
+@pytest.mark.parametrize("k", [1, 7, 30])
+def test_wide_blocks_and_a_ragged_last_block_are_exact(metric, k):
+    """Gallery blocks much wider than k, one chunk or two of odd sizes (501 and 502)."""
+    gallery = _tied_data(1003, 4, 4, metric)
+    queries = np.concatenate([_tied_data(9, 4, 5, metric), gallery[[0, 500, 1002]]])
+    want_scores, want_indices = brute_force(queries, gallery, k, metric)
+    for gallery_chunk in (16384, 501):
+        index = Index(metric, chunk_size=5, gallery_chunk_size=gallery_chunk)
+        index.add(gallery)
+        scores, indices = index.search(queries, k=k)
+        np.testing.assert_array_equal(indices, want_indices)
+        np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-5)
+
+
 def test_lookup_labels_ids_and_save_load(tmp_path):
     rng = np.random.default_rng(2)
     gallery = rng.normal(size=(30, 6)).astype(np.float32)
