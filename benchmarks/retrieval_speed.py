@@ -18,8 +18,15 @@ and prints one JSON line. Methods:
 
 The report checks that every baseline gives the same Recall@K as tfdml.
 
+``--index`` measures ``tfdml.search.Index("dot").search`` instead, top-101 and top-1001 over
+the same (L2-normalized) embeddings, every one a query, against faiss's ``IndexFlatIP`` in
+the same process (tfdml first, so that its peak RSS increase is its own), and writes
+``benchmarks/results/index_speed.md``: seconds, the ratio to faiss, tfdml's peak RSS
+increase, and whether both return the same neighbours (up to ties).
+
     python benchmarks/retrieval_speed.py                    # about 5 minutes on 2 cores
     python benchmarks/retrieval_speed.py --num 6000 --classes 1100 --output ''
+    python benchmarks/retrieval_speed.py --index           # about 6 minutes on 2 cores
 """
 
 from __future__ import annotations
@@ -111,6 +118,39 @@ def run_faiss(x, labels, ks):
     return _recall_from_neighbours(_drop_self(idx, kmax), labels, ks)
 
 
+def index_vs_faiss(args):
+    """Index.search against faiss.IndexFlatIP, top-k for each k of ``args.index_ks``."""
+    import faiss
+    import numpy as np
+
+    import tfdml
+
+    x, _ = make_data(args.num, args.dim, args.classes, args.sigma, args.seed)
+    x = np.ascontiguousarray(x / np.linalg.norm(x, axis=1, keepdims=True), dtype=np.float32)
+    rows = []
+    for k in args.index_ks:
+        before = _max_rss_mib()
+        index = tfdml.search.Index("dot")
+        index.add(x)
+        start = time.perf_counter()
+        scores, idx = index.search(x, k)
+        ours = time.perf_counter() - start
+        rss = _max_rss_mib() - before
+        flat = faiss.IndexFlatIP(x.shape[1])
+        flat.add(x)
+        start = time.perf_counter()
+        f_scores, f_idx = flat.search(x, k)
+        theirs = time.perf_counter() - start
+        # Same neighbours, up to the order of equal scores and rounding at the k-th place.
+        same = float(np.mean(np.abs(np.sort(scores, axis=1) - np.sort(f_scores, axis=1))
+                             <= 1e-5))
+        rows.append(f"| {k} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.2f} | {rss:.0f} | "
+                    f"{100 * same:.2f} % |")
+        print(rows[-1], file=sys.stderr, flush=True)
+        del index, scores, idx, flat, f_scores, f_idx
+    return rows
+
+
 def _max_rss_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
@@ -173,10 +213,45 @@ def main(argv=None):
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--output", default="benchmarks/results/retrieval_speed.md")
     parser.add_argument("--worker", choices=METHODS, help=argparse.SUPPRESS)
+    parser.add_argument("--index", action="store_true",
+                        help="tfdml.search.Index against faiss IndexFlatIP (see above)")
+    parser.add_argument("--index-ks", type=int, nargs="+", default=[101, 1001])
     cli = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     if args.worker:
         return worker(args)
+    if args.index:
+        started = time.time()
+        load_start = os.getloadavg()[0]
+        rows = index_vs_faiss(args)
+        lines = [
+            "# tfdml.search.Index against faiss IndexFlatIP (`benchmarks/retrieval_speed.py`)",
+            "",
+            f"- command: `python benchmarks/retrieval_speed.py {shlex.join(cli)}`",
+            f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+            f"- machine: {os.cpu_count()} CPUs, {_cpu_name()}; {_versions()}",
+            f"- data: N = {args.num} L2-normalized float32 embeddings, D = {args.dim}; every "
+            "embedding a query against all of them (itself included), dot product",
+            f"- total run time: {time.time() - started:.0f} s; 1-minute load average "
+            f"{load_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end",
+            "",
+            "| k | tfdml s | faiss s | tfdml / faiss | tfdml peak RSS increase MiB | "
+            "same scores |",
+            "|---:|---:|---:|---:|---:|---:|",
+            *rows,
+            "",
+            "Seconds: one `search` of all N queries, `time.perf_counter`, tfdml then faiss in "
+            "one process. Same scores: the share of sorted score rows that agree to 1e-5.",
+        ]
+        text = "\n".join(lines) + "\n"
+        print(text)
+        if args.output:
+            out = args.output
+            if out == "benchmarks/results/retrieval_speed.md":
+                out = "benchmarks/results/index_speed.md"
+            with open(out, "w") as f:
+                f.write(text)
+        return None
 
     started = time.time()
     load_start = os.getloadavg()[0]
