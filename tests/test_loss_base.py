@@ -54,6 +54,7 @@ from keras import ops as kops
 
 import tfdml
 from tfdml.losses import (
+    CircleLoss,
     ContrastiveLoss,
     FAPPYLoss,
     HistogramLoss,
@@ -61,7 +62,6 @@ from tfdml.losses import (
     LiftedStructureLoss,
     LoOpLoss,
     MarginLoss,
-    CircleLoss,
     MultiSimilarityLoss,
     NTXentLoss,
     SupConLoss,

@@ -25,8 +25,8 @@ from recorded_mining import (
 
 import tfdml
 from tfdml.losses import MarginLoss, margin_loss
-from tfdml.models import MetricModel
 from tfdml.miners import AllPairsMiner, MultiSimilarityMiner, TripletMiner
+from tfdml.models import MetricModel
 
 pytestmark = pytest.mark.filterwarnings("ignore:Loss .* has learned variables")
 

@@ -8,8 +8,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from harness import assert_keras_save_load, pk_dataset
-from harness import small_embedding_model
+from harness import assert_keras_save_load, pk_dataset, small_embedding_model
 
 from tfdml.losses import MarginLoss, TrimmedLoss, margin_loss
 from tfdml.miners import TripletMiner
