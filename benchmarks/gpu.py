@@ -75,6 +75,7 @@ import warnings
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
 import numpy as np  # noqa: E402
+from class_losses import CLASS_LOSSES  # noqa: E402  (benchmarks/class_losses.py)
 
 SIZES = (128, 512, 2048, 8192, 16384, 32768)
 SMALL_SIZES = (64, 128, 256)
@@ -87,18 +88,6 @@ CLASSES = (1000, 100000)
 SMALL_CLASSES = (10, 1000)
 PAIR_LOSSES = ("supcon", "ntxent", "circle", "xbm-contrastive")
 XBM_MEMORY_FACTOR = 4  # xbm-contrastive: memory_size = 4 * B
-# The losses with class vectors: functional form in tfdml.losses and vectors per class (None:
-# one, [C, D]; k: [C, k, D]), each its class's default. None: the class floor.
-CLASS_LOSSES = {
-    "class-floor": (None, None),
-    "proxy-anchor": ("proxy_anchor_loss", None),
-    "proxy-nca": ("proxy_nca_loss", None),
-    "normalized-softmax": ("normalized_softmax_loss", None),
-    "cosface": ("cosface_loss", None),
-    "arcface": ("arcface_loss", None),
-    "subcenter-arcface": ("subcenter_arcface_loss", 3),
-    "soft-triple": ("soft_triple_loss", 10),
-}
 PAIR_PEERS = ("pml-supcon",)
 CLASS_PEERS = ("pml-proxy-anchor", "pml-arcface")
 LABELS = {

@@ -76,6 +76,8 @@ import subprocess
 import sys
 import time
 
+from class_losses import CLASS_LOSSES  # benchmarks/class_losses.py
+
 LOSSES = ("floor", "nca2-ephn", "margin-semihard")
 LOSS_LABELS = {
     "floor": "floor (normalize + B x B matmul + sum)",
@@ -112,18 +114,6 @@ LOSS_LABELS = {
     "ntxent": "NTXentLoss()",
     "circle": "CircleLoss()",
     "xbm-contrastive": "CrossBatchMemory(ContrastiveLoss(), memory_size=4*B), bank full",
-}
-# The losses with learned class vectors: functional form in tfdml.losses and vectors per class
-# (None: one, [C, D]; k: [C, k, D]), each its class's default. None: the class floor.
-CLASS_LOSSES = {
-    "class-floor": (None, None),
-    "proxy-anchor": ("proxy_anchor_loss", None),
-    "proxy-nca": ("proxy_nca_loss", None),
-    "normalized-softmax": ("normalized_softmax_loss", None),
-    "cosface": ("cosface_loss", None),
-    "arcface": ("arcface_loss", None),
-    "subcenter-arcface": ("subcenter_arcface_loss", 3),
-    "soft-triple": ("soft_triple_loss", 10),
 }
 DEFAULT_CLASSES = 1000
 XBM_MEMORY_FACTOR = 4  # xbm-contrastive: memory_size = 4 * B

@@ -66,15 +66,6 @@ def test_core_imports_and_trains_under_jax_without_tensorflow():
     assert names_tf == "True", result.stdout
 
 
-def test_default_tensorflow_backend_without_tensorflow_says_what_to_do():
-    code = 'import sys; sys.modules["tensorflow"] = None; import tfdml'
-    result = _run(code, {"KERAS_BACKEND": "tensorflow"})
-    assert result.returncode != 0
-    last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("ImportError:"), result.stderr[-2000:]
-    assert "pip install tfdml[cpu]" in last and "KERAS_BACKEND=jax" in last, last
-
-
 def test_jax_data_parallel_step_equals_single_device_on_the_global_batch():
     """keras.distribution.DataParallel on 2 (host) devices: the loss sees the global batch."""
     pytest.importorskip("jax")

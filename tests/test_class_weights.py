@@ -1,4 +1,4 @@
-"""Proxy Anchor, Proxy-NCA and the classification losses against tests/references.py.
+"""The losses with class vectors (tfdml.losses.class_weights) against tests/references.py.
 
 The seven losses with learned class vectors (proxies, class weights, sub-centres,
 SoftTriple centres): normalized softmax, CosFace, ArcFace, sub-centre ArcFace, SoftTriple,
@@ -8,7 +8,9 @@ central differences of the reference (Richardson-extrapolated, about 1e-11 relat
 float64 to 1e-9 and in float32 to about 1e-5. The inputs are exactly representable in
 float32, so both dtypes share one reference.
 
-Every test also runs under JAX and PyTorch. Under JAX the losses run under ``jax.jit``
+The tests specific to one family are in tests/test_proxies.py and
+tests/test_classification.py, on the data and cases defined here. Every test also runs
+under JAX and PyTorch. Under JAX the losses run under ``jax.jit``
 (eager JAX compiles every op once per shape).
 """
 
@@ -206,15 +208,6 @@ def test_float32_matches_reference(case_id):
     assert_close_grad(grad_w, want_w, F32_RTOL)
 
 
-def test_arcface_batch_reaches_both_branches():
-    """The batch has targets on both sides of theta_y = pi - m (checked on the reference)."""
-    for weights, margin in ((W2, 0.5), (W3, 0.4)):
-        cos = ref.class_cosines(X, weights)
-        cos_y = [max(np.atleast_1d(cos[b][LABELS[b]])) for b in range(B)]
-        past = [math.acos(c) > math.pi - margin for c in cos_y]
-        assert any(past) and not all(past)
-
-
 @pytest.mark.parametrize("case_id", PER_SAMPLE_IDS)
 @pytest.mark.filterwarnings("ignore:Loss .* has learned variables")
 def test_reduction_none_is_the_reference_per_sample(case_id):
@@ -397,12 +390,6 @@ def test_invalid_weights_and_labels(case_id):
         case.cls(num_classes=0, **case.kwargs, **case.class_kwargs)
 
 
-def test_proxy_anchor_has_no_per_sample_reduction():
-    for reduction in ("none", None):
-        with pytest.raises(ValueError, match="reduction"):
-            ProxyAnchorLoss(num_classes=C, reduction=reduction)
-
-
 # -- 7. config and sample weights --------------------------------------------------------------
 
 
@@ -424,34 +411,6 @@ def _with_sample_weight(loss):
 
     fn = compiled(call) if BACKEND == "jax" else call
     return lambda y, e, w: float(to_numpy(fn(y, e, w)))
-
-
-@pytest.mark.filterwarnings("ignore:Loss .* has learned variables")
-def test_proxy_anchor_sample_weight():
-    """A weight multiplies the sample's exponentials: ones are the unweighted loss; a zero
-    drops the sample (here the only sample of class 3, which then leaves P+)."""
-    x32 = X.astype(np.float32)
-    loss = BY_ID["proxy_anchor"].make()
-    loss.class_weights.assign(W2.astype(np.float32))
-    unweighted = float(to_numpy(loss(LABELS, x32)))
-    np.testing.assert_allclose(unweighted, ref.proxy_anchor_loss(LABELS, X, W2), rtol=F32_RTOL)
-    weighted = _with_sample_weight(loss)
-    ones = np.ones(B, np.float32)
-    np.testing.assert_allclose(weighted(LABELS, x32, ones), unweighted, rtol=1e-6)
-    weights = np.array([1.0, 0.5, 2.0, 0.0, 1.0, 3.0, 0.25, 1.0, 0.0], np.float32)
-    kept = weights > 0
-    dropped = ref.proxy_anchor_loss(LABELS[kept], X[kept], W2)
-    assert abs(dropped - unweighted) > 1e-2
-    got = weighted(LABELS, x32, weights)
-    np.testing.assert_allclose(got, ref.proxy_anchor_loss(LABELS, X, W2, sample_weight=weights),
-                               rtol=F32_RTOL)
-    binary = kept.astype(np.float32)
-    np.testing.assert_allclose(weighted(LABELS, x32, binary), dropped, rtol=F32_RTOL)
-    for reduction in ("sum", "mean_with_sample_weight"):  # a sum over proxies: all the same
-        other = BY_ID["proxy_anchor"].make(reduction=reduction)
-        other.class_weights.assign(W2.astype(np.float32))
-        np.testing.assert_allclose(_with_sample_weight(other)(LABELS, x32, weights), got,
-                                   rtol=1e-6)
 
 
 # -- 8. compiled ----------------------------------------------------------------------------
