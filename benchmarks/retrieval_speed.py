@@ -7,7 +7,7 @@ process (this script started again with ``--worker METHOD``), which creates the 
 seeded data, reads its peak resident set size (``ru_maxrss``) before and after the search,
 and prints one JSON line. Methods:
 
-* ``tfdml``: ``tfdml.metrics.recall_at_k`` with its defaults (1024 queries x 16384 gallery
+* ``tfdml``: ``tfdml.metrics.recall_at_k`` with its defaults (1024 queries x 65536 gallery
   items per matrix product, running top-k).
 * ``numpy``: chunks of 1024 queries, a full ``[1024, N]`` score matrix per chunk,
   ``np.argpartition`` then a sort of the top K.

@@ -60,9 +60,11 @@ def test_exact_answers_with_ties_across_chunk_sizes(metric, chunks):
 
 
 @pytest.mark.parametrize("metric", ["cosine", "l2"])
-@pytest.mark.parametrize("k", [1, 7, 30])
+@pytest.mark.parametrize("k", [1, 3, 7, 30])
 def test_wide_blocks_and_a_ragged_last_block_are_exact(metric, k):
-    """Gallery blocks much wider than k, one chunk or two of odd sizes (501 and 502)."""
+    """Gallery blocks much wider than k, one chunk or two of odd sizes (501 and 502): the
+    group pre-selection runs on the whole groups of a block (all but k = 30 here, and k = 7
+    with the two blocks), the remainder is merged as it is."""
     gallery = _tied_data(1003, 4, 4, metric)
     queries = np.concatenate([_tied_data(9, 4, 5, metric), gallery[[0, 500, 1002]]])
     want_scores, want_indices = brute_force(queries, gallery, k, metric)
@@ -72,6 +74,30 @@ def test_wide_blocks_and_a_ragged_last_block_are_exact(metric, k):
         scores, indices = index.search(queries, k=k)
         np.testing.assert_array_equal(indices, want_indices)
         np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("keep", [1, 2, 5])
+def test_group_preselection_holds_the_top_k_with_ties_to_the_lower_column(keep):
+    """Scores of few distinct values, so that equal maxima fall in many groups and the
+    k-th place is a tie; the top-k of the candidates must be the top-k of the whole row."""
+    from keras import ops as kops
+
+    from tfdml.search import GROUP, _block_candidates, _preselects, _top_k_lower_index_first
+
+    rng = np.random.default_rng(keep)
+    width = 8 * GROUP * keep + 3 * GROUP
+    assert _preselects(width, keep) and not _preselects(width + 1, keep)
+    scores = rng.integers(0, 4, size=(40, width)).astype(np.float32)
+    scores[:5] = 0.0  # rows of one value: every group ties
+    scores[5:10, -1] = 9.0  # a unique best in the last column
+    values, cols = _block_candidates(kops.convert_to_tensor(scores), keep)
+    assert kops.shape(cols) == (40, keep * GROUP)
+    best, pos = _top_k_lower_index_first(values, keep)
+    got = np.take_along_axis(kops.convert_to_numpy(cols), kops.convert_to_numpy(pos), axis=1)
+    want = np.argsort(-scores, axis=1, kind="stable")[:, :keep]
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(kops.convert_to_numpy(best),
+                                  np.take_along_axis(scores, want, axis=1))
 
 
 def test_lookup_labels_ids_and_save_load(tmp_path):

@@ -206,7 +206,7 @@ def recall_at_k(
     gallery_labels=None,
     metric: str = "cosine",
     chunk_size: int = 1024,
-    gallery_chunk_size: int = 16384,
+    gallery_chunk_size: int = 65536,
     unmatched: str = "miss",
 ) -> dict:
     """Recall@K of metric learning: the share of queries with a same-class item in their top K.
@@ -226,7 +226,7 @@ def recall_at_k(
         gallery_labels: ``[G]`` class ids of the gallery. Defaults to `None`.
         metric: ``"cosine"`` or ``"euclidean"``. Defaults to `"cosine"`.
         chunk_size: queries per matrix product. Defaults to `1024`.
-        gallery_chunk_size: gallery items per matrix product. Defaults to `16384`.
+        gallery_chunk_size: gallery items per matrix product. Defaults to `65536`.
         unmatched: what a query with no same-class item in the gallery counts as:
             ``"miss"`` (a 0) or ``"exclude"`` (left out of the average).
             Defaults to `"miss"` (all queries count).
@@ -296,7 +296,7 @@ def map_at_r(
     gallery_labels=None,
     metric: str = "cosine",
     chunk_size: int = 1024,
-    gallery_chunk_size: int = 16384,
+    gallery_chunk_size: int = 65536,
     unmatched: str = "exclude",
 ) -> float:
     """MAP@R, the mean average precision at R of Musgrave et al. (2020).
@@ -316,7 +316,7 @@ def map_at_r(
         gallery_labels: ``[G]`` class ids of the gallery. Defaults to `None`.
         metric: ``"cosine"`` or ``"euclidean"``. Defaults to `"cosine"`.
         chunk_size: queries per matrix product. Defaults to `1024`.
-        gallery_chunk_size: gallery items per matrix product. Defaults to `16384`.
+        gallery_chunk_size: gallery items per matrix product. Defaults to `65536`.
         unmatched: queries with ``R = 0``: ``"exclude"`` or ``"miss"`` (a 0).
             Defaults to `"exclude"`.
 
@@ -349,7 +349,7 @@ def r_precision(
     gallery_labels=None,
     metric: str = "cosine",
     chunk_size: int = 1024,
-    gallery_chunk_size: int = 16384,
+    gallery_chunk_size: int = 65536,
     unmatched: str = "exclude",
 ) -> float:
     """R-precision: the share of same-class items among a query's R nearest neighbours.
@@ -365,7 +365,7 @@ def r_precision(
         gallery_labels: ``[G]`` class ids of the gallery. Defaults to `None`.
         metric: ``"cosine"`` or ``"euclidean"``. Defaults to `"cosine"`.
         chunk_size: queries per matrix product. Defaults to `1024`.
-        gallery_chunk_size: gallery items per matrix product. Defaults to `16384`.
+        gallery_chunk_size: gallery items per matrix product. Defaults to `65536`.
         unmatched: queries with ``R = 0``: ``"exclude"`` or ``"miss"``.
             Defaults to `"exclude"`.
 
@@ -399,7 +399,7 @@ def cmc(
     top_k: int = 20,
     metric: str = "cosine",
     chunk_size: int = 1024,
-    gallery_chunk_size: int = 16384,
+    gallery_chunk_size: int = 65536,
     unmatched: str = "miss",
 ) -> np.ndarray:
     """Cumulative match characteristic: top-k match rates for k = 1..``top_k``.
@@ -417,7 +417,7 @@ def cmc(
         top_k: length of the curve, at most ``G``. Defaults to `20`.
         metric: ``"cosine"`` or ``"euclidean"``. Defaults to `"cosine"`.
         chunk_size: queries per matrix product. Defaults to `1024`.
-        gallery_chunk_size: gallery items per matrix product. Defaults to `16384`.
+        gallery_chunk_size: gallery items per matrix product. Defaults to `65536`.
         unmatched: queries whose identity is not in the gallery: ``"miss"``
             or ``"exclude"``. Defaults to `"miss"`.
 

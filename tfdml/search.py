@@ -130,27 +130,71 @@ def _top_k_lower_index_first(scores, k):
     return kops.top_k(scores, k=k)
 
 
+#: Gallery columns per group in the exact pre-selection of :func:`_block_candidates`.
+GROUP = 16
+
+
+def _preselects(width, keep):
+    """Whether a block of ``width`` columns goes through the group pre-selection."""
+    return width % GROUP == 0 and width >= 8 * GROUP * keep
+
+
+def _block_candidates(scores, keep):
+    """``(values, columns)``: a subset of each row of ``scores`` that holds its top ``keep``.
+
+    A row of ``m`` scores is cut into groups of :data:`GROUP` consecutive columns.
+    The ``keep`` groups with the largest maxima (equal maxima: the lower group)
+    contain the row's top ``keep`` scores with ties to the lower column: a score
+    outside them is beaten by each of those ``keep`` maxima, which are larger or
+    equal and, when equal, in a group of lower columns. Their columns, in
+    increasing order, are the candidates, so a top-k of them that puts the lower
+    position first among equal values orders ties by column. A max per group and
+    a top-k of ``m / GROUP`` maxima cost less than a top-k of all ``m`` scores,
+    the more so the wider the block; narrow blocks (and a width that is not a
+    multiple of ``GROUP``) pass whole.
+    """
+    num, width = int(scores.shape[0]), int(scores.shape[1])
+    if not _preselects(width, keep):
+        cols = kops.broadcast_to(kops.arange(width, dtype="int32")[None, :], (num, width))
+        return scores, cols
+    maxima = kops.max(kops.reshape(scores, (num, width // GROUP, GROUP)), axis=2)
+    _, groups = _top_k_lower_index_first(maxima, keep)
+    groups = kops.sort(groups, axis=1)
+    cols = kops.reshape(groups[:, :, None] * GROUP + kops.arange(GROUP, dtype="int32"),
+                        (num, keep * GROUP))
+    return ops.take_along_axis(scores, cols, axis=1), cols
+
+
 def _merge_block(chunk, block, g_start, best_scores, best_idx, keep, metric):
     """The running top-``keep`` of a query chunk merged with gallery rows ``g_start...``.
 
     ``best_scores`` and ``best_idx`` are the kept ``[n, <=keep]`` scores and gallery
-    indices (``None`` before the first block); returns the new ones.
+    indices (``None`` before the first block); returns the new ones. The block's
+    whole groups of :data:`GROUP` rows and its remainder are scored separately, so
+    that a wide block can be pre-selected (:func:`_block_candidates`).
     """
-    scores = _scores(chunk, block, metric)
-    cols = kops.arange(g_start, g_start + int(block.shape[0]), dtype="int32")
-    cols = kops.broadcast_to(cols[None, :], kops.shape(scores))
-    if best_scores is not None:
-        scores = kops.concatenate([best_scores, scores], axis=1)
-        cols = kops.concatenate([best_idx, cols], axis=1)
-    best_scores, pos = _top_k_lower_index_first(scores, min(keep, int(scores.shape[1])))
-    return best_scores, ops.take_along_axis(cols, pos, axis=1)
+    width = int(block.shape[0])
+    split = width - width % GROUP
+    if not _preselects(split, keep):
+        split = width
+    for lo, hi in ((0, split), (split, width)):
+        if hi == lo:
+            continue
+        scores, cols = _block_candidates(_scores(chunk, block[lo:hi], metric), keep)
+        cols = cols + (g_start + lo)
+        if best_scores is not None:
+            scores = kops.concatenate([best_scores, scores], axis=1)
+            cols = kops.concatenate([best_idx, cols], axis=1)
+        best_scores, pos = _top_k_lower_index_first(scores, min(keep, int(scores.shape[1])))
+        best_idx = ops.take_along_axis(cols, pos, axis=1)
+    return best_scores, best_idx
 
 
 def neighbours(queries, gallery, k, metric="cosine", exclude_self=False, chunk_size=1024,
-               gallery_chunk_size=16384):
+               gallery_chunk_size=65536):
     """Yields ``(start, scores, indices)``: the ``k`` nearest gallery rows of each query chunk.
 
-    ``queries`` and ``gallery`` are float32 tensors, already L2-normalized for
+    ``queries`` and ``gallery`` are float32 tensors (or NumPy arrays), already L2-normalized for
     ``"cosine"`` (the caller normalizes once). For the query rows ``start :
     start + n``, ``indices`` is an ``[n, k]`` int64 NumPy array, nearest first, ties
     broken by the lower gallery index, and ``scores`` the matching ``[n, k]``
@@ -225,7 +269,7 @@ class Index:
         metric: ``"cosine"``, ``"dot"`` or ``"l2"``. Defaults to `"cosine"`.
         chunk_size: queries per matrix product. Defaults to `1024`.
         gallery_chunk_size: stored items per matrix product. Defaults to
-            `16384`.
+            `65536`.
         backend: ``"keras"`` or ``"faiss"``. Defaults to `"keras"`.
 
     Examples:
@@ -239,7 +283,7 @@ class Index:
     """
 
     def __init__(self, metric: str = "cosine", chunk_size: int = 1024,
-                 gallery_chunk_size: int = 16384, backend: str = "keras"):
+                 gallery_chunk_size: int = 65536, backend: str = "keras"):
         if backend not in BACKENDS:
             raise ValueError(f"`backend` must be one of {BACKENDS}. Received: backend={backend!r}")
         self.backend = backend
@@ -348,9 +392,10 @@ class Index:
         if k > len(self):
             raise ValueError(f"`k` must be at most the size of the index ({len(self)}). "
                              f"Received: k={k}")
-        q = self._prepare(queries, "queries")
+        # On the host: neighbours() moves one chunk at a time to the device.
+        q = np.asarray(kops.convert_to_numpy(self._prepare(queries, "queries")), np.float32)
         if self.backend == "faiss":
-            return self._faiss_search(np.asarray(kops.convert_to_numpy(q), np.float32), k)
+            return self._faiss_search(q, k)
         if self._gallery is None:
             self._gallery = kops.convert_to_tensor(self.embeddings)
         num = int(q.shape[0])
