@@ -1594,3 +1594,34 @@ def circle_loss(labels, embeddings, margin=0.4, gamma=80.0, normalize=True, ref_
         push = logsumexp([gamma * alpha_n[a, n] * (s[a, n] - margin) for n in neg])
         terms[a] = [softplus(pull + push)]
     return average_terms(terms, average, len(labels)), terms
+
+
+def soft_nearest_neighbor_loss(labels, embeddings, temperature=1.0, distance="squared_l2",
+                               normalize=False, ref_embeddings=None, ref_labels=None,
+                               ref_offset=None, average="anchors"):
+    """Soft nearest neighbour loss (Frosst et al. 2019, eq. 1), one term per anchor with a
+    positive: ``-log(sum_{p in P(a)} e^{-d_ap/T} / sum_{j in P(a) + N(a)} e^{-d_aj/T})``."""
+    labels, ref_labels, ref_offset = _split_ref(labels, ref_embeddings, ref_labels, ref_offset)
+    d = -margin_scores(embeddings, ref_embeddings, distance, normalize)
+    terms = {}
+    for a in range(len(labels)):
+        pos = positives_of(a, labels, ref_labels, ref_offset)
+        if not pos:
+            continue
+        others = pos + negatives_of(a, labels, ref_labels)
+        terms[a] = [logsumexp([-d[a, j] / temperature for j in others])
+                    - logsumexp([-d[a, p] / temperature for p in pos])]
+    return average_terms(terms, average, len(labels)), terms
+
+
+def pn_loss(labels, embeddings, margin=None, distance_kind="cosine",
+            positive="hard", negative="semihard", normalize=True, average="anchors"):
+    """PN triplet loss on the batch: ``max(d_ap - min(d_an, d_pn) + margin, 0)`` (or the
+    softplus for ``margin=None``), one term per mined triplet. Returns ``(value, terms)``."""
+    x, _ = _prepare(embeddings, None, normalize)
+    s = margin_scores(x, None, distance_kind, normalize=False)
+    terms = {}
+    for a, p, n in sorted(mine_triplets(s, labels, positive=positive, negative=negative)):
+        z = -s[a, p] - min(-s[a, n], -s[p, n])
+        terms.setdefault(a, []).append(softplus(z) if margin is None else max(z + margin, 0.0))
+    return average_terms(terms, average, len(labels)), terms

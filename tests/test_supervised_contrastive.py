@@ -1,4 +1,5 @@
-"""SupCon, NT-Xent and the circle loss against tests/references.py.
+"""SupCon, NT-Xent, the circle loss and the soft nearest neighbour loss against
+tests/references.py.
 
 Values and gradients are compared with the float64 loops of tests/references.py, the
 gradients with central differences of the reference (Richardson-extrapolated, about 1e-11
@@ -41,9 +42,11 @@ from keras import ops as kops
 from tfdml.losses import (
     CircleLoss,
     NTXentLoss,
+    SoftNearestNeighborLoss,
     SupConLoss,
     circle_loss,
     ntxent_loss,
+    soft_nearest_neighbor_loss,
     supcon_loss,
 )
 from tfdml.miners import AllPairsMiner
@@ -114,6 +117,12 @@ CASES = [
     Case("circle", circle_loss, CircleLoss, ref.circle_loss,
          dict(margin=0.4, gamma=80.0, normalize=True, average="anchors"),
          dict(margin=0.25, gamma=32.0, normalize=False, average="batch")),
+    # The variant's small temperature on unit vectors puts the logits at up to -80: the
+    # exponentials of whole rows underflow in float32 without the log-sum-exp.
+    Case("snn", soft_nearest_neighbor_loss, SoftNearestNeighborLoss,
+         ref.soft_nearest_neighbor_loss,
+         dict(temperature=1.0, distance="squared_l2", normalize=False, average="anchors"),
+         dict(temperature=0.05, distance="l2", normalize=True, average="batch")),
 ]
 BY_ID = {case.id: case for case in CASES}
 IDS = list(BY_ID)
@@ -204,7 +213,7 @@ def test_reduction_none_is_the_reference_per_anchor(case_id):
     config = case.config("default")
     loss = case.make(config, reduction="none")
     fn = compiled(lambda y, e: loss(y, e)) if BACKEND == "jax" else loss
-    got = to_numpy(fn(LABELS, X.astype(np.float32)))
+    got = to_numpy(fn(LABELS, _inputs(config).astype(np.float32)))
     assert got.shape == (B,)
     _, terms, _ = reference_value_and_grad(case_id, "default")
     want = _per_anchor(terms, config["average"])
@@ -273,8 +282,9 @@ def _degenerate_batches():
 def test_degenerate_batches(case_id):
     """Finite values and gradients, the reference's values. Without a positive pair
     (singletons) every loss is 0 with zero gradients; with one class only (no negative)
-    too: SupCon and circle have no active anchor, and each NT-Xent pair is
-    ``-log(e^s / e^s) = 0``. A zero embedding has similarity 0 with every sample."""
+    too: SupCon and circle have no active anchor, and each NT-Xent pair and each soft
+    nearest neighbour anchor is ``-log(e^s / e^s) = 0``. A zero embedding has similarity
+    0 with every sample."""
     case = BY_ID[case_id]
     config = case.config("default")
     step = (value_and_grad_function(lambda y, e: case(y, e, config), argnums=1,
@@ -344,6 +354,9 @@ BAD_ARGUMENTS = [
     ("supcon", dict(average="pairs"), "average"),
     ("ntxent", dict(miner="hard"), "miner"),
     ("circle", dict(reduction="median"), "reduction"),
+    ("snn", dict(temperature=0.0), "temperature"),
+    ("snn", dict(distance="manhattan"), "distance"),
+    ("snn", dict(average="pairs"), "average"),
 ]
 
 

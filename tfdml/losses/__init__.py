@@ -34,15 +34,19 @@ from tfdml.losses.proxies import ProxyAnchorLoss, ProxyNCALoss, proxy_anchor_los
 from tfdml.losses.supervised_contrastive import (
     CircleLoss,
     NTXentLoss,
+    SoftNearestNeighborLoss,
     SupConLoss,
     circle_loss,
     ntxent_loss,
+    soft_nearest_neighbor_loss,
     supcon_loss,
 )
 from tfdml.losses.trimmed import TrimmedLoss
 from tfdml.losses.triplet import (
+    PNLoss,
     TripletMarginLoss,
     TripletNCALoss,
+    pn_loss,
     triplet_margin_loss,
     triplet_nca_loss,
 )
@@ -68,8 +72,10 @@ __all__ = [
     "MultiSimilarityLoss",
     "NTXentLoss",
     "NormalizedSoftmaxLoss",
+    "PNLoss",
     "ProxyAnchorLoss",
     "ProxyNCALoss",
+    "SoftNearestNeighborLoss",
     "SoftTripleLoss",
     "SubCenterArcFaceLoss",
     "SupConLoss",
@@ -88,8 +94,10 @@ __all__ = [
     "multi_similarity_loss",
     "normalized_softmax_loss",
     "ntxent_loss",
+    "pn_loss",
     "proxy_anchor_loss",
     "proxy_nca_loss",
+    "soft_nearest_neighbor_loss",
     "soft_triple_loss",
     "subcenter_arcface_loss",
     "supcon_loss",

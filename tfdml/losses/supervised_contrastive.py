@@ -1,4 +1,4 @@
-"""Softmax losses over pairs: supervised contrastive (SupCon), NT-Xent, and the circle loss."""
+"""Softmax losses over pairs: supervised contrastive (SupCon), NT-Xent, circle, soft nearest neighbour."""
 
 from __future__ import annotations
 
@@ -21,9 +21,11 @@ from tfdml.miners import AllPairsMiner, as_pairs
 __all__ = [
     "CircleLoss",
     "NTXentLoss",
+    "SoftNearestNeighborLoss",
     "SupConLoss",
     "circle_loss",
     "ntxent_loss",
+    "soft_nearest_neighbor_loss",
     "supcon_loss",
 ]
 
@@ -92,6 +94,24 @@ def _circle_per_anchor(labels, embeddings, margin, gamma, miner, normalize, ref_
     return anchor_terms(kops.softplus(total), active)
 
 
+def _snn_per_anchor(labels, embeddings, temperature, distance, miner, normalize, ref_embeddings,
+                    ref_labels, ref_offset):
+    labels, x, ref_labels, ref, ref_offset = prepare_inputs(
+        labels, embeddings, ref_embeddings, ref_labels, ref_offset, normalize)
+    dist = ops.distance_matrix(x, ref, distance)
+    pairs = as_pairs(miner.mine(-dist, labels, ref_labels, ref_offset, x, ref),
+                     num_ref=kops.shape(dist)[1])
+    dtype = ops.dtype_name(dist)
+    logits = -dist / kops.convert_to_tensor(temperature, dtype)
+    same, active = ops.masked_logsumexp(logits, pairs.positive, axis=1)
+    everyone, _ = ops.masked_logsumexp(logits, kops.logical_or(pairs.positive, pairs.negative),
+                                       axis=1)
+    zero = kops.zeros((), dtype)
+    # An anchor without a same-class neighbour (-inf - -inf) is left out with a finite 0.
+    losses = kops.where(active, everyone, zero) - kops.where(active, same, zero)
+    return anchor_terms(losses, active)
+
+
 def supcon_loss(y_true, y_pred, temperature: float = 0.1, miner=None, normalize: bool = True,
                 ref_embeddings=None, ref_labels=None, ref_offset=None, average="anchors"):
     """Functional form of :class:`SupConLoss`: the mean over anchors with a positive and a negative.
@@ -149,6 +169,35 @@ def circle_loss(y_true, y_pred, margin: float = 0.4, gamma: float = 80.0, miner=
     terms = _circle_per_anchor(y_true, y_pred, margin, gamma, miner, normalize, ref_embeddings,
                                ref_labels, ref_offset)
     return functional_value(terms, average, y_pred, ref_embeddings)
+
+
+def soft_nearest_neighbor_loss(y_true, y_pred, temperature: float = 1.0,
+                               distance: str = "squared_l2", miner=None, normalize: bool = False,
+                               ref_embeddings=None, ref_labels=None, ref_offset=None,
+                               average="anchors"):
+    """Functional form of :class:`SoftNearestNeighborLoss`: the mean over anchors with a positive.
+
+    Arguments as in :class:`SoftNearestNeighborLoss`; ``ref_embeddings``,
+    ``ref_labels`` and ``ref_offset`` as in :func:`tfdml.losses.triplet_nca_loss`.
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 when no sample has another of
+        its class in the batch, NaN when an embedding is NaN or Inf.
+    """
+    temperature = check_positive("temperature", temperature)
+    _check_distance(distance)
+    check_average(average)
+    miner = resolve_miner(miner, AllPairsMiner)
+    terms = _snn_per_anchor(y_true, y_pred, temperature, distance, miner, normalize,
+                            ref_embeddings, ref_labels, ref_offset)
+    return functional_value(terms, average, y_pred, ref_embeddings)
+
+
+def _check_distance(distance):
+    if distance not in ops.DISTANCES:
+        raise ValueError(
+            f"`distance` must be one of {ops.DISTANCES}. Received: distance={distance!r}")
+    return distance
 
 
 class _PairSoftmaxLoss(MetricLoss):
@@ -318,3 +367,73 @@ class CircleLoss(_PairSoftmaxLoss):
 
     def get_config(self):
         return {**super().get_config(), "margin": self.margin, "gamma": self.gamma}
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class SoftNearestNeighborLoss(_PairSoftmaxLoss):
+    """Soft nearest neighbour loss: how much of a sample's neighbourhood is its own class.
+
+    With squared Euclidean distances ``d`` and temperature ``T``, for an
+    anchor ``a`` with same-class samples ``P(a)`` and every other sample
+    ``A(a)`` (both exclude ``a``)::
+
+        L_a = -log( sum_{p in P(a)} exp(-d_ap / T) / sum_{j in A(a)} exp(-d_aj / T) )
+
+    computed as a difference of two log-sum-exps, so small temperatures (or
+    far-apart samples) neither underflow nor give NaN. Frosst et al. average
+    over the batch; an anchor alone in its class has ``P(a)`` empty and an
+    infinite term, so here it is **left out**: the loss is **averaged over**
+    the anchors that have another sample of their class
+    (``average="anchors"``; ``"batch"`` divides by the batch size instead).
+    An anchor whose whole batch is its class has ``L_a = 0`` and counts. A
+    batch of singletons gives 0 with zero gradients. The paper uses the loss
+    on unnormalized hidden representations (``normalize=False``); it treats
+    ``T`` as a free parameter, here fixed.
+
+    **Against TensorFlow Similarity's** ``SoftNearestNeighborLoss`` (same
+    defaults: squared L2, ``T = 1``): it exponentiates the distances
+    directly and adds ``1e-9`` inside the log, so far-apart samples or small
+    temperatures give ``-log(1e-9)`` with no gradient, or NaN when every
+    exponential underflows; its singletons count 0 in a mean over the whole
+    batch (``average="batch"`` here) and ``reduction="none"`` gives
+    ``[B, 1]`` (tfdml: ``[B]``).
+
+    Args:
+        temperature: ``T > 0``. Defaults to `1.0`.
+        distance: ``"squared_l2"``, ``"l2"`` or ``"cosine"``. Defaults to
+            `"squared_l2"`.
+        miner: a pair miner restricting ``P(a)`` and ``A(a)``. Defaults to
+            `None` (every pair).
+        normalize: L2-normalize the embeddings first. Defaults to `False`.
+        average: see :mod:`tfdml.losses.base`. Defaults to `"anchors"`.
+        reduction: see :mod:`tfdml.losses.base`. Defaults to
+            `"sum_over_batch_size"`.
+        name: name of the loss. Defaults to `"soft_nearest_neighbor_loss"`.
+        dtype: dtype of the returned value. Defaults to `None` (floatx).
+
+    Examples:
+
+    >>> model.compile(optimizer="adam",
+    ...               loss=tfdml.losses.SoftNearestNeighborLoss(temperature=10.0))
+
+    Reference:
+        Frosst, Papernot, Hinton, "Analyzing and improving representations
+        with the soft nearest neighbor loss", ICML 2019 (eq. 1); Salakhutdinov
+        and Hinton, AISTATS 2007.
+    """
+
+    def __init__(self, temperature: float = 1.0, distance: str = "squared_l2", miner=None,
+                 normalize: bool = False, average: str = "anchors",
+                 reduction="sum_over_batch_size", name: str = "soft_nearest_neighbor_loss",
+                 dtype=None):
+        self.temperature = check_positive("temperature", temperature)
+        self.distance = _check_distance(distance)
+        super().__init__(miner, normalize, average, reduction, name, dtype)
+
+    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
+        return _snn_per_anchor(labels, embeddings, self.temperature, self.distance, self.miner,
+                               self.normalize, ref_embeddings, ref_labels, ref_offset)
+
+    def get_config(self):
+        return {**super().get_config(), "temperature": self.temperature,
+                "distance": self.distance}

@@ -1,4 +1,4 @@
-"""Triplet losses of "Extreme triplet learning": NCA (1st order), its 2nd-order fix, margin."""
+"""Triplet losses: NCA (1st order) and its 2nd-order fix ("Extreme triplet learning"), margin, PN."""
 
 from __future__ import annotations
 
@@ -19,13 +19,16 @@ from tfdml.losses.base import (
 from tfdml.miners import TripletMiner, as_triplets, gather_triplet_scores
 
 __all__ = [
+    "PNLoss",
     "TripletMarginLoss",
     "TripletNCALoss",
+    "pn_loss",
     "triplet_margin_loss",
     "triplet_nca_loss",
 ]
 
 DISTANCES = ops.DISTANCES
+
 
 
 def _check_nca_args(order, temperature):
@@ -42,12 +45,23 @@ def _check_margin_args(margin, distance):
         raise ValueError(f"`distance` must be one of {DISTANCES}. Received: distance={distance!r}")
 
 
+def _check_pn_args(margin, distance):
+    if margin is not None and (not ops.is_number(margin) or not margin >= 0):
+        raise ValueError(
+            f"`margin` must be None (the soft margin) or a number >= 0. Received: margin={margin!r}")
+    _check_margin_args(0.0, distance)
+
+
 def _ephn():
     return TripletMiner("easy", "hard")
 
 
 def _facenet():
     return TripletMiner("all", "semihard")
+
+
+def _hard_semihard():
+    return TripletMiner("hard", "semihard")
 
 
 def _nca_per_anchor(labels, embeddings, order, temperature, miner, normalize,
@@ -75,6 +89,41 @@ def _margin_per_anchor(labels, embeddings, margin, distance, miner, normalize,
     triplets = as_triplets(miner.mine(scores, labels, ref_labels, ref_offset, x, ref))
     s_ap, s_an = gather_triplet_scores(scores, triplets)
     values = kops.relu(s_an - s_ap + kops.convert_to_tensor(margin, ops.dtype_name(scores)))
+    return triplet_terms(values, triplets.mask)
+
+
+def _between_references(ref_dist, triplets):
+    """``d(p, n)`` of every mined triplet, broadcastable against ``triplets.mask`` ``[B, P, N]``.
+
+    ``ref_dist`` is the ``[R, R]`` distance matrix of the reference set, in which
+    the positives and negatives are rows.
+    """
+    num_ref = kops.shape(ref_dist)[0]
+    if triplets.positive is None and triplets.negative is None:
+        return ref_dist[None, :, :]
+    if triplets.negative is None:  # one positive per anchor, every negative
+        return kops.take(ref_dist, triplets.positive, axis=0)
+    positive = triplets.positive
+    if positive is None:  # every positive j, each with its own negative
+        positive = kops.arange(num_ref, dtype="int32")[None, :]
+    flat = positive * num_ref + triplets.negative
+    return kops.take(kops.reshape(ref_dist, (-1,)), flat)[:, :, None]
+
+
+def _pn_per_anchor(labels, embeddings, margin, distance, miner, normalize, ref_embeddings,
+                   ref_labels, ref_offset):
+    labels, x, ref_labels, ref, ref_offset = prepare_inputs(
+        labels, embeddings, ref_embeddings, ref_labels, ref_offset, normalize
+    )
+    dist = ops.distance_matrix(x, ref, distance)
+    triplets = as_triplets(miner.mine(-dist, labels, ref_labels, ref_offset, x, ref))
+    d_ap, d_an = gather_triplet_scores(dist, triplets)
+    ref_dist = dist if ref_embeddings is None else ops.distance_matrix(ref, ref, distance)
+    d_n = ops.minimum(d_an, _between_references(ref_dist, triplets))
+    if margin is None:
+        values = kops.softplus(d_ap - d_n)
+    else:
+        values = kops.relu(d_ap - d_n + kops.convert_to_tensor(margin, ops.dtype_name(dist)))
     return triplet_terms(values, triplets.mask)
 
 
@@ -137,6 +186,30 @@ def triplet_margin_loss(
     miner = resolve_miner(miner, _facenet)
     terms = _margin_per_anchor(y_true, y_pred, margin, distance, miner, normalize,
                                ref_embeddings, ref_labels, ref_offset)
+    return functional_value(terms, average, y_pred, ref_embeddings)
+
+
+def pn_loss(
+    y_true,
+    y_pred,
+    margin: float | None = None,
+    distance: str = "cosine",
+    miner="default",
+    normalize: bool = True,
+    ref_embeddings=None,
+    ref_labels=None,
+    ref_offset=None,
+    average: str = "anchors",
+):
+    """Functional form of :class:`PNLoss`: by default the mean over anchors with a triplet.
+
+    Arguments as in :func:`triplet_nca_loss` and :class:`PNLoss`.
+    """
+    _check_pn_args(margin, distance)
+    check_average(average)
+    miner = resolve_miner(miner, _hard_semihard)
+    terms = _pn_per_anchor(y_true, y_pred, margin, distance, miner, normalize, ref_embeddings,
+                           ref_labels, ref_offset)
     return functional_value(terms, average, y_pred, ref_embeddings)
 
 
@@ -296,6 +369,97 @@ class TripletMarginLoss(MetricLoss):
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
         return _margin_per_anchor(labels, embeddings, self.margin, self.distance, self.miner,
                                   self.normalize, ref_embeddings, ref_labels, ref_offset)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            margin=self.margin,
+            distance=self.distance,
+            miner=keras.saving.serialize_keras_object(self.miner),
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class PNLoss(MetricLoss):
+    """PN triplet loss: the negative must be far from the anchor *and* from the positive.
+
+    For a mined triplet ``(a, p, n)`` with distances ``d``::
+
+        d_n = min(d(a, n), d(p, n))
+        L   = softplus(d(a, p) - d_n)              (margin=None, the soft margin)
+        L   = max(d(a, p) - d_n + margin, 0)       (a number)
+
+    Balntas et al.'s PN-Net takes the smaller of the two negative distances
+    so that a triplet pushes the negative away from whichever of ``a`` and
+    ``p`` it is closer to; they put it in a ratio loss (SoftPN), Szubert et
+    al.'s ivis and TensorFlow Similarity's ``PNLoss`` in the margin loss
+    written here. Arguments and defaults are those of TensorFlow Similarity
+    0.17's ``PNLoss``: cosine distance ``1 - cos``, the soft margin
+    (``margin=None``; a number gives the hinge), the hardest (farthest)
+    positive and its semi-hard negative (:class:`tfdml.miners.TripletMiner`
+    ``("hard", "semihard")``: the closest negative at least as far as the
+    positive). Any triplet miner works.
+
+    **Averaged over** the anchors that have a triplet (``average="anchors"``).
+    **Against TensorFlow Similarity's** ``PNLoss``: an anchor with no
+    negative at least as far as its positive is left out here, where
+    TensorFlow Similarity falls back to the anchor's farthest negative, and
+    ``reduction="none"`` gives ``[B]`` values (TensorFlow Similarity:
+    ``[B, 1]``). With :class:`CrossBatchMemory` the positive-negative
+    distances come from an ``[R, R]`` matrix of the reference set.
+
+    Args:
+        margin: `None` for the soft margin, or the hinge's margin ``>= 0``.
+            Defaults to `None`.
+        distance: ``"cosine"``, ``"squared_l2"`` or ``"l2"``. Defaults to
+            `"cosine"`.
+        miner: a :class:`tfdml.miners.Miner`; `"default"` for
+            `TripletMiner("hard", "semihard")`; `None` for every triplet.
+            Defaults to `"default"`.
+        normalize: L2-normalize the embeddings first. Defaults to `True`.
+        average: ``"anchors"``, ``"batch"``, ``"terms"`` or ``"nonzero"``;
+            see :mod:`tfdml.losses.base`. Defaults to `"anchors"`.
+        reduction: see :mod:`tfdml.losses.base`. Defaults to
+            `"sum_over_batch_size"`.
+        name: name of the loss. Defaults to `"pn_loss"`.
+        dtype: dtype of the returned value. Defaults to `None` (floatx).
+
+    Examples:
+
+    >>> model.compile(optimizer="adam", loss=tfdml.losses.PNLoss())
+    >>> loss = tfdml.losses.PNLoss(margin=1.0,
+    ...                            miner=tfdml.miners.TripletMiner("easy", "hard"))
+
+    Reference:
+        Balntas, Johns, Tang, Mikolajczyk, "PN-Net: conjoined triple deep
+        network for learning local image descriptors", arXiv:1601.05030
+        (2016); Szubert, Cole, Monaco, Drozdov, "Structure-preserving
+        visualisation of high dimensional single-cell datasets", Sci. Rep. 9,
+        8914 (2019).
+    """
+
+    def __init__(
+        self,
+        margin: float | None = None,
+        distance: str = "cosine",
+        miner="default",
+        normalize: bool = True,
+        average: str = "anchors",
+        reduction="sum_over_batch_size",
+        name: str = "pn_loss",
+        dtype=None,
+    ):
+        _check_pn_args(margin, distance)
+        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
+                         average=average)
+        self.margin = None if margin is None else float(margin)
+        self.distance = distance
+        self.miner = resolve_miner(miner, _hard_semihard)
+
+    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
+        return _pn_per_anchor(labels, embeddings, self.margin, self.distance, self.miner,
+                              self.normalize, ref_embeddings, ref_labels, ref_offset)
 
     def get_config(self):
         config = super().get_config()
