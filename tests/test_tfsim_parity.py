@@ -34,8 +34,6 @@ from tfdml.losses import (
 )
 from tfdml.miners import TripletMiner
 
-pytestmark = pytest.mark.multibackend
-
 FIXTURES = np.load(os.path.join(os.path.dirname(__file__), "fixtures", "tfsim_0.17.npz"))
 
 
@@ -62,6 +60,7 @@ SAME = [
 ]
 
 
+@pytest.mark.multibackend
 @pytest.mark.parametrize("case,make", SAME, ids=[c for c, _ in SAME])
 def test_same_definition_same_values_and_gradients(case, make):
     labels, x, want, want_grad = _case(case)
