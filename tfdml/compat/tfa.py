@@ -10,7 +10,7 @@ by::
 
 keeps ``tfa.losses.TripletSemiHardLoss(margin=1.0, distance_metric="L2")``,
 ``TripletHardLoss``, ``LiftedStructLoss``, ``ContrastiveLoss``, ``NpairsLoss``,
-their functional forms and
+``NpairsMultilabelLoss``, their functional forms and
 ``tfa.losses.metric_learning.pairwise_distance`` / ``angular_distance`` working
 with TFA's arguments, defaults and values: no L2-normalization inside, the
 distance metrics ``"L2"``, ``"squared-L2"``, ``"angular"`` or a callable, TFA's
@@ -32,6 +32,9 @@ Differences, on purpose:
   to inf for large distances (e.g. squared-L2 on unnormalized embeddings).
 * ``npairs_loss`` accepts ``[B, 1]`` labels (TFA broadcasts them wrongly and
   returns NaN).
+* ``npairs_multilabel_loss``: a sample without labels (an all-zero row of
+  ``y_true``) is left out of the mean (TFA: NaN, a 0/0 target row); its column
+  still counts in the other rows' softmax. No labelled sample at all gives 0.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ __all__ = [
     "ContrastiveLoss",
     "LiftedStructLoss",
     "NpairsLoss",
+    "NpairsMultilabelLoss",
     "TripletHardLoss",
     "TripletSemiHardLoss",
     "angular_distance",
@@ -56,6 +60,7 @@ __all__ = [
     "lifted_struct_loss",
     "losses",
     "npairs_loss",
+    "npairs_multilabel_loss",
     "pairwise_distance",
     "triplet_hard_loss",
     "triplet_semihard_loss",
@@ -155,6 +160,76 @@ def _closest_negative_farther(dist, negative):
     return index, found
 
 
+def _masked_maximum_gradient(data, mask):
+    """The gradient of :func:`_masked_maximum` w.r.t. ``data``: ``[B, R]`` row weights summing to 1.
+
+    As TensorFlow differentiates it: ``reduce_max`` splits the gradient evenly
+    among the tied maxima of the masked differences, and what does not reach
+    ``data`` through them goes to the row minimum, split among its ties.
+    """
+    row_min = tf.reduce_min(data, axis=1, keepdims=True)
+    mask = tf.cast(mask, data.dtype)
+    masked = (data - row_min) * mask
+    top = tf.cast(tf.equal(masked, tf.reduce_max(masked, axis=1, keepdims=True)), data.dtype)
+    through_max = top / tf.reduce_sum(top, axis=1, keepdims=True) * mask
+    bottom = tf.cast(tf.equal(data, row_min), data.dtype)
+    to_min = 1.0 - tf.reduce_sum(through_max, axis=1, keepdims=True)
+    return through_max + to_min * bottom / tf.reduce_sum(bottom, axis=1, keepdims=True)
+
+
+def _sum_at_columns(columns, updates):
+    """``out[a, j]`` = the sum of ``updates[a, t]`` over ``columns[a, t] == j``; ``[B, R]`` both.
+
+    One segment sum over the flattened cells (several times faster on the CPU
+    than a row-wise ``tensor_scatter_nd_add``).
+    """
+    shape = tf.shape(updates)
+    cells = columns + tf.range(shape[0])[:, None] * shape[1]
+    total = tf.math.unsorted_segment_sum(tf.reshape(updates, [-1]), tf.reshape(cells, [-1]),
+                                         shape[0] * shape[1])
+    return tf.reshape(total, shape)
+
+
+def _semihard_rows(dist, negative, positive, margin):
+    """The semi-hard hinge of every entry ``(a, p)`` and the loss sum's gradient w.r.t. ``dist``.
+
+    The hinge is TFA's ``max(margin + d_ap - d_an, 0)`` on positive pairs (0
+    elsewhere). Where it is active (``>= 0``, as ``tf.maximum``'s gradient) it
+    adds +1 to the gradient at ``(a, p)`` and -1 at ``d_an``: at the chosen
+    negative (one of them at ties), or spread as the masked maximum's gradient
+    for the fallback. Rows are independent (row blocks).
+    """
+    outside, found = _closest_negative_farther(dist, negative)
+    d_an = tf.where(found, tf.gather(dist, outside, batch_dims=1),
+                    _masked_maximum(dist, negative))
+    violation = margin + dist - d_an
+    hinge = tf.where(positive, tf.maximum(violation, 0.0), 0.0)
+    active = tf.logical_and(positive, violation >= 0.0)
+    to_outside = tf.cast(tf.logical_and(active, found), dist.dtype)
+    to_inside = tf.reduce_sum(tf.cast(tf.logical_and(active, tf.logical_not(found)), dist.dtype),
+                              axis=1, keepdims=True)
+    gradient = (tf.cast(active, dist.dtype)
+                - _sum_at_columns(outside, to_outside)
+                - to_inside * _masked_maximum_gradient(dist, negative))
+    return hinge, gradient
+
+
+def _with_gradient(value, x, gradient):
+    """``value`` (computed without a gradient path) with ``gradient`` as its gradient w.r.t. ``x``.
+
+    Only ``gradient`` is kept for the backward pass: none of the computation of
+    ``value`` is recorded (in eager mode, a recorded op keeps its inputs until
+    ``tape.gradient``).
+    """
+
+    @tf.custom_gradient
+    def attach(x):
+        del x
+        return value, lambda upstream: upstream * gradient
+
+    return attach(x)
+
+
 def triplet_semihard_loss(y_true, y_pred, margin: float = 1.0, distance_metric="L2"):
     """TFA's semi-hard triplet loss, in ``O(B^2)`` memory.
 
@@ -163,6 +238,11 @@ def triplet_semihard_loss(y_true, y_pred, margin: float = 1.0, distance_metric="
     (``d_an > d_ap``); if there is none, the farthest negative of ``a`` (TFA's
     fallback; with no negative at all, the smallest distance of ``a``'s row,
     normally 0). The loss is ``mean over (a, p) of max(margin + d_ap - d_an, 0)``.
+
+    The selection is not recorded for the gradient: the backward pass keeps one
+    ``[B, B]`` matrix besides the distances' own, in eager mode as in a
+    ``tf.function``. When several negatives are exactly the closest farther
+    one, the gradient goes to one of them (TFA splits it).
 
     Args:
         y_true: ``[B]`` or ``[B, 1]`` integer labels.
@@ -181,14 +261,14 @@ def triplet_semihard_loss(y_true, y_pred, margin: float = 1.0, distance_metric="
     dist = _distances(precise, distance_metric)
     negative = tf.logical_not(same)
     positive = tf.logical_and(same, tf.logical_not(tf.eye(tf.shape(dist)[0], dtype=tf.bool)))
-    outside, outside_found = ops.map_row_blocks(
-        _closest_negative_farther, (dist, negative), (tf.int32, tf.bool))
-    outside_dist = tf.gather(dist, outside, batch_dims=1)
-    inside_dist = _masked_maximum(dist, negative)  # [B, 1]
-    d_an = tf.where(outside_found, outside_dist, inside_dist)
-    hinge = tf.where(positive, tf.maximum(margin + dist - d_an, 0.0), 0.0)
-    loss = tf.math.divide_no_nan(tf.reduce_sum(hinge),
-                                 tf.cast(tf.math.count_nonzero(positive), dist.dtype))
+    # Between changes of the selection the loss is linear in the distances: the selection
+    # and the hinge run without gradient (in row blocks), and the backward pass keeps only
+    # the [B, B] gradient w.r.t. dist (a recorded selection would keep its temporaries).
+    hinge, gradient = ops.map_row_blocks(
+        lambda d, n, p: _semihard_rows(d, n, p, margin), (dist, negative, positive),
+        (dist.dtype, dist.dtype))
+    total = _with_gradient(tf.reduce_sum(hinge), dist, gradient)
+    loss = tf.math.divide_no_nan(total, tf.cast(tf.math.count_nonzero(positive), dist.dtype))
     return tf.cast(ops.nan_unless_finite(loss, precise), dtype)
 
 
@@ -308,6 +388,82 @@ def npairs_loss(y_true, y_pred):
     return tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=target, logits=y_pred))
 
 
+def _check_similarities(y_pred, name="y_pred"):
+    """Converts to a tensor; raises ValueError unless it is a square ``[B, B]`` float matrix."""
+    y_pred = tf.convert_to_tensor(y_pred)
+    shape = y_pred.shape
+    if shape.rank is not None and (
+            shape.rank != 2 or (shape[0] is not None and shape[1] is not None
+                                and shape[0] != shape[1])):
+        raise ValueError(
+            f"`{name}` must be a square [B, B] matrix of similarity logits. "
+            f"Received: {name}.shape={tuple(shape)}"
+        )
+    if not y_pred.dtype.is_floating:
+        raise ValueError(
+            f"`{name}` must have a floating dtype. Received: {name}.dtype={y_pred.dtype.name}"
+        )
+    return y_pred
+
+
+def npairs_multilabel_loss(y_true, y_pred):
+    """TFA's multi-label N-pairs loss on a similarity matrix.
+
+    With ``Y`` the ``[B, C]`` label indicator, the target of row ``i`` is
+    ``T_i = (Y Y^T)_i / sum_j (Y Y^T)_ij``: the columns weighted by the number
+    of labels they share with sample ``i``. The loss is the mean over rows of
+    the softmax cross-entropy of ``y_pred``'s row against ``T_i``::
+
+        L = mean_{i : Y_i != 0} ( - sum_j T_ij * log softmax(y_pred_i)_j )
+
+    With one-hot ``Y`` it equals :func:`npairs_loss` on the class ids.
+    Entries of ``y_true`` other than 0/1 are used as weights, as in TFA.
+
+    Unlike TFA (which divides 0 by 0 and returns NaN), a sample without labels
+    (an all-zero row of ``y_true``; in general a row of ``Y Y^T`` summing to 0)
+    is left out of the mean, with a zero gradient for its row of ``y_pred``;
+    its column still counts as a candidate in the other rows' softmax.
+
+    Args:
+        y_true: ``[B, C]`` 0/1 label indicator, dense or a ``tf.SparseTensor``
+            (densified).
+        y_pred: ``[B, B]`` similarity logits (e.g. anchors x positives).
+
+    Returns:
+        A scalar in the dtype of ``y_pred``: the mean over the samples with at
+        least one label, 0 when no sample has one; NaN when ``y_pred`` holds a
+        NaN or Inf anywhere (as TFA).
+
+    Raises:
+        ValueError: if ``y_true`` is not of rank 2, ``y_pred`` is not a square
+            float matrix, or their (static) batch sizes differ.
+    """
+    y_pred = _check_similarities(y_pred)
+    if isinstance(y_true, tf.SparseTensor):
+        # Indices in any order (no reordering op: it has no XLA kernel).
+        y_true = tf.sparse.to_dense(y_true, validate_indices=False)
+    y_true = tf.convert_to_tensor(y_true)
+    if y_true.shape.rank is not None and y_true.shape.rank != 2:
+        raise ValueError(
+            "`y_true` must be a rank-2 [B, C] label indicator. "
+            f"Received: y_true.shape={tuple(y_true.shape)}"
+        )
+    ops.check_batch_sizes(y_true, y_pred, "y_true", "y_pred")
+    indicator = tf.cast(y_true, y_pred.dtype)
+    shared = tf.matmul(indicator, indicator, transpose_b=True)  # [B, B] shared label counts
+    row_sum = tf.reduce_sum(shared, axis=1, keepdims=True)
+    counted = tf.not_equal(row_sum[:, 0], 0.0)
+    target = tf.math.divide_no_nan(shared, row_sum)
+    xent = tf.nn.softmax_cross_entropy_with_logits(labels=target, logits=y_pred)
+    # tf.where, not a product: a row left out gets a zero gradient (its xent's gradient
+    # assumes a target summing to 1, which an all-zero one does not).
+    xent = tf.where(counted, xent, tf.zeros_like(xent))
+    loss = tf.math.divide_no_nan(tf.reduce_sum(xent),
+                                 tf.cast(tf.math.count_nonzero(counted), xent.dtype))
+    # A NaN or Inf in a row left out is masked above: NaN in, NaN out, wherever it is.
+    return ops.nan_unless_finite(loss, y_pred)
+
+
 class _TFALoss(keras.losses.Loss):
     """A scalar batch loss with TFA's reduction (none: the function's value itself)."""
 
@@ -425,6 +581,26 @@ class NpairsLoss(_TFALoss):
 
 
 @keras.saving.register_keras_serializable(package="Addons")
+class NpairsMultilabelLoss(_TFALoss):
+    """``tfa.losses.NpairsMultilabelLoss``: see :func:`npairs_multilabel_loss`.
+
+    Args:
+        name: Defaults to `"npairs_multilabel_loss"`.
+    """
+
+    def __init__(self, name=None, **kwargs):
+        super().__init__(name=name or "npairs_multilabel_loss", **kwargs)
+
+    def call(self, y_true, y_pred):
+        return npairs_multilabel_loss(y_true, y_pred)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("reduction", None)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="Addons")
 class ContrastiveLoss(keras.losses.Loss):
     """``tfa.losses.ContrastiveLoss``: :func:`contrastive_loss` per pair, then the reduction.
 
@@ -454,11 +630,13 @@ losses = types.SimpleNamespace(
     ContrastiveLoss=ContrastiveLoss,
     LiftedStructLoss=LiftedStructLoss,
     NpairsLoss=NpairsLoss,
+    NpairsMultilabelLoss=NpairsMultilabelLoss,
     TripletHardLoss=TripletHardLoss,
     TripletSemiHardLoss=TripletSemiHardLoss,
     contrastive_loss=contrastive_loss,
     lifted_struct_loss=lifted_struct_loss,
     npairs_loss=npairs_loss,
+    npairs_multilabel_loss=npairs_multilabel_loss,
     triplet_hard_loss=triplet_hard_loss,
     triplet_semihard_loss=triplet_semihard_loss,
     metric_learning=types.SimpleNamespace(
