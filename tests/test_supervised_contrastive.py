@@ -45,6 +45,7 @@ from tfdml.losses import (
     SoftNearestNeighborLoss,
     SupConLoss,
     circle_loss,
+    multiple_negatives_ranking_loss,
     ntxent_loss,
     soft_nearest_neighbor_loss,
     supcon_loss,
@@ -525,3 +526,65 @@ def test_circle_matches_keras_values_not_gradients(float64):
     assert_close_grad(tfdml_grad, reference_gradient(lambda e: total(e, True), x), 1e-8)
     assert_close_grad(keras_grad, reference_gradient(lambda e: total(e, False), x),
                       max(1e-8, 10 * keras_rtol))
+
+
+# -- 11. multiple negatives ranking (query/key pairs) ------------------------------------------
+
+
+def _mnr_reference(q, k, scale, normalize, add_one):
+    q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
+    if normalize:
+        q, k = ref.l2_normalize(q), ref.l2_normalize(k)
+    s = scale * q @ k.T
+    rows = [ref.logsumexp(list(s[i]) + ([0.0] if add_one else [])) - s[i, i]
+            for i in range(len(s))]
+    return float(np.mean(rows))
+
+
+@pytest.mark.parametrize("scale,normalize,add_one", [
+    pytest.param(20.0, False, False, marks=pytest.mark.multibackend),
+    (20.0, False, True), (5.0, True, False), (50.0, True, True)])
+def test_multiple_negatives_ranking_matches_reference(scale, normalize, add_one, float64):
+    q, k = X[:8], _float32_exact(np.random.default_rng(13).normal(size=(8, D)))
+
+    def fn(a, b):
+        return multiple_negatives_ranking_loss(a, b, scale, normalize, add_one)
+
+    value, (grad_q, grad_k) = value_and_grad(fn, q, k, argnums=(0, 1))
+    np.testing.assert_allclose(value, _mnr_reference(q, k, scale, normalize, add_one),
+                               rtol=F64_RTOL)
+    want_q = reference_gradient(lambda e: _mnr_reference(e, k, scale, normalize, add_one), q)
+    want_k = reference_gradient(lambda e: _mnr_reference(q, e, scale, normalize, add_one), k)
+    assert_close_grad(grad_q, want_q, 1e-7)
+    assert_close_grad(grad_k, want_k, 1e-7)
+    value32 = to_numpy(fn(q.astype(np.float32), k.astype(np.float32)))
+    assert value32.dtype == np.float32
+    np.testing.assert_allclose(value32, value, rtol=F32_RTOL)
+
+
+def test_multiple_negatives_ranking_nan_and_errors():
+    q, k = X[:6].astype(np.float32), X[4:].astype(np.float32)
+    for bad in (np.nan, np.inf):
+        for which in (0, 1):
+            args = [q.copy(), k.copy()]
+            args[which][2, 1] = bad
+            assert np.isnan(to_numpy(multiple_negatives_ranking_loss(*args)))
+    # Far apart at a large scale: finite (log-sum-exp).
+    assert np.isfinite(to_numpy(multiple_negatives_ranking_loss(100.0 * q, k, scale=50.0)))
+    with pytest.raises(ValueError, match="scale"):
+        multiple_negatives_ranking_loss(q, k, scale=0.0)
+    with pytest.raises(ValueError, match="key_embeddings"):
+        multiple_negatives_ranking_loss(q, k[:5])
+    with pytest.raises(ValueError, match="query_embeddings"):
+        multiple_negatives_ranking_loss(q[0], k)
+
+
+@pytest.mark.skipif(not CAN_COMPILE, reason="this backend does not compile")
+def test_multiple_negatives_ranking_compiled_equals_eager():
+    q, k = X[:6].astype(np.float32), X[4:].astype(np.float32)
+    eager = value_and_grad(multiple_negatives_ranking_loss, q, k, argnums=(0, 1))
+    got = to_numpy(value_and_grad_function(multiple_negatives_ranking_loss, argnums=(0, 1),
+                                           jit_compile=True)(q, k))
+    np.testing.assert_allclose(got[0], eager[0], rtol=1e-6)
+    for a, b in zip(got[1], eager[1], strict=True):
+        assert_close_grad(a, b, 1e-5)

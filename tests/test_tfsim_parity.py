@@ -27,6 +27,7 @@ from backends import to_numpy, value_and_grad
 from tfdml.losses import (
     CircleLoss,
     MultiSimilarityLoss,
+    multiple_negatives_ranking_loss,
     PNLoss,
     SoftNearestNeighborLoss,
     TripletMarginLoss,
@@ -158,3 +159,22 @@ def test_circle_adds_one_inside_each_log_sum_exp():
     np.testing.assert_allclose(tfsim, want, rtol=1e-5)
     got = _per_anchor(CircleLoss(normalize=False, reduction="none"), labels, x)
     assert np.abs(got - want).max() > 1e-2
+
+
+@pytest.mark.multibackend
+def test_multiple_negatives_ranking_with_add_one_is_tfsims():
+    queries, keys = FIXTURES["batch/pairs/queries"], FIXTURES["batch/pairs/keys"]
+    want = FIXTURES["case/multineg_default/mean"]
+    value, (grad_q, grad_k) = value_and_grad(
+        lambda q, k: multiple_negatives_ranking_loss(q, k, add_one=True), queries, keys,
+        argnums=(0, 1))
+    np.testing.assert_allclose(value, want, rtol=2e-5)
+    np.testing.assert_allclose(grad_q, FIXTURES["case/multineg_default/grad_queries"],
+                               rtol=1e-3, atol=2e-6)
+    np.testing.assert_allclose(grad_k, FIXTURES["case/multineg_default/grad_keys"],
+                               rtol=1e-3, atol=2e-6)
+    # Without the 1 (Henderson et al.'s softmax): the mean cross-entropy.
+    s = 20.0 * queries.astype(np.float64) @ keys.astype(np.float64).T
+    plain = np.mean([ref.logsumexp(s[i]) - s[i, i] for i in range(len(s))])
+    np.testing.assert_allclose(to_numpy(multiple_negatives_ranking_loss(queries, keys)), plain,
+                               rtol=1e-5)

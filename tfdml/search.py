@@ -151,12 +151,11 @@ def _block_candidates(scores, keep):
     position first among equal values orders ties by column. A max per group and
     a top-k of ``m / GROUP`` maxima cost less than a top-k of all ``m`` scores,
     the more so the wider the block; narrow blocks (and a width that is not a
-    multiple of ``GROUP``) pass whole.
+    multiple of ``GROUP``) pass whole, with ``columns`` None (the identity).
     """
     num, width = int(scores.shape[0]), int(scores.shape[1])
     if not _preselects(width, keep):
-        cols = kops.broadcast_to(kops.arange(width, dtype="int32")[None, :], (num, width))
-        return scores, cols
+        return scores, None
     maxima = kops.max(kops.reshape(scores, (num, width // GROUP, GROUP)), axis=2)
     _, groups = _top_k_lower_index_first(maxima, keep)
     groups = kops.sort(groups, axis=1)
@@ -171,7 +170,9 @@ def _merge_block(chunk, block, g_start, best_scores, best_idx, keep, metric):
     ``best_scores`` and ``best_idx`` are the kept ``[n, <=keep]`` scores and gallery
     indices (``None`` before the first block); returns the new ones. The block's
     whole groups of :data:`GROUP` rows and its remainder are scored separately, so
-    that a wide block can be pre-selected (:func:`_block_candidates`).
+    that a wide block can be pre-selected (:func:`_block_candidates`). Positions
+    in ``[kept; candidates]`` are mapped back to gallery indices after the top-k,
+    so no index array of the block's size is built.
     """
     width = int(block.shape[0])
     split = width - width % GROUP
@@ -181,12 +182,18 @@ def _merge_block(chunk, block, g_start, best_scores, best_idx, keep, metric):
         if hi == lo:
             continue
         scores, cols = _block_candidates(_scores(chunk, block[lo:hi], metric), keep)
-        cols = cols + (g_start + lo)
-        if best_scores is not None:
+        kept = 0 if best_scores is None else int(best_scores.shape[1])
+        if kept:
             scores = kops.concatenate([best_scores, scores], axis=1)
-            cols = kops.concatenate([best_idx, cols], axis=1)
-        best_scores, pos = _top_k_lower_index_first(scores, min(keep, int(scores.shape[1])))
-        best_idx = ops.take_along_axis(cols, pos, axis=1)
+        values, pos = _top_k_lower_index_first(scores, min(keep, int(scores.shape[1])))
+        in_block = kops.maximum(pos - kept, 0)
+        if cols is not None:
+            in_block = ops.take_along_axis(cols, in_block, axis=1)
+        idx = in_block + (g_start + lo)
+        if kept:
+            earlier = ops.take_along_axis(best_idx, kops.minimum(pos, kept - 1), axis=1)
+            idx = kops.where(pos < kept, earlier, idx)
+        best_scores, best_idx = values, idx
     return best_scores, best_idx
 
 

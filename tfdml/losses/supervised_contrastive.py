@@ -24,6 +24,7 @@ __all__ = [
     "SoftNearestNeighborLoss",
     "SupConLoss",
     "circle_loss",
+    "multiple_negatives_ranking_loss",
     "ntxent_loss",
     "soft_nearest_neighbor_loss",
     "supcon_loss",
@@ -191,6 +192,64 @@ def soft_nearest_neighbor_loss(y_true, y_pred, temperature: float = 1.0,
     terms = _snn_per_anchor(y_true, y_pred, temperature, distance, miner, normalize,
                             ref_embeddings, ref_labels, ref_offset)
     return functional_value(terms, average, y_pred, ref_embeddings)
+
+
+def multiple_negatives_ranking_loss(query_embeddings, key_embeddings, scale: float = 20.0,
+                                    normalize: bool = False, add_one: bool = False):
+    """In-batch negatives: query ``i``'s key is its positive, the other keys its negatives.
+
+    With ``s_ij = scale * <q_i, k_j>`` (cosine similarities with ``normalize``)::
+
+        L = mean_i ( log sum_j exp(s_ij) - s_ii )
+
+    the softmax cross-entropy of each query over the batch's keys (Henderson et
+    al. 2017). ``add_one=True`` adds 1 inside the log, ``log(1 + sum_j
+    exp(s_ij)) - s_ii``, which is TensorFlow Similarity's
+    ``MultiNegativesRankLoss`` (its default inner product: ``normalize=False``).
+    Computed with log-sum-exps in float32 (float64 for float64 input).
+
+    For pairs without class labels (question and answer, two views of one
+    item); with labels, use :class:`NTXentLoss` or :class:`SupConLoss`. It is
+    a plain function of two embedding batches, not a ``(y_true, y_pred)``
+    Keras loss: call it in a custom ``train_step`` or through ``add_loss``.
+
+    Args:
+        query_embeddings: ``[B, D]``.
+        key_embeddings: ``[B, D]``; row ``i`` is the positive of query ``i``.
+        scale: ``> 0``, multiplies the similarities. Defaults to `20.0`.
+        normalize: L2-normalize both first. Defaults to `False`.
+        add_one: TensorFlow Similarity's ``1 +`` inside the log. Defaults to
+            `False`.
+
+    Returns:
+        A scalar of the dtype of ``query_embeddings``; NaN when an embedding is
+        NaN or Inf.
+
+    Examples:
+
+    >>> loss = tfdml.losses.multiple_negatives_ranking_loss(
+    ...     question_model(questions), answer_model(answers), normalize=True)
+
+    Reference:
+        Henderson et al., "Efficient natural language response suggestion
+        for smart reply", arXiv:1705.00652 (2017).
+    """
+    scale = check_positive("scale", scale)
+    queries = ops.check_embeddings(query_embeddings, "query_embeddings")
+    keys = ops.check_embeddings(key_embeddings, "key_embeddings")
+    ops.check_batch_sizes(queries, keys, "query_embeddings", "key_embeddings")
+    dtype = ops.compute_dtype(queries.dtype)
+    q, k = kops.cast(queries, dtype), kops.cast(keys, dtype)
+    if normalize:
+        q, k = ops.l2_normalize(q), ops.l2_normalize(k)
+    logits = ops.pairwise_similarity(q, k) * kops.convert_to_tensor(scale, dtype)
+    every = kops.ones_like(logits, dtype="bool")
+    total, _ = ops.masked_logsumexp(logits, every, axis=1, add_one=add_one)
+    # A sum and a division: keras.ops.mean under PyTorch rounds float64 to float32.
+    rows = total - kops.diagonal(logits)
+    value = kops.sum(rows) / kops.cast(kops.shape(rows)[0], dtype)
+    value = ops.nan_unless_finite(value, queries, keys)
+    return kops.cast(value, ops.dtype_name(queries))
 
 
 def _check_distance(distance):
