@@ -27,11 +27,11 @@ from backends import to_numpy, value_and_grad
 from tfdml.losses import (
     CircleLoss,
     MultiSimilarityLoss,
-    multiple_negatives_ranking_loss,
     PNLoss,
     SoftNearestNeighborLoss,
     TripletMarginLoss,
     TripletNCALoss,
+    multiple_negatives_ranking_loss,
 )
 from tfdml.miners import TripletMiner
 
