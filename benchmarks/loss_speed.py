@@ -68,15 +68,14 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import resource
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 
 from class_losses import CLASS_LOSSES  # benchmarks/class_losses.py
+from workers import machine_info, run_worker  # benchmarks/workers.py
 
 LOSSES = ("floor", "nca2-ephn", "margin-semihard")
 LOSS_LABELS = {
@@ -423,52 +422,11 @@ def _log(msg):
 
 
 def _spawn(loss, batch, dim, xla, repeats, classes=DEFAULT_CLASSES):
-    cmd = [
-        sys.executable, os.path.abspath(__file__), "--worker",
-        "--loss", loss, "--batch", str(batch), "--dim", str(dim), "--xla", str(int(xla)),
-        "--classes", str(classes),
-    ]
+    args = ["--loss", loss, "--batch", batch, "--dim", dim, "--xla", int(xla),
+            "--classes", classes]
     if repeats is not None:
-        cmd += ["--repeats", str(repeats)]
-    env = dict(os.environ)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                              timeout=WORKER_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return {"error": f"worker timed out after {WORKER_TIMEOUT_S} s"}
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(RESULT_PREFIX):
-            return json.loads(line[len(RESULT_PREFIX):])
-    tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-    return {"error": f"worker exited with {proc.returncode}: " + " | ".join(tail)}
-
-
-def _machine_info(results):
-    versions = next((r["versions"] for _, r in results if "versions" in r), None)
-    if versions is None:  # every worker failed: ask the installed packages
-        import keras
-        import tensorflow as tf
-
-        versions = {"tensorflow": tf.__version__, "keras": keras.__version__}
-    cpu_model = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu_model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count()
-    return (
-        f"{os.cpu_count()} CPUs ({usable} usable), {cpu_model}; "
-        f"TensorFlow {versions['tensorflow']}, Keras {versions['keras']}, "
-        f"Python {platform.python_version()}; {platform.platform()}"
-    )
+        args += ["--repeats", repeats]
+    return run_worker(__file__, args, RESULT_PREFIX, WORKER_TIMEOUT_S)
 
 
 def _mib(kib):
@@ -692,7 +650,7 @@ def run_driver(args):
         results.append(((loss, batch, xla), result))
     elapsed = time.perf_counter() - t0
     report = _report(
-        args, results, _machine_info(results), started, elapsed,
+        args, results, machine_info(results), started, elapsed,
         (load_start, os.getloadavg()[0]),
     )
     precision = _precision_report(_precision_check(args.losses, args.dim))

@@ -40,12 +40,12 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import resource
 import shlex
-import subprocess
 import sys
 import time
+
+from workers import machine_info, run_worker  # benchmarks/workers.py
 
 LOSSES = ("semihard", "floor")
 LOSS_LABELS = {
@@ -136,53 +136,8 @@ def _log(msg):
 
 
 def _spawn(loss, mode, batch, dim):
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--loss", loss,
-           "--mode", mode, "--batch", str(batch), "--dim", str(dim)]
-    env = dict(os.environ)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                              timeout=WORKER_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return {"error": f"worker timed out after {WORKER_TIMEOUT_S} s"}
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(RESULT_PREFIX):
-            return json.loads(line[len(RESULT_PREFIX):])
-    tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-    return {"error": f"worker exited with {proc.returncode}: " + " | ".join(tail)}
-
-
-def _machine_info(results):
-    versions = next((r["versions"] for _, r in results if "versions" in r), None)
-    if versions is None:  # every worker failed: ask the installed packages
-        import keras
-        import tensorflow as tf
-
-        versions = {"tensorflow": tf.__version__, "keras": keras.__version__}
-    cpu_model = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu_model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count()
-    try:
-        with open("/proc/meminfo") as f:
-            total_kib = int(f.readline().split()[1])
-        memory = f", {total_kib / 2**20:.0f} GiB RAM"
-    except (OSError, ValueError, IndexError):
-        memory = ""
-    return (
-        f"{os.cpu_count()} CPUs ({usable} usable){memory}, {cpu_model}; "
-        f"TensorFlow {versions['tensorflow']}, Keras {versions['keras']}, "
-        f"Python {platform.python_version()}; {platform.platform()}"
-    )
+    return run_worker(__file__, ["--loss", loss, "--mode", mode, "--batch", batch, "--dim", dim],
+                      RESULT_PREFIX, WORKER_TIMEOUT_S)
 
 
 def _mib(kib):
@@ -262,7 +217,7 @@ def run_driver(args):
                  f"worker {time.perf_counter() - t:.1f} s")
         results.append(((loss, mode, batch), result))
     elapsed = time.perf_counter() - t0
-    report = _report(args, results, _machine_info(results), started, elapsed,
+    report = _report(args, results, machine_info(results, memory=True), started, elapsed,
                      (load_start, os.getloadavg()[0]))
     print(report, end="")
     if args.output:

@@ -139,7 +139,6 @@ LOSS_CASES = [
     LossCase("circle", lambda: CircleLoss()),
     LossCase("soft_nearest_neighbor", lambda: SoftNearestNeighborLoss()),
     LossCase("pn", lambda: PNLoss()),
-    LossCase("pn_hinge_all_all", lambda: PNLoss(1.0, miner=Miner("all", "all"))),
     LossCase("lifted_structure", lambda: LiftedStructureLoss(0.5, normalize=False)),
     LossCase("fappy", lambda: FAPPYLoss()),
     LossCase("fappy_0.003", lambda: FAPPYLoss(0.003)),

@@ -404,9 +404,11 @@ class PNLoss(MetricLoss):
     **Averaged over** the anchors that have a triplet (``average="anchors"``).
     **Against TensorFlow Similarity's** ``PNLoss``: an anchor with no
     negative at least as far as its positive is left out here, where
-    TensorFlow Similarity falls back to the anchor's farthest negative, and
-    ``reduction="none"`` gives ``[B]`` values (TensorFlow Similarity:
-    ``[B, 1]``). With :class:`CrossBatchMemory` the positive-negative
+    TensorFlow Similarity falls back to the anchor's farthest negative; an
+    anchor without a positive is left out too (TensorFlow Similarity gives it
+    a value); and ``reduction="none"`` gives ``[B]`` values (TensorFlow
+    Similarity: ``[B, 1]``). ``tests/test_tfsim_parity.py`` checks both
+    differences against TensorFlow Similarity's recorded values. With :class:`CrossBatchMemory` the positive-negative
     distances come from an ``[R, R]`` matrix of the reference set.
 
     Args:
