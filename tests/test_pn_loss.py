@@ -38,7 +38,7 @@ LABELS, X = ref.make_batch([4, 3, 2, 2, 1], 7, seed=3)
 # multibackend ones also run under JAX and PyTorch.
 DEFAULT = ("hard", "semihard")
 CASES = [
-    pytest.param({}, DEFAULT, id="defaults-hard_semihard", marks=MB),
+    pytest.param({}, DEFAULT, id="defaults-hard_semihard"),
     pytest.param({}, ("easy", "hard"), id="defaults-easy_hard"),
     pytest.param({}, ("hard", "easy"), id="defaults-hard_easy"),
     pytest.param({}, ("all", "semihard"), id="defaults-all_semihard"),
