@@ -28,9 +28,10 @@ import references as ref
 from backends import (
     BACKEND,
     CAN_COMPILE,
-    central_differences,
+    assert_close_grad,
     compiled,
     gradient_check,
+    reference_gradient,
     to_numpy,
     value_and_grad,
     value_and_grad_function,
@@ -144,15 +145,6 @@ IDS = [case.id for case in CASES]
 PER_SAMPLE_IDS = [case.id for case in CASES if case.per_sample]
 
 
-def reference_gradient(fun, x, delta=1e-4):
-    """Central differences of a float64 reference with Richardson extrapolation (error
-    O(delta^4): about 1e-11 relative for these losses, where plain central differences
-    give 1e-9 at best)."""
-    coarse = central_differences(fun, x, delta)
-    fine = central_differences(fun, x, delta / 2)
-    return fine + (fine - coarse) / 3
-
-
 @functools.cache
 def reference_value_and_grads(case_id):
     """``(value, d value / d X, d value / d W)`` of the case's reference at ``X``, ``W``."""
@@ -169,11 +161,6 @@ def value_and_grads(fn, *args, argnums=(1, 2)):
     if BACKEND == "jax":
         return to_numpy(value_and_grad_function(fn, argnums=argnums, jit_compile=True)(*args))
     return value_and_grad(fn, *args, argnums=argnums)
-
-
-def assert_close_grad(got, want, rtol):
-    """Entrywise ``rtol``, with ``rtol`` of the largest entry as the absolute floor."""
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * np.abs(want).max())
 
 
 def _class_form(loss):

@@ -619,13 +619,19 @@ def is_number(x) -> bool:
 DISTANCES = ("squared_l2", "l2", "cosine")
 
 
+def check_distance(distance):
+    """``distance`` if it is one of :data:`DISTANCES`; a ValueError naming it otherwise."""
+    if distance not in DISTANCES:
+        raise ValueError(f"`distance` must be one of {DISTANCES}. Received: distance={distance!r}")
+    return distance
+
+
 def distance_matrix(x, y=None, distance: str = "l2"):
     """``[B, R]`` distances by name: ``"l2"``, ``"squared_l2"`` or ``"cosine"`` (``1 - x.y``).
 
     The ``"l2"`` square root is guarded (gradient 0 at distance 0).
     """
-    if distance not in DISTANCES:
-        raise ValueError(f"`distance` must be one of {DISTANCES}. Received: distance={distance!r}")
+    check_distance(distance)
     if distance == "cosine":
         return 1.0 - pairwise_similarity(x, y)
     return pairwise_distance(x, y, squared=distance == "squared_l2")

@@ -25,10 +25,7 @@ def _check_args(positive_margin, negative_margin, distance):
     for name, value in (("positive_margin", positive_margin), ("negative_margin", negative_margin)):
         if not isinstance(value, numbers.Real) or isinstance(value, bool) or not value >= 0:
             raise ValueError(f"`{name}` must be a number >= 0. Received: {name}={value!r}")
-    if distance not in ops.DISTANCES:
-        raise ValueError(
-            f"`distance` must be one of {ops.DISTANCES}. Received: distance={distance!r}"
-        )
+    ops.check_distance(distance)
 
 
 def _contrastive_per_anchor(labels, embeddings, positive_margin, negative_margin, distance,

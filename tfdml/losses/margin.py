@@ -31,10 +31,7 @@ def _distance_weighted():
 def _check_args(margin, distance):
     if not ops.is_number(margin) or not margin >= 0:
         raise ValueError(f"`margin` must be a number >= 0. Received: margin={margin!r}")
-    if distance not in ops.DISTANCES:
-        raise ValueError(
-            f"`distance` must be one of {ops.DISTANCES}. Received: distance={distance!r}"
-        )
+    ops.check_distance(distance)
 
 
 def _check_beta(beta, num_classes):

@@ -186,7 +186,7 @@ def soft_nearest_neighbor_loss(y_true, y_pred, temperature: float = 1.0,
         its class in the batch, NaN when an embedding is NaN or Inf.
     """
     temperature = check_positive("temperature", temperature)
-    _check_distance(distance)
+    ops.check_distance(distance)
     check_average(average)
     miner = resolve_miner(miner, AllPairsMiner)
     terms = _snn_per_anchor(y_true, y_pred, temperature, distance, miner, normalize,
@@ -250,13 +250,6 @@ def multiple_negatives_ranking_loss(query_embeddings, key_embeddings, scale: flo
     value = kops.sum(rows) / kops.cast(kops.shape(rows)[0], dtype)
     value = ops.nan_unless_finite(value, queries, keys)
     return kops.cast(value, ops.dtype_name(queries))
-
-
-def _check_distance(distance):
-    if distance not in ops.DISTANCES:
-        raise ValueError(
-            f"`distance` must be one of {ops.DISTANCES}. Received: distance={distance!r}")
-    return distance
 
 
 class _PairSoftmaxLoss(MetricLoss):
@@ -486,7 +479,7 @@ class SoftNearestNeighborLoss(_PairSoftmaxLoss):
                  reduction="sum_over_batch_size", name: str = "soft_nearest_neighbor_loss",
                  dtype=None):
         self.temperature = check_positive("temperature", temperature)
-        self.distance = _check_distance(distance)
+        self.distance = ops.check_distance(distance)
         super().__init__(miner, normalize, average, reduction, name, dtype)
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):

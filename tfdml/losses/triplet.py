@@ -27,9 +27,6 @@ __all__ = [
     "triplet_nca_loss",
 ]
 
-DISTANCES = ops.DISTANCES
-
-
 
 def _check_nca_args(order, temperature):
     if not isinstance(order, numbers.Integral) or isinstance(order, bool) or order not in (1, 2):
@@ -41,15 +38,14 @@ def _check_nca_args(order, temperature):
 def _check_margin_args(margin, distance):
     if not ops.is_number(margin) or not margin >= 0:
         raise ValueError(f"`margin` must be a number >= 0. Received: margin={margin!r}")
-    if distance not in DISTANCES:
-        raise ValueError(f"`distance` must be one of {DISTANCES}. Received: distance={distance!r}")
+    ops.check_distance(distance)
 
 
 def _check_pn_args(margin, distance):
     if margin is not None and (not ops.is_number(margin) or not margin >= 0):
         raise ValueError(
             f"`margin` must be None (the soft margin) or a number >= 0. Received: margin={margin!r}")
-    _check_margin_args(0.0, distance)
+    ops.check_distance(distance)
 
 
 def _ephn():
