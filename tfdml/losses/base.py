@@ -75,6 +75,7 @@ import keras
 from keras import ops as kops
 
 from tfdml import ops
+from tfdml.losses.blocks import _random_miners, blocked_terms, check_block_size
 from tfdml.miners import AllPairsMiner, Miner, Pairs
 
 __all__ = [
@@ -402,7 +403,19 @@ class MetricLoss(keras.losses.Loss):
         name: name of the loss instance.
         dtype: dtype of the returned loss value. Defaults to `None`
             (``keras.config.floatx()``).
+        block_size: compute the loss over blocks of this many anchors, each
+            against the whole batch, recomputing each block in the backward
+            pass (:mod:`tfdml.losses.blocks`): peak memory ``O(block_size x
+            B)`` instead of ``O(B^2)``, same values and gradients. `None`
+            computes the whole batch at once. Defaults to `None`.
     """
+
+    _miner = None
+
+    #: Whether ``per_anchor`` can run on a block of anchors against the whole batch
+    #: (``block_size``). Losses whose terms couple the whole batch set it to False
+    #: unless they implement their own blocked form.
+    supports_blocks = True
 
     #: Mine over the global batch under a ``tf.distribute`` strategy: ``None``
     #: (default) whenever more than one replica is in sync, ``True`` the same,
@@ -411,9 +424,15 @@ class MetricLoss(keras.losses.Loss):
     cross_replica = None
 
     def __init__(self, normalize=True, reduction="sum_over_batch_size", name=None, dtype=None,
-                 average="anchors"):
+                 average="anchors", block_size=None):
         _check_reduction(reduction)
+        block_size = check_block_size(block_size)
+        if block_size is not None and not self.supports_blocks:
+            raise ValueError(
+                f"{type(self).__name__} cannot run in blocks: its terms couple the whole "
+                f"batch. Remove `block_size`. Received: block_size={block_size!r}")
         super().__init__(name=name, reduction=reduction, dtype=dtype)
+        self.block_size = block_size
         self.normalize = bool(normalize)
         self.average = check_average(average)
         self._config_dtype = dtype
@@ -427,6 +446,32 @@ class MetricLoss(keras.losses.Loss):
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
         """Returns the :class:`AnchorTerms` of each anchor, in the compute dtype."""
         raise NotImplementedError
+
+    @property
+    def miner(self):
+        """The loss's :class:`tfdml.miners.Miner`, or None for a loss without one."""
+        return self._miner
+
+    @miner.setter
+    def miner(self, miner):
+        if miner is not None and self.block_size is not None and getattr(miner, "disjoint", False):
+            raise ValueError(
+                f"{type(self).__name__} cannot run in blocks with a disjoint miner: it visits "
+                "the anchors of the whole batch in order. Remove `block_size` or use "
+                f"`disjoint=False`. Received: block_size={self.block_size!r}, miner={miner!r}")
+        self._miner = miner
+
+    def compute_terms(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
+                      ref_offset=None):
+        """:meth:`per_anchor`, over blocks of ``block_size`` anchors when it is set.
+
+        Wrapping losses (:class:`CrossBatchMemory`, :class:`TrimmedLoss`) call
+        this on the loss they wrap, so the wrapped loss's ``block_size`` holds.
+        """
+        if self.block_size is None:
+            return self.per_anchor(labels, embeddings, ref_embeddings, ref_labels, ref_offset)
+        return blocked_terms(self.per_anchor, labels, embeddings, self.block_size,
+                             ref_embeddings, ref_labels, ref_offset, _random_miners(self))
 
     # -- state: learned variables, buffers and the random miners' seeds ------------------------
 
@@ -595,7 +640,7 @@ class MetricLoss(keras.losses.Loss):
 
     def _loss_value(self, labels, y_pred, sample_weight):
         """The reduced loss of a batch (the global batch under a strategy)."""
-        terms = self.per_anchor(labels, y_pred)
+        terms = self.compute_terms(labels, y_pred)
         self._warn_if_inactive(terms)
         return self._reduce(terms, sample_weight, y_pred)
 
@@ -623,7 +668,7 @@ class MetricLoss(keras.losses.Loss):
         return tf.cast(value, self.dtype)
 
     def call(self, y_true, y_pred):
-        terms = self.per_anchor(ops.cast_labels(y_true, "y_true"), y_pred)
+        terms = self.compute_terms(ops.cast_labels(y_true, "y_true"), y_pred)
         values, _ = average_terms(terms, self.average)
         return ops.nan_unless_finite(values, y_pred)
 
@@ -635,6 +680,8 @@ class MetricLoss(keras.losses.Loss):
             config["dtype"] = keras.dtype_policies.serialize(self._dtype_policy)
         if self.cross_replica is not None:
             config["cross_replica"] = self.cross_replica
+        if self.block_size is not None:
+            config["block_size"] = self.block_size
         return config
 
     @classmethod

@@ -119,6 +119,11 @@ class ContrastiveLoss(MetricLoss):
             `"sum_over_batch_size"`.
         name: name of the loss. Defaults to `"contrastive_loss"`.
         dtype: dtype of the returned value. Defaults to `None` (floatx).
+        block_size: compute the loss over blocks of this many anchors, each
+            against the whole batch, recomputing each block in the backward
+            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
+            values and gradients (docs/losses.md, "Large batches"). Defaults
+            to `None` (the whole batch at once).
 
     Examples:
 
@@ -143,10 +148,11 @@ class ContrastiveLoss(MetricLoss):
         reduction="sum_over_batch_size",
         name: str = "contrastive_loss",
         dtype=None,
+        block_size=None,
     ):
         _check_args(positive_margin, negative_margin, distance)
         super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
-                         average=average)
+                         average=average, block_size=block_size)
         self.positive_margin = float(positive_margin)
         self.negative_margin = float(negative_margin)
         self.distance = distance

@@ -206,11 +206,13 @@ class FAPPYLoss(MetricLoss):
         Section 3 and Algorithm 1.
     """
 
+    supports_blocks = False
+
     def __init__(self, min_bin_width=0.01, reduction="sum_over_batch_size", name="fappy_loss",
-                 dtype=None, average="terms"):
+                 dtype=None, average="terms", block_size=None):
         self.min_bin_width = _check_width("min_bin_width", min_bin_width)
         super().__init__(normalize=True, reduction=reduction, name=name, dtype=dtype,
-                         average=average)
+                         average=average, block_size=block_size)
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
         if ref_embeddings is not None:
@@ -275,11 +277,13 @@ class HistogramLoss(MetricLoss):
         NIPS 2016.
     """
 
+    supports_blocks = False
+
     def __init__(self, bin_width=0.01, reduction="sum_over_batch_size", name="histogram_loss",
-                 dtype=None, average="anchors"):
+                 dtype=None, average="anchors", block_size=None):
         self.bin_width = _check_width("bin_width", bin_width)
         super().__init__(normalize=True, reduction=reduction, name=name, dtype=dtype,
-                         average=average)
+                         average=average, block_size=block_size)
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
         if ref_embeddings is not None:

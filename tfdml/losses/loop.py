@@ -320,12 +320,14 @@ class LoOpLoss(MetricLoss):
         Negative Embeddings for Deep Metric Learning", ICCV 2021.
     """
 
+    supports_blocks = False
+
     def __init__(self, base="triplet", margin=None, normalized=True,
                  reduction="sum_over_batch_size", name="loop_loss", dtype=None,
-                 average="anchors", **base_options):
+                 average="anchors", block_size=None, **base_options):
         margin, options = _check_base(base, margin, base_options)
         super().__init__(normalize=normalized, reduction=reduction, name=name, dtype=dtype,
-                         average=average)
+                         average=average, block_size=block_size)
         self.base = base
         self.margin = margin
         self.options = options
@@ -350,12 +352,13 @@ class LoOpLoss(MetricLoss):
 
 class _PairBaseline(MetricLoss):
     _base = None
+    supports_blocks = False
 
     def __init__(self, margin=0.2, normalize=True, reduction="sum_over_batch_size", name=None,
-                 dtype=None, average="anchors"):
+                 dtype=None, average="anchors", block_size=None):
         margin, _ = _check_base(self._base, margin, {})
         super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
-                         average=average)
+                         average=average, block_size=block_size)
         self.margin = margin
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
@@ -400,8 +403,9 @@ class HPHNTripletLoss(_PairBaseline):
     _base = "hphn_triplet"
 
     def __init__(self, margin=0.2, normalize=True, reduction="sum_over_batch_size",
-                 name="hphn_triplet_loss", dtype=None, average="anchors"):
-        super().__init__(margin, normalize, reduction, name, dtype, average)
+                 name="hphn_triplet_loss", dtype=None, average="anchors",
+                 block_size=None):
+        super().__init__(margin, normalize, reduction, name, dtype, average, block_size)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -433,5 +437,6 @@ class LiftedStructureLoss(_PairBaseline):
     _base = "lifted_structure"
 
     def __init__(self, margin=0.2, normalize=True, reduction="sum_over_batch_size",
-                 name="lifted_structure_loss", dtype=None, average="anchors"):
-        super().__init__(margin, normalize, reduction, name, dtype, average)
+                 name="lifted_structure_loss", dtype=None, average="anchors",
+                 block_size=None):
+        super().__init__(margin, normalize, reduction, name, dtype, average, block_size)

@@ -261,6 +261,11 @@ class MarginLoss(MetricLoss):
             `"sum_over_batch_size"`.
         name: name of the loss. Defaults to `"margin_loss"`.
         dtype: dtype of the returned value. Defaults to `None` (floatx).
+        block_size: compute the loss over blocks of this many anchors, each
+            against the whole batch, recomputing each block in the backward
+            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
+            values and gradients (docs/losses.md, "Large batches"). Defaults
+            to `None` (the whole batch at once).
 
     Examples:
 
@@ -290,6 +295,7 @@ class MarginLoss(MetricLoss):
         reduction="sum_over_batch_size",
         name: str = "margin_loss",
         dtype=None,
+        block_size=None,
     ):
         _check_args(margin, distance)
         beta = _check_beta(beta, num_classes)
@@ -299,7 +305,7 @@ class MarginLoss(MetricLoss):
                 f"Received: beta_lr_multiplier={beta_lr_multiplier!r}"
             )
         super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
-                         average=average)
+                         average=average, block_size=block_size)
         self.margin = float(margin)
         self.learn_beta = bool(learn_beta)
         self.num_classes = None if num_classes is None else int(num_classes)

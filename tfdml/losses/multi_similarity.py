@@ -130,6 +130,11 @@ class MultiSimilarityLoss(MetricLoss):
             `"sum_over_batch_size"`.
         name: name of the loss. Defaults to `"multi_similarity_loss"`.
         dtype: dtype of the returned value. Defaults to `None` (floatx).
+        block_size: compute the loss over blocks of this many anchors, each
+            against the whole batch, recomputing each block in the backward
+            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
+            values and gradients (docs/losses.md, "Large batches"). Defaults
+            to `None` (the whole batch at once).
 
     Examples:
 
@@ -154,10 +159,11 @@ class MultiSimilarityLoss(MetricLoss):
         reduction="sum_over_batch_size",
         name: str = "multi_similarity_loss",
         dtype=None,
+        block_size=None,
     ):
         _check_args(alpha, beta, base)
         super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
-                         average=average)
+                         average=average, block_size=block_size)
         self.alpha = float(alpha)
         self.beta = float(beta)
         self.base = float(base)

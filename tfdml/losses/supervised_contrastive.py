@@ -255,9 +255,9 @@ def multiple_negatives_ranking_loss(query_embeddings, key_embeddings, scale: flo
 class _PairSoftmaxLoss(MetricLoss):
     """The arguments and config the three losses share (a miner, default every pair)."""
 
-    def __init__(self, miner, normalize, average, reduction, name, dtype):
+    def __init__(self, miner, normalize, average, reduction, name, dtype, block_size):
         super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
-                         average=average)
+                         average=average, block_size=block_size)
         self.miner = resolve_miner(miner, AllPairsMiner)
 
     def get_config(self):
@@ -293,6 +293,11 @@ class SupConLoss(_PairSoftmaxLoss):
             `"sum_over_batch_size"`.
         name: name of the loss. Defaults to `"supcon_loss"`.
         dtype: dtype of the returned value. Defaults to `None` (floatx).
+        block_size: compute the loss over blocks of this many anchors, each
+            against the whole batch, recomputing each block in the backward
+            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
+            values and gradients (docs/losses.md, "Large batches"). Defaults
+            to `None` (the whole batch at once).
 
     Examples:
 
@@ -304,9 +309,9 @@ class SupConLoss(_PairSoftmaxLoss):
 
     def __init__(self, temperature: float = 0.1, miner=None, normalize: bool = True,
                  average: str = "anchors", reduction="sum_over_batch_size",
-                 name: str = "supcon_loss", dtype=None):
+                 name: str = "supcon_loss", dtype=None, block_size=None):
         self.temperature = check_positive("temperature", temperature)
-        super().__init__(miner, normalize, average, reduction, name, dtype)
+        super().__init__(miner, normalize, average, reduction, name, dtype, block_size)
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
         return _supcon_per_anchor(labels, embeddings, self.temperature, self.miner,
@@ -339,6 +344,11 @@ class NTXentLoss(_PairSoftmaxLoss):
             `"sum_over_batch_size"`.
         name: name of the loss. Defaults to `"ntxent_loss"`.
         dtype: dtype of the returned value. Defaults to `None` (floatx).
+        block_size: compute the loss over blocks of this many anchors, each
+            against the whole batch, recomputing each block in the backward
+            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
+            values and gradients (docs/losses.md, "Large batches"). Defaults
+            to `None` (the whole batch at once).
 
     Examples:
 
@@ -352,9 +362,9 @@ class NTXentLoss(_PairSoftmaxLoss):
 
     def __init__(self, temperature: float = 0.07, miner=None, normalize: bool = True,
                  average: str = "terms", reduction="sum_over_batch_size",
-                 name: str = "ntxent_loss", dtype=None):
+                 name: str = "ntxent_loss", dtype=None, block_size=None):
         self.temperature = check_positive("temperature", temperature)
-        super().__init__(miner, normalize, average, reduction, name, dtype)
+        super().__init__(miner, normalize, average, reduction, name, dtype, block_size)
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
         return _ntxent_per_anchor(labels, embeddings, self.temperature, self.miner,
@@ -396,6 +406,11 @@ class CircleLoss(_PairSoftmaxLoss):
             `"sum_over_batch_size"`.
         name: name of the loss. Defaults to `"circle_loss"`.
         dtype: dtype of the returned value. Defaults to `None` (floatx).
+        block_size: compute the loss over blocks of this many anchors, each
+            against the whole batch, recomputing each block in the backward
+            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
+            values and gradients (docs/losses.md, "Large batches"). Defaults
+            to `None` (the whole batch at once).
 
     Examples:
 
@@ -408,10 +423,10 @@ class CircleLoss(_PairSoftmaxLoss):
 
     def __init__(self, margin: float = 0.4, gamma: float = 80.0, miner=None,
                  normalize: bool = True, average: str = "anchors",
-                 reduction="sum_over_batch_size", name: str = "circle_loss", dtype=None):
+                 reduction="sum_over_batch_size", name: str = "circle_loss", dtype=None, block_size=None):
         self.margin = check_positive("margin", margin, allow_zero=True)
         self.gamma = check_positive("gamma", gamma)
-        super().__init__(miner, normalize, average, reduction, name, dtype)
+        super().__init__(miner, normalize, average, reduction, name, dtype, block_size)
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
         return _circle_per_anchor(labels, embeddings, self.margin, self.gamma, self.miner,
@@ -462,6 +477,11 @@ class SoftNearestNeighborLoss(_PairSoftmaxLoss):
             `"sum_over_batch_size"`.
         name: name of the loss. Defaults to `"soft_nearest_neighbor_loss"`.
         dtype: dtype of the returned value. Defaults to `None` (floatx).
+        block_size: compute the loss over blocks of this many anchors, each
+            against the whole batch, recomputing each block in the backward
+            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
+            values and gradients (docs/losses.md, "Large batches"). Defaults
+            to `None` (the whole batch at once).
 
     Examples:
 
@@ -477,10 +497,10 @@ class SoftNearestNeighborLoss(_PairSoftmaxLoss):
     def __init__(self, temperature: float = 1.0, distance: str = "squared_l2", miner=None,
                  normalize: bool = False, average: str = "anchors",
                  reduction="sum_over_batch_size", name: str = "soft_nearest_neighbor_loss",
-                 dtype=None):
+                 dtype=None, block_size=None):
         self.temperature = check_positive("temperature", temperature)
         self.distance = ops.check_distance(distance)
-        super().__init__(miner, normalize, average, reduction, name, dtype)
+        super().__init__(miner, normalize, average, reduction, name, dtype, block_size)
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
         return _snn_per_anchor(labels, embeddings, self.temperature, self.distance, self.miner,

@@ -105,7 +105,7 @@ class TrimmedLoss(MetricLoss):
         return self.loss.state
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
-        terms = self.loss.per_anchor(labels, embeddings, ref_embeddings, ref_labels, ref_offset)
+        terms = self.loss.compute_terms(labels, embeddings, ref_embeddings, ref_labels, ref_offset)
         mean = ops.divide_no_nan(terms.total, terms.count)
         keep = trim_mask(mean, terms.active, self.trim)
         return AnchorTerms(*(kops.where(keep, t, kops.zeros_like(t)) for t in terms))

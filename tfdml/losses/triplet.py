@@ -88,12 +88,35 @@ def _margin_per_anchor(labels, embeddings, margin, distance, miner, normalize,
     return triplet_terms(values, triplets.mask)
 
 
-def _between_references(ref_dist, triplets):
+def _paired_distance(a, b, distance):
+    """``d(a_k, b_k)`` along the last axis, the formula of :func:`tfdml.ops.distance_matrix`."""
+    dot = kops.sum(a * b, axis=-1)
+    if distance == "cosine":
+        return 1.0 - dot
+    sq = ops.maximum(kops.sum(kops.square(a), axis=-1) + kops.sum(kops.square(b), axis=-1)
+                     - 2.0 * dot, 0.0)
+    return sq if distance == "squared_l2" else ops.safe_sqrt(sq)
+
+
+def _between_references(ref, triplets, distance, ref_dist=None):
     """``d(p, n)`` of every mined triplet, broadcastable against ``triplets.mask`` ``[B, P, N]``.
 
-    ``ref_dist`` is the ``[R, R]`` distance matrix of the reference set, in which
-    the positives and negatives are rows.
+    The positives and negatives are rows of the reference set ``ref``.
+    ``ref_dist`` is its ``[R, R]`` distance matrix when it is at hand (the
+    batch is its own reference set); otherwise only the distances the
+    triplets use are computed, except for every positive with its own
+    negative (``positive="all"`` with a single-choice negative), which needs
+    the ``[R, R]`` matrix.
     """
+    if triplets.negative is not None and triplets.positive is not None and ref_dist is None:
+        positives = kops.take(ref, triplets.positive, axis=0)  # [B, P, D]
+        negatives = kops.take(ref, triplets.negative, axis=0)
+        return _paired_distance(positives, negatives, distance)[:, :, None]
+    if triplets.negative is None and triplets.positive is not None and ref_dist is None:
+        positives = kops.take(ref, triplets.positive[:, 0], axis=0)  # P = 1
+        return ops.distance_matrix(positives, ref, distance)[:, None, :]
+    if ref_dist is None:
+        ref_dist = ops.distance_matrix(ref, ref, distance)
     num_ref = kops.shape(ref_dist)[0]
     if triplets.positive is None and triplets.negative is None:
         return ref_dist[None, :, :]
@@ -114,8 +137,8 @@ def _pn_per_anchor(labels, embeddings, margin, distance, miner, normalize, ref_e
     dist = ops.distance_matrix(x, ref, distance)
     triplets = as_triplets(miner.mine(-dist, labels, ref_labels, ref_offset, x, ref))
     d_ap, d_an = gather_triplet_scores(dist, triplets)
-    ref_dist = dist if ref_embeddings is None else ops.distance_matrix(ref, ref, distance)
-    d_n = ops.minimum(d_an, _between_references(ref_dist, triplets))
+    ref_dist = dist if ref_embeddings is None else None
+    d_n = ops.minimum(d_an, _between_references(ref, triplets, distance, ref_dist))
     if margin is None:
         values = kops.softplus(d_ap - d_n)
     else:
@@ -249,6 +272,11 @@ class TripletNCALoss(MetricLoss):
             `"sum_over_batch_size"`.
         name: name of the loss. Defaults to `"triplet_nca_loss"`.
         dtype: dtype of the returned value. Defaults to `None` (floatx).
+        block_size: compute the loss over blocks of this many anchors, each
+            against the whole batch, recomputing each block in the backward
+            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
+            values and gradients (docs/losses.md, "Large batches"). Defaults
+            to `None` (the whole batch at once).
 
     Examples:
 
@@ -272,10 +300,11 @@ class TripletNCALoss(MetricLoss):
         reduction="sum_over_batch_size",
         name: str = "triplet_nca_loss",
         dtype=None,
+        block_size=None,
     ):
         _check_nca_args(order, temperature)
         super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
-                         average=average)
+                         average=average, block_size=block_size)
         self.order = int(order)
         self.temperature = float(temperature)
         self.miner = resolve_miner(miner, _ephn)
@@ -333,6 +362,11 @@ class TripletMarginLoss(MetricLoss):
             `"sum_over_batch_size"`.
         name: name of the loss. Defaults to `"triplet_margin_loss"`.
         dtype: dtype of the returned value. Defaults to `None` (floatx).
+        block_size: compute the loss over blocks of this many anchors, each
+            against the whole batch, recomputing each block in the backward
+            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
+            values and gradients (docs/losses.md, "Large batches"). Defaults
+            to `None` (the whole batch at once).
 
     Examples:
 
@@ -354,10 +388,11 @@ class TripletMarginLoss(MetricLoss):
         reduction="sum_over_batch_size",
         name: str = "triplet_margin_loss",
         dtype=None,
+        block_size=None,
     ):
         _check_margin_args(margin, distance)
         super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
-                         average=average)
+                         average=average, block_size=block_size)
         self.margin = float(margin)
         self.distance = distance
         self.miner = resolve_miner(miner, _facenet)
@@ -422,6 +457,11 @@ class PNLoss(MetricLoss):
             `"sum_over_batch_size"`.
         name: name of the loss. Defaults to `"pn_loss"`.
         dtype: dtype of the returned value. Defaults to `None` (floatx).
+        block_size: compute the loss over blocks of this many anchors, each
+            against the whole batch, recomputing each block in the backward
+            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
+            values and gradients (docs/losses.md, "Large batches"). Defaults
+            to `None` (the whole batch at once).
 
     Examples:
 
@@ -447,13 +487,20 @@ class PNLoss(MetricLoss):
         reduction="sum_over_batch_size",
         name: str = "pn_loss",
         dtype=None,
+        block_size=None,
     ):
         _check_pn_args(margin, distance)
         super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
-                         average=average)
+                         average=average, block_size=block_size)
         self.margin = None if margin is None else float(margin)
         self.distance = distance
         self.miner = resolve_miner(miner, _hard_semihard)
+        if (self.block_size is not None and isinstance(self.miner, TripletMiner)
+                and self.miner.positive == "all" and self.miner.negative != "all"):
+            raise ValueError(
+                "PNLoss cannot run in blocks with every positive and a single-choice negative: "
+                "d(p, n) would need the [B, B] distances of the batch. Remove `block_size` or "
+                f"use another miner. Received: block_size={self.block_size!r}, miner={self.miner!r}")
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
         return _pn_per_anchor(labels, embeddings, self.margin, self.distance, self.miner,

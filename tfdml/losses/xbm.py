@@ -167,8 +167,8 @@ class CrossBatchMemory(MetricLoss):
         reference = kops.concatenate([kops.cast(x, dtype), past], axis=0)
         bank_labels = kops.cast(bank.labels, ops.dtype_name(labels))
         ref_labels = kops.concatenate([labels, bank_labels], axis=0)
-        with_memory = self.loss.per_anchor(labels, x, reference, ref_labels, 0)
-        alone = self.loss.per_anchor(labels, x)
+        with_memory = self.loss.compute_terms(labels, x, reference, ref_labels, 0)
+        alone = self.loss.compute_terms(labels, x)
         use = kops.logical_and(bank.filled >= self.memory_size, bank.steps >= self.warmup_steps)
         terms = AnchorTerms(*(kops.where(use, a, b) for a, b in zip(with_memory, alone,
                                                                     strict=True)))
