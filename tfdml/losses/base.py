@@ -471,7 +471,8 @@ class MetricLoss(keras.losses.Loss):
         if self.block_size is None:
             return self.per_anchor(labels, embeddings, ref_embeddings, ref_labels, ref_offset)
         return blocked_terms(self.per_anchor, labels, embeddings, self.block_size,
-                             ref_embeddings, ref_labels, ref_offset, _random_miners(self))
+                             ref_embeddings, ref_labels, ref_offset, _random_miners(self),
+                             self.trainable_variables)
 
     # -- state: learned variables, buffers and the random miners' seeds ------------------------
 

@@ -116,7 +116,7 @@ def _assemble(stacked, n, block, num_blocks):
 
 
 def blocked_terms(per_anchor, labels, embeddings, block_size, ref_embeddings=None,
-                  ref_labels=None, ref_offset=None, miners=()):
+                  ref_labels=None, ref_offset=None, miners=(), variables=()):
     """``per_anchor`` over blocks of ``block_size`` anchors, each against the whole reference set.
 
     Args:
@@ -130,6 +130,11 @@ def blocked_terms(per_anchor, labels, embeddings, block_size, ref_embeddings=Non
             ``per_anchor``; `None` for the batch itself.
         miners: the random miners ``per_anchor`` uses (their seeds are
             derived per block; see the module docstring).
+        variables: the trainable ``keras.Variable`` s that ``per_anchor``
+            reads (a learned margin). They are read once, and their values
+            are arguments of the rematerialized block (a
+            ``keras.StatelessScope`` maps them), so that their gradient
+            flows on every backend.
 
     Returns:
         The :class:`tfdml.losses.base.AnchorTerms` of the ``B`` anchors, in
@@ -168,25 +173,33 @@ def blocked_terms(per_anchor, labels, embeddings, block_size, ref_embeddings=Non
     seeds = [miner.seed_generator.next() for miner in miners]  # once per step
     dtype = ops.compute_dtype(y.dtype)
 
-    def one_block(i, y, ref):
-        start = kops.minimum(i * block, n - block)
-        x_block = kops.slice(y, [start, 0], [block, dim])
+    def one_block(i, y, ref, values):
+        start = kops.cast(kops.minimum(i * block, n - block), "int32")
+        x_block = kops.slice(y, [start, kops.zeros((), "int32")], [block, dim])
         labels_block = kops.slice(labels, [start], [block])
         block_offset = None if offset is None else offset + start
         saved = [miner._seed_generator for miner in miners]
         try:
             for miner, seed in zip(miners, seeds, strict=True):
                 miner._seed_generator = _BlockSeed(seed, i)
-            terms = per_anchor(labels_block, x_block, ref, ref_lab, block_offset)
+            if variables:
+                with keras.StatelessScope(list(zip(variables, values, strict=True))):
+                    terms = per_anchor(labels_block, x_block, ref, ref_lab, block_offset)
+            else:
+                terms = per_anchor(labels_block, x_block, ref, ref_lab, block_offset)
         finally:
             for miner, generator in zip(miners, saved, strict=True):
                 miner._seed_generator = generator
         return tuple(kops.cast(t, dtype) for t in terms)
 
+    values = [v.value for v in variables]
+
     def run(i):
-        # Only the embeddings are arguments of the rematerialized function (what it is
-        # differentiated by); the block index, labels and seeds are captured.
-        return keras.remat(lambda y, ref: one_block(i, y, ref))(y, ref)
+        # Only what the block is differentiated by (the embeddings and the learned
+        # variables' values) are arguments of the rematerialized function; the block
+        # index, labels and seeds are captured.
+        return keras.remat(lambda y, ref, *values: one_block(i, y, ref, values))(
+            y, ref, *values)
 
     stacked = _map(run, num_blocks, block, dtype, len(AnchorTerms._fields))
     return AnchorTerms(*(_assemble(s, n, block, num_blocks) for s in stacked))

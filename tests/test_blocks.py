@@ -1,0 +1,314 @@
+"""Losses in row blocks (``block_size``): the dense loss's values and gradients, in less memory.
+
+Every loss of the ``MetricLoss`` family that builds a ``[B, B]`` matrix takes
+``block_size``; with it the loss runs over blocks of anchors, each against the whole batch,
+and recomputes each block in the backward pass (``tfdml.losses.blocks``). Here: values and
+gradients equal the dense loss (which the per-loss tests check against NumPy references)
+with a ragged last block, eagerly and compiled, in float32 and float64, for every
+reduction and with sample weights; wrapped in ``CrossBatchMemory`` and ``TrimmedLoss``;
+random miners draw from the dense loss's distribution, once per step, and the backward
+pass replays the forward pass's draws; bad ``block_size`` values and losses that cannot run
+in blocks raise a ValueError. Peak memory is measured by ``benchmarks/large_batch.py``.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+from backends import (
+    BACKEND,
+    CAN_COMPILE,
+    enable_float64,
+    to_numpy,
+    value_and_grad,
+    value_and_grad_function,
+)
+from harness import assert_config_roundtrip, pk_arrays, small_embedding_model
+
+import tfdml
+from tfdml.losses import (
+    CircleLoss,
+    ContrastiveLoss,
+    CrossBatchMemory,
+    FAPPYLoss,
+    HistogramLoss,
+    HPHNTripletLoss,
+    LiftedStructureLoss,
+    LoOpLoss,
+    MarginLoss,
+    MultiSimilarityLoss,
+    NTXentLoss,
+    PNLoss,
+    SoftNearestNeighborLoss,
+    SupConLoss,
+    TrimmedLoss,
+    TripletMarginLoss,
+    TripletNCALoss,
+)
+from tfdml.miners import AllPairsMiner, MultiSimilarityMiner, TripletMiner
+
+pytestmark = pytest.mark.multibackend
+
+BLOCKABLE = {
+    "ephn_order2": lambda **kw: TripletNCALoss(order=2, **kw),
+    "nca_hard_semihard": lambda **kw: TripletNCALoss(
+        miner=TripletMiner("hard", "semihard"), **kw),
+    "semihard_margin": lambda **kw: TripletMarginLoss(**kw),
+    "margin_all_triplets": lambda **kw: TripletMarginLoss(miner=None, distance="l2", **kw),
+    "pn": lambda **kw: PNLoss(**kw),
+    "pn_hinge_easy_all": lambda **kw: PNLoss(margin=0.3, miner=TripletMiner("easy", "all"),
+                                             **kw),
+    "pn_all_pairs": lambda **kw: PNLoss(miner=None, **kw),
+    "multi_similarity": lambda **kw: MultiSimilarityLoss(**kw),
+    "eps_multi_similarity": lambda **kw: MultiSimilarityLoss(
+        miner=MultiSimilarityMiner(positive="easy"), **kw),
+    "contrastive": lambda **kw: ContrastiveLoss(**kw),
+    "margin_learned_beta": lambda **kw: MarginLoss(miner=TripletMiner("easy", "hard"),
+                                                   num_classes=7, **kw),
+    "supcon": lambda **kw: SupConLoss(**kw),
+    "ntxent": lambda **kw: NTXentLoss(**kw),
+    "circle": lambda **kw: CircleLoss(**kw),
+    "soft_nearest_neighbor": lambda **kw: SoftNearestNeighborLoss(**kw),
+}
+
+# Losses whose terms couple the whole batch and have no blocked form yet.
+NOT_BLOCKABLE = [FAPPYLoss, HistogramLoss, LoOpLoss, HPHNTripletLoss, LiftedStructureLoss]
+
+
+def _batch(batch=23, dim=7, num_classes=7, seed=0, dtype="float32", duplicate=True):
+    """Asymmetric (B != D), shuffled, with a singleton class and an exact duplicate."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, num_classes - 1, size=batch)
+    labels[3] = num_classes - 1  # alone in its class
+    x = rng.normal(size=(batch, dim))
+    if duplicate:
+        x[5] = x[9]
+        labels[5] = labels[9]
+    return labels.astype("int64"), x.astype(dtype)
+
+
+def _value_and_grad(loss, labels, x, jit_compile=False, sample_weight=None):
+    def fn(e):
+        return loss(labels, e, sample_weight=sample_weight)
+
+    if not jit_compile:
+        return value_and_grad(fn, x)
+    return to_numpy(value_and_grad_function(fn, jit_compile=True)(x))
+
+
+def _assert_close(got, want, rtol):
+    value, grad = got
+    np.testing.assert_allclose(value, want[0], rtol=rtol, atol=rtol)
+    scale = max(float(np.abs(want[1]).max()), 1e-30)
+    np.testing.assert_allclose(grad, want[1], rtol=rtol, atol=rtol * scale)
+
+
+@pytest.mark.parametrize("name", sorted(BLOCKABLE))
+def test_blocks_give_the_dense_values_and_gradients(name):
+    # With every pair, PN's min(d(a, n), d(p, n)) is a tie for duplicates a = p, and a tie's
+    # gradient goes to either side depending on the last bit of two matrix products.
+    labels, x = _batch(duplicate=name != "pn_all_pairs")
+    dense = _value_and_grad(BLOCKABLE[name](), labels, x)
+    assert np.isfinite(dense[0]) and dense[0] != 0
+    for block_size in (5, 8):  # ragged last blocks: 23 = 4 x 5 + 3 = 2 x 8 + 7
+        _assert_close(_value_and_grad(BLOCKABLE[name](block_size=block_size), labels, x),
+                      dense, 1e-5)
+
+
+@pytest.mark.skipif(not CAN_COMPILE, reason="the backend does not compile")
+@pytest.mark.parametrize("name", ["ephn_order2", "semihard_margin", "pn", "multi_similarity",
+                                  "supcon", "margin_learned_beta"])
+def test_blocks_compiled_equal_the_dense_loss(name):
+    labels, x = _batch()
+    dense = _value_and_grad(BLOCKABLE[name](), labels, x)
+    _assert_close(_value_and_grad(BLOCKABLE[name](block_size=6), labels, x, jit_compile=True),
+                  dense, 1e-5)
+
+
+@pytest.mark.parametrize("name", ["ephn_order2", "pn", "multi_similarity", "ntxent",
+                                  "soft_nearest_neighbor"])
+def test_blocks_in_float64_equal_up_to_summation_order(name):
+    with enable_float64():
+        labels, x = _batch(dtype="float64")
+        dense = _value_and_grad(BLOCKABLE[name](), labels, x)
+        blocked = _value_and_grad(BLOCKABLE[name](block_size=4), labels, x)
+        assert blocked[1].dtype == np.float64
+        _assert_close(blocked, dense, 1e-12)
+
+
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean_with_sample_weight"])
+def test_blocks_every_reduction_with_sample_weights(reduction):
+    labels, x = _batch()
+    weights = np.random.default_rng(3).uniform(0.2, 2.0, size=len(labels)).astype("float32")
+    dense = _value_and_grad(TripletNCALoss(order=2, reduction=reduction), labels, x,
+                            sample_weight=weights)
+    blocked = _value_and_grad(TripletNCALoss(order=2, reduction=reduction, block_size=7),
+                              labels, x, sample_weight=weights)
+    _assert_close(blocked, dense, 1e-5)
+
+
+def test_one_block_when_the_batch_fits_and_nan_gives_nan():
+    labels, x = _batch()
+    dense = _value_and_grad(SupConLoss(), labels, x)
+    _assert_close(_value_and_grad(SupConLoss(block_size=1000), labels, x), dense, 1e-6)
+    x[11, 2] = np.nan
+    value = to_numpy(SupConLoss(block_size=5)(labels, x))
+    assert np.isnan(value)
+    value = to_numpy(TripletNCALoss(block_size=5)(labels, np.where(np.isnan(x), np.inf, x)))
+    assert np.isnan(value)
+
+
+def test_wrapped_losses_use_the_blocks_of_the_loss_they_wrap():
+    labels, x = _batch(batch=12)
+    dense = _value_and_grad(TrimmedLoss(MultiSimilarityLoss(), trim=0.25), labels, x)
+    blocked = _value_and_grad(TrimmedLoss(MultiSimilarityLoss(block_size=5), trim=0.25),
+                              labels, x)
+    _assert_close(blocked, dense, 1e-5)
+
+    rng = np.random.default_rng(4)
+    memories = [CrossBatchMemory(TripletNCALoss(order=2), memory_size=24),
+                CrossBatchMemory(TripletNCALoss(order=2, block_size=5), memory_size=24)]
+    for memory in memories:
+        memory.build_state(7)
+    for step in range(3):  # steps 2 and 3 mine against the full bank
+        features = rng.normal(size=(12, 7)).astype("float32")
+        dense, blocked = (
+            value_and_grad(lambda e, m=m: m(labels, e, training=False), features)
+            for m in memories)
+        _assert_close(blocked, dense, 1e-5)
+        for memory in memories:
+            memory(labels, features)  # eagerly: the bank takes the batch
+    np.testing.assert_array_equal(to_numpy(memories[0].bank.labels),
+                                  to_numpy(memories[1].bank.labels))
+
+
+def _seed_state(loss):
+    return np.array(to_numpy(loss.miner.seed_generator.state))
+
+
+def test_random_miners_draw_once_per_step_and_replay_their_draws_backwards():
+    labels, x = _batch(batch=14, dim=5)
+    loss = TripletNCALoss(miner=TripletMiner("easy", "random", seed=3), block_size=4)
+    loss.build_state()
+    before = _seed_state(loss)
+    value, grad = _value_and_grad(loss, labels, x)
+    after = _seed_state(loss)
+    np.testing.assert_array_equal(after - before, [0, 1])  # one draw of the step's seed
+    assert np.isfinite(value) and np.all(np.isfinite(grad))
+
+    # The random negatives do not depend on the embeddings, so with the seed state reset
+    # before each evaluation the loss is a smooth function whose gradient the backward
+    # pass gives only if it recomputes each block with the forward pass's draws.
+    def at(e):
+        loss.miner.seed_generator.state.assign(before)
+        return float(to_numpy(loss(labels, e.astype("float32"))))
+
+    direction = np.random.default_rng(5).normal(size=x.shape)
+    step = 1e-2
+    numeric = (at(x + step * direction) - at(x - step * direction)) / (2 * step)
+    loss.miner.seed_generator.state.assign(before)
+    _, grad = _value_and_grad(loss, labels, x)
+    np.testing.assert_allclose(np.sum(grad * direction), numeric, rtol=2e-3, atol=1e-5)
+
+
+def test_random_negatives_in_blocks_follow_the_dense_distribution():
+    # Per anchor, the expected loss under a uniformly random negative is the mean of the
+    # anchor's term over its negatives; the blocked draws average to it. The batch is 30
+    # copies of one 10-sample batch, each copy with its own class ids, so that each
+    # anchor of the small batch gets 30 independent draws per call.
+    labels, x = _batch(batch=10, dim=4, num_classes=4, seed=2)
+    copies = 30
+    tiled_labels = np.concatenate([labels + 10 * c for c in range(copies)])
+    tiled_x = np.tile(x, (copies, 1))
+    loss = TripletNCALoss(miner=TripletMiner("easy", "random", seed=11), block_size=64,
+                          reduction="none")
+    loss.build_state()
+    exact = TripletNCALoss(miner=TripletMiner("easy", "all"), reduction="none")
+    want = to_numpy(exact(tiled_labels, tiled_x))[:10]  # the mean over the negatives
+    draws = np.concatenate([to_numpy(loss(tiled_labels, tiled_x)).reshape(copies, 10)
+                            for _ in range(20)])
+    active = want > 0
+    assert active.sum() >= 8
+    np.testing.assert_allclose(draws.mean(axis=0)[active], want[active], rtol=0.08)
+    assert draws.std(axis=0)[active].min() > 0  # the draws do change
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "8"])
+def test_bad_block_size_is_a_value_error_naming_it(bad):
+    with pytest.raises(ValueError, match="block_size"):
+        TripletNCALoss(block_size=bad)
+
+
+@pytest.mark.parametrize("cls", NOT_BLOCKABLE)
+def test_losses_that_cannot_run_in_blocks_say_so_at_construction(cls):
+    with pytest.raises(ValueError, match=f"{cls.__name__} cannot run in blocks"):
+        cls(block_size=64)
+    assert cls().block_size is None  # and run dense without it
+
+
+def test_miners_that_cannot_run_in_blocks_are_rejected_at_construction():
+    with pytest.raises(ValueError, match="TripletNCALoss cannot run in blocks with a disjoint"):
+        TripletNCALoss(miner=TripletMiner("easy", "hard", disjoint=True), block_size=8)
+    with pytest.raises(ValueError, match="PNLoss cannot run in blocks"):
+        PNLoss(miner=TripletMiner("all", "semihard"), block_size=8)
+    PNLoss(miner=TripletMiner("all", "semihard"))  # dense is fine
+
+
+def test_block_size_round_trips_through_the_config():
+    loss = MultiSimilarityLoss(block_size=256)
+    assert loss.get_config()["block_size"] == 256
+    assert_config_roundtrip(loss)
+    assert "block_size" not in MultiSimilarityLoss().get_config()
+
+
+def test_fit_with_a_blocked_loss_trains_as_the_dense_one():
+    data = pk_arrays(num_classes=4, per_class=3, num_batches=2)
+    weights = []
+    for block_size in (None, 5):
+        model = small_embedding_model(seed=0)
+        model.compile(optimizer=keras.optimizers.SGD(0.1),
+                      loss=TripletNCALoss(order=2, block_size=block_size),
+                      jit_compile=CAN_COMPILE)
+        model.fit(data.x, data.y, batch_size=data.batch_size, epochs=1, shuffle=False,
+                  verbose=0)
+        weights.append([np.array(to_numpy(w)) for w in model.weights])
+    for a, b in zip(*weights, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="a batch size unknown when traced: TF")
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_unknown_batch_size_in_a_tf_graph(jit_compile):
+    import tensorflow as tf
+
+    labels, x = _batch()
+    dense = _value_and_grad(BLOCKABLE["pn"](), labels, x)
+    loss = BLOCKABLE["pn"](block_size=6)
+
+    @tf.function(jit_compile=jit_compile, input_signature=[
+        tf.TensorSpec([None], tf.int64), tf.TensorSpec([None, 7], tf.float32)])
+    def step(y, e):
+        with tf.GradientTape() as tape:
+            tape.watch(e)
+            value = loss(y, e)
+        return value, tape.gradient(value, e)
+
+    _assert_close(to_numpy(step(labels, x)), dense, 1e-5)
+    small_labels, small_x = labels[:4], x[:4]  # a batch smaller than one block
+    want = _value_and_grad(BLOCKABLE["pn"](), small_labels, small_x)
+    _assert_close(to_numpy(step(small_labels, small_x)), want, 1e-5)
+
+
+def test_functional_losses_unaffected():
+    labels, x = _batch()
+    value = to_numpy(tfdml.losses.triplet_nca_loss(labels, x, order=2))
+    np.testing.assert_allclose(value, to_numpy(TripletNCALoss(order=2)(labels, x)), rtol=1e-6)
+
+
+def test_multi_similarity_miner_and_all_pairs_miner_in_blocks():
+    labels, x = _batch()
+    for miner in (AllPairsMiner(), MultiSimilarityMiner(epsilon=0.05, positive="all")):
+        dense = _value_and_grad(ContrastiveLoss(miner=miner), labels, x)
+        blocked = _value_and_grad(ContrastiveLoss(miner=miner, block_size=4), labels, x)
+        _assert_close(blocked, dense, 1e-5)
