@@ -27,6 +27,7 @@ numbers; the rematerialized backward pass replays the block's draws exactly.
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 
 import keras
@@ -34,7 +35,7 @@ from keras import ops as kops
 
 from tfdml import ops
 
-__all__ = ["blocked_terms", "check_block_size"]
+__all__ = ["RowBlocks", "batch_rows", "blocked_terms", "check_block_size"]
 
 # Block i's seeds: the step's seed [s, c] moved to [s + _BLOCK_STRIDE (i + 1) + _DRAW_STRIDE k, c]
 # for its k-th draw, away from the seeds [s, c'] of unblocked draws of the same generator.
@@ -61,7 +62,7 @@ class _BlockSeed(keras.random.SeedGenerator):
     ``SeedGenerator`` (that would create a variable).
     """
 
-    def __init__(self, value, block):  # noqa: super().__init__ would create a variable
+    def __init__(self, value, block):  # no super().__init__(): it would create a variable
         dtype = ops.dtype_name(value)
         self._first = value[0] + kops.cast(block + 1, dtype) * kops.cast(_BLOCK_STRIDE, dtype)
         self._second = value[1]
@@ -87,32 +88,92 @@ def _random_miners(loss):
     return found
 
 
-def _map(fn, num_blocks, block, dtype, outputs):
-    """``[fn(i) for i in range(num_blocks)]``, each a tuple of ``outputs`` ``[block]`` tensors,
-    stacked along a new first axis, as a loop that the compiler keeps (differentiable)."""
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
+class RowBlocks:
+    """The row blocks of a batch of ``n`` rows, ``size`` rows each.
 
-        length = block if isinstance(block, int) else None
-        signature = tuple(tf.TensorSpec([length], dtype) for _ in range(outputs))
-        return tf.map_fn(fn, tf.range(num_blocks), fn_output_signature=signature)
-    if backend == "jax":
-        import jax
+    Block ``i`` covers rows ``[start(i), start(i) + size)`` with ``start(i) =
+    min(i size, n - size)``: the last block is shifted back to end at row
+    ``n``, so that every block has the same shape. ``fresh(i)`` marks the rows
+    no earlier block covered (all but the shared rows of the last block); sums
+    over rows count only those, and :meth:`assemble` drops the others.
 
-        return jax.lax.map(fn, kops.arange(num_blocks, dtype="int32"))
-    results = [fn(kops.convert_to_tensor(i, "int32")) for i in range(num_blocks)]
-    return tuple(kops.stack(parts) for parts in zip(*results, strict=True))
+    Args:
+        n: the number of rows, a Python int or (a TensorFlow graph with an
+            unknown batch size) a scalar tensor.
+        block_size: the number of rows per block; ``min(block_size, n)`` is used.
+    """
+
+    def __init__(self, n, block_size):
+        self.n = n
+        if isinstance(n, int):
+            self.size = min(block_size, n)
+            self.count = -(-n // self.size)
+        else:
+            self.size = kops.minimum(block_size, n)
+            self.count = (n + self.size - 1) // self.size
+
+    def start(self, i):
+        """The first row of block ``i`` (int32)."""
+        return kops.cast(kops.minimum(i * self.size, self.n - self.size), "int32")
+
+    def fresh(self, i):
+        """``[size]`` bool: the rows of block ``i`` that no earlier block covered."""
+        rows = self.start(i) + kops.arange(self.size, dtype="int32")
+        return rows >= kops.cast(i * self.size, "int32")
+
+    def rows(self, x, i):
+        """The rows of block ``i`` of ``x`` (``[n, ...]``)."""
+        start = self.start(i)
+        zero = kops.zeros((), "int32")
+        shape = [self.size, *(d if d is not None else kops.shape(x)[k + 1]
+                              for k, d in enumerate(x.shape[1:]))]
+        return kops.slice(x, [start, *([zero] * (len(x.shape) - 1))], shape)
+
+    def map(self, fn, args, signature):
+        """``fn(i, *args)`` for every block, rematerialized, stacked along a new first axis.
+
+        The loop is one the compiler keeps (``tf.map_fn``, ``lax.map``; a
+        Python loop under PyTorch), and each block is wrapped in
+        ``keras.remat``, so the backward pass recomputes it instead of keeping
+        its intermediates. ``args`` are the tensors ``fn`` is differentiated
+        by (everything else it may capture); ``signature`` lists the shape and
+        dtype of each output, ``None`` standing for the block size.
+        """
+
+        def one(i):
+            return keras.remat(lambda *a: tuple(fn(i, *a)))(*args)
+
+        backend = keras.backend.backend()
+        if backend == "tensorflow":
+            import tensorflow as tf
+
+            size = self.size if isinstance(self.size, int) else None
+            specs = tuple(tf.TensorSpec([size if d is None else d for d in shape], dtype)
+                          for shape, dtype in signature)
+            return tf.map_fn(one, tf.range(self.count), fn_output_signature=specs)
+        if backend == "jax":
+            import jax
+
+            return jax.lax.map(one, kops.arange(self.count, dtype="int32"))
+        results = [one(kops.convert_to_tensor(i, "int32")) for i in range(self.count)]
+        return tuple(kops.stack(parts) for parts in zip(*results, strict=True))
+
+    def assemble(self, stacked):
+        """The ``[n, ...]`` rows of ``[count, size, ...]`` per-block rows (shared rows once)."""
+        tail = tuple(d if d is not None else kops.shape(stacked)[k + 2]
+                     for k, d in enumerate(stacked.shape[2:]))
+        flat = kops.reshape(stacked, (-1, *tail))
+        head = (self.count - 1) * self.size
+        overlap = self.count * self.size - self.n  # rows the last block repeats
+        if isinstance(overlap, int) and overlap == 0:
+            return flat
+        return kops.concatenate([flat[:head], flat[head + overlap:]], axis=0)
 
 
-def _assemble(stacked, n, block, num_blocks):
-    """The ``[n]`` rows from ``[num_blocks, block]`` blocks whose last one ends at row ``n``."""
-    flat = kops.reshape(stacked, (-1,))
-    head = (num_blocks - 1) * block
-    overlap = num_blocks * block - n  # rows the last block repeats
-    if isinstance(overlap, int) and overlap == 0:
-        return flat
-    return kops.concatenate([flat[:head], flat[head + overlap:]], axis=0)
+def batch_rows(embeddings):
+    """The number of rows of ``embeddings``: a Python int, or a tensor when unknown."""
+    n = embeddings.shape[0]
+    return n if n is not None else kops.shape(embeddings)[0]
 
 
 def blocked_terms(per_anchor, labels, embeddings, block_size, ref_embeddings=None,
@@ -147,8 +208,7 @@ def blocked_terms(per_anchor, labels, embeddings, block_size, ref_embeddings=Non
     labels = ops.cast_labels(labels, "y_true")
     y = ops.check_embeddings(embeddings, "y_pred")
     ops.check_batch_sizes(labels, y, "y_true", "y_pred")
-    static_n = y.shape[0]
-    if static_n is not None and static_n <= block_size:
+    if y.shape[0] is not None and y.shape[0] <= block_size:
         return per_anchor(labels, y, ref_embeddings, ref_labels, ref_offset)
     labels = kops.reshape(labels, (-1,))
     if ref_embeddings is None:
@@ -162,44 +222,28 @@ def blocked_terms(per_anchor, labels, embeddings, block_size, ref_embeddings=Non
                 "`ref_embeddings` was given without `ref_labels`. Pass both or neither.")
         ref, ref_lab, offset = ref_embeddings, ops.cast_labels(ref_labels, "ref_labels"), ref_offset
         ref_lab = kops.reshape(ref_lab, (-1,))
-    if static_n is not None:
-        n, block = static_n, block_size
-        num_blocks = -(-n // block)
-    else:  # a TensorFlow graph with an unknown batch size
-        n = kops.shape(y)[0]
-        block = kops.minimum(block_size, n)
-        num_blocks = (n + block - 1) // block
-    dim = y.shape[1] if y.shape[1] is not None else kops.shape(y)[1]
+    blocks = RowBlocks(batch_rows(y), block_size)
     seeds = [miner.seed_generator.next() for miner in miners]  # once per step
     dtype = ops.compute_dtype(y.dtype)
 
-    def one_block(i, y, ref, values):
-        start = kops.cast(kops.minimum(i * block, n - block), "int32")
-        x_block = kops.slice(y, [start, kops.zeros((), "int32")], [block, dim])
-        labels_block = kops.slice(labels, [start], [block])
+    def one_block(i, y, ref, *values):
+        start = blocks.start(i)
         block_offset = None if offset is None else offset + start
         saved = [miner._seed_generator for miner in miners]
         try:
             for miner, seed in zip(miners, seeds, strict=True):
                 miner._seed_generator = _BlockSeed(seed, i)
-            if variables:
-                with keras.StatelessScope(list(zip(variables, values, strict=True))):
-                    terms = per_anchor(labels_block, x_block, ref, ref_lab, block_offset)
-            else:
-                terms = per_anchor(labels_block, x_block, ref, ref_lab, block_offset)
+            with keras.StatelessScope(list(zip(variables, values, strict=True))) if variables \
+                    else contextlib.nullcontext():
+                terms = per_anchor(blocks.rows(labels, i), blocks.rows(y, i), ref, ref_lab,
+                                   block_offset)
         finally:
             for miner, generator in zip(miners, saved, strict=True):
                 miner._seed_generator = generator
         return tuple(kops.cast(t, dtype) for t in terms)
 
-    values = [v.value for v in variables]
-
-    def run(i):
-        # Only what the block is differentiated by (the embeddings and the learned
-        # variables' values) are arguments of the rematerialized function; the block
-        # index, labels and seeds are captured.
-        return keras.remat(lambda y, ref, *values: one_block(i, y, ref, values))(
-            y, ref, *values)
-
-    stacked = _map(run, num_blocks, block, dtype, len(AnchorTerms._fields))
-    return AnchorTerms(*(_assemble(s, n, block, num_blocks) for s in stacked))
+    # What a block is differentiated by (the embeddings, the learned variables' values)
+    # are its arguments; the block index, labels and seeds are captured.
+    args = (y, ref, *[v.value for v in variables])
+    stacked = blocks.map(one_block, args, [((None,), dtype)] * len(AnchorTerms._fields))
+    return AnchorTerms(*(blocks.assemble(s) for s in stacked))

@@ -21,6 +21,7 @@ from keras import ops as kops
 
 from tfdml import ops
 from tfdml.losses.base import AnchorTerms, MetricLoss, anchor_terms, prepare_inputs
+from tfdml.losses.blocks import RowBlocks, batch_rows
 
 __all__ = ["FAPPYLoss", "HistogramLoss", "false_positive_probability"]
 
@@ -52,14 +53,16 @@ def _interpolate(s, bin_width, num_nodes):
 
 
 
-def _node_histograms(s, mask, bin_width, num_nodes):
+def _node_histograms(s, mask, bin_width, num_nodes, normalize=True):
     """Per row ``i``: the triangular-kernel histogram of ``s[i, k]`` over the ``k`` in ``mask``,
-    normalized by the row's count: ``[B, n]`` (zeros for an empty row)."""
+    normalized by the row's count: ``[B, n]`` (zeros for an empty row). With
+    ``normalize=False``, the sums of the kernel weights."""
     rows = s.shape[0] if s.shape[0] is not None else kops.shape(s)[0]
     v, frac = _interpolate(s, bin_width, num_nodes)
     weights = kops.cast(mask, ops.dtype_name(s))
-    count = kops.sum(weights, axis=1, keepdims=True)
-    weights = ops.divide_no_nan(weights, count)
+    if normalize:
+        count = kops.sum(weights, axis=1, keepdims=True)
+        weights = ops.divide_no_nan(weights, count)
     base = kops.arange(rows, dtype="int32")[:, None] * num_nodes
     segments = kops.reshape(kops.concatenate([base + v, base + v + 1], axis=1), (-1,))
     data = kops.reshape(kops.concatenate([(1.0 - frac) * weights, frac * weights], axis=1),
@@ -68,13 +71,16 @@ def _node_histograms(s, mask, bin_width, num_nodes):
     return kops.reshape(hist, (rows, num_nodes))
 
 
+def _tails(hist):
+    """``tail[i, u] = sum_{u' >= u} h_i^{u'}``, with a zero column past the last node."""
+    reverse_cumsum = kops.flip(ops.cumsum(kops.flip(hist, axis=1), axis=1), axis=1)
+    return kops.concatenate([reverse_cumsum, kops.zeros_like(hist[:, :1])], axis=1)
+
+
 def _fpp(sim, positive, negative, bin_width):
     """``P_ij^Delta`` (eq. 7) for every pair, ``[B, B]``; 0 where ``positive`` is false."""
     n = _num_nodes(bin_width)
-    hist = _node_histograms(sim, negative, bin_width, n)
-    # tail[i, u] = sum_{u' >= u} h_i^{u'}, with a zero column past the last node.
-    reverse_cumsum = kops.flip(ops.cumsum(kops.flip(hist, axis=1), axis=1), axis=1)
-    tail = kops.concatenate([reverse_cumsum, kops.zeros_like(hist[:, :1])], axis=1)
+    tail = _tails(_node_histograms(sim, negative, bin_width, n))
     t, h_right = _interpolate(sim, bin_width, n)
     h_left = 1.0 - h_right
 
@@ -150,6 +156,88 @@ def _fappy_per_anchor(labels, embeddings, min_bin_width):
     return AnchorTerms(total, count, nonzero)
 
 
+def _blocked_fappy(labels, embeddings, min_bin_width, block_size):
+    """:func:`_fappy_per_anchor` in row blocks (two passes; see ``FAPPYLoss``)."""
+    labels, x, _, _, _ = prepare_inputs(labels, embeddings)
+    blocks = RowBlocks(batch_rows(x), block_size)
+    widths = _scales(min_bin_width)
+    nodes = [_num_nodes(w) for w in widths]
+    dtype = ops.dtype_name(x)
+
+    def block_pairs(i, x):
+        start = blocks.start(i)
+        sim = ops.pairwise_similarity(blocks.rows(x, i), x)
+        positive, negative = ops.label_masks(blocks.rows(labels, i), labels, start)
+        return sim, positive, negative
+
+    def histograms(i, x):  # pass 1: each row's histogram of its negatives, per scale
+        sim, _, negative = block_pairs(i, x)
+        return tuple(_node_histograms(sim, negative, w, n) for w, n in zip(widths, nodes, strict=True))
+
+    stacked = blocks.map(histograms, (x,), [((None, n), dtype) for n in nodes])
+    tails = [_tails(blocks.assemble(h)) for h in stacked]
+
+    def pair_terms(i, x, *tails):  # pass 2: the fused P_ij of the block's pairs
+        sim, positive, _ = block_pairs(i, x)
+        columns = kops.arange(kops.shape(sim)[1], dtype="int32")[None, :]
+        pair_weights = kops.zeros_like(sim)
+        for width, n, tail in zip(widths, nodes, tails, strict=True):
+            counted = kops.logical_and(positive, 1.0 - sim >= width)
+            t, h_right = _interpolate(sim, width, n)
+            h_left = 1.0 - h_right
+            own = blocks.rows(tail, i)  # the negatives of i: its row of the table
+            flat = kops.reshape(tail, (-1,))  # the negatives of j: row j
+            at = columns * (n + 1) + t
+            p = (h_left * ops.take_along_axis(own, t, axis=1)
+                 + h_right * ops.take_along_axis(own, t + 1, axis=1)
+                 + h_left * kops.take(flat, at) + h_right * kops.take(flat, at + 1))
+            pair_weights = 0.5 * (pair_weights + kops.where(counted, p, kops.zeros_like(p)))
+        total = 0.5 * kops.sum(pair_weights, axis=1)
+        count = 0.5 * kops.sum(kops.cast(positive, dtype), axis=1)
+        nonzero = 0.5 * kops.sum(
+            kops.cast(kops.logical_and(positive, pair_weights > 0), dtype), axis=1)
+        return total, count, nonzero
+
+    stacked = blocks.map(pair_terms, (x, *tails), [((None,), dtype)] * 3)
+    return AnchorTerms(*(blocks.assemble(s) for s in stacked))
+
+
+def _blocked_histogram_loss(labels, embeddings, bin_width, block_size):
+    """:func:`_histogram_loss` in row blocks: the two histograms summed over blocks."""
+    labels, x, _, _, _ = prepare_inputs(labels, embeddings)
+    blocks = RowBlocks(batch_rows(x), block_size)
+    n = _num_nodes(bin_width)
+    dtype = ops.dtype_name(x)
+
+    def sums(i, x):
+        start = blocks.start(i)
+        sim = ops.pairwise_similarity(blocks.rows(x, i), x)
+        positive, negative = ops.label_masks(blocks.rows(labels, i), labels, start)
+        rows = start + kops.arange(kops.shape(sim)[0], dtype="int32")
+        columns = kops.arange(kops.shape(sim)[1], dtype="int32")
+        # Each unordered pair once (i < j), and each row in one block only.
+        keep = kops.logical_and(columns[None, :] > rows[:, None], blocks.fresh(i)[:, None])
+        out = []
+        for mask in (kops.logical_and(positive, keep), kops.logical_and(negative, keep)):
+            flat_mask = kops.reshape(mask, (1, -1))
+            out.append(_node_histograms(kops.reshape(sim, (1, -1)), flat_mask, bin_width, n,
+                                        normalize=False)[0])
+            out.append(kops.sum(kops.cast(flat_mask, dtype)))
+        out.append(kops.cast(kops.any(positive, axis=1), dtype))
+        return tuple(out)
+
+    signature = [((n,), dtype), ((), dtype), ((n,), dtype), ((), dtype), ((None,), dtype)]
+    pos_sum, pos_count, neg_sum, neg_count, has_positive = blocks.map(sums, (x,), signature)
+    pos_count, neg_count = kops.sum(pos_count), kops.sum(neg_count)
+    h_pos = ops.divide_no_nan(kops.sum(pos_sum, axis=0), pos_count)
+    h_neg = ops.divide_no_nan(kops.sum(neg_sum, axis=0), neg_count)
+    value = kops.sum(h_neg * ops.cumsum(h_pos))
+    has_pairs = kops.logical_and(pos_count > 0, neg_count > 0)
+    value = kops.where(has_pairs, value, kops.zeros_like(value))
+    valid = kops.logical_and(blocks.assemble(has_positive) > 0, has_pairs)
+    return anchor_terms(kops.broadcast_to(value, kops.shape(valid)), valid)
+
+
 @keras.saving.register_keras_serializable(package="tfdml")
 class FAPPYLoss(MetricLoss):
     """FAPPY: the false positive probability, fused over bin widths (Algorithm 1).
@@ -206,8 +294,6 @@ class FAPPYLoss(MetricLoss):
         Section 3 and Algorithm 1.
     """
 
-    supports_blocks = False
-
     def __init__(self, min_bin_width=0.01, reduction="sum_over_batch_size", name="fappy_loss",
                  dtype=None, average="terms", block_size=None):
         self.min_bin_width = _check_width("min_bin_width", min_bin_width)
@@ -218,6 +304,14 @@ class FAPPYLoss(MetricLoss):
         if ref_embeddings is not None:
             raise ValueError("FAPPYLoss works on the batch; it takes no reference set.")
         return _fappy_per_anchor(labels, embeddings, self.min_bin_width)
+
+    def compute_terms(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
+                      ref_offset=None):
+        if self.block_size is None or ref_embeddings is not None or (
+                embeddings.shape[0] is not None and embeddings.shape[0] <= self.block_size):
+            return super().compute_terms(labels, embeddings, ref_embeddings, ref_labels,
+                                         ref_offset)
+        return _blocked_fappy(labels, embeddings, self.min_bin_width, self.block_size)
 
     def get_config(self):
         config = super().get_config()
@@ -277,8 +371,6 @@ class HistogramLoss(MetricLoss):
         NIPS 2016.
     """
 
-    supports_blocks = False
-
     def __init__(self, bin_width=0.01, reduction="sum_over_batch_size", name="histogram_loss",
                  dtype=None, average="anchors", block_size=None):
         self.bin_width = _check_width("bin_width", bin_width)
@@ -289,6 +381,14 @@ class HistogramLoss(MetricLoss):
         if ref_embeddings is not None:
             raise ValueError("HistogramLoss works on the batch; it takes no reference set.")
         return _histogram_loss(labels, embeddings, self.bin_width)
+
+    def compute_terms(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
+                      ref_offset=None):
+        if self.block_size is None or ref_embeddings is not None or (
+                embeddings.shape[0] is not None and embeddings.shape[0] <= self.block_size):
+            return super().compute_terms(labels, embeddings, ref_embeddings, ref_labels,
+                                         ref_offset)
+        return _blocked_histogram_loss(labels, embeddings, self.bin_width, self.block_size)
 
     def get_config(self):
         config = super().get_config()
