@@ -173,7 +173,7 @@ def test_wrapped_losses_use_the_blocks_of_the_loss_they_wrap():
                 CrossBatchMemory(TripletNCALoss(order=2, block_size=5), memory_size=24)]
     for memory in memories:
         memory.build_state(7)
-    for step in range(3):  # steps 2 and 3 mine against the full bank
+    for _ in range(3):  # steps 2 and 3 mine against the full bank
         features = rng.normal(size=(12, 7)).astype("float32")
         dense, blocked = (
             value_and_grad(lambda e, m=m: m(labels, e, training=False), features)
