@@ -23,7 +23,10 @@ compilation and the run: "first") and then ``--repeats`` more times ("time": the
 Memory: on a GPU (JAX) the device's peak bytes in use (``memory_stats()``); on the CPU the
 process's peak resident set size (``ru_maxrss``) after the step minus the reading before it
 (inputs already made), which includes compilation. The report gives the peak and its
-increase.
+increase. Under JAX it also gives the temporary buffers XLA assigns to the compiled step
+(``memory_analysis().temp_size_in_bytes``): the step's own working memory, without the
+compiler's or the runtime's, and the number to compare between dense and blocked, or whole
+and chunked.
 
 Usage::
 
@@ -175,6 +178,12 @@ def _versions():
     return versions
 
 
+def _xla_temp_mib(jitted, args):
+    """JAX: the temporary buffers XLA assigns to the compiled step (its exact working memory)."""
+    analysis = jitted.lower(*args).compile().memory_analysis()
+    return None if analysis is None else analysis.temp_size_in_bytes / 2**20
+
+
 def _time_step(step, args, repeats, result):
     result["mem_base_mib"] = _memory_reading()
     t0 = time.perf_counter()
@@ -203,7 +212,10 @@ def _measure_loss(loss, mode, batch, dim, block_size, repeats):
     args = (ops.convert_to_tensor(labels), ops.convert_to_tensor(x))
     result = {"loss": loss, "mode": mode, "batch": batch, "dim": dim, "block_size": block_size,
               "versions": _versions(), "device": str(_gpu() or "cpu")}
-    return _time_step(step, args, repeats, result)
+    result = _time_step(step, args, repeats, result)
+    if _backend() == "jax":
+        result["xla_temp_mib"] = _xla_temp_mib(step, args)
+    return result
 
 
 def _conv_embedder():
@@ -236,7 +248,16 @@ def _measure_fit(batch, chunk_size, repeats):
 
     result = {"loss": "fit", "mode": "chunked" if chunk_size else "whole", "batch": batch,
               "chunk_size": chunk_size, "versions": _versions(), "device": str(_gpu() or "cpu")}
-    return _time_step(step, (images, labels), repeats, result)
+    result = _time_step(step, (images, labels), repeats, result)
+    if _backend() == "jax":  # the step Keras compiles, lowered again for its memory analysis
+        import jax
+
+        state = tuple([v.value for v in variables] for variables in (
+            model.trainable_variables, model.non_trainable_variables,
+            model.optimizer.variables, model.metrics_variables))
+        result["xla_temp_mib"] = _xla_temp_mib(jax.jit(model.train_step),
+                                               (state, (images, labels)))
+    return result
 
 
 def _worker(argv):
@@ -272,13 +293,13 @@ def _row(config, result, with_ratio=None):
     name = config["loss"]
     if "error" in result:
         return f"| {name} | {config['mode']} | {config['batch']} | FAILED: {result['error']} |" \
-               + " |" * 5
+               + " |" * 6
     added = result["mem_peak_mib"] - result["mem_base_mib"]
     ratio = "-" if with_ratio is None or not result.get("time_s") else \
         f"{result['time_s'] / with_ratio:.2f}"
     return (f"| {name} | {config['mode']} | {config['batch']} | {_fmt(result['first_s'])} | "
             f"{_fmt(result['time_s'], '.2f')} | {ratio} | {result['mem_peak_mib']:.0f} | "
-            f"{added:.0f} | {result['value']:.6g} |")
+            f"{added:.0f} | {_fmt(result.get('xla_temp_mib'), '.0f')} | {result['value']:.6g} |")
 
 
 def main(argv=None):
@@ -351,8 +372,9 @@ def main(argv=None):
     else:
         lines += [f"D = {args.dim}; blocked: block_size={args.block_size}. Losses: "
                   + "; ".join(f"`{k}` {LOSS_LABELS[k]}" for k in args.losses) + ".", ""]
-    lines += ["| loss | mode | B | first s | time s | / floor | peak MiB | added MiB | value |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += ["| loss | mode | B | first s | time s | / floor | peak MiB | added MiB | "
+              "XLA temp MiB | value |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     floors = {c["batch"]: r.get("time_s") for c, r in results if c["loss"] == "floor"}
     for config, result in results:
         lines.append(_row(config, result, floors.get(config["batch"])))
