@@ -298,7 +298,7 @@ def _row(config, result, with_ratio=None):
     ratio = "-" if with_ratio is None or not result.get("time_s") else \
         f"{result['time_s'] / with_ratio:.2f}"
     return (f"| {name} | {config['mode']} | {config['batch']} | {_fmt(result['first_s'])} | "
-            f"{_fmt(result['time_s'], '.2f')} | {ratio} | {result['mem_peak_mib']:.0f} | "
+            f"{_fmt(result['time_s'], '.4g')} | {ratio} | {result['mem_peak_mib']:.0f} | "
             f"{added:.0f} | {_fmt(result.get('xla_temp_mib'), '.0f')} | {result['value']:.6g} |")
 
 

@@ -412,11 +412,6 @@ class MetricLoss(keras.losses.Loss):
 
     _miner = None
 
-    #: Whether ``per_anchor`` can run on a block of anchors against the whole batch
-    #: (``block_size``). Losses whose terms couple the whole batch set it to False
-    #: unless they implement their own blocked form.
-    supports_blocks = True
-
     #: Mine over the global batch under a ``tf.distribute`` strategy: ``None``
     #: (default) whenever more than one replica is in sync, ``True`` the same,
     #: ``False`` never (each replica mines within its own slice). See the
@@ -427,10 +422,6 @@ class MetricLoss(keras.losses.Loss):
                  average="anchors", block_size=None):
         _check_reduction(reduction)
         block_size = check_block_size(block_size)
-        if block_size is not None and not self.supports_blocks:
-            raise ValueError(
-                f"{type(self).__name__} cannot run in blocks: its terms couple the whole "
-                f"batch. Remove `block_size`. Received: block_size={block_size!r}")
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self.block_size = block_size
         self.normalize = bool(normalize)
@@ -467,9 +458,22 @@ class MetricLoss(keras.losses.Loss):
 
         Wrapping losses (:class:`CrossBatchMemory`, :class:`TrimmedLoss`) call
         this on the loss they wrap, so the wrapped loss's ``block_size`` holds.
+        A batch no larger than ``block_size`` is one block: :meth:`per_anchor`.
         """
-        if self.block_size is None:
+        rows = getattr(embeddings, "shape", (None,))[0]
+        if self.block_size is None or (rows is not None and rows <= self.block_size):
             return self.per_anchor(labels, embeddings, ref_embeddings, ref_labels, ref_offset)
+        return self.per_anchor_in_blocks(labels, embeddings, ref_embeddings, ref_labels,
+                                         ref_offset)
+
+    def per_anchor_in_blocks(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
+                             ref_offset=None):
+        """:meth:`per_anchor` over blocks of anchors, each against the whole reference set.
+
+        The generic form (:func:`tfdml.losses.blocks.blocked_terms`) calls
+        :meth:`per_anchor` on each block with ``ref_offset``; losses whose terms
+        couple the whole batch (histograms, label pairs) override it.
+        """
         return blocked_terms(self.per_anchor, labels, embeddings, self.block_size,
                              ref_embeddings, ref_labels, ref_offset, _random_miners(self),
                              self.trainable_variables)

@@ -283,6 +283,11 @@ class FAPPYLoss(MetricLoss):
             `"sum_over_batch_size"` (the paper's ``L``).
         name: name of the loss. Defaults to `"fappy_loss"`.
         dtype: dtype of the returned value. Defaults to `None` (floatx).
+        block_size: compute the loss over blocks of this many rows, each
+            against the whole batch, recomputing each block in the backward
+            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
+            values and gradients (docs/losses.md, "Large batches"). Defaults
+            to `None` (the whole batch at once).
 
     Examples:
 
@@ -305,12 +310,10 @@ class FAPPYLoss(MetricLoss):
             raise ValueError("FAPPYLoss works on the batch; it takes no reference set.")
         return _fappy_per_anchor(labels, embeddings, self.min_bin_width)
 
-    def compute_terms(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
-                      ref_offset=None):
-        if self.block_size is None or ref_embeddings is not None or (
-                embeddings.shape[0] is not None and embeddings.shape[0] <= self.block_size):
-            return super().compute_terms(labels, embeddings, ref_embeddings, ref_labels,
-                                         ref_offset)
+    def per_anchor_in_blocks(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
+                             ref_offset=None):
+        if ref_embeddings is not None:  # not taken: per_anchor says so
+            return self.per_anchor(labels, embeddings, ref_embeddings, ref_labels, ref_offset)
         return _blocked_fappy(labels, embeddings, self.min_bin_width, self.block_size)
 
     def get_config(self):
@@ -365,6 +368,11 @@ class HistogramLoss(MetricLoss):
             `"sum_over_batch_size"`.
         name: name of the loss. Defaults to `"histogram_loss"`.
         dtype: dtype of the returned value. Defaults to `None` (floatx).
+        block_size: compute the loss over blocks of this many rows, each
+            against the whole batch, recomputing each block in the backward
+            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
+            values and gradients (docs/losses.md, "Large batches"). Defaults
+            to `None` (the whole batch at once).
 
     Reference:
         Ustinova, Lempitsky, "Learning deep embeddings with histogram loss",
@@ -382,12 +390,10 @@ class HistogramLoss(MetricLoss):
             raise ValueError("HistogramLoss works on the batch; it takes no reference set.")
         return _histogram_loss(labels, embeddings, self.bin_width)
 
-    def compute_terms(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
-                      ref_offset=None):
-        if self.block_size is None or ref_embeddings is not None or (
-                embeddings.shape[0] is not None and embeddings.shape[0] <= self.block_size):
-            return super().compute_terms(labels, embeddings, ref_embeddings, ref_labels,
-                                         ref_offset)
+    def per_anchor_in_blocks(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
+                             ref_offset=None):
+        if ref_embeddings is not None:  # not taken: per_anchor says so
+            return self.per_anchor(labels, embeddings, ref_embeddings, ref_labels, ref_offset)
         return _blocked_histogram_loss(labels, embeddings, self.bin_width, self.block_size)
 
     def get_config(self):

@@ -22,6 +22,7 @@ from keras import ops as kops
 
 from tfdml import geometry, ops
 from tfdml.losses.base import MetricLoss, anchor_terms, functional_value, prepare_inputs
+from tfdml.losses.blocks import RowBlocks, batch_rows
 from tfdml.losses.multi_similarity import _log1p_sum_exp
 
 __all__ = [
@@ -168,27 +169,34 @@ def _pair_losses(geo: _Geometry, base, margin, loop):
     return geo.by_sample(values, valid)
 
 
-def _ms_losses(geo: _Geometry, margin, alpha, beta, epsilon):
-    """Per-sample losses of the LoOp multi-similarity loss."""
-    size = kops.shape(geo.first)[0]
+def _slot_of(first, second, valid):
+    """``(slot_of, paired)``: each sample's label-pair slot, and whether it is in a pair."""
+    size = kops.shape(first)[0]
     slots = kops.arange(size, dtype="int32")
-    # Each paired sample's slot: scatter the slot index to both members of valid slots
-    # (column ``size`` collects the invalid slots).
+    # Scatter the slot index to both members of valid slots (column ``size`` collects the
+    # invalid slots).
     target = kops.pad(kops.full_like(slots, -1), [[0, 1]], constant_values=-1)[None, :]
-    for members in (geo.first, geo.second):
-        target = ops.scatter_rows(target, kops.where(geo.valid, members, size)[None, :],
+    for members in (first, second):
+        target = ops.scatter_rows(target, kops.where(valid, members, size)[None, :],
                                   slots[None, :], mode="max")
     slot_of = target[0, :size]
     paired = slot_of >= 0
-    slot_of = ops.maximum(slot_of, kops.zeros_like(slot_of))
-    sim = geo.sim
+    return ops.maximum(slot_of, kops.zeros_like(slot_of)), paired
+
+
+def _ms_rows(sim, positive_mask, negative_mask, loop_sim, loop_mask, paired, margin, alpha,
+             beta, epsilon):
+    """Per-sample losses of the LoOp multi-similarity loss, for rows of samples.
+
+    ``sim``, ``positive_mask``, ``negative_mask``: ``[t, B]`` rows of the samples;
+    ``loop_sim``, ``loop_mask``: ``[t, S]`` rows of their pair slots; ``paired``: ``[t]``.
+    """
     eps = kops.convert_to_tensor(epsilon, dtype=ops.dtype_name(sim))
-    least_positive, has_positive = ops.masked_min(sim, geo.positive_mask)
-    most_negative, has_negative = ops.masked_max(sim, geo.negative_mask)
-    positive = kops.logical_and(geo.positive_mask, sim - eps < most_negative[:, None])
+    least_positive, has_positive = ops.masked_min(sim, positive_mask)
+    most_negative, has_negative = ops.masked_max(sim, negative_mask)
+    positive = kops.logical_and(positive_mask, sim - eps < most_negative[:, None])
     positive = kops.logical_and(positive, has_negative[:, None])
-    loop_sim = _gather(geo.loop_sim, slot_of)
-    negative = kops.logical_and(_gather(geo.loop_mask, slot_of), paired[:, None])
+    negative = kops.logical_and(loop_mask, paired[:, None])
     negative = kops.logical_and(negative, loop_sim > least_positive[:, None] - eps)
     negative = kops.logical_and(negative, has_positive[:, None])
     lam = kops.convert_to_tensor(margin, dtype=ops.dtype_name(sim))
@@ -197,6 +205,137 @@ def _ms_losses(geo: _Geometry, margin, alpha, beta, epsilon):
     valid = kops.logical_and(kops.any(positive, axis=1), kops.any(negative, axis=1))
     valid = kops.logical_and(valid, paired)
     return kops.where(valid, pos_term + neg_term, kops.zeros_like(pos_term)), valid
+
+
+def _ms_losses(geo: _Geometry, margin, alpha, beta, epsilon):
+    """Per-sample losses of the LoOp multi-similarity loss."""
+    slot_of, paired = _slot_of(geo.first, geo.second, geo.valid)
+    return _ms_rows(geo.sim, geo.positive_mask, geo.negative_mask,
+                    _gather(geo.loop_sim, slot_of), _gather(geo.loop_mask, slot_of), paired,
+                    margin, alpha, beta, epsilon)
+
+
+class _LabelPairs:
+    """The label pairs of a batch, and rows of its distances without any ``[B, B]`` matrix.
+
+    The blocked form of :class:`_Geometry`: ``O(B D)`` here, ``O(t B)`` per block of rows.
+    """
+
+    def __init__(self, labels, x, normalized):
+        self.labels, self.x, self.normalized = labels, x, normalized
+        self.first, self.second, self.valid = label_pairs(labels)
+        self.pair_labels = _gather(labels, self.first)
+        self.xa, self.xb = _gather(x, self.first), _gather(x, self.second)
+        self.x1x2 = kops.sum(self.xa * self.xb, axis=1)
+        self.na = kops.sum(kops.square(self.xa), axis=1)
+        self.nb = kops.sum(kops.square(self.xb), axis=1)
+
+    def distance_rows(self, samples):
+        """``[t, B]`` distances of the samples ``samples`` to every sample."""
+        return ops.pairwise_distance(_gather(self.x, samples), self.x)
+
+    def loop_rows(self, slots):
+        """``(loop_dist, loop_mask)``: ``[t, S]`` rows of the slots ``slots``."""
+        xa, xb = _gather(self.xa, slots), _gather(self.xb, slots)
+        aa, ab = ops.pairwise_similarity(xa, self.xa), ops.pairwise_similarity(xa, self.xb)
+        ba, bb = ops.pairwise_similarity(xb, self.xa), ops.pairwise_similarity(xb, self.xb)
+        x1x2 = _gather(self.x1x2, slots)
+        if self.normalized:
+            s = geometry.arc_similarity_from_dots(x1x2[:, None], self.x1x2[None, :], aa, ab,
+                                                  ba, bb)
+            dist = ops.safe_sqrt(ops.maximum(2.0 - 2.0 * s, kops.zeros_like(s)))
+        else:
+            squared = geometry.segment_squared_distance_from_dots(
+                _gather(self.na, slots)[:, None], _gather(self.nb, slots)[:, None],
+                x1x2[:, None], self.na[None, :], self.nb[None, :], self.x1x2[None, :],
+                aa, ab, ba, bb,
+            )
+            dist = ops.safe_sqrt(ops.maximum(squared, kops.zeros_like(squared)))
+        labels = _gather(self.pair_labels, slots)
+        mask = kops.logical_and(
+            kops.logical_and(_gather(self.valid, slots)[:, None], self.valid[None, :]),
+            kops.not_equal(labels[:, None], self.pair_labels[None, :]),
+        )
+        return dist, mask
+
+
+class _SlotBlock:
+    """What :func:`_pair_losses` reads of a :class:`_Geometry`, for a block of slots."""
+
+    def __init__(self, pairs: _LabelPairs, slots):
+        self.pairs = pairs
+        self.first, self.second = _gather(pairs.first, slots), _gather(pairs.second, slots)
+        self.valid = _gather(pairs.valid, slots)
+        xa, xb = _gather(pairs.xa, slots), _gather(pairs.xb, slots)
+        squared = ops.maximum(kops.sum(kops.square(xa), axis=1) + kops.sum(kops.square(xb), axis=1)
+                              - 2.0 * kops.sum(xa * xb, axis=1), 0.0)
+        self.pair_dist = self.dist = ops.safe_sqrt(squared)
+        self._slots = slots
+        self._loop = None
+        self._rows = {}
+
+    @property
+    def loop_dist(self):
+        if self._loop is None:
+            self._loop = self.pairs.loop_rows(self._slots)
+        return self._loop[0]
+
+    @property
+    def loop_mask(self):
+        self.loop_dist  # noqa: B018  (computes both)
+        return self._loop[1]
+
+    def _distance_rows(self, index):
+        if id(index) not in self._rows:
+            self._rows[id(index)] = self.pairs.distance_rows(index)
+        return self._rows[id(index)]
+
+    def hardest_positive(self, index):
+        labels = self.pairs.labels
+        same = kops.equal(_gather(labels, index)[:, None], labels[None, :])
+        return ops.masked_max(self._distance_rows(index), same)[0]
+
+    def hardest_negative(self, index):
+        labels = self.pairs.labels
+        other = kops.not_equal(_gather(labels, index)[:, None], labels[None, :])
+        return ops.masked_min(self._distance_rows(index), other)
+
+    def by_sample(self, slot_values, slot_valid):
+        return slot_values, slot_valid  # moved to the samples once the blocks are together
+
+
+def _blocked_per_anchor(labels, embeddings, base, margin, normalized, loop, options, block_size):
+    """:func:`_per_anchor` in row blocks: blocks of pair slots (of samples for the MS form)."""
+    labels, x, _, _, _ = prepare_inputs(labels, embeddings, normalize=normalized)
+    blocks = RowBlocks(batch_rows(x), block_size)
+    dtype = ops.dtype_name(x)
+    first, second, valid = label_pairs(labels)
+
+    def block(i, x):
+        pairs = _LabelPairs(labels, x, normalized)
+        rows = blocks.start(i) + kops.arange(blocks.size, dtype="int32")
+        if base != "multi_similarity":  # rows are pair slots
+            values, found = _pair_losses(_SlotBlock(pairs, rows), base, margin, loop)
+            return values, kops.cast(found, dtype)
+        slot_of, paired = _slot_of(first, second, valid)  # rows are samples
+        dist = pairs.distance_rows(rows)
+        positive, negative = ops.label_masks(_gather(labels, rows), labels, blocks.start(i))
+        loop_dist, loop_mask = pairs.loop_rows(_gather(slot_of, rows))
+        losses, found = _ms_rows(1.0 - 0.5 * kops.square(dist), positive, negative,
+                                 1.0 - 0.5 * kops.square(loop_dist), loop_mask,
+                                 _gather(paired, rows), margin, options["alpha"],
+                                 options["beta"], options["epsilon"])
+        return losses, kops.cast(found, dtype)
+
+    values, found = (blocks.assemble(t) for t in
+                     blocks.map(block, (x,), [((None,), dtype)] * 2))
+    found = found > 0
+    if base != "multi_similarity":  # each slot's value at its pair's first sample
+        columns = first[None, :]
+        values = ops.scatter_rows(kops.zeros_like(values[None, :]), columns, values[None, :])[0]
+        found = ops.scatter_rows(kops.zeros_like(columns), columns,
+                                 kops.cast(found, "int32")[None, :])[0] > 0
+    return anchor_terms(values, found)
 
 
 def _per_anchor(labels, embeddings, base, margin, normalized, loop, options):
@@ -308,6 +447,11 @@ class LoOpLoss(MetricLoss):
         name: name of the loss. Defaults to `"loop_loss"`.
         average: see :mod:`tfdml.losses.base`. Defaults to `"anchors"`.
         dtype: dtype of the returned value. Defaults to `None` (floatx).
+        block_size: compute the loss over blocks of this many rows, each
+            against the whole batch, recomputing each block in the backward
+            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
+            values and gradients (docs/losses.md, "Large batches"). Defaults
+            to `None` (the whole batch at once).
 
     Examples:
 
@@ -319,8 +463,6 @@ class LoOpLoss(MetricLoss):
         Vasudeva, Deora, Bhattacharya, Pandey, "LoOp: Looking for Optimal Hard
         Negative Embeddings for Deep Metric Learning", ICCV 2021.
     """
-
-    supports_blocks = False
 
     def __init__(self, base="triplet", margin=None, normalized=True,
                  reduction="sum_over_batch_size", name="loop_loss", dtype=None,
@@ -342,6 +484,13 @@ class LoOpLoss(MetricLoss):
         return _per_anchor(labels, embeddings, self.base, self.margin, self.normalize, True,
                            self.options)
 
+    def per_anchor_in_blocks(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
+                             ref_offset=None):
+        if ref_embeddings is not None:  # not taken: per_anchor says so
+            return self.per_anchor(labels, embeddings, ref_embeddings, ref_labels, ref_offset)
+        return _blocked_per_anchor(labels, embeddings, self.base, self.margin, self.normalize,
+                                   True, self.options, self.block_size)
+
     def get_config(self):
         config = super().get_config()
         config.pop("normalize", None)
@@ -352,7 +501,6 @@ class LoOpLoss(MetricLoss):
 
 class _PairBaseline(MetricLoss):
     _base = None
-    supports_blocks = False
 
     def __init__(self, margin=0.2, normalize=True, reduction="sum_over_batch_size", name=None,
                  dtype=None, average="anchors", block_size=None):
@@ -366,6 +514,13 @@ class _PairBaseline(MetricLoss):
             raise ValueError(f"{type(self).__name__} pairs the samples of the batch; "
                              "it takes no reference set.")
         return _per_anchor(labels, embeddings, self._base, self.margin, self.normalize, False, {})
+
+    def per_anchor_in_blocks(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
+                             ref_offset=None):
+        if ref_embeddings is not None:  # not taken: per_anchor says so
+            return self.per_anchor(labels, embeddings, ref_embeddings, ref_labels, ref_offset)
+        return _blocked_per_anchor(labels, embeddings, self._base, self.margin, self.normalize,
+                                   False, {}, self.block_size)
 
     def get_config(self):
         config = super().get_config()
@@ -394,6 +549,11 @@ class HPHNTripletLoss(_PairBaseline):
             `"sum_over_batch_size"`.
         name: name of the loss. Defaults to `"hphn_triplet_loss"`.
         dtype: dtype of the returned value. Defaults to `None` (floatx).
+        block_size: compute the loss over blocks of this many rows, each
+            against the whole batch, recomputing each block in the backward
+            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
+            values and gradients (docs/losses.md, "Large batches"). Defaults
+            to `None` (the whole batch at once).
 
     Reference:
         Xuan, Stylianou, Pless, "Improved embeddings with easy positive
@@ -428,6 +588,11 @@ class LiftedStructureLoss(_PairBaseline):
             `"sum_over_batch_size"`.
         name: name of the loss. Defaults to `"lifted_structure_loss"`.
         dtype: dtype of the returned value. Defaults to `None` (floatx).
+        block_size: compute the loss over blocks of this many rows, each
+            against the whole batch, recomputing each block in the backward
+            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
+            values and gradients (docs/losses.md, "Large batches"). Defaults
+            to `None` (the whole batch at once).
 
     Reference:
         Oh Song, Xiang, Jegelka, Savarese, "Deep metric learning via lifted
