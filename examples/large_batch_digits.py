@@ -12,7 +12,7 @@ second-order triplet loss and EPHN mining over batches of 16,384 images:
 
 It prints the process's peak memory (resident set size) before and after training,
 and what the dense loss's `[B, B]` float32 matrices would take (the loss holds several:
-the similarities, two masks, the mined scores and the gradient), then Recall@K on the
+similarities, masks, mined scores, gradients), then Recall@K on the
 held-out digits 6-9 before and after training. Runs offline under TensorFlow, JAX or
 PyTorch (`KERAS_BACKEND`), on NumPy arrays (no tf.data), in about a minute on 2 CPU
 cores:
@@ -70,7 +70,7 @@ def main(argv=None):
     parser.add_argument("--block-size", type=int, default=256)
     parser.add_argument("--chunk-size", type=int, default=2048)
     parser.add_argument("--copies", type=int, default=16)
-    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--embedding-dim", type=int, default=16)
     parser.add_argument("--learning-rate", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
@@ -114,9 +114,9 @@ def main(argv=None):
     print(f"Memory: peak RSS {rss_before:.0f} MiB before training, {rss_after:.0f} MiB after "
           f"(+{rss_after - rss_before:.0f} MiB, compilation included).")
     print(f"The dense loss: one [{batch}, {batch}] float32 matrix is {matrix_mib:.0f} MiB, and "
-          f"it holds about five (similarities, masks, mined scores, gradient): "
-          f"~{5 * matrix_mib / 1024:.1f} GiB. In blocks: [{min(args.block_size, batch)}, "
-          f"{batch}] matrices of {block_mib:.0f} MiB.")
+          f"its step adds about five times that (1.3 GiB at B = 8192 in "
+          f"benchmarks/results/large_batch_cpu.md): ~{5 * matrix_mib / 1024:.1f} GiB. In "
+          f"blocks: [{min(args.block_size, batch)}, {batch}] matrices of {block_mib:.0f} MiB.")
     print("\nRecall@K (%) on the held-out digits 6-9 (cosine, query excluded):\n")
     print("| | " + " | ".join(f"R@{k}" for k in KS) + " |")
     print("|---|" + "---:|" * len(KS))
