@@ -108,8 +108,8 @@ class RowBlocks:
         if isinstance(n, int):
             self.size = min(block_size, n)
             self.count = -(-n // self.size)
-        else:
-            self.size = kops.minimum(block_size, n)
+        else:  # at least one row per block, so that an empty batch has no block
+            self.size = kops.maximum(kops.minimum(block_size, n), 1)
             self.count = (n + self.size - 1) // self.size
 
     def start(self, i):
