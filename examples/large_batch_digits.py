@@ -2,7 +2,7 @@
 
 The training digits 0-5 (scikit-learn's 8x8 images) are made into a large training
 set of jittered copies (each image shifted by up to one pixel, with pixel noise),
-and a small CNN embedder (`digits_demo.build_model("cnn")`) is trained with the
+and a small embedder (an MLP; `--model cnn` for the demo's CNN) is trained with the
 second-order triplet loss and EPHN mining over batches of 16,384 images:
 
 * the loss in row blocks, `TripletNCALoss(order=2, block_size=256)`: each block of
@@ -14,8 +14,9 @@ It prints the process's peak memory (resident set size) before and after trainin
 and what the dense loss's `[B, B]` float32 matrices would take (the loss holds several:
 similarities, masks, mined scores, gradients), then Recall@K on the
 held-out digits 6-9 before and after training. Runs offline under TensorFlow, JAX or
-PyTorch (`KERAS_BACKEND`), on NumPy arrays (no tf.data), in about a minute on 2 CPU
-cores:
+PyTorch (`KERAS_BACKEND`), on NumPy arrays (no tf.data), in under a minute on 2 CPU
+cores. (On the CPU, XLA runs convolutions inside the chunk loop slowly: with `--model cnn`
+under JAX a step takes about 100 s; TensorFlow and PyTorch run it uncompiled here.)
 
     python examples/large_batch_digits.py
     python examples/large_batch_digits.py --batch-size 4096 --block-size 512 --epochs 2
@@ -38,6 +39,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from digits_demo import build_model  # noqa: E402  (the demo's embedders)
 
 KS = (1, 2, 4, 8)
+
+
+def build_embedder(kind, embedding_dim):
+    if kind == "cnn":
+        return build_model("cnn", embedding_dim)
+    return keras.Sequential([
+        keras.Input((8, 8, 1)),
+        keras.layers.Flatten(),
+        keras.layers.Dense(256, activation="relu"),
+        keras.layers.Dense(embedding_dim),
+    ], name="digits_mlp")
 
 
 def peak_rss_mib():
@@ -66,6 +78,7 @@ def recalls(embedder, images, labels):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
     parser.add_argument("--batch-size", type=int, default=16384)
     parser.add_argument("--block-size", type=int, default=256)
     parser.add_argument("--chunk-size", type=int, default=2048)
@@ -86,13 +99,14 @@ def main(argv=None):
     batch = min(args.batch_size, len(x))
     steps = len(x) // batch
     print(f"tfdml {tfdml.__version__} ({keras.backend.backend()}): {len(x)} training images "
-          f"({args.copies} jittered copies of {len(train)} digits 0-5), batches of {batch}, "
+          f"({args.copies} jittered copies of {len(train)} digits 0-5), {args.model} embedder, "
+          f"batches of {batch}, "
           f"{steps} steps per epoch x {args.epochs} epochs; loss blocks of {args.block_size} "
           f"anchors, network chunks of {args.chunk_size} images", flush=True)
 
     keras.utils.set_random_seed(args.seed)
     loss = tfdml.losses.TripletNCALoss(order=2, block_size=args.block_size)
-    model = tfdml.models.MetricModel(build_model("cnn", args.embedding_dim), loss,
+    model = tfdml.models.MetricModel(build_embedder(args.model, args.embedding_dim), loss,
                                      chunk_size=args.chunk_size)
     model.compile(optimizer=keras.optimizers.Adam(args.learning_rate),
                   jit_compile=keras.backend.backend() == "jax")
