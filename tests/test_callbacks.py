@@ -122,6 +122,20 @@ def test_every_and_a_shuffled_dataset(digits, tmp_path):
     assert on_ds.evaluate()["val_recall@1"] == pytest.approx(want[1])
 
 
+@pytest.mark.parametrize(("fit_verbose", "bar", "values"), [(0, False, False), (1, True, True),
+                                                           (2, False, True)])
+def test_default_verbosity_follows_fit(digits, capsys, fit_verbose, bar, values):
+    x, y, x_val, y_val = digits
+    recall = RecallAtK((x_val, y_val), ks=(1,), batch_size=40)  # 200 samples: 5 batches
+    _model().fit(x, y, batch_size=96, epochs=1, steps_per_epoch=4, callbacks=[recall],
+                 verbose=fit_verbose)
+    out = capsys.readouterr().out
+    assert ("5/5" in out) == bar, out
+    assert ("Epoch 1: val_recall@1" in out) == values, out
+    recall.evaluate()  # outside fit, "auto" shows the progress bar
+    assert "5/5" in capsys.readouterr().out
+
+
 def test_functional_model_progress_bar_and_prefix(digits, capsys):
     _, _, x_val, y_val = digits
     inputs = keras.Input((64,))
@@ -143,7 +157,7 @@ def test_functional_model_progress_bar_and_prefix(digits, capsys):
         ({"batch_size": -1}, "batch_size=-1"),
         ({"metric": "dot"}, "metric='dot'"),
         ({"unmatched": "skip"}, "unmatched='skip'"),
-        ({"verbose": 2}, "verbose=2"),
+        ({"verbose": 3}, "verbose=3"),
         ({"data": np.zeros((4, 64))}, "ndarray"),
         ({"data": (np.zeros((4, 64)), np.zeros(3))}, "len\\(y\\)=3"),
     ],

@@ -27,7 +27,7 @@ def test_default_tensorflow_backend_without_tensorflow_says_what_to_do():
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError:"), result.stderr[-2000:]
-    assert "pip install tfdml[cpu]" in last and "KERAS_BACKEND=jax" in last, last
+    assert 'pip install ".[cpu]"' in last and "KERAS_BACKEND=jax" in last, last
 
 
 def test_tensorflow_module_under_jax_names_the_wheels():
@@ -37,5 +37,17 @@ def test_tensorflow_module_under_jax_names_the_wheels():
             "try:\n    tfdml.data\nexcept ImportError as err:\n    print(err)")
     result = _child(code, "jax")
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "pip install tfdml[cpu]" in result.stdout, result.stdout
+    assert 'pip install ".[cpu]"' in result.stdout, result.stdout
     assert TENSORFLOW_INSTALL in result.stdout, result.stdout
+
+
+def test_get_preprocess_without_tensorflow_names_the_wheels():
+    pytest.importorskip("jax")
+    code = ('import sys; sys.modules["tensorflow"] = None\n'
+            "import tfdml\n"
+            "try:\n    tfdml.models.get_preprocess('resnet50')\n"
+            "except ImportError as err:\n    print(type(err).__name__, err)")
+    result = _child(code, "jax")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("ImportError "), result.stdout
+    assert "models.get_preprocess" in result.stdout and TENSORFLOW_INSTALL in result.stdout

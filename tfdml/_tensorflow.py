@@ -1,6 +1,7 @@
 """TensorFlow for the modules that need it whatever the Keras backend (``tfdml.data``,
-``datasets``, ``export``, ``compat``, ``experiments``): ``from tfdml._tensorflow import tf``
-imports it, or raises an ImportError that says what to install."""
+``datasets``, ``export``, ``compat``, ``experiments``, ``models.get_preprocess``):
+``from tfdml._tensorflow import tf`` imports it, or raises an ImportError that says what to
+install."""
 
 from tfdml._install import TENSORFLOW_INSTALL
 
@@ -10,8 +11,9 @@ except ModuleNotFoundError as err:
     if err.name != "tensorflow":
         raise
     raise ImportError(
-        "tfdml.data, datasets, export, compat and experiments need TensorFlow >= 2.16 (the "
-        "core losses, miners, metrics and layers do not). " + TENSORFLOW_INSTALL
+        "tfdml.data, datasets, export, compat, experiments and models.get_preprocess need "
+        "TensorFlow >= 2.16 (the core losses, miners, metrics and layers do not). "
+        + TENSORFLOW_INSTALL
     ) from err
 
 __all__ = ["tf"]

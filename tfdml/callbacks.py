@@ -59,6 +59,27 @@ def _check_data(data):
 class _EmbeddingCallback(keras.callbacks.Callback):
     """Embeds ``self.data`` with the model being trained (``batch_size``, ``verbose``)."""
 
+    _fit_verbose = None  # fit's `verbose` while a fit runs
+
+    def on_train_begin(self, logs=None):
+        self._fit_verbose = (self.params or {}).get("verbose", 1)
+
+    def on_train_end(self, logs=None):
+        self._fit_verbose = None
+
+    def _verbosity(self):
+        """0 (silent), 1 (progress bar and values) or 2 (values only).
+
+        ``verbose="auto"`` follows ``fit``'s ``verbose`` (``self.params``, set by
+        Keras): silent under ``fit(verbose=0)``, values only under ``verbose=2``;
+        outside ``fit``, 1.
+        """
+        if self.verbose != "auto":
+            return self.verbose
+        if self._fit_verbose is None:
+            return 1
+        return 1 if self._fit_verbose == "auto" else int(self._fit_verbose)
+
     def _batches(self):
         if _is_tf_dataset(self.data):
             for element in self.data:
@@ -89,7 +110,7 @@ class _EmbeddingCallback(keras.callbacks.Callback):
 
     def embed(self):
         """Embeds ``data`` with the current model; returns ``(embeddings, labels)``."""
-        progbar = keras.utils.Progbar(self._num_batches(), verbose=self.verbose,
+        progbar = keras.utils.Progbar(self._num_batches(), verbose=int(self._verbosity() == 1),
                                       unit_name="batch")
         embeddings, labels = [], []
         for step, (x, y) in enumerate(self._batches(), start=1):
@@ -184,7 +205,8 @@ class RecallAtK(_EmbeddingCallback):
         chunk_size: queries per matrix product in the neighbour search.
             Defaults to `1024`.
         verbose: 1 shows a progress bar while embedding and prints the values,
-            0 is silent. Defaults to `1`.
+            2 prints the values, 0 is silent; `"auto"` follows ``fit``'s
+            ``verbose`` (1 outside ``fit``). Defaults to `"auto"`.
 
     Examples:
 
@@ -215,7 +237,7 @@ class RecallAtK(_EmbeddingCallback):
         prefix: str = "val_",
         unmatched: str = "miss",
         chunk_size: int = 1024,
-        verbose: int = 1,
+        verbose="auto",
     ):
         super().__init__()
         self.every = _metrics._check_positive_int("every", every)
@@ -223,7 +245,7 @@ class RecallAtK(_EmbeddingCallback):
         self.chunk_size = _metrics._check_positive_int("chunk_size", chunk_size)
         _metrics._check_choice("metric", metric, _metrics.METRICS)
         _metrics._check_choice("unmatched", unmatched, _metrics.UNMATCHED)
-        _metrics._check_choice("verbose", verbose, (0, 1))
+        _metrics._check_choice("verbose", verbose, ("auto", 0, 1, 2))
         if not isinstance(prefix, str):
             raise ValueError(f"`prefix` must be a string. Received: prefix={prefix!r}")
         self.ks = _metrics._check_ks(ks, float("inf"))
@@ -263,7 +285,7 @@ class RecallAtK(_EmbeddingCallback):
             self._epoch = None
         if logs is not None:
             logs.update(values)
-        if self.verbose:
+        if self._verbosity():
             text = " - ".join(f"{name}: {value:.4f}" for name, value in values.items())
             print(f"Epoch {epoch + 1}: {text}")
 
@@ -517,6 +539,7 @@ class TripletScatter(_EmbeddingCallback):
         fig.savefig(path, dpi=120)
 
     def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
         if self._began or self.scatters or self._reference is not None:
             return  # a later fit() continues the record
         self._began = True

@@ -123,7 +123,7 @@ def preprocess_mode(backbone: str) -> str:
 
 
 def _identity(x):
-    import tensorflow as tf
+    from tfdml._tensorflow import tf
 
     return tf.cast(x, tf.float32)
 
@@ -152,8 +152,13 @@ def get_preprocess(backbone: str) -> Callable:
 
     >>> preprocess = tfdml.models.get_preprocess("resnet50")
     >>> dataset = dataset.map(lambda x, y: (preprocess(x), y))
+
+    Raises:
+        ValueError: for an unknown backbone or mode.
+        ImportError: without TensorFlow (the one tfdml's TensorFlow modules
+            raise, naming what to install).
     """
-    import tensorflow as tf
+    from tfdml._tensorflow import tf  # the ImportError that says what to install
 
     if isinstance(backbone, str) and backbone.lower() in PREPROCESS_MODES:
         mode = backbone.lower()

@@ -246,7 +246,8 @@ def _import_pyplot():
         import matplotlib.pyplot as plt
     except ImportError as err:
         raise ImportError(
-            "Plotting needs matplotlib: `pip install matplotlib` (or `pip install tfdml[plot]`)."
+            "Plotting needs matplotlib: `pip install matplotlib` (or, in a clone of tfdml, "
+            "`pip install \".[plot]\"`)."
         ) from err
     return plt
 

@@ -10,7 +10,7 @@ drags the other pair along. :func:`plot_vector_field` and
 :func:`plot_problem_regions` draw Figures 2 and 5 of the paper.
 
 Only NumPy is needed for the computation; the plotting functions import
-matplotlib when called (``pip install matplotlib`` or ``pip install tfdml[plot]``).
+matplotlib when called (``pip install matplotlib``, or ``pip install ".[plot]"`` in a clone).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ def _import_tfds():
     except ImportError as err:  # pragma: no cover - tensorflow-datasets is in the dev extra
         raise ImportError(
             "source='tfds' needs tensorflow-datasets: `pip install tensorflow-datasets` "
-            "(or `pip install tfdml[datasets]`)."
+            "(or, in a clone of tfdml, `pip install \".[datasets]\"`)."
         ) from err
     return tfds
 
