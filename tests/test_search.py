@@ -311,3 +311,97 @@ def test_calibrated_threshold_holds_its_precision_on_held_out_digits():
         precision = (matched[accepted] == held_out_y[accepted]).mean()
         assert abs(precision - target) <= 0.01, (target, precision)
         assert 0.5 < accepted.mean() < 1.0, accepted.mean()
+
+
+def _saved(tmp_path, metric="cosine", n=20):
+    rng = np.random.default_rng(7)
+    index = Index(metric)
+    index.add(rng.normal(size=(n, 4)).astype(np.float32), labels=np.arange(n) % 3,
+              ids=np.arange(n) + 100)
+    path = tmp_path / "index.npz"
+    index.save(path)
+    with np.load(path) as data:
+        return path, {name: data[name] for name in data.files}
+
+
+def _rewrite(path, fields):
+    with open(path, "wb") as f:
+        np.savez(f, **fields)
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    (lambda f: f.pop("embeddings"), "embeddings"),
+    (lambda f: f.update(embeddings=np.where(np.arange(4) == 1, np.nan, f["embeddings"])),
+     "embeddings"),
+    (lambda f: f.update(embeddings=f["embeddings"] * 20.0), "embeddings"),  # not unit rows
+    (lambda f: f.update(embeddings=f["embeddings"][:, 0]), "embeddings"),  # 1-D
+    (lambda f: f.update(labels=np.concatenate([f["labels"], f["labels"]])), "labels"),
+    (lambda f: f.update(labels=f["labels"][:5]), "labels"),
+    (lambda f: f.update(labels=f["labels"].astype(np.float32)), "labels"),
+    (lambda f: f.update(labels=f["labels"][:, None]), "labels"),
+    (lambda f: f.update(ids=f["ids"][:3]), "ids"),
+    (lambda f: f.update(metric=np.array("hamming")), "metric"),
+    (lambda f: f.update(chunk_sizes=np.array([0, 8])), "chunk_sizes"),
+])
+def test_load_validates_what_it_reads_and_names_file_and_field(tmp_path, change, field):
+    path, fields = _saved(tmp_path)
+    change(fields)
+    _rewrite(path, fields)
+    with pytest.raises(ValueError, match=rf"index\.npz: field `{field}`"):
+        Index.load(path)
+
+
+def test_load_of_a_truncated_or_foreign_file_names_the_file(tmp_path):
+    path, _ = _saved(tmp_path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"index\.npz: not a readable index file"):
+        Index.load(path)
+    path.write_text("not an index")
+    with pytest.raises(ValueError, match=r"index\.npz: not a readable index file"):
+        Index.load(path)
+    with pytest.raises(FileNotFoundError):
+        Index.load(tmp_path / "missing.npz")
+
+
+def test_save_replaces_the_file_whole(tmp_path, monkeypatch):
+    path, _ = _saved(tmp_path)
+    before = path.read_bytes()
+    index = Index.load(path)
+    index.add(np.ones((2, 4), np.float32), labels=[0, 1], ids=[1, 2])
+
+    def fail(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(np, "savez", fail)
+    with pytest.raises(OSError, match="disk full"):
+        index.save(path)
+    assert path.read_bytes() == before  # the old file, untouched
+    assert [p.name for p in tmp_path.iterdir()] == ["index.npz"]  # no temporary left
+
+
+def test_empty_index_saves_loads_and_grows_and_zero_queries_find_nothing(tmp_path):
+    path = tmp_path / "empty.npz"
+    Index("dot").save(path)
+    index = Index.load(path)
+    assert len(index) == 0 and index.dim is None and index.metric == "dot"
+    index.add(np.eye(3, dtype=np.float32), labels=[0, 1, 2])
+    scores, indices = index.search(np.zeros((0, 3), np.float32), k=2)
+    assert scores.shape == (0, 2) and indices.shape == (0, 2) and indices.dtype == np.int64
+    assert index.match(np.zeros((0, 3), np.float32), threshold=0.5).shape == (0,)
+    assert index.search(np.eye(3, dtype=np.float32)[:1], k=1)[1].tolist() == [[0]]
+
+
+@pytest.mark.parametrize("threshold", [float("nan"), float("inf"), "0.5", None])
+def test_match_needs_a_finite_threshold(threshold):
+    index = Index()
+    index.add(np.eye(3, dtype=np.float32), labels=[0, 1, 2])
+    with pytest.raises(ValueError, match="threshold"):
+        index.match(np.eye(3, dtype=np.float32), threshold=threshold)
+
+
+def test_calibrate_without_queries_says_so():
+    index = Index()
+    index.add(np.eye(3, dtype=np.float32), labels=[0, 1, 2])
+    with pytest.raises(ValueError, match="at least one query"):
+        calibrate(index, np.zeros((0, 3), np.float32), np.zeros(0, np.int64))

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import numbers
 import os
+import tempfile
+import zipfile
 from typing import NamedTuple
 
 import keras
@@ -79,7 +81,7 @@ def nonfinite_rows(embeddings) -> np.ndarray:
     """
     x = kops.convert_to_tensor(embeddings)
     dtype = keras.backend.standardize_dtype(x.dtype)
-    if not dtype.startswith(("float", "bfloat")) or len(x.shape) == 0:
+    if not dtype.startswith(("float", "bfloat")) or len(x.shape) == 0 or x.shape[0] == 0:
         return np.zeros(0, np.int64)
     x = kops.cast(x, "float32")
     finite = kops.all(kops.isfinite(kops.reshape(x, (kops.shape(x)[0], -1))), axis=1)
@@ -401,6 +403,8 @@ class Index:
                              f"Received: k={k}")
         # On the host: neighbours() moves one chunk at a time to the device.
         q = np.asarray(kops.convert_to_numpy(self._prepare(queries, "queries")), np.float32)
+        if len(q) == 0:  # no query: no neighbour
+            return np.zeros((0, k), np.float32), np.zeros((0, k), np.int64)
         if self.backend == "faiss":
             return self._faiss_search(q, k)
         if self._gallery is None:
@@ -461,8 +465,11 @@ class Index:
             ``[Q]`` int64 labels.
 
         Raises:
-            ValueError: when the index has no labels.
+            ValueError: when the index has no labels, or for a ``threshold``
+                that is not a finite number.
         """
+        if not ops.is_number(threshold) or not np.isfinite(threshold):
+            raise ValueError(f"`threshold` must be a finite number. Received: threshold={threshold!r}")
         if self._labels is None:
             raise ValueError("`match` needs labels: `add` the embeddings with `labels=`.")
         found = self.lookup(queries, 1)
@@ -482,23 +489,82 @@ class Index:
         if self._ids is not None:
             arrays["ids"] = self.ids
         path = os.fspath(path)
-        with open(path, "wb") as f:  # as given: np.savez would append ".npz"
-            np.savez(f, **arrays)
+        # Whole or not at all: a temporary file beside it, renamed over it once written.
+        folder = os.path.dirname(os.path.abspath(path))
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=folder)
+        try:
+            with os.fdopen(fd, "wb") as f:  # as given: np.savez would append ".npz"
+                np.savez(f, **arrays)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
 
     @classmethod
     def load(cls, path, backend=None) -> Index:
-        """An index saved with :meth:`save` (with its backend, unless ``backend`` is given)."""
-        with np.load(os.fspath(path), allow_pickle=False) as data:
-            chunk, gallery_chunk = (int(v) for v in data["chunk_sizes"])
-            if backend is None:
-                backend = str(data["backend"]) if "backend" in data else "keras"
-            index = cls(str(data["metric"]), chunk, gallery_chunk, backend)
-            embeddings = data["embeddings"]
-            index.dim = int(embeddings.shape[1])
-            if len(embeddings):
-                index._parts = [embeddings.astype(np.float32)]
-                index._labels = [data["labels"]] if "labels" in data else None
-                index._ids = [data["ids"]] if "ids" in data else None
+        """An index saved with :meth:`save` (with its backend, unless ``backend`` is given).
+
+        Raises:
+            ValueError: naming the file and the field, for a file that is not a
+                complete index: unreadable or truncated, a missing field, or a
+                field that does not hold what :meth:`save` writes (2-D finite
+                float32 embeddings, unit rows for ``"cosine"``, one integer
+                label and one id per row).
+        """
+        path = os.fspath(path)
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                fields = {name: data[name] for name in data.files}
+        except FileNotFoundError:
+            raise
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as err:
+            raise ValueError(f"{path}: not a readable index file ({type(err).__name__}: "
+                             f"{err})") from err
+        return cls._from_fields(fields, path, backend)
+
+    @classmethod
+    def _from_fields(cls, fields, path, backend):
+        def bad(name, why):
+            return ValueError(f"{path}: field `{name}` {why}.")
+
+        for name in ("metric", "chunk_sizes", "embeddings"):
+            if name not in fields:
+                raise bad(name, "is missing")
+        metric = str(fields["metric"])
+        if metric not in METRICS:
+            raise bad("metric", f"must be one of {METRICS}, not {metric!r}")
+        sizes = fields["chunk_sizes"]
+        if sizes.shape != (2,) or sizes.dtype.kind not in "iu" or (sizes < 1).any():
+            raise bad("chunk_sizes", f"must be two positive integers, not {sizes!r}")
+        if backend is None:
+            backend = str(fields["backend"]) if "backend" in fields else "keras"
+        index = cls(metric, int(sizes[0]), int(sizes[1]), backend)
+        embeddings = fields["embeddings"]
+        if embeddings.ndim != 2 or embeddings.dtype.kind != "f":
+            raise bad("embeddings", f"must be a 2-D float array, not {embeddings.dtype} of "
+                                    f"shape {embeddings.shape}")
+        bad_rows = nonfinite_rows(embeddings)
+        if len(bad_rows):
+            raise bad("embeddings", f"holds NaN or Inf at {at_indices(bad_rows)}")
+        if metric == "cosine" and len(embeddings):
+            norms = np.linalg.norm(embeddings.astype(np.float64), axis=1)
+            off = np.flatnonzero((np.abs(norms - 1.0) > 1e-3) & (norms > 0))
+            if len(off):
+                raise bad("embeddings", "must hold unit rows in a cosine index; rows "
+                                        f"{off[:5].tolist()} have norms {norms[off[:5]].tolist()}")
+        n = len(embeddings)
+        for name, kinds in (("labels", "iu"), ("ids", "iuU")):
+            if name in fields and (fields[name].ndim != 1 or len(fields[name]) != n
+                                   or fields[name].dtype.kind not in kinds):
+                what = "integers" if name == "labels" else "integers or strings"
+                raise bad(name, f"must hold {n} {what} (one per row), not {fields[name].dtype} "
+                                f"of shape {fields[name].shape}")
+        index.dim = int(embeddings.shape[1]) if embeddings.shape[1] else None
+        if n:
+            index._parts = [embeddings.astype(np.float32)]
+            index._labels = [fields["labels"].astype(np.int64)] if "labels" in fields else None
+            index._ids = [fields["ids"]] if "ids" in fields else None
         return index
 
 
@@ -558,8 +624,8 @@ def calibrate(index: Index, queries, labels, target_precision: float = 0.99) -> 
         A :class:`Calibration`.
 
     Raises:
-        ValueError: for an index without labels, a bad target, or queries and
-            labels of different lengths.
+        ValueError: for an index without labels, a bad target, no query, or
+            queries and labels of different lengths.
 
     Examples:
 
@@ -576,6 +642,9 @@ def calibrate(index: Index, queries, labels, target_precision: float = 0.99) -> 
     if len(labels) != len(found.indices):
         raise ValueError(f"`labels` must have one entry per query ({len(found.indices)}). "
                          f"Received: {len(labels)}")
+    if not len(labels):
+        raise ValueError("`calibrate` needs at least one query: a precision of no match is "
+                         "undefined. Received: 0 queries")
     scores = found.scores[:, 0].astype(np.float64)
     correct = found.labels[:, 0] == labels
     # Strictest first: the best scores first (smallest distances for "l2").
