@@ -112,8 +112,10 @@ class MetricModel(keras.Model):
             the gradient of the unchunked step when the embedder treats rows
             independently, and (4) applies one optimizer update. Memory: the
             activations of one chunk plus the ``[B, D]`` embeddings and their
-            gradient. The network runs forward twice: a step
-            takes about 1.3 to 1.5 times as long as without chunks. Random
+            gradient. The network runs forward twice: on a GPU a step took
+            1.4 to 1.55 times as long as without chunks in
+            ``benchmarks/large_batch.py --fit``; on the CPU XLA runs the
+            chunk loop's convolutions slowly (docs/losses.md). Random
             layers (``Dropout``...) draw the same values in both passes (the
             embedder's non-trainable variables, seed states included, are
             restored before the second pass), and the loss runs once, so a

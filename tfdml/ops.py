@@ -58,6 +58,7 @@ __all__ = [
     "maximum",
     "minimum",
     "nan_unless_finite",
+    "paired_distance",
     "pairwise_distance",
     "pairwise_similarity",
     "safe_sqrt",
@@ -609,6 +610,18 @@ def pairwise_distance(x, y=None, squared: bool = False):
     sq = (x_sq + kops.transpose(y_sq)) + matmul(-2.0 * x, kops.transpose(y))
     sq = maximum(sq, 0.0)
     return sq if squared else safe_sqrt(sq)
+
+
+def paired_distance(x, y, distance: str = "l2"):
+    """``d(x_k, y_k)`` of matching rows (along the last axis), by name, with the formulas of
+    :func:`distance_matrix`: ``[..., D]`` and ``[..., D]`` give ``[...]``."""
+    check_distance(distance)
+    dot = kops.sum(x * y, axis=-1)
+    if distance == "cosine":
+        return 1.0 - dot
+    sq = maximum(kops.sum(kops.square(x), axis=-1) + kops.sum(kops.square(y), axis=-1)
+                 - 2.0 * dot, 0.0)
+    return sq if distance == "squared_l2" else safe_sqrt(sq)
 
 
 def is_number(x) -> bool:

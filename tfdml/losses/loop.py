@@ -81,6 +81,17 @@ def _gather(x, index, axis=0):
     return kops.take(x, index, axis=axis)
 
 
+def _by_sample(first, slot_values, slot_valid):
+    """Slot values moved to the index of the pair's first sample: ``[B]``."""
+    # ``first`` is a permutation: a scatter without repeated indices.
+    columns = first[None, :]
+    values = ops.scatter_rows(kops.zeros_like(slot_values[None, :]), columns,
+                              slot_values[None, :])
+    valid = kops.cast(slot_valid, "int32")[None, :]
+    valid = ops.scatter_rows(kops.zeros_like(valid), columns, valid)
+    return values[0], valid[0] > 0
+
+
 
 
 
@@ -125,13 +136,7 @@ class _Geometry:
 
     def by_sample(self, slot_values, slot_valid):
         """Slot values moved to the index of the pair's first sample: ``[B]``."""
-        # ``first`` is a permutation: a scatter without repeated indices.
-        columns = self.first[None, :]
-        values = ops.scatter_rows(kops.zeros_like(slot_values[None, :]), columns,
-                                  slot_values[None, :])
-        valid = kops.cast(slot_valid, "int32")[None, :]
-        valid = ops.scatter_rows(kops.zeros_like(valid), columns, valid)
-        return values[0], valid[0] > 0
+        return _by_sample(self.first, slot_values, slot_valid)
 
     def hardest_positive(self, index):
         """``max_{c[k] = c[i]} d(i, k)`` for each ``i`` in ``index`` (0 if alone)."""
@@ -221,9 +226,9 @@ class _LabelPairs:
     The blocked form of :class:`_Geometry`: ``O(B D)`` here, ``O(t B)`` per block of rows.
     """
 
-    def __init__(self, labels, x, normalized):
+    def __init__(self, labels, x, normalized, pairs):
         self.labels, self.x, self.normalized = labels, x, normalized
-        self.first, self.second, self.valid = label_pairs(labels)
+        self.first, self.second, self.valid = pairs  # label_pairs(labels)
         self.pair_labels = _gather(labels, self.first)
         self.xa, self.xb = _gather(x, self.first), _gather(x, self.second)
         self.x1x2 = kops.sum(self.xa * self.xb, axis=1)
@@ -266,10 +271,8 @@ class _SlotBlock:
         self.pairs = pairs
         self.first, self.second = _gather(pairs.first, slots), _gather(pairs.second, slots)
         self.valid = _gather(pairs.valid, slots)
-        xa, xb = _gather(pairs.xa, slots), _gather(pairs.xb, slots)
-        squared = ops.maximum(kops.sum(kops.square(xa), axis=1) + kops.sum(kops.square(xb), axis=1)
-                              - 2.0 * kops.sum(xa * xb, axis=1), 0.0)
-        self.pair_dist = self.dist = ops.safe_sqrt(squared)
+        self.pair_dist = self.dist = ops.paired_distance(
+            _gather(pairs.xa, slots), _gather(pairs.xb, slots), "l2")
         self._slots = slots
         self._loop = None
         self._rows = {}
@@ -309,16 +312,16 @@ def _blocked_per_anchor(labels, embeddings, base, margin, normalized, loop, opti
     labels, x, _, _, _ = prepare_inputs(labels, embeddings, normalize=normalized)
     blocks = RowBlocks(batch_rows(x), block_size)
     dtype = ops.dtype_name(x)
-    first, second, valid = label_pairs(labels)
+    first, second, valid = label_pairs(labels)  # from the labels alone: once per step
+    slot_of, paired = _slot_of(first, second, valid)
 
     def block(i, x):
-        pairs = _LabelPairs(labels, x, normalized)
+        pairs = _LabelPairs(labels, x, normalized, (first, second, valid))
         rows = blocks.start(i) + kops.arange(blocks.size, dtype="int32")
         if base != "multi_similarity":  # rows are pair slots
             values, found = _pair_losses(_SlotBlock(pairs, rows), base, margin, loop)
             return values, kops.cast(found, dtype)
-        slot_of, paired = _slot_of(first, second, valid)  # rows are samples
-        dist = pairs.distance_rows(rows)
+        dist = pairs.distance_rows(rows)  # the MS form: rows are samples
         positive, negative = ops.label_masks(_gather(labels, rows), labels, blocks.start(i))
         loop_dist, loop_mask = pairs.loop_rows(_gather(slot_of, rows))
         losses, found = _ms_rows(1.0 - 0.5 * kops.square(dist), positive, negative,
@@ -331,10 +334,7 @@ def _blocked_per_anchor(labels, embeddings, base, margin, normalized, loop, opti
                      blocks.map(block, (x,), [((None,), dtype)] * 2))
     found = found > 0
     if base != "multi_similarity":  # each slot's value at its pair's first sample
-        columns = first[None, :]
-        values = ops.scatter_rows(kops.zeros_like(values[None, :]), columns, values[None, :])[0]
-        found = ops.scatter_rows(kops.zeros_like(columns), columns,
-                                 kops.cast(found, "int32")[None, :])[0] > 0
+        values, found = _by_sample(first, values, found)
     return anchor_terms(values, found)
 
 

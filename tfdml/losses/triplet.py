@@ -88,16 +88,6 @@ def _margin_per_anchor(labels, embeddings, margin, distance, miner, normalize,
     return triplet_terms(values, triplets.mask)
 
 
-def _paired_distance(a, b, distance):
-    """``d(a_k, b_k)`` along the last axis, the formula of :func:`tfdml.ops.distance_matrix`."""
-    dot = kops.sum(a * b, axis=-1)
-    if distance == "cosine":
-        return 1.0 - dot
-    sq = ops.maximum(kops.sum(kops.square(a), axis=-1) + kops.sum(kops.square(b), axis=-1)
-                     - 2.0 * dot, 0.0)
-    return sq if distance == "squared_l2" else ops.safe_sqrt(sq)
-
-
 def _between_references(ref, triplets, distance, ref_dist=None):
     """``d(p, n)`` of every mined triplet, broadcastable against ``triplets.mask`` ``[B, P, N]``.
 
@@ -111,7 +101,7 @@ def _between_references(ref, triplets, distance, ref_dist=None):
     if triplets.negative is not None and triplets.positive is not None and ref_dist is None:
         positives = kops.take(ref, triplets.positive, axis=0)  # [B, P, D]
         negatives = kops.take(ref, triplets.negative, axis=0)
-        return _paired_distance(positives, negatives, distance)[:, :, None]
+        return ops.paired_distance(positives, negatives, distance)[:, :, None]
     if triplets.negative is None and triplets.positive is not None and ref_dist is None:
         positives = kops.take(ref, triplets.positive[:, 0], axis=0)  # P = 1
         return ops.distance_matrix(positives, ref, distance)[:, None, :]
