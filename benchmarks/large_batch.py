@@ -33,7 +33,7 @@ Usage::
     python benchmarks/large_batch.py [--sizes 1024 8192 65536] [--dim 128]
         [--losses ephn semihard ms supcon floor] [--block-size 1024] [--dense-max 16384]
         [--repeats 2] [--output benchmarks/results/large_batch.md]
-    python benchmarks/large_batch.py --fit [--sizes 512 1024 2048] [--chunk-size 128]
+    python benchmarks/large_batch.py --fit [--sizes 512 1024 2048] [--chunk-size 128] [--no-xla]
 
 Dense configurations above ``--dense-max`` are not run (their ``[B, B]`` float32 matrix
 alone is listed instead). A configuration that fails (out of memory, a time-out) is a
@@ -230,7 +230,7 @@ def _conv_embedder():
     return keras.Model(inputs, keras.layers.Dense(128)(h), name="conv_embedder")
 
 
-def _measure_fit(batch, chunk_size, repeats):
+def _measure_fit(batch, chunk_size, repeats, xla=True):
     import keras
 
     import tfdml
@@ -240,7 +240,7 @@ def _measure_fit(batch, chunk_size, repeats):
     images = rng.standard_normal((batch, 32, 32, 3)).astype("float32")
     model = tfdml.models.MetricModel(_conv_embedder(), tfdml.losses.SupConLoss(),
                                      chunk_size=chunk_size)
-    model.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=True)
+    model.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=xla)
 
     def step(images, labels):
         logs = model.train_on_batch(images, labels, return_dict=True)
@@ -269,9 +269,11 @@ def _worker(argv):
     parser.add_argument("--block-size", type=int)
     parser.add_argument("--chunk-size", type=int)
     parser.add_argument("--repeats", type=int)
+    parser.add_argument("--no-xla", action="store_true")
     args = parser.parse_args(argv)
     if args.loss == "fit":
-        result = _measure_fit(args.batch, args.chunk_size or None, args.repeats)
+        result = _measure_fit(args.batch, args.chunk_size or None, args.repeats,
+                              xla=not args.no_xla)
     else:
         result = _measure_loss(args.loss, args.mode, args.batch, args.dim, args.block_size,
                                args.repeats)
@@ -309,6 +311,8 @@ def main(argv=None):
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fit", action="store_true", help="the chunked training step part")
+    parser.add_argument("--no-xla", action="store_true",
+                        help="--fit: compile the step without XLA (jit_compile=False)")
     parser.add_argument("--sizes", type=int, nargs="+")
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--losses", nargs="+", default=list(LOSSES), choices=LOSSES)
@@ -342,7 +346,7 @@ def main(argv=None):
         worker_args = ["--loss", config["loss"], "--batch", config["batch"],
                        "--repeats", args.repeats]
         if args.fit:
-            worker_args += ["--chunk-size", config["chunk"]]
+            worker_args += ["--chunk-size", config["chunk"]] + (["--no-xla"] if args.no_xla else [])
         else:
             worker_args += ["--mode", config["mode"], "--dim", args.dim,
                             "--block-size", args.block_size]
@@ -367,8 +371,9 @@ def main(argv=None):
         "",
     ]
     if args.fit:
-        lines += [f"MetricModel(conv embedder, SupConLoss()), one compiled train_on_batch; "
-                  f"chunked: chunk_size={args.chunk_size}.", ""]
+        lines += [f"MetricModel(conv embedder, SupConLoss()), one train_on_batch compiled "
+                  f"{'without' if args.no_xla else 'with'} XLA; chunked: "
+                  f"chunk_size={args.chunk_size}.", ""]
     else:
         lines += [f"D = {args.dim}; blocked: block_size={args.block_size}. Losses: "
                   + "; ".join(f"`{k}` {LOSS_LABELS[k]}" for k in args.losses) + ".", ""]
