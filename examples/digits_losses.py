@@ -39,7 +39,7 @@ import numpy as np
 import tfdml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from digits_demo import build_model  # noqa: E402  (the demo's embedders)
+from digits_demo import JIT_COMPILE, build_model  # noqa: E402  (the demo's embedders)
 
 KS = (1, 2, 4, 8)
 LOSSES = ("nca2-ephn", "multi-similarity", "proxy-anchor", "arcface", "supcon")
@@ -120,9 +120,9 @@ def main(argv=None):
         keras.utils.set_random_seed(args.seed)  # the same initial weights for every loss
         model = tfdml.models.MetricModel(build_model(args.model, args.embedding_dim),
                                          make_loss(name, num_classes))
-        model.compile(optimizer=keras.optimizers.Adam(args.learning_rate), jit_compile=True)
-        dataset = tfdml.data.pk_batches(train, args.classes_per_batch, args.samples_per_class,
-                                        seed=args.seed)
+        model.compile(optimizer=keras.optimizers.Adam(args.learning_rate), jit_compile=JIT_COMPILE)
+        dataset = tfdml.data.PKDataset(train, args.classes_per_batch, args.samples_per_class,
+                                       seed=args.seed)
         t = time.perf_counter()
         history = model.fit(dataset, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
                             shuffle=False, verbose=0)

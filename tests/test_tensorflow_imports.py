@@ -34,7 +34,7 @@ def test_tensorflow_module_under_jax_names_the_wheels():
     pytest.importorskip("jax")
     code = ('import sys; sys.modules["tensorflow"] = None\n'
             "import tfdml\n"
-            "try:\n    tfdml.data\nexcept ImportError as err:\n    print(err)")
+            "try:\n    tfdml.data.pk_batches\nexcept ImportError as err:\n    print(err)")
     result = _child(code, "jax")
     assert result.returncode == 0, result.stderr[-2000:]
     assert 'pip install ".[cpu]"' in result.stdout, result.stdout

@@ -7,10 +7,11 @@ The core (``tfdml.ops``, ``miners``, ``losses``, ``geometry``, ``layers``,
 ``search``, ``metrics``, ``analysis``, ``callbacks``, ``models``) is written in ``keras.ops``
 and runs under every Keras backend (TensorFlow, JAX, PyTorch); importing it
 imports TensorFlow only when TensorFlow is the backend (or for ``tf.data``
-inputs). ``tfdml.data``, ``datasets``, ``export``, ``compat`` and
-``experiments`` build on TensorFlow (``tf.data`` feeds ``model.fit`` on every
-backend) and need it installed; under another backend they are imported on
-first use.
+inputs). ``tfdml.data`` (``PKSampler``, the ``PKDataset`` P x K batches) and
+``tfdml.datasets`` work without TensorFlow; ``tfdml.data.pk_batches`` /
+``eval_batches`` / ``augment`` (``tf.data``), ``datasets.load(..., source="tfds")``,
+``export``, ``compat`` and ``experiments`` build on TensorFlow and need it installed.
+Under another backend the subpackages are imported on first use.
 """
 
 import importlib
@@ -62,7 +63,7 @@ __all__ = [
 ]
 
 #: Subpackages that need TensorFlow whatever the Keras backend.
-TENSORFLOW_MODULES = ("compat", "data", "datasets", "experiments", "export")
+TENSORFLOW_MODULES = ("compat", "experiments", "export")
 
 _SUBMODULES = frozenset(__all__) - {"__version__"}
 

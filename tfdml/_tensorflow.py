@@ -1,5 +1,6 @@
-"""TensorFlow for the modules that need it whatever the Keras backend (``tfdml.data``,
-``datasets``, ``export``, ``compat``, ``experiments``, ``models.get_preprocess``):
+"""TensorFlow for the modules that need it whatever the Keras backend (``tf.data`` in
+``tfdml.data``, TFDS in ``datasets``, ``export``, ``compat``, ``experiments``,
+``models.get_preprocess``):
 ``from tfdml._tensorflow import tf`` imports it, or raises an ImportError that says what to
 install."""
 
@@ -11,8 +12,9 @@ except ModuleNotFoundError as err:
     if err.name != "tensorflow":
         raise
     raise ImportError(
-        "tfdml.data, datasets, export, compat, experiments and models.get_preprocess need "
-        "TensorFlow >= 2.16 (the core losses, miners, metrics and layers do not). "
+        "tfdml.data.pk_batches / eval_batches / augment, datasets.load(source='tfds'), "
+        "export, compat, experiments and models.get_preprocess need TensorFlow >= 2.16 (the "
+        "core losses, miners, metrics and layers, and tfdml.data.PKDataset, do not). "
         + TENSORFLOW_INSTALL
     ) from err
 

@@ -122,6 +122,30 @@ def preprocess_mode(backbone: str) -> str:
     return _BACKBONES[_check_backbone(backbone)].preprocess
 
 
+def resolve_preprocess_mode(backbone: str) -> str:
+    """The preprocessing mode of a backbone name or of a mode name (``"caffe"``, ``"tf"``,
+    ``"torch"``, ``"none"``); a ValueError naming `backbone` otherwise."""
+    if isinstance(backbone, str) and backbone.lower() in PREPROCESS_MODES:
+        return backbone.lower()
+    if isinstance(backbone, str) and backbone.lower() in _BACKBONES:
+        return _BACKBONES[backbone.lower()].preprocess
+    raise ValueError(
+        f"`backbone` must be one of {', '.join(BACKBONES)} or a preprocessing mode "
+        f"{PREPROCESS_MODES}. Received: backbone={backbone!r}"
+    )
+
+
+def keras_preprocess_input(mode: str) -> Callable:
+    """Keras Applications' ``preprocess_input`` of a mode (``"caffe"``, ``"tf"``,
+    ``"torch"``); it takes NumPy arrays without TensorFlow, and modifies a float array in
+    place."""
+    return {
+        "caffe": keras.applications.resnet.preprocess_input,
+        "tf": keras.applications.mobilenet_v2.preprocess_input,
+        "torch": keras.applications.densenet.preprocess_input,
+    }[mode]
+
+
 def _identity(x):
     from tfdml._tensorflow import tf
 
@@ -160,23 +184,11 @@ def get_preprocess(backbone: str) -> Callable:
     """
     from tfdml._tensorflow import tf  # the ImportError that says what to install
 
-    if isinstance(backbone, str) and backbone.lower() in PREPROCESS_MODES:
-        mode = backbone.lower()
-    elif isinstance(backbone, str) and backbone.lower() in _BACKBONES:
-        mode = _BACKBONES[backbone.lower()].preprocess
-    else:
-        raise ValueError(
-            f"`backbone` must be one of {', '.join(BACKBONES)} or a preprocessing mode "
-            f"{PREPROCESS_MODES}. Received: backbone={backbone!r}"
-        )
+    mode = resolve_preprocess_mode(backbone)
     if mode == "none":
         fn = _identity
     else:
-        keras_fn = {
-            "caffe": keras.applications.resnet.preprocess_input,
-            "tf": keras.applications.mobilenet_v2.preprocess_input,
-            "torch": keras.applications.densenet.preprocess_input,
-        }[mode]
+        keras_fn = keras_preprocess_input(mode)
 
         def fn(x):
             return keras_fn(tf.cast(x, tf.float32))

@@ -39,6 +39,10 @@ HERE = pathlib.Path(__file__).resolve().parent
 METHODS = {"Triplet": "random", "EPS + Triplet": "easy"}
 KS = (1, 5, 10)
 
+# XLA under TensorFlow and JAX; on PyTorch, jit_compile=True runs torch.compile, whose
+# compilation costs more than this small model's training: run eagerly there.
+JIT_COMPILE = keras.backend.backend() != "torch"
+
 
 def build_model(padding="same"):
     """The paper's MNIST network (appendix C) for 8x8 inputs, with a 2-D output."""
@@ -76,9 +80,9 @@ def train_one(positive, seed, fit_data, args):
     loss = tfdml.losses.TripletMarginLoss(margin=args.margin, distance=args.distance,
                                           miner=miner, normalize=args.normalize)
     model.compile(optimizer=keras.optimizers.Adam(args.learning_rate), loss=loss,
-                  jit_compile=True)
+                  jit_compile=JIT_COMPILE)
     x, digits = fit_data
-    dataset = tfdml.data.pk_batches((x, digits % 2), 2, args.samples_per_class, seed=seed)
+    dataset = tfdml.data.PKDataset((x, digits % 2), 2, args.samples_per_class, seed=seed)
     model.fit(dataset, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
               shuffle=False, verbose=0)
     return model

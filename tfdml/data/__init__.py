@@ -1,16 +1,45 @@
-"""tfdml.data: the P x K batch sampler, image augmentation and the `DatasetSplit` contract.
+"""tfdml.data: P x K batches for every backend, image augmentation, the `DatasetSplit` contract.
 
-* `pk_batches(source, P, K, ...)`: a lazy, seeded ``tf.data`` pipeline of P x K batches.
-* `PKSampler`: the index sampler behind it (epochs, small classes, determinism).
+* `PKSampler`: the index sampler (epochs, small classes, determinism); NumPy only.
+* `PKDataset(source, P, K, ...)`: P x K batches as a `keras.utils.PyDataset`, for
+  `model.fit` under every backend, without TensorFlow (augmentation in NumPy:
+  `tfdml.data.numpy_augment`).
+* `EvalDataset(source, batch_size, ...)`: every example once, in order (test splits), as a
+  `PyDataset`.
+* `pk_batches(source, P, K, ...)`: the same batches as a lazy, seeded ``tf.data`` pipeline.
 * `eval_batches(source, batch_size, ...)`: every example once, in order (test splits).
 * `tfdml.data.augment`: resize / crop / flip / pad-crop / bounding-box crop and the
   normalization of Keras Applications backbones, as ``tf.data`` map functions.
 * `DatasetSplit`: what the data set readers return.
+
+`pk_batches`, `eval_batches` and `augment` need TensorFlow; they are imported on first use
+and raise an ImportError that says what to install without it.
 """
 
-from tfdml._tensorflow import tf  # noqa: F401  (a clear ImportError without it)
-from tfdml.data import augment
-from tfdml.data.sampler import PKSampler, eval_batches, pk_batches
+import importlib
+
+from tfdml.data import numpy_augment
+from tfdml.data.pk import PKSampler
+from tfdml.data.py_dataset import EvalDataset, PKDataset
 from tfdml.data.source import DatasetSplit
 
-__all__ = ["DatasetSplit", "PKSampler", "augment", "eval_batches", "pk_batches"]
+__all__ = ["DatasetSplit", "EvalDataset", "PKDataset", "PKSampler", "augment", "eval_batches",
+           "numpy_augment", "pk_batches"]
+
+_TENSORFLOW = {"augment": "tfdml.data.augment", "pk_batches": "tfdml.data.sampler",
+               "eval_batches": "tfdml.data.sampler"}
+
+
+def __getattr__(name):
+    if name not in _TENSORFLOW:
+        raise AttributeError(f"module 'tfdml.data' has no attribute {name!r}")
+    from tfdml._tensorflow import tf  # noqa: F401  (the ImportError that says what to install)
+
+    module = importlib.import_module(_TENSORFLOW[name])
+    value = module if name == "augment" else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_TENSORFLOW))

@@ -14,7 +14,7 @@ derived from the pipeline seed.
 
 from __future__ import annotations
 
-import tensorflow as tf
+from tfdml._tensorflow import tf
 
 __all__ = [
     "center_crop",

@@ -1,7 +1,7 @@
-"""The P x K batch sampler: P classes per batch, K examples of each.
+"""The P x K batches as a ``tf.data`` pipeline: P classes per batch, K examples of each.
 
-`PKSampler` draws the indices (NumPy, a few microseconds per batch); `pk_batches` turns
-them into a lazy ``tf.data`` pipeline that reads, decodes, augments and batches the images.
+`PKSampler` (`tfdml.data.pk`) draws the indices; `pk_batches` turns them into a lazy
+``tf.data`` pipeline that reads, decodes, augments and batches the images.
 """
 
 from __future__ import annotations
@@ -9,272 +9,22 @@ from __future__ import annotations
 import inspect
 import itertools
 import logging
-import math
-import os
 
 import numpy as np
-import tensorflow as tf
 
+from tfdml._tensorflow import tf
 from tfdml.data import augment
-from tfdml.data.source import DatasetSplit
+from tfdml.data.pk import PKSampler, check_channels, check_positive_int
+from tfdml.data.source import check_in_memory_channels, source_arrays
 
-__all__ = ["PKSampler", "pk_batches"]
+__all__ = ["eval_batches", "pk_batches"]
 
 logger = logging.getLogger("tfdml.data")
 
-_SMALL_CLASSES = ("replace", "skip")
 _ON_ERROR = ("raise", "skip")
 
-
-def _check_positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
-    return int(value)
-
-
-def _check_samples_per_class(value):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 2:
-        raise ValueError(
-            "`samples_per_class` must be an integer of at least 2: with fewer samples of a "
-            "class in a batch no anchor has a positive, and no tfdml loss learns anything. "
-            f"Received: samples_per_class={value!r}"
-        )
-    return int(value)
-
-
-def _check_channels(value):
-    if value is None:
-        return None
-    return _check_positive_int("channels", value)
-
-
-class PKSampler:
-    """Draws index batches of P classes x K examples per class.
-
-    Every batch holds `classes_per_batch` (P) distinct classes and `samples_per_class` (K)
-    indices of each, grouped by class (the K indices of the first class, then the next...).
-
-    **Epochs.** Classes are visited in a random permutation, P at a time, so by default one
-    epoch (`steps_per_epoch=None`) is `ceil(C / P)` batches and visits every one of the C
-    eligible classes once. When C is not a multiple of P the last batch of a permutation
-    holds the `C mod P` remaining classes, topped up with classes drawn at random from the
-    others (`drop_remainder=False`), or the remaining classes are left out of that epoch
-    (`drop_remainder=True`, `floor(C / P)` batches). With `steps_per_epoch=N` an epoch is N
-    batches taken from the same endless stream of permutations.
-
-    **Small classes.** Classes with fewer than `min_class_size` examples (by default,
-    the classes with a single example: they cannot give a positive pair) are left out,
-    and their number is logged (logger `"tfdml.data"`, level WARNING). A class with fewer
-    than K examples is, with `small_classes="replace"`, given all its examples in random
-    order topped up with examples drawn with replacement, or, with `small_classes="skip"`,
-    left out. A class with K or more examples gives K distinct examples drawn at random.
-
-    **Determinism.** `epoch_batches(epoch)` depends only on `seed` and `epoch`: the same
-    seed reproduces the same batches and every epoch draws new ones.
-
-    Args:
-        labels: `[N]` integer class ids.
-        classes_per_batch: P, the number of distinct classes in a batch.
-        samples_per_class: K, the number of examples of each class in a batch, at least
-            2 (with K = 1 no anchor has a positive).
-        small_classes: `"replace"` or `"skip"`, for classes with fewer than K examples.
-            Defaults to `"replace"`.
-        min_class_size: classes with fewer examples are always left out. Defaults to `2`.
-        steps_per_epoch: batches per epoch, or `None` for one visit of every class.
-            Defaults to `None`.
-        drop_remainder: whether to leave out the classes left over when C is not a
-            multiple of P, instead of topping up the last batch. Defaults to `False`.
-        seed: integer seed, or `None` for a random one (drawn once, at construction).
-            Defaults to `None`.
-
-    Raises:
-        ValueError: on a bad argument (e.g. `samples_per_class < 2`), or if fewer than P
-            classes are eligible.
-
-    Examples:
-
-    >>> labels = np.repeat(np.arange(10), 5)
-    >>> sampler = tfdml.data.PKSampler(labels, 4, 2, seed=0)
-    >>> sampler.steps_per_epoch
-    3
-    >>> sampler.epoch_batches(0).shape
-    (3, 8)
-    """
-
-    def __init__(self, labels, classes_per_batch, samples_per_class, small_classes="replace",
-                 min_class_size=2, steps_per_epoch=None, drop_remainder=False, seed=None):
-        self.classes_per_batch = _check_positive_int("classes_per_batch", classes_per_batch)
-        self.samples_per_class = _check_samples_per_class(samples_per_class)
-        if small_classes not in _SMALL_CLASSES:
-            raise ValueError(
-                f"`small_classes` must be one of {_SMALL_CLASSES}. "
-                f"Received: small_classes={small_classes!r}"
-            )
-        self.small_classes = small_classes
-        self.min_class_size = _check_positive_int("min_class_size", min_class_size)
-        if steps_per_epoch is not None:
-            steps_per_epoch = _check_positive_int("steps_per_epoch", steps_per_epoch)
-        self.drop_remainder = bool(drop_remainder)
-        if seed is None:
-            seed = int(np.random.SeedSequence().entropy % (2**63))
-        elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ValueError(f"`seed` must be a non-negative integer or None. Received: seed={seed!r}")
-        self.seed = int(seed)
-
-        labels = np.asarray(labels)
-        if labels.ndim == 2 and labels.shape[1] == 1:
-            labels = labels[:, 0]
-        if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
-            raise ValueError(
-                "`labels` must be a 1-D array of integer class ids. "
-                f"Received: labels with shape {labels.shape} and dtype {labels.dtype}"
-            )
-        self.labels = labels
-        ids, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
-        order = np.argsort(inverse, kind="stable")
-        members = np.split(order, np.cumsum(counts)[:-1])
-        keep = counts >= self.min_class_size
-        if small_classes == "skip":
-            keep &= counts >= self.samples_per_class
-        too_few = int(np.sum(counts < self.min_class_size))
-        if too_few:
-            logger.warning(
-                "PKSampler: skipped %d class(es) with fewer than %d example(s) (%d example(s) "
-                "in all); a class needs at least 2 examples to give a positive pair.",
-                too_few, self.min_class_size, int(np.sum(counts[counts < self.min_class_size])),
-            )
-        short = int(np.sum(keep == 0)) - too_few
-        if short:
-            logger.warning(
-                "PKSampler: skipped %d class(es) with fewer than samples_per_class=%d examples "
-                "(small_classes='skip').", short, self.samples_per_class,
-            )
-        self.class_ids = ids[keep]
-        self._members = [m for m, k in zip(members, keep, strict=True) if k]
-        self._counts = counts[keep]
-        self.skipped_classes = ids[~keep]
-        num = len(self.class_ids)
-        if num < self.classes_per_batch:
-            raise ValueError(
-                f"`classes_per_batch` must be at most the number of usable classes ({num} with "
-                f"at least {self.min_class_size} examples). Received: "
-                f"classes_per_batch={self.classes_per_batch}"
-            )
-        if steps_per_epoch is None:
-            per_perm = num / self.classes_per_batch
-            steps_per_epoch = math.floor(per_perm) if self.drop_remainder else math.ceil(per_perm)
-        self.steps_per_epoch = steps_per_epoch
-
-    @property
-    def batch_size(self) -> int:
-        """P x K."""
-        return self.classes_per_batch * self.samples_per_class
-
-    @property
-    def num_classes(self) -> int:
-        """The number of classes the sampler draws from (after skipping small classes)."""
-        return len(self.class_ids)
-
-    def _class_batches(self, rng):
-        """Endless stream of `[P]` arrays of class positions (into `self.class_ids`)."""
-        num, p = self.num_classes, self.classes_per_batch
-        while True:
-            perm = rng.permutation(num)
-            full = num - num % p
-            for start in range(0, full, p):
-                yield perm[start:start + p]
-            rest = perm[full:]
-            if len(rest) and not self.drop_remainder:
-                others = perm[:full]
-                yield np.concatenate([rest, rng.choice(others, p - len(rest), replace=False)])
-
-    def _class_sample(self, rng, pos):
-        members, k = self._members[pos], self.samples_per_class
-        n = len(members)
-        if n >= k:
-            return members[rng.choice(n, k, replace=False)]
-        return np.concatenate([rng.permutation(members), members[rng.integers(0, n, k - n)]])
-
-    def iter_batches(self, epoch=0):
-        """Yields `(indices [P*K] int64, seed [2] int64)` for the epochs from `epoch` on, forever.
-
-        The seed is a per-batch seed for stateless augmentation.
-        """
-        rng = np.random.default_rng([self.seed, int(epoch)])
-        for classes in self._class_batches(rng):
-            idx = np.concatenate([self._class_sample(rng, c) for c in classes]).astype(np.int64)
-            yield idx, rng.integers(0, 2**31 - 1, size=2, dtype=np.int64)
-
-    def epoch_batches(self, epoch=0):
-        """Returns the `[steps_per_epoch, P*K]` int64 indices of epoch number `epoch`.
-
-        Args:
-            epoch: non-negative epoch number. Defaults to `0`.
-        """
-        gen = self.iter_batches(epoch)
-        return np.stack([next(gen)[0] for _ in range(self.steps_per_epoch)])
-
-    def __repr__(self):
-        return (f"PKSampler(classes_per_batch={self.classes_per_batch}, samples_per_class="
-                f"{self.samples_per_class}, classes={self.num_classes}, steps_per_epoch="
-                f"{self.steps_per_epoch}, seed={self.seed})")
-
-
-def _source_arrays(source):
-    """Returns (kind, items, labels, bboxes, name) for the supported source types."""
-    if isinstance(source, DatasetSplit):
-        if source.paths is not None:
-            kind, items = "paths", np.asarray([os.fspath(p) for p in source.paths], dtype=object)
-        elif source.encoded is not None:
-            kind, items = "encoded", np.asarray(source.encoded, dtype=object)
-        else:
-            kind, items = "images", np.asarray(source.images)
-        return kind, items, source.labels, source.bboxes, f"{source.name}/{source.split}"
-    if not isinstance(source, (tuple, list)) or len(source) != 2:
-        raise ValueError(
-            "`source` must be a tfdml.data.DatasetSplit, a (features, labels) tuple or a "
-            f"(paths, labels) tuple. Received: source of type {type(source).__name__}"
-        )
-    features, labels = source
-    labels = np.asarray(labels)
-    if isinstance(features, np.ndarray) and features.dtype != object and features.dtype.kind not in "US":
-        kind, items = "images", features
-    else:
-        seq = list(features)
-        if seq and all(isinstance(x, (str, os.PathLike)) for x in seq):
-            kind, items = "paths", np.asarray([os.fspath(x) for x in seq], dtype=object)
-        elif seq and all(isinstance(x, bytes) for x in seq):
-            kind, items = "encoded", np.asarray(seq, dtype=object)
-        else:
-            kind, items = "images", np.asarray(features)
-    if len(items) != len(labels):
-        raise ValueError(
-            f"`source` features and labels must have the same length. Received: "
-            f"{len(items)} features and {len(labels)} labels"
-        )
-    return kind, items, labels, None, "source"
-
-
-def _check_in_memory_channels(items, channels):
-    """Raises unless in-memory images `items` can be given `channels` channels."""
-    if channels is None:
-        return
-    if items.ndim != 4:
-        raise ValueError(
-            "`channels` applies to in-memory images of shape [N, H, W, C]; leave it None for "
-            f"other features. Received: channels={channels} with features of shape {items.shape}"
-        )
-    have = items.shape[-1]
-    if have != channels and (have, channels) not in ((1, 3), (3, 1)):
-        raise ValueError(
-            "`channels` can convert in-memory images from 1 channel to 3 (grayscale to RGB) "
-            f"and from 3 to 1 (RGB to grayscale) only. Received: channels={channels} for "
-            f"images with {have} channels (shape {items.shape})"
-        )
-
-
 def _convert_channels(images, channels):
-    """In-memory image(s) with `channels` channels (checked by `_check_in_memory_channels`)."""
+    """In-memory image(s) with `channels` channels (checked by `check_in_memory_channels`)."""
     if channels is None or images.shape[-1] == channels:
         return images
     if channels == 3:
@@ -390,10 +140,10 @@ def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="r
         raise ValueError(f"`on_error` must be one of {_ON_ERROR}. Received: on_error={on_error!r}")
     if map_fn is not None and not callable(map_fn):
         raise ValueError(f"`map_fn` must be callable or None. Received: map_fn={map_fn!r}")
-    channels = _check_channels(channels)
-    kind, items, labels, bboxes, name = _source_arrays(source)
+    channels = check_channels(channels)
+    kind, items, labels, bboxes, name = source_arrays(source)
     if kind == "images":
-        _check_in_memory_channels(items, channels)
+        check_in_memory_channels(items, channels)
     if crop_to_bbox and bboxes is None:
         raise ValueError(
             "`crop_to_bbox=True` needs a DatasetSplit with `bboxes`. Received: source "
@@ -438,12 +188,29 @@ def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="r
     ds = tf.data.Dataset.from_generator(generate, output_signature=spec)
     pass_seed = map_fn is not None and _wants_seed(map_fn)
 
+    # Without map_fn, files are batched as decoded: one of another shape than the first
+    # image fails like a file that cannot be decoded, and the error names it.
+    first_shape = None
+    if kind != "images" and map_fn is None and not use_bbox:
+        try:
+            first_shape = tf.shape(_decode(kind, items[0], channels))
+        except (tf.errors.OpError, ValueError):
+            first_shape = None  # the first file itself is bad: reported when it is drawn
+    hint = "" if first_shape is None else (
+        "; without map_fn, an image of another shape than the first image's "
+        f"{first_shape.numpy().tolist()} fails too: pass a map_fn that resizes, e.g. "
+        "augment.train_transform")
+
     def load_one(item, bbox, elem_seed):
         image = _decode(kind, item, channels)
         if use_bbox:
             image = augment.crop_to_bbox(image, bbox)
         if map_fn is not None:
             image = map_fn(image, seed=elem_seed) if pass_seed else map_fn(image)
+        if first_shape is not None:
+            same = tf.reduce_all(tf.equal(tf.shape(image), first_shape))
+            with tf.control_dependencies([tf.debugging.Assert(same, ["shape differs"])]):
+                image = tf.identity(image)
         return image
 
     if kind == "images" and map_fn is None and not use_bbox:
@@ -451,7 +218,7 @@ def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="r
     elif kind == "images":
         ds = _flat_pipeline(ds, load_one, batch, num_parallel_calls)
     else:
-        ds = ds.interleave(_decoding_batch_fn(batch, load_one, num_parallel_calls, on_error),
+        ds = ds.interleave(_decoding_batch_fn(batch, load_one, num_parallel_calls, on_error, hint),
                            cycle_length=2, block_length=1,
                            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     # Tell Keras the length: one epoch of `steps` batches, or endless.
@@ -476,7 +243,7 @@ def _flat_pipeline(ds, load_one, batch, num_parallel_calls):
     return ds.batch(batch)
 
 
-def _decoding_batch_fn(batch, load_one, num_parallel_calls, on_error):
+def _decoding_batch_fn(batch, load_one, num_parallel_calls, on_error, hint=""):
     """Returns the interleave function that reads and decodes one batch of files.
 
     Each batch first takes the fast path: a parallel map and a batch, with errors ignored
@@ -512,7 +279,7 @@ def _decoding_batch_fn(batch, load_one, num_parallel_calls, on_error):
                 return tf.zeros(shape, image_spec.dtype), tf.zeros([0], tf.int32)
 
         slow = slow.concatenate(tf.data.Dataset.from_tensors(0).map(all_failed)).take(1)
-        slow = slow.map(lambda imgs, got: _fill(imgs, got, names, y, batch, on_error))
+        slow = slow.map(lambda imgs, got: _fill(imgs, got, names, y, batch, on_error, hint))
         return fast.concatenate(slow).take(1)
 
     return one_batch
@@ -526,7 +293,7 @@ def _log_skipped(names):
     return np.int32(len(names))
 
 
-def _fill(images, got, names, labels, batch, on_error):
+def _fill(images, got, names, labels, batch, on_error, hint=""):
     """Puts the decoded images back in slot order. With `on_error="raise"` a failed slot
     raises an error naming its file; with `"skip"` it takes the first decoded image of its
     class in the batch (an error if there is none)."""
@@ -536,7 +303,8 @@ def _fill(images, got, names, labels, batch, on_error):
     if on_error == "raise":
         check = tf.debugging.Assert(
             tf.reduce_all(present),
-            ["pk_batches: could not read or decode image(s) (or map_fn failed on them):",
+            ["pk_batches: could not read or decode image(s) (or map_fn failed on them"
+             f"{hint}):",
              missing_names, "; on_error='skip' skips such files."],
             summarize=batch,
         )
@@ -592,13 +360,13 @@ def eval_batches(source, batch_size=256, *, map_fn=None, crop_to_bbox=False, cha
     >>> sum(int(y.shape[0]) for _, y in ds) == len(test)
     True
     """
-    batch_size = _check_positive_int("batch_size", batch_size)
-    channels = _check_channels(channels)
+    batch_size = check_positive_int("batch_size", batch_size)
+    channels = check_channels(channels)
     if map_fn is not None and not callable(map_fn):
         raise ValueError(f"`map_fn` must be callable or None. Received: map_fn={map_fn!r}")
-    kind, items, labels, bboxes, _ = _source_arrays(source)
+    kind, items, labels, bboxes, _ = source_arrays(source)
     if kind == "images":
-        _check_in_memory_channels(items, channels)
+        check_in_memory_channels(items, channels)
     if crop_to_bbox and bboxes is None:
         raise ValueError(
             "`crop_to_bbox=True` needs a DatasetSplit with `bboxes`. Received: source "

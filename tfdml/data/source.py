@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["DatasetSplit"]
+__all__ = ["DatasetSplit", "check_in_memory_channels", "source_arrays"]
 
 
 @dataclass
@@ -72,3 +73,87 @@ class DatasetSplit:
         kind = "paths" if self.paths is not None else "encoded" if self.encoded is not None else "images"
         return (f"DatasetSplit(name={self.name!r}, split={self.split!r}, images={len(self)}, "
                 f"classes={self.num_classes}, source={kind})")
+
+
+def _features(features):
+    """`(kind, items)` for the features of a `(features, labels)` source."""
+    if isinstance(features, np.ndarray) and features.dtype != object and features.dtype.kind not in "US":
+        return "images", features
+    seq = list(features)
+    if seq and all(isinstance(x, (str, os.PathLike)) for x in seq):
+        return "paths", np.asarray([os.fspath(x) for x in seq], dtype=object)
+    if seq and all(isinstance(x, bytes) for x in seq):
+        return "encoded", np.asarray(seq, dtype=object)
+    shapes = {np.shape(x) for x in seq}
+    if len(shapes) > 1:
+        raise ValueError(
+            "`source` features must be file paths, encoded images, or arrays of one shape "
+            "(in-memory images are stacked into one [N, ...] array). Received: features of "
+            f"{len(shapes)} different shapes, e.g. {sorted(shapes, key=str)[:3]}; resize them "
+            "first, or pass their files"
+        )
+    items = np.asarray(seq)
+    if items.dtype == object or items.dtype.kind in "US":
+        raise ValueError(
+            "`source` features must be file paths (str or os.PathLike), encoded images "
+            "(bytes) or a numeric array. Received: features of dtype "
+            f"{items.dtype} ({type(seq[0]).__name__} elements)")
+    return "images", items
+
+
+def source_arrays(source):
+    """Returns `(kind, items, labels, bboxes, name)` for the sources the samplers take.
+
+    `kind` is `"paths"`, `"encoded"` or `"images"`. Raises a ValueError naming `source` for
+    an unsupported type, an empty source, features and labels of different lengths, or
+    features that cannot be stacked.
+    """
+    if isinstance(source, DatasetSplit):
+        if source.paths is not None:
+            kind, items = "paths", np.asarray([os.fspath(p) for p in source.paths], dtype=object)
+        elif source.encoded is not None:
+            kind, items = "encoded", np.asarray(source.encoded, dtype=object)
+        else:
+            kind, items = "images", np.asarray(source.images)
+        labels, bboxes, name = source.labels, source.bboxes, f"{source.name}/{source.split}"
+    elif isinstance(source, (tuple, list)) and len(source) == 2:
+        features, labels = source
+        labels = np.asarray(labels)
+        if labels.ndim == 0:
+            raise ValueError(
+                "`source` labels must be an array of class ids, one per example. Received: "
+                f"labels={labels!r}"
+            )
+        kind, items = _features(features)
+        if len(items) != len(labels):
+            raise ValueError(
+                f"`source` features and labels must have the same length. Received: "
+                f"{len(items)} features and {len(labels)} labels"
+            )
+        bboxes, name = None, "source"
+    else:
+        raise ValueError(
+            "`source` must be a tfdml.data.DatasetSplit, a (features, labels) tuple or a "
+            f"(paths, labels) tuple. Received: source of type {type(source).__name__}"
+        )
+    if len(items) == 0:
+        raise ValueError(f"`source` must hold at least one example. Received: {name} with 0")
+    return kind, items, labels, bboxes, name
+
+
+def check_in_memory_channels(items, channels):
+    """Raises unless in-memory images `items` can be given `channels` channels."""
+    if channels is None:
+        return
+    if items.ndim != 4:
+        raise ValueError(
+            "`channels` applies to in-memory images of shape [N, H, W, C]; leave it None for "
+            f"other features. Received: channels={channels} with features of shape {items.shape}"
+        )
+    have = items.shape[-1]
+    if have != channels and (have, channels) not in ((1, 3), (3, 1)):
+        raise ValueError(
+            "`channels` can convert in-memory images from 1 channel to 3 (grayscale to RGB) "
+            f"and from 3 to 1 (RGB to grayscale) only. Received: channels={channels} for "
+            f"images with {have} channels (shape {items.shape})"
+        )

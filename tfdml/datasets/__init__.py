@@ -5,13 +5,13 @@
 bounding boxes) that the P x K sampler and the evaluation code take directly.
 `available()` lists the data sets, their splits, sources and options. See
 `docs/datasets.md` for where to get each data set and the layout the readers expect.
+The readers need no TensorFlow, except `source="tfds"` (TensorFlow Datasets).
 """
 
 from __future__ import annotations
 
 import os
 
-from tfdml._tensorflow import tf  # noqa: F401  (a clear ImportError without it)
 from tfdml.datasets.cars import load_cars196
 from tfdml.datasets.common import PUBLISHED_COUNTS, class_range_masks, split_counts
 from tfdml.datasets.cub import load_cub200

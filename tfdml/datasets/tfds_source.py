@@ -40,7 +40,7 @@ def _import_tfds():
 
 
 def _image_shape(img):
-    import tensorflow as tf
+    from tfdml._tensorflow import tf
 
     is_jpeg = tf.equal(tf.strings.substr(img, 0, 2), b"\xff\xd8")
     return tf.cond(
@@ -90,8 +90,9 @@ def load_tfds(name, split="train", data_dir=None, download=False, label="charact
     elif label != "character":
         raise ValueError(f"`label` is an Omniglot option. Received: label={label!r}")
     common.check_choice("split", split, _SPLITS[name])
+    from tfdml._tensorflow import tf  # the ImportError that says what to install
+
     tfds = _import_tfds()
-    import tensorflow as tf
 
     builder = tfds.builder(TFDS_NAMES[name], data_dir=data_dir)
     if download:

@@ -1,0 +1,292 @@
+"""Image augmentation in NumPy, for `tfdml.data.PKDataset`: no TensorFlow needed.
+
+The transforms of `tfdml.data.augment` (which are ``tf.data`` map functions), on NumPy
+`[H, W, C]` images, for the Keras `PyDataset` that feeds `model.fit` under every backend.
+They take the same arguments and give the same images up to float32 rounding (the resize
+is the half-pixel bilinear interpolation of ``tf.image.resize``); randomness comes from a
+``numpy.random.Generator`` instead of a stateless seed, so the random crops and flips differ
+from the ``tf.data`` pipeline's.
+
+Each transform is `fn(image, rng=None) -> float32 image`; `tfdml.data.PKDataset` passes
+every image its own generator, derived from the sampler's seed, so the same seed gives
+the same batches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "center_crop",
+    "crop_to_bbox",
+    "eval_transform",
+    "get_preprocess",
+    "pad_crop_transform",
+    "random_crop",
+    "random_flip",
+    "resize",
+    "train_transform",
+]
+
+
+def _check_size(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+    return int(value)
+
+
+def _check_crop_and_resize(crop_size, resize_size):
+    _check_size("crop_size", crop_size)
+    _check_size("resize_size", resize_size)
+    if crop_size > resize_size:
+        raise ValueError(
+            "`crop_size` must be at most `resize_size`. "
+            f"Received: crop_size={crop_size}, resize_size={resize_size}"
+        )
+
+
+def _image(image):
+    image = np.asarray(image)
+    if image.ndim != 3:
+        raise ValueError(f"`image` must have shape [H, W, C]. Received: shape {image.shape}")
+    return image
+
+
+def _rng(rng):
+    return rng if rng is not None else np.random.default_rng()
+
+
+def _axis_weights(out_size, in_size):
+    """Source rows (low, high) and weights of a half-pixel bilinear resize along one axis."""
+    scale = np.float32(in_size) / np.float32(out_size)
+    src = (np.arange(out_size, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5)
+    low = np.floor(src)
+    frac = (src - low).astype(np.float32)
+    low = low.astype(np.int64)
+    high = np.clip(low + 1, 0, in_size - 1)
+    return np.clip(low, 0, in_size - 1), high, frac
+
+
+def resize(image, size, keep_aspect_ratio=False):
+    """Resizes an image (bilinear, half-pixel centres) to float32 in its value range.
+
+    Args:
+        image: `[H, W, C]` image, any numeric dtype.
+        size: target size in pixels. With `keep_aspect_ratio=False` the output is
+            `size x size`; otherwise the shorter side becomes `size`.
+        keep_aspect_ratio: whether to keep the aspect ratio. Defaults to `False`.
+
+    Returns:
+        float32 `[size, size, C]` (or `[h, w, C]` with the shorter side `size`).
+
+    Examples:
+
+    >>> tfdml.data.numpy_augment.resize(np.zeros([30, 60, 3]), 16, keep_aspect_ratio=True).shape
+    (16, 32, 3)
+    """
+    _check_size("size", size)
+    image = _image(image).astype(np.float32)
+    height, width = image.shape[:2]
+    if keep_aspect_ratio:
+        shape = np.array([height, width], np.float32)
+        scale = np.float32(size) / shape.min()
+        new_h, new_w = np.maximum(np.round(shape * scale).astype(np.int64), size)
+    else:
+        new_h = new_w = size
+    y0, y1, fy = _axis_weights(int(new_h), height)
+    x0, x1, fx = _axis_weights(int(new_w), width)
+    fy, fx = fy[:, None, None], fx[None, :, None]
+    top = image[y0][:, x0] * (1 - fx) + image[y0][:, x1] * fx
+    bottom = image[y1][:, x0] * (1 - fx) + image[y1][:, x1] * fx
+    return (top + (bottom - top) * fy).astype(np.float32)
+
+
+def center_crop(image, size):
+    """The central `size x size` window of an image (padded with zeros if smaller).
+
+    Args:
+        image: `[H, W, C]` image.
+        size: side of the crop in pixels.
+
+    Returns:
+        `[size, size, C]` image of the input dtype.
+    """
+    _check_size("size", size)
+    image = _image(image)
+    out = np.zeros((size, size, image.shape[2]), image.dtype)
+    height, width = image.shape[:2]
+    sy, sx = max((height - size) // 2, 0), max((width - size) // 2, 0)
+    dy, dx = max((size - height) // 2, 0), max((size - width) // 2, 0)
+    h, w = min(size, height), min(size, width)
+    out[dy:dy + h, dx:dx + w] = image[sy:sy + h, sx:sx + w]
+    return out
+
+
+def random_crop(image, size, rng=None):
+    """A random `size x size` window of an image with `H, W >= size`.
+
+    Args:
+        image: `[H, W, C]` image.
+        size: side of the crop in pixels.
+        rng: a `numpy.random.Generator`, or `None` for a fresh one. Defaults to `None`.
+
+    Returns:
+        `[size, size, C]` image of the input dtype.
+    """
+    _check_size("size", size)
+    image = _image(image)
+    height, width = image.shape[:2]
+    if height < size or width < size:
+        raise ValueError(
+            f"`random_crop` needs an image of at least {size} x {size}. Received: an image "
+            f"of shape {image.shape}"
+        )
+    rng = _rng(rng)
+    top = int(rng.integers(0, height - size + 1))
+    left = int(rng.integers(0, width - size + 1))
+    return image[top:top + size, left:left + size]
+
+
+def random_flip(image, rng=None):
+    """Flips an image left-right with probability 1/2.
+
+    Args:
+        image: `[H, W, C]` image.
+        rng: a `numpy.random.Generator`, or `None` for a fresh one. Defaults to `None`.
+    """
+    image = _image(image)
+    return image[:, ::-1] if _rng(rng).random() < 0.5 else image
+
+
+def crop_to_bbox(image, bbox):
+    """Crops an image to a box `(ymin, xmin, ymax, xmax)` in pixels, clipped to the image
+    and at least one pixel wide and high (as `tfdml.data.augment.crop_to_bbox`)."""
+    image = _image(image)
+    height, width = image.shape[:2]
+    ymin = int(np.clip(np.floor(bbox[0]), 0, height - 1))
+    xmin = int(np.clip(np.floor(bbox[1]), 0, width - 1))
+    ymax = int(np.clip(np.ceil(bbox[2]), ymin + 1, height))
+    xmax = int(np.clip(np.ceil(bbox[3]), xmin + 1, width))
+    return image[ymin:ymax, xmin:xmax]
+
+
+def get_preprocess(preprocess):
+    """The normalization of a Keras Applications backbone, on NumPy images.
+
+    As `tfdml.data.augment.get_preprocess`: a backbone name from
+    `tfdml.models.BACKBONES` or a mode (`"caffe"`, `"tf"`, `"torch"`, `"none"`) gives
+    Keras' own `preprocess_input` of that backbone (a 1-channel image is converted to RGB
+    first, other channel counts than 1 and 3 raise a ValueError); a callable is used as
+    is; `None` keeps [0, 255].
+
+    Returns:
+        A function mapping a float `[H, W, C]` image in [0, 255] to float32.
+    """
+    if preprocess is None:
+        return lambda image: np.asarray(image, np.float32)
+    if callable(preprocess):
+        return preprocess
+    from tfdml import models
+
+    try:
+        mode = models.resolve_preprocess_mode(preprocess)
+    except ValueError:
+        raise ValueError(
+            "`preprocess` must be None, a callable, a backbone name from "
+            "tfdml.models.BACKBONES or one of the modes "
+            f"{models.PREPROCESS_MODES}. Received: preprocess={preprocess!r}"
+        ) from None
+    if mode == "none":
+        return lambda image: np.asarray(image, np.float32)
+    keras_fn = models.keras_preprocess_input(mode)
+
+    def normalize(image):
+        image = np.array(image, np.float32)  # a copy: Keras normalizes NumPy arrays in place
+        channels = image.shape[-1]
+        if channels == 1:
+            image = np.repeat(image, 3, axis=-1)
+        elif channels != 3:
+            raise ValueError(
+                f"`preprocess={preprocess!r}` normalizes RGB images: it needs images with 3 "
+                f"channels (1-channel images are converted to RGB). Received: an image of "
+                f"shape {list(image.shape)}"
+            )
+        return np.asarray(keras_fn(image), np.float32)
+
+    normalize.mode = mode
+    return normalize
+
+
+def train_transform(crop_size=224, resize_size=256, flip=True, preprocess=None,
+                    keep_aspect_ratio=False):
+    """The papers' training augmentation: resize, random crop, random horizontal flip.
+
+    The arguments of `tfdml.data.augment.train_transform`.
+
+    Returns:
+        A function `fn(image, rng=None)` returning a float32 `[crop_size, crop_size, C]`
+        image (`C = 3` for a 1-channel image and a backbone's `preprocess`).
+
+    Examples:
+
+    >>> fn = tfdml.data.numpy_augment.train_transform(32, 40, preprocess="resnet50")
+    >>> fn(np.zeros([50, 60, 3], np.uint8), rng=np.random.default_rng(0)).shape
+    (32, 32, 3)
+    """
+    _check_crop_and_resize(crop_size, resize_size)
+    normalize = get_preprocess(preprocess)
+
+    def fn(image, rng=None):
+        rng = _rng(rng)
+        image = random_crop(resize(image, resize_size, keep_aspect_ratio), crop_size, rng)
+        if flip:
+            image = random_flip(image, rng)
+        return normalize(image)
+
+    return fn
+
+
+def eval_transform(crop_size=224, resize_size=256, preprocess=None, keep_aspect_ratio=False):
+    """The papers' evaluation transform: resize, then center crop (deterministic).
+
+    The arguments of `tfdml.data.augment.eval_transform`.
+
+    Returns:
+        A function `fn(image, rng=None)` (`rng` is not used) returning a float32
+        `[crop_size, crop_size, C]` image.
+    """
+    _check_crop_and_resize(crop_size, resize_size)
+    normalize = get_preprocess(preprocess)
+
+    def fn(image, rng=None):
+        del rng
+        return normalize(center_crop(resize(image, resize_size, keep_aspect_ratio), crop_size))
+
+    return fn
+
+
+def pad_crop_transform(size=256, padding=10, flip=True, preprocess=None):
+    """The extreme-triplet paper's augmentation: resize, zero-pad, random crop back, flip.
+
+    The arguments of `tfdml.data.augment.pad_crop_transform`.
+
+    Returns:
+        A function `fn(image, rng=None)` returning a float32 `[size, size, C]` image.
+    """
+    _check_size("size", size)
+    if isinstance(padding, bool) or not isinstance(padding, int) or padding < 0:
+        raise ValueError(
+            f"`padding` must be a non-negative integer. Received: padding={padding!r}"
+        )
+    normalize = get_preprocess(preprocess)
+
+    def fn(image, rng=None):
+        rng = _rng(rng)
+        image = resize(image, size)
+        image = np.pad(image, [(padding, padding), (padding, padding), (0, 0)])
+        image = random_crop(image, size, rng)
+        if flip:
+            image = random_flip(image, rng)
+        return normalize(image)
+
+    return fn

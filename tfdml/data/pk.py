@@ -1,0 +1,212 @@
+"""`PKSampler`: the indices of P x K batches, P classes per batch and K examples of each.
+
+NumPy only: the ``tf.data`` pipeline (`tfdml.data.pk_batches`) and the Keras `PyDataset`
+(`tfdml.data.PKDataset`) both draw their batches from it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+
+__all__ = ["PKSampler", "check_channels", "check_positive_int"]
+
+logger = logging.getLogger("tfdml.data")
+
+_SMALL_CLASSES = ("replace", "skip")
+
+
+def check_positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+    return int(value)
+
+
+def _check_samples_per_class(value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 2:
+        raise ValueError(
+            "`samples_per_class` must be an integer of at least 2: with fewer samples of a "
+            "class in a batch no anchor has a positive, and no tfdml loss learns anything. "
+            f"Received: samples_per_class={value!r}"
+        )
+    return int(value)
+
+
+def check_channels(value):
+    if value is None:
+        return None
+    return check_positive_int("channels", value)
+
+
+class PKSampler:
+    """Draws index batches of P classes x K examples per class.
+
+    Every batch holds `classes_per_batch` (P) distinct classes and `samples_per_class` (K)
+    indices of each, grouped by class (the K indices of the first class, then the next...).
+
+    **Epochs.** Classes are visited in a random permutation, P at a time, so by default one
+    epoch (`steps_per_epoch=None`) is `ceil(C / P)` batches and visits every one of the C
+    eligible classes once. When C is not a multiple of P the last batch of a permutation
+    holds the `C mod P` remaining classes, topped up with classes drawn at random from the
+    others (`drop_remainder=False`), or the remaining classes are left out of that epoch
+    (`drop_remainder=True`, `floor(C / P)` batches). With `steps_per_epoch=N` an epoch is N
+    batches taken from the same endless stream of permutations.
+
+    **Small classes.** Classes with fewer than `min_class_size` examples (by default,
+    the classes with a single example: they cannot give a positive pair) are left out,
+    and their number is logged (logger `"tfdml.data"`, level WARNING). A class with fewer
+    than K examples is, with `small_classes="replace"`, given all its examples in random
+    order topped up with examples drawn with replacement, or, with `small_classes="skip"`,
+    left out. A class with K or more examples gives K distinct examples drawn at random.
+
+    **Determinism.** `epoch_batches(epoch)` depends only on `seed` and `epoch`: the same
+    seed reproduces the same batches and every epoch draws new ones.
+
+    Args:
+        labels: `[N]` integer class ids.
+        classes_per_batch: P, the number of distinct classes in a batch.
+        samples_per_class: K, the number of examples of each class in a batch, at least
+            2 (with K = 1 no anchor has a positive).
+        small_classes: `"replace"` or `"skip"`, for classes with fewer than K examples.
+            Defaults to `"replace"`.
+        min_class_size: classes with fewer examples are always left out. Defaults to `2`.
+        steps_per_epoch: batches per epoch, or `None` for one visit of every class.
+            Defaults to `None`.
+        drop_remainder: whether to leave out the classes left over when C is not a
+            multiple of P, instead of topping up the last batch. Defaults to `False`.
+        seed: integer seed, or `None` for a random one (drawn once, at construction).
+            Defaults to `None`.
+
+    Raises:
+        ValueError: on a bad argument (e.g. `samples_per_class < 2`), or if fewer than P
+            classes are eligible.
+
+    Examples:
+
+    >>> labels = np.repeat(np.arange(10), 5)
+    >>> sampler = tfdml.data.PKSampler(labels, 4, 2, seed=0)
+    >>> sampler.steps_per_epoch
+    3
+    >>> sampler.epoch_batches(0).shape
+    (3, 8)
+    """
+
+    def __init__(self, labels, classes_per_batch, samples_per_class, small_classes="replace",
+                 min_class_size=2, steps_per_epoch=None, drop_remainder=False, seed=None):
+        self.classes_per_batch = check_positive_int("classes_per_batch", classes_per_batch)
+        self.samples_per_class = _check_samples_per_class(samples_per_class)
+        if small_classes not in _SMALL_CLASSES:
+            raise ValueError(
+                f"`small_classes` must be one of {_SMALL_CLASSES}. "
+                f"Received: small_classes={small_classes!r}"
+            )
+        self.small_classes = small_classes
+        self.min_class_size = check_positive_int("min_class_size", min_class_size)
+        if steps_per_epoch is not None:
+            steps_per_epoch = check_positive_int("steps_per_epoch", steps_per_epoch)
+        self.drop_remainder = bool(drop_remainder)
+        if seed is None:
+            seed = int(np.random.SeedSequence().entropy % (2**63))
+        elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"`seed` must be a non-negative integer or None. Received: seed={seed!r}")
+        self.seed = int(seed)
+
+        labels = np.asarray(labels)
+        if labels.ndim == 2 and labels.shape[1] == 1:
+            labels = labels[:, 0]
+        if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+            raise ValueError(
+                "`labels` must be a 1-D array of integer class ids. "
+                f"Received: labels with shape {labels.shape} and dtype {labels.dtype}"
+            )
+        self.labels = labels
+        ids, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
+        order = np.argsort(inverse, kind="stable")
+        members = np.split(order, np.cumsum(counts)[:-1])
+        keep = counts >= self.min_class_size
+        if small_classes == "skip":
+            keep &= counts >= self.samples_per_class
+        too_few = int(np.sum(counts < self.min_class_size))
+        if too_few:
+            logger.warning(
+                "PKSampler: skipped %d class(es) with fewer than %d example(s) (%d example(s) "
+                "in all); a class needs at least 2 examples to give a positive pair.",
+                too_few, self.min_class_size, int(np.sum(counts[counts < self.min_class_size])),
+            )
+        short = int(np.sum(keep == 0)) - too_few
+        if short:
+            logger.warning(
+                "PKSampler: skipped %d class(es) with fewer than samples_per_class=%d examples "
+                "(small_classes='skip').", short, self.samples_per_class,
+            )
+        self.class_ids = ids[keep]
+        self._members = [m for m, k in zip(members, keep, strict=True) if k]
+        self._counts = counts[keep]
+        self.skipped_classes = ids[~keep]
+        num = len(self.class_ids)
+        if num < self.classes_per_batch:
+            raise ValueError(
+                f"`classes_per_batch` must be at most the number of usable classes ({num} with "
+                f"at least {self.min_class_size} examples). Received: "
+                f"classes_per_batch={self.classes_per_batch}"
+            )
+        if steps_per_epoch is None:
+            per_perm = num / self.classes_per_batch
+            steps_per_epoch = math.floor(per_perm) if self.drop_remainder else math.ceil(per_perm)
+        self.steps_per_epoch = steps_per_epoch
+
+    @property
+    def batch_size(self) -> int:
+        """P x K."""
+        return self.classes_per_batch * self.samples_per_class
+
+    @property
+    def num_classes(self) -> int:
+        """The number of classes the sampler draws from (after skipping small classes)."""
+        return len(self.class_ids)
+
+    def _class_batches(self, rng):
+        """Endless stream of `[P]` arrays of class positions (into `self.class_ids`)."""
+        num, p = self.num_classes, self.classes_per_batch
+        while True:
+            perm = rng.permutation(num)
+            full = num - num % p
+            for start in range(0, full, p):
+                yield perm[start:start + p]
+            rest = perm[full:]
+            if len(rest) and not self.drop_remainder:
+                others = perm[:full]
+                yield np.concatenate([rest, rng.choice(others, p - len(rest), replace=False)])
+
+    def _class_sample(self, rng, pos):
+        members, k = self._members[pos], self.samples_per_class
+        n = len(members)
+        if n >= k:
+            return members[rng.choice(n, k, replace=False)]
+        return np.concatenate([rng.permutation(members), members[rng.integers(0, n, k - n)]])
+
+    def iter_batches(self, epoch=0):
+        """Yields `(indices [P*K] int64, seed [2] int64)` for the epochs from `epoch` on, forever.
+
+        The seed is a per-batch seed for stateless augmentation.
+        """
+        rng = np.random.default_rng([self.seed, int(epoch)])
+        for classes in self._class_batches(rng):
+            idx = np.concatenate([self._class_sample(rng, c) for c in classes]).astype(np.int64)
+            yield idx, rng.integers(0, 2**31 - 1, size=2, dtype=np.int64)
+
+    def epoch_batches(self, epoch=0):
+        """Returns the `[steps_per_epoch, P*K]` int64 indices of epoch number `epoch`.
+
+        Args:
+            epoch: non-negative epoch number. Defaults to `0`.
+        """
+        gen = self.iter_batches(epoch)
+        return np.stack([next(gen)[0] for _ in range(self.steps_per_epoch)])
+
+    def __repr__(self):
+        return (f"PKSampler(classes_per_batch={self.classes_per_batch}, samples_per_class="
+                f"{self.samples_per_class}, classes={self.num_classes}, steps_per_epoch="
+                f"{self.steps_per_epoch}, seed={self.seed})")
