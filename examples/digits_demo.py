@@ -25,8 +25,9 @@ import keras
 
 import tfdml
 
-# XLA under TensorFlow and JAX. On PyTorch, jit_compile=True runs torch.compile, which
-# costs about 30 s of compilation here for 10 s of training: run eagerly there.
+# XLA under TensorFlow and JAX. On PyTorch, jit_compile=True runs torch.compile, whose
+# compilation costs more than this small model's training (benchmarks/torch_compile.py):
+# run eagerly there.
 JIT_COMPILE = keras.backend.backend() != "torch"
 
 
@@ -66,6 +67,12 @@ def main(argv=None):
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    for name in ("epochs", "steps_per_epoch", "classes_per_batch", "samples_per_class",
+                 "embedding_dim"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if not args.learning_rate > 0:
+        parser.error(f"--learning-rate must be > 0, got {args.learning_rate}")
 
     start = time.perf_counter()
     keras.utils.set_random_seed(args.seed)
