@@ -80,10 +80,21 @@ def main(argv=None):
     parser.add_argument("--out", default=None, help="SavedModel directory (default: a temp dir)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    for name in ("k", "queries", "gallery", "calibration"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.steps < 0:
+        parser.error(f"--steps must be >= 0, got {args.steps}")
+    if args.k > args.gallery:
+        parser.error(f"--k {args.k} asks for more neighbours than --gallery {args.gallery}")
     start = time.time()
     keras.utils.set_random_seed(args.seed)
 
     images, labels = digit_images()
+    needed = args.gallery + args.queries + args.calibration
+    if needed > len(images):
+        parser.error(f"--gallery {args.gallery} + --queries {args.queries} + --calibration "
+                     f"{args.calibration} = {needed} images, but the digits hold {len(images)}")
     rng = np.random.default_rng(args.seed)
     order = rng.permutation(len(images))
     gallery_idx = order[: args.gallery]

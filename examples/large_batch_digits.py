@@ -96,7 +96,11 @@ def main(argv=None):
     train = tfdml.datasets.load("digits", "train", dtype="float32")  # digits 0-5
     test = tfdml.datasets.load("digits", "test", dtype="float32")    # digits 6-9
     x, y = jittered_copies(train.images, train.labels, args.copies, args.seed)
-    batch = min(args.batch_size, len(x))
+    if args.batch_size > len(x):
+        parser.error(f"--batch-size {args.batch_size} is larger than the {len(x)} training "
+                     f"images ({args.copies} copies of {len(train)} digits): raise --copies or "
+                     "lower --batch-size")
+    batch = args.batch_size
     steps = len(x) // batch
     print(f"tfdml {tfdml.__version__} ({keras.backend.backend()}): {len(x)} training images "
           f"({args.copies} jittered copies of {len(train)} digits 0-5), {args.model} embedder, "

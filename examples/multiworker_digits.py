@@ -65,6 +65,11 @@ def main(argv=None):
     parser.add_argument("--no-single", action="store_true",
                         help="skip the one-process run the workers' weights are compared with")
     args = parser.parse_args(argv)
+    for name in ("workers", "epochs", "steps_per_epoch"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if not args.timeout > 0:
+        parser.error(f"--timeout must be > 0, got {args.timeout}")
     out = pathlib.Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     cluster = [f"localhost:{p}" for p in free_ports(args.workers)]

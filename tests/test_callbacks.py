@@ -406,7 +406,7 @@ def test_infinite_datasets_are_rejected(cls, endless, tmp_path):
 
 
 @pytest.mark.parametrize("cls", [RecallAtK, TripletScatter])
-def test_finite_and_unknown_cardinality_datasets_are_accepted(cls, tmp_path):
+def test_finite_datasets_are_accepted_and_unknown_cardinality_needs_steps(cls, tmp_path):
     import tensorflow as tf
 
     x, y = _xy()
@@ -415,5 +415,14 @@ def test_finite_and_unknown_cardinality_datasets_are_accepted(cls, tmp_path):
     assert int(unknown.cardinality()) == tf.data.UNKNOWN_CARDINALITY
     one_epoch = tfdml.data.pk_batches((x, y), 2, 2, repeat=False)
     kwargs = {"output_dir": str(tmp_path)} if cls is TripletScatter else {}
-    for data in (ds, ds.repeat().take(3), unknown, one_epoch):
+    for data in (ds, ds.repeat().take(3), one_epoch):
         assert cls(data, **kwargs).data is data
+    # Unknown cardinality may be endless (a generator): refused up front unless `steps` is
+    # given, instead of hanging at the end of the first epoch.
+    with pytest.raises(ValueError, match=r"unknown cardinality.*`steps`.*assert_cardinality"):
+        cls(unknown, **kwargs)
+    for data in (unknown, ds.repeat(), tfdml.data.pk_batches((x, y), 2, 2)):
+        taken = cls(data, steps=2, **kwargs).data
+        assert sum(1 for _ in taken) == 2
+    sizes = [len(b[1]) for b in cls(ds, steps=1, **kwargs).data]
+    assert sizes == [4]

@@ -19,3 +19,12 @@ def test_demo_recall_rises_on_held_out_digits(capsys):
     assert set(before) == set(after) == {1, 2, 4, 8}
     assert after[1] > before[1], (before, after)
     assert "Recall@K on the held-out digits 6-9" in out
+
+
+def test_demo_refuses_sizes_below_one(capsys):
+    import pytest
+
+    for flag in ("--epochs", "--steps-per-epoch", "--classes-per-batch", "--samples-per-class"):
+        with pytest.raises(SystemExit) as info:
+            _load_demo().main([flag, "0"])
+        assert info.value.code == 2 and flag in capsys.readouterr().err

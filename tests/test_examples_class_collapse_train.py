@@ -85,3 +85,45 @@ def test_figure_sweeps(tmp_path, script, args, runs):
     if script == "positives.py":
         config = json.loads((out / "K4-s0" / "results.json").read_text())["config"]
         assert (config["classes_per_batch"], config["samples_per_class"]) == (2, 4)
+
+
+def _train_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("class_collapse_train", FOLDER / "train.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_batch_and_loss_flags_are_honoured():
+    train = _train_module()
+    check = lambda argv: train.check_args(train.make_parser(), argv)  # noqa: E731
+    args = check([])
+    assert (args.classes_per_batch, args.samples_per_class) == (20, 8)
+    args = check(["-P", "4", "-K", "2"])
+    assert (args.classes_per_batch, args.samples_per_class) == (4, 2)
+    args = check(["--batch-size", "64", "-K", "16"])
+    assert (args.classes_per_batch, args.samples_per_class) == (4, 16)
+    args = check(["--no-eps", "--baseline-positive", "hard", "--loss", "ms", "--ms-beta", "40"])
+    assert (args.baseline_positive, args.ms_beta) == ("hard", 40.0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["-P", "5", "--batch-size", "160"], "--batch-size 160"),  # K = 8: 40 images
+        (["--batch-size", "100"], "--batch-size 100"),
+        (["--baseline-positive", "hard"], "--baseline-positive"),  # ignored with --eps
+        (["--loss", "triplet", "--beta", "1.0"], "--beta"),
+        (["--loss", "ms", "--margin", "0.1"], "--margin"),
+        (["--loss", "margin", "--ms-alpha", "3"], "--ms-alpha"),
+        (["--shared-beta", "--num-classes", "10"], "--num-classes"),
+        (["--trim", "1.5"], "--trim"),
+    ],
+)
+def test_flags_that_conflict_or_would_be_ignored_are_refused(argv, named, capsys):
+    with pytest.raises(SystemExit) as info:
+        _train_module().main(argv)
+    assert info.value.code == 2
+    assert named in capsys.readouterr().err

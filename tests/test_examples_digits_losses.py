@@ -31,3 +31,12 @@ def test_digits_losses_table_has_finite_recall_per_loss(capsys):
             f"| {module.LABELS[name]} |"))
         recall_at_1 = float(line.split("|")[2])
         assert math.isfinite(recall_at_1), line
+
+
+def test_refuses_sizes_below_one(capsys):
+    import pytest
+
+    for flag in ("--epochs", "--steps-per-epoch", "--embedding-dim", "--learning-rate"):
+        with pytest.raises(SystemExit) as info:
+            _load_script().main([flag, "0"])
+        assert info.value.code == 2 and flag in capsys.readouterr().err

@@ -127,3 +127,37 @@ def test_paper_defaults_and_the_cmc_matches_the_match_rate():
     curve = train.vehicleid_cmc(emb, labels, top_k=8, seed=3)
     rates = tfdml.metrics.vehicleid_match_rate(emb, labels, ks=(1, 5), seed=3)
     assert curve[0] == pytest.approx(rates[1]) and curve[4] == pytest.approx(rates[5])
+
+
+def test_batch_flags_are_honoured():
+    train = _load_train()
+    args = train.check_args(["-P", "4", "-K", "2"])
+    assert (args.classes_per_batch, args.samples_per_class, args.batch_size) == (4, 2, 8)
+    args = train.check_args(["--batch-size", "64"])  # CUB: K = 8
+    assert (args.classes_per_batch, args.samples_per_class, args.batch_size) == (8, 8, 64)
+    args = train.check_args(["-P", "5", "--batch-size", "40"])
+    assert (args.classes_per_batch, args.samples_per_class) == (5, 8)
+    args = train.check_args(["--dataset", "vehicleid", "--loss", "triplet", "--margin", "0.3",
+                             "--cmc-top-k", "10"])
+    assert (args.margin, args.cmc_top_k, args.batch_size) == (0.3, 10, 150)
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["-P", "4", "-K", "2", "--batch-size", "128"], "--batch-size 128"),
+        (["-P", "4", "--batch-size", "128"], "--batch-size 128"),  # K = 8: 32 images
+        (["--batch-size", "100"], "--batch-size 100"),
+        (["--margin", "0.3"], "--margin"),  # FAPPY has no margin
+        (["--loss", "triplet", "--min-bin-width", "0.001"], "--min-bin-width"),
+        (["--loss", "fappy", "--bin-width", "0.02"], "--bin-width"),
+        (["--loss", "lifted", "--positive-margin", "0.1"], "--positive-margin"),
+        (["--cmc-top-k", "10"], "--cmc-top-k"),  # VehicleID only
+    ],
+)
+def test_flags_that_conflict_or_would_be_ignored_are_refused(argv, named, capsys):
+    train = _load_train()
+    with pytest.raises(SystemExit) as info:
+        train.main(argv)
+    assert info.value.code == 2
+    assert named in capsys.readouterr().err

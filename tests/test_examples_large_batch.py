@@ -36,3 +36,10 @@ def test_rejects_sizes_below_one():
     module = _load_script()
     with pytest.raises(SystemExit):
         module.main(["--block-size", "0"])
+
+
+def test_rejects_a_batch_larger_than_the_training_set(capsys):
+    # It used to be cut to the training set's size without a word.
+    with pytest.raises(SystemExit) as info:
+        _load_script().main(["--batch-size", "5000", "--copies", "2"])
+    assert info.value.code == 2 and "--batch-size 5000" in capsys.readouterr().err

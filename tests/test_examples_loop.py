@@ -133,3 +133,29 @@ def test_sweep_figure3_smoke(tmp_path):
     assert (sweep / "sweep.png").exists()
     rows = json.loads((sweep / "sweep.json").read_text())
     assert [r["run"] for r in rows] == ["epsilon-0.02", "epsilon0.1"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["-P", "4", "-K", "4", "--batch-size", "32"], "--batch-size 32"),
+        (["--loss", "triplet", "--alpha", "3"], "--alpha"),
+        (["--loss", "hphn", "--lambda", "0.4"], "--lambda"),
+        (["--loss", "lifted", "--epsilon", "0.1"], "--epsilon"),
+        (["--loss", "ms", "--margin", "0.3"], "--margin"),
+        (["--batch-size", "0"], "--batch-size"),
+    ],
+)
+def test_flags_that_conflict_or_would_be_ignored_are_refused(train, argv, named, capsys):
+    with pytest.raises(SystemExit) as info:
+        train.main(argv)
+    assert info.value.code == 2
+    assert named in capsys.readouterr().err
+
+
+def test_given_flags_are_honoured(train):
+    args = train.check_args(train.make_parser(), ["--loss", "ms", "--lambda", "0.4", "-P", "4",
+                                                  "-K", "6"])
+    assert (args.lam, args.classes_per_batch, args.samples_per_class) == (0.4, 4, 6)
+    args = train.check_args(train.make_parser(), ["--margin", "0.3", "--batch-size", "64"])
+    assert (args.margin, args.classes_per_batch, args.samples_per_class) == (0.3, 16, 4)

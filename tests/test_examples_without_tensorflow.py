@@ -107,5 +107,5 @@ def test_quick_start_and_demo_scripts_without_tensorflow(backend, tmp_path):
     out = result.stdout
     assert f"quick start ok {backend} False" in out, out
     for script in ("digits_demo.py", "digits_losses.py", "digits_even_odd.py"):
-        assert f"script ok examples/" in out and script in out, out
+        assert "script ok examples/" in out and script in out, out
     assert "Recall@1" in out and "| TripletNCALoss(order=2), EPHN |" in out, out

@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+from tfdml._files import remove_temporaries
 from tfdml.experiments import saved_arrays
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -82,3 +83,243 @@ def test_killed_run_resumes_without_losing_or_repeating_an_epoch(tmp_path):
     straight_results = json.loads((straight / "results.json").read_text())
     for key, value in straight_results["metrics"].items():
         assert results["metrics"][key] == pytest.approx(value, abs=1e-6), key
+
+
+# -- checkpoints are written whole or not at all ----------------------------------------------
+
+# A process that saves the best weights and a ResumeState checkpoint again and again. Save
+# `i` writes weights that are all equal to `i`, so a loaded file tells which save wrote it.
+_SAVER = r"""
+import sys
+
+import keras
+import numpy as np
+
+from tfdml import experiments
+
+out, start = sys.argv[1], int(sys.argv[2])
+model = keras.Sequential([keras.Input((1024,)), keras.layers.Dense(4096),
+                          keras.layers.Dense(4096)])  # 21 M parameters: 84 MB a file
+model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+model.optimizer.build(model.trainable_variables)
+best = experiments._best_checkpoint(f"{out}/best.weights.h5", "val_recall@1")
+resume = experiments.ResumeState(f"{out}/backup", history_csv=f"{out}/history.csv")
+for callback in (best, resume):
+    callback.set_model(model)
+best.best = start - 1
+print("ready", flush=True)
+for i in range(start, start + 10_000):
+    for v in model.weights:
+        v.assign(np.full(v.shape, i, "float32"))
+    print("begin best", i, flush=True)
+    best.on_epoch_end(i - 1, {"val_recall@1": float(i)})
+    print("end best", i, flush=True)
+    print("begin resume", i, flush=True)
+    resume.on_epoch_end(i - 1, {"val_recall@1": float(i)})
+    print("end resume", i, flush=True)
+"""
+
+
+def _saver_model():
+    import keras
+
+    model = keras.Sequential([keras.Input((1024,)), keras.layers.Dense(4096),
+                              keras.layers.Dense(4096)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    model.optimizer.build(model.trainable_variables)
+    return model
+
+
+def _weights_value(model):
+    """The value all the weights hold (they were saved all equal), or fails."""
+    values = {float(v) for w in model.weights for v in np.unique(np.asarray(w))}
+    assert len(values) == 1, f"weights of several saves in one file: {sorted(values)[:5]}"
+    return int(values.pop())
+
+
+@pytest.mark.slow
+def test_checkpoints_survive_sigkill_during_saves(tmp_path):
+    """Kills a process that saves checkpoints at random moments, 20 times; after each kill the
+    best weights file and the last ResumeState checkpoint are absent, the old or the new one,
+    and load."""
+    from tfdml import experiments
+
+    rng = np.random.default_rng(0)
+    out = tmp_path / "run"
+    out.mkdir()
+    model = _saver_model()
+    saved = {"best": 0, "resume": 0}  # the last save that finished, per file
+    kills, during = 20, {"best": 0, "resume": 0}
+    start, save_seconds, checked = 1, 0.3, 0
+    csv_behind = False  # history.csv still lags state.json after an earlier kill
+    for _ in range(kills):
+        log = tmp_path / "log.txt"
+        with open(log, "w") as f:
+            proc = subprocess.Popen([sys.executable, "-c", _SAVER, str(out), str(start)],
+                                    env=_env(), stdout=f, stderr=subprocess.DEVNULL)
+            deadline = time.time() + 120
+            while "ready" not in log.read_text() and proc.poll() is None:
+                assert time.time() < deadline, "the saving process did not start"
+                time.sleep(0.01)
+            began = time.time()
+            time.sleep(rng.uniform(0.0, 6 * save_seconds))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=60)
+        assert proc.returncode == -signal.SIGKILL
+        lines = log.read_text().split("ready\n", 1)[1].splitlines()
+        ended = [line.split() for line in lines if line.startswith("end ")]
+        for _, which, i in ended:
+            saved[which] = int(i)
+        if ended:  # the observed time of a save, to aim the next kill
+            save_seconds = max(0.05, (time.time() - began) / (2 * len(ended) + 1))
+        new = dict(saved)  # what each file may hold now: the last save, or the one killed
+        writing = None
+        if lines and lines[-1].startswith("begin "):
+            _, writing, i = lines[-1].split()
+            during[writing] += 1
+            new[writing] = int(i)
+
+        best_path = out / "best.weights.h5"
+        if saved["best"] == 0 and not best_path.exists():
+            pass  # killed during the first save: absent
+        else:
+            model.load_weights(best_path)
+            checked += 1
+            assert _weights_value(model) in (saved["best"], new["best"])
+            saved["best"] = _weights_value(model)
+        state = experiments.ResumeState(str(out / "backup"))
+        if saved["resume"] == 0 and state.load_state() is None:
+            pass
+        else:
+            before = saved["resume"]
+            epoch = state.restore(model)  # state.json and the checkpoint it names
+            checked += 1
+            assert epoch in (saved["resume"], new["resume"])
+            assert _weights_value(model) == epoch
+            saved["resume"] = epoch
+            # history.csv, rewritten after state.json: whole, and up to date unless a kill
+            # came between the two (the next epoch's save rewrites it).
+            rows = [r.split(",") for r in (out / "history.csv").read_text().splitlines()]
+            assert rows[0][0] == "epoch" and all(len(r) == len(rows[0]) for r in rows)
+            last = int(rows[-1][0])
+            may_lag = writing == "resume" or (csv_behind and epoch == before)
+            assert last == epoch or (may_lag and last < epoch)
+            csv_behind = last != epoch
+        start = max(saved.values()) + 1
+    leftovers = sorted(p.name for p in out.rglob(".*tmp-*"))
+    print(f"\n{kills} kills, {sum(during.values())} during a write (best.weights.h5: "
+          f"{during['best']}, ResumeState checkpoint: {during['resume']}); "
+          f"{checked} checkpoint files checked and loaded; last saves: {saved}; "
+          f"{len(leftovers)} temporary files left by kills")
+    # What a new run removes before it starts (experiments.run): those and nothing else.
+    # (A temporary file in an unfinished backup/ckpt-<n> folder goes with that folder.)
+    top = sorted(p.name for folder in (out, out / "backup") for p in folder.glob(".*tmp-*"))
+    removed = remove_temporaries(out) + remove_temporaries(out / "backup")
+    assert sorted(removed) == top
+    assert not list(out.glob(".*tmp-*")) and not list((out / "backup").glob(".*tmp-*"))
+    assert (out / "best.weights.h5").exists() and (out / "backup" / "state.json").exists()
+    assert sum(during.values()) >= kills // 4, "too few kills landed during a save"
+
+
+def _dense(value):
+    import keras
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    for v in model.weights:
+        v.assign(np.full(v.shape, value, "float32"))
+    return model
+
+
+def test_best_weights_are_written_to_a_temporary_file_then_renamed(tmp_path, monkeypatch):
+    from tfdml import experiments
+
+    path = tmp_path / "best.weights.h5"
+    model = _dense(1.0)
+    checkpoint = experiments._best_checkpoint(str(path), "val_recall@1")
+    checkpoint.set_model(model)
+    checkpoint.on_epoch_end(0, {"val_recall@1": 0.5})
+    before = path.read_bytes()
+
+    written = []
+    save_weights = type(model).save_weights
+
+    def killed_mid_save(self, filepath, *args, **kwargs):
+        written.append(str(filepath))
+        save_weights(self, filepath, *args, **kwargs)
+        with open(filepath, "r+b") as f:  # half a file, as a kill during the write leaves
+            f.truncate(os.path.getsize(filepath) // 2)
+        raise OSError("killed mid-save")
+
+    monkeypatch.setattr(type(model), "save_weights", killed_mid_save)
+    for v in model.weights:
+        v.assign(np.full(v.shape, 2.0, "float32"))
+    with pytest.raises(OSError, match="killed mid-save"):
+        checkpoint.on_epoch_end(1, {"val_recall@1": 0.9})
+    monkeypatch.undo()
+    (tmp,) = written
+    assert os.path.dirname(tmp) == str(tmp_path) and tmp != str(path)
+    assert tmp.endswith(".weights.h5")
+    assert path.read_bytes() == before  # the old file, untouched
+    assert [p.name for p in tmp_path.iterdir()] == ["best.weights.h5"]  # no temporary left
+    assert checkpoint.best == 0.5  # the best of the file
+    fresh = _dense(0.0)
+    fresh.load_weights(path)
+    assert _weights_value(fresh) == 1
+
+    checkpoint.on_epoch_end(2, {"val_recall@1": 0.9})  # and the next save goes through
+    fresh.load_weights(path)
+    assert _weights_value(fresh) == 2 and checkpoint.best == 0.9
+
+
+def test_a_failed_save_leaves_every_file_of_the_training_loop_intact(tmp_path, monkeypatch):
+    """ResumeState's checkpoint, state.json and history.csv: a failure part-way through a
+    write leaves the old files, and the state still restores the last finished epoch."""
+    import json as json_module
+
+    from tfdml import experiments
+
+    model = _dense(1.0)
+    model.compile(optimizer="sgd", loss="mse")
+    model.optimizer.build(model.trainable_variables)
+    state = experiments.ResumeState(str(tmp_path / "backup"),
+                                    history_csv=str(tmp_path / "history.csv"))
+    state.set_model(model)
+    state.on_epoch_end(0, {"loss": 1.0})
+    files = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+
+    def fail(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(json_module, "dump", fail)
+    for v in model.weights:
+        v.assign(np.full(v.shape, 2.0, "float32"))
+    with pytest.raises(OSError, match="disk full"):
+        state.on_epoch_end(1, {"loss": 0.5})
+    monkeypatch.undo()
+    assert json.loads((tmp_path / "backup" / "state.json").read_text())["epoch"] == 1
+    for path, data in files.items():
+        assert path.read_bytes() == data, path
+    assert not list(tmp_path.rglob(".*tmp-*"))
+    fresh = _dense(0.0)
+    fresh.compile(optimizer="sgd", loss="mse")
+    assert experiments.ResumeState(str(tmp_path / "backup")).restore(fresh) == 1
+    assert _weights_value(fresh) == 1
+
+
+def test_atomic_directory_replaces_the_old_one_whole(tmp_path):
+    from tfdml._files import atomic_path
+
+    target = tmp_path / "saved_model"
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+    with pytest.raises(RuntimeError), atomic_path(target, directory=True) as tmp:
+        os.makedirs(tmp)
+        (pathlib.Path(tmp) / "half.txt").write_text("half")
+        raise RuntimeError("export failed")
+    assert [p.name for p in tmp_path.iterdir()] == ["saved_model"]
+    assert [p.name for p in target.iterdir()] == ["old.txt"]
+    with atomic_path(target, directory=True) as tmp:
+        os.makedirs(tmp)
+        (pathlib.Path(tmp) / "new.txt").write_text("new")
+    assert [p.name for p in tmp_path.iterdir()] == ["saved_model"]
+    assert [p.name for p in target.iterdir()] == ["new.txt"]

@@ -102,6 +102,37 @@ def test_any_image_size_and_normalization_of_an_unnormalized_model(tmp_path):
         np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
+@pytest.mark.parametrize(("image_size", "accepted"), [(None, (12, 10)), ((20, 16), (20, 16))])
+def test_images_of_another_size_are_refused_when_served(tmp_path, image_size, accepted):
+    # image_size=None promises the model's input size only. The signature declares it, but a
+    # call does not enforce it: a global-pooling model used to embed 40 x 40 images as they
+    # came. Now the served function refuses them, naming the size it takes.
+    model = _tiny_model(input_shape=(12, 10, 3))
+    path = tmp_path / "fixed"
+    export_embedding_model(model, path, preprocess=None, image_size=image_size)
+    loaded = tf.saved_model.load(str(path))
+    serve = loaded.signatures["serving_default"]
+    assert serve.structured_input_signature[1]["images"].shape.as_list() == [None, *accepted, 3]
+    got = serve(images=tf.constant(_images(2, *accepted)))["embeddings"]
+    assert got.shape == (2, 5)
+    for height, width in ((40, 40), (accepted[0], accepted[1] + 1)):
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=rf"images must be {accepted[0]} x {accepted[1]} pixels.*"
+                                 r"image_size=\(None, None\)"):
+            serve(images=tf.constant(_images(2, height, width)))
+
+
+def test_a_model_of_unknown_input_size_serves_any_size_unresized(tmp_path):
+    model = _tiny_model(input_shape=(None, None, 3))
+    export_embedding_model(model, tmp_path / "free", preprocess=None)
+    serve = tf.saved_model.load(str(tmp_path / "free")).signatures["serving_default"]
+    for height, width in ((12, 10), (30, 17)):
+        images = _images(2, height, width, seed=height)
+        expected = model.predict(images.astype(np.float32), verbose=0)
+        got = serve(images=tf.constant(images))["embeddings"].numpy()
+        np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
 def test_model_loaded_from_keras_file_needs_preprocess_named(resnet18_model, tmp_path):
     model_path = tmp_path / "m.keras"
     resnet18_model.save(model_path)
@@ -156,6 +187,28 @@ def test_export_and_query_example_runs_offline(tmp_path, capsys):
     assert "match threshold" in out
 
 
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--gallery", "1500", "--calibration", "500"], "--calibration 500"),  # 1797 digits
+        (["--k", "0"], "--k"),
+        (["--k", "50", "--gallery", "40"], "--gallery 40"),
+        (["--steps", "-1"], "--steps"),
+    ],
+)
+def test_export_and_query_example_refuses_sizes_it_cannot_give(argv, named, capsys):
+    import importlib.util
+    import pathlib
+
+    script = pathlib.Path(__file__).resolve().parents[1] / "examples" / "export_and_query.py"
+    spec = importlib.util.spec_from_file_location("export_and_query", script)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    with pytest.raises(SystemExit) as info:
+        example.main(argv)
+    assert info.value.code == 2 and named in capsys.readouterr().err
+
+
 @pytest.mark.slow  # a fresh Python process importing TensorFlow: ~10 s
 def test_saved_model_is_served_without_tfdml(resnet18_model, exported, tmp_path):
     import os
@@ -194,3 +247,17 @@ def test_metric_model_exports_its_embedding_model(tmp_path):
     # The loss's class weights ([3, 5]) are not in the SavedModel; the embedder's are.
     shapes = [shape for _, shape in tf.train.list_variables(str(path / "variables" / "variables"))]
     assert [3, 3, 3, 4] in shapes and [3, 5] not in shapes, shapes
+
+
+def test_huge_embeddings_are_normalized_exactly_when_served(tmp_path):
+    # A model whose embeddings overflow float32 when squared: the served vectors are still
+    # the unit vectors, not zeros (tfdml.ops.l2_normalize scales before squaring).
+    model = _tiny_model(normalize=False)
+    huge = keras.Sequential([model, keras.layers.Rescaling(1e30)])
+    export_embedding_model(huge, tmp_path / "huge", preprocess=None)
+    serve = tf.saved_model.load(str(tmp_path / "huge")).signatures["serving_default"]
+    images = _images(3, 12, 10)
+    got = serve(images=tf.constant(images))["embeddings"].numpy()
+    want = model.predict(images.astype(np.float32), verbose=0).astype(np.float64)
+    want /= np.linalg.norm(want, axis=1, keepdims=True)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -27,3 +27,18 @@ def test_two_workers_on_localhost_agree_with_each_other_and_with_one_device(tmp_
     # The workers' summed steps are single-device training on the same global batches.
     assert report["max_difference_to_one_device"] <= 1e-5
     assert report["recall@1"][0] == report["recall@1"][1]
+
+
+def test_refuses_counts_below_one(capsys):
+    import importlib.util
+
+    import pytest
+
+    script = ROOT / "examples" / "multiworker_digits.py"
+    spec = importlib.util.spec_from_file_location("multiworker_digits", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for flag in ("--workers", "--epochs", "--steps-per-epoch", "--timeout"):
+        with pytest.raises(SystemExit) as info:
+            module.main([flag, "0"])
+        assert info.value.code == 2 and flag in capsys.readouterr().err

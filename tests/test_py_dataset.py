@@ -54,7 +54,7 @@ def test_in_memory_batches_equal_pk_batches(repeat, channels):
         pairs = [(next(stream), py_batches[i]) for i in range(9)]  # 2 sampler epochs and more
     else:
         pairs = []
-        for epoch in range(3):
+        for _ in range(3):
             py_batches.on_epoch_begin()  # what Keras calls around each epoch
             pairs += [(tf_batch, py_batches[i]) for i, tf_batch in enumerate(tf_batches)]
             py_batches.on_epoch_end()

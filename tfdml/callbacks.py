@@ -27,27 +27,73 @@ def _is_tf_dataset(data):
     return tf is not None and isinstance(data, tf.data.Dataset)
 
 
-def _check_data(data):
-    """``data`` as ``(x, y)`` with NumPy labels, or the tf.data.Dataset itself (not infinite)."""
+def _check_data(data, steps=None):
+    """``data`` as ``(x, y)`` with NumPy labels, or a tf.data.Dataset of ``(x, y)`` batches that
+    ends (``steps`` of its batches, when given).
+
+    A dataset must have labels (elements of two or more parts) and a known, finite
+    cardinality, or ``steps``: embedding one that never ends, at the end of an epoch, would
+    hang with growing memory.
+    """
+    if steps is not None:
+        steps = _metrics._check_positive_int("steps", steps)
     if _is_tf_dataset(data):
         import tensorflow as tf
 
-        if int(data.cardinality()) == tf.data.INFINITE_CARDINALITY:
+        spec = data.element_spec
+        if not isinstance(spec, (tuple, list)) or len(spec) < 2:
+            raise ValueError(
+                "`data` must be a tf.data.Dataset of (x, y) batches: the labels y are needed "
+                "to evaluate the embeddings, and this dataset yields no labels. Received: data "
+                f"with element_spec={spec!r}"
+            )
+        if steps is not None:
+            return data.take(steps)
+        cardinality = int(data.cardinality())
+        if cardinality == tf.data.INFINITE_CARDINALITY:
             raise ValueError(
                 "`data` is an infinite tf.data.Dataset, so embedding it would never end. "
-                "Give a finite one: `tfdml.data.eval_batches(...)` (every example once), "
+                "Pass `steps` (the batches embedded at each evaluation), or a finite dataset: "
+                "`tfdml.data.eval_batches(...)` (every example once), "
                 "`tfdml.data.pk_batches(..., repeat=False)` (one epoch of P x K batches), "
                 "or `dataset.take(steps)`. Received: data with "
                 "cardinality tf.data.INFINITE_CARDINALITY"
             )
+        if cardinality == tf.data.UNKNOWN_CARDINALITY:
+            raise ValueError(
+                "`data` is a tf.data.Dataset of unknown cardinality (from a generator, or "
+                "after `filter`), which may never end: embedding it at the end of an epoch "
+                "would then hang with growing memory. Pass `steps` (the batches embedded at "
+                "each evaluation), or state its size: "
+                "`dataset.apply(tf.data.experimental.assert_cardinality(num_batches))`. "
+                "Received: data with cardinality tf.data.UNKNOWN_CARDINALITY"
+            )
         return data
+    if steps is not None:
+        raise ValueError(
+            "`steps` is for a tf.data.Dataset; arrays (x, y) are embedded whole. "
+            f"Received: steps={steps!r} with data of type {type(data).__name__}"
+        )
     if isinstance(data, (tuple, list)) and len(data) == 2:
         x, y = data
+        if y is None:
+            raise ValueError(
+                "`data` must be (x, y) with the labels y: the embeddings are evaluated by "
+                "class. Received: y=None"
+            )
+        ops.cast_labels(y, "y")  # integer class ids of shape [N] or [N, 1]
         y = np.asarray(y)
-        if len(x) != len(y):
+        try:
+            size = len(x)
+        except TypeError:
+            raise ValueError(
+                "`data` must be (x, y) with x an array (or arrays) of inputs. Received: x of "
+                f"type {type(x).__name__}"
+            ) from None
+        if size != len(y):
             raise ValueError(
                 "`data` must be (x, y) with as many labels as inputs. "
-                f"Received: len(x)={len(x)}, len(y)={len(y)}"
+                f"Received: len(x)={size}, len(y)={len(y)}"
             )
         return (x, y)
     raise ValueError(
@@ -189,10 +235,16 @@ class RecallAtK(_EmbeddingCallback):
             class ids) or a ``tf.data.Dataset`` yielding ``(x, y)`` batches
             (extra elements such as sample weights are ignored). A dataset is
             iterated once per evaluation, so ``x`` and ``y`` stay paired even if
-            it shuffles. It must be finite: an infinite dataset (such as
-            ``tfdml.data.pk_batches`` with its default ``repeat=True``) raises
-            a ``ValueError``; a dataset of unknown cardinality is accepted.
-        ks: the values of K. Defaults to `(1, 2, 4, 8)`.
+            it shuffles. Its size must be known: an infinite dataset (such as
+            ``tfdml.data.pk_batches`` with its default ``repeat=True``) or one of
+            unknown cardinality (a generator, ``filter``), which would hang the
+            end of the epoch, raises a ``ValueError`` unless ``steps`` is given.
+            A dataset without labels raises a ``ValueError``.
+        ks: the values of K: integers >= 1. With arrays, a K larger than the
+            number of other samples a query can see (``len(y) - 1``) raises a
+            ``ValueError`` here, before training; with a dataset, whose size is
+            known only once it is iterated, at the first evaluation
+            (:func:`tfdml.metrics.recall_at_k`). Defaults to `(1, 2, 4, 8)`.
         every: evaluate at the end of the first epoch and of every
             ``every``-th epoch (epochs ``1, every, 2 * every, ...`` counting
             from 1). Defaults to `1`.
@@ -207,6 +259,17 @@ class RecallAtK(_EmbeddingCallback):
         verbose: 1 shows a progress bar while embedding and prints the values,
             2 prints the values, 0 is silent; `"auto"` follows ``fit``'s
             ``verbose`` (1 outside ``fit``). Defaults to `"auto"`.
+        steps: for a dataset, the number of its batches embedded at each
+            evaluation (``data.take(steps)``, from the start of the dataset
+            each time); needed for an infinite dataset or one of unknown
+            cardinality. Not for arrays. Defaults to `None` (the whole
+            dataset).
+
+    Raises:
+        ValueError: bad arguments, naming them: ``data`` without labels, with
+            labels that are not integer class ids, or that never ends (without
+            ``steps``); ``ks`` that are not integers >= 1, or (arrays) larger
+            than ``len(y) - 1``.
 
     Examples:
 
@@ -238,6 +301,7 @@ class RecallAtK(_EmbeddingCallback):
         unmatched: str = "miss",
         chunk_size: int = 1024,
         verbose="auto",
+        steps=None,
     ):
         super().__init__()
         self.every = _metrics._check_positive_int("every", every)
@@ -253,7 +317,16 @@ class RecallAtK(_EmbeddingCallback):
         self.prefix = prefix
         self.unmatched = unmatched
         self.verbose = verbose
-        self.data = _check_data(data)
+        self.data = _check_data(data, steps)
+        self.steps = steps
+        if not _is_tf_dataset(self.data):  # the size is known now: check ks before training
+            others = len(self.data[1]) - 1
+            if max(self.ks) > others:
+                raise ValueError(
+                    f"`ks` asks for {max(self.ks)} neighbours, but `data` has "
+                    f"{len(self.data[1])} samples, so a query (itself excluded) has {others} "
+                    f"others to rank. Use smaller K or more data. Received: ks={ks!r}"
+                )
         self._warned_nonfinite = False
         self._epoch = None  # the epoch being evaluated by on_epoch_end, for the warning
 
@@ -357,8 +430,9 @@ class TripletScatter(_EmbeddingCallback):
     Args:
         data: the data set: a tuple ``(x, y)`` of arrays (``y`` integer class
             ids) or a ``tf.data.Dataset`` of ``(x, y)`` batches (iterated once
-            per record). An infinite dataset raises a ``ValueError`` (see
-            :class:`RecallAtK`); one of unknown cardinality is accepted.
+            per record). A dataset without labels, an infinite one or one of
+            unknown cardinality raises a ``ValueError`` (see :class:`RecallAtK`)
+            unless ``steps`` is given.
         every: an int: record after the first epoch and every ``every``-th
             (epochs ``1, every, 2 * every, ...``); or a collection of epoch
             numbers, e.g. ``(5, 10, 15, 40)``. Defaults to `1`.
@@ -383,6 +457,9 @@ class TripletScatter(_EmbeddingCallback):
         seed: seed of random strategies. Defaults to `None`.
         verbose: 1 shows a progress bar while embedding and prints a line
             per record, 0 is silent. Defaults to `0`.
+        steps: for a dataset, the number of its batches embedded at each
+            record (see :class:`RecallAtK`). Defaults to `None` (the whole
+            dataset).
 
     Attributes:
         scatters: ``{epoch: TripletScatterResult}`` of the recorded epochs
@@ -419,9 +496,11 @@ class TripletScatter(_EmbeddingCallback):
         prefix: str = "triplet_",
         seed: int | None = None,
         verbose: int = 0,
+        steps=None,
     ):
         super().__init__()
-        self.data = _check_data(data)
+        self.data = _check_data(data, steps)
+        self.steps = steps
         self.every = _check_every(every)
         _scatter._check_strategies(positive, negative)
         if isinstance(files, str):

@@ -15,9 +15,12 @@ and calls :func:`run`. What :func:`run` does:
   ``<output-dir>/backup``: a run that is killed resumes from the last finished
   epoch when started again with the same command, with the batches an
   uninterrupted run would have drawn (:class:`ResumeState`);
-* keeps the best epoch's weights (``ModelCheckpoint`` on the monitored metric),
+* keeps the best epoch's weights (``best.weights.h5``, by the monitored metric),
   and writes ``history.csv``, ``results.json``, ``results.md``, figures and a
-  SavedModel export (``tfdml.export``) to the output directory.
+  SavedModel export (``tfdml.export``) to the output directory;
+* writes every one of these files whole or not at all: to a temporary file in
+  the same directory, flushed to disk and renamed over the old one, so that a
+  kill during a save leaves the old file or the new one, never a truncated one.
 
 Example (a script)::
 
@@ -43,11 +46,13 @@ import shutil
 import signal
 import sys
 import time
+import warnings
 
 import keras
 import numpy as np
 
 from tfdml import metrics as _metrics
+from tfdml._files import atomic_path, remove_temporaries
 from tfdml._tensorflow import tf
 from tfdml.data import DatasetSplit, augment, eval_batches, pk_batches
 from tfdml.layers import L2Normalization
@@ -58,15 +63,18 @@ __all__ = [
     "ExperimentData",
     "ResumeState",
     "apply_smoke",
+    "batch_shape",
     "best_epoch",
     "build_model",
     "evaluate",
     "fit_multi_worker",
+    "given_flags",
     "learning_rate_schedule",
     "load_data",
     "make_parser",
     "make_strategy",
     "markdown_table",
+    "reject_flags",
     "run",
     "saved_arrays",
     "sweep",
@@ -231,6 +239,83 @@ def make_parser(description: str, **defaults) -> argparse.ArgumentParser:
                    help="a few steps on tiny generated data, a small CNN, no downloads: checks "
                         "that the script works end to end")
     return p
+
+
+def given_flags(parser, argv=None) -> set:
+    """The destinations (``"classes_per_batch"``, ...) of the flags given on the command line.
+
+    ``parser.parse_args(argv)`` fills in defaults, so a script cannot tell ``-K 8`` from no
+    ``-K`` at all; scripts whose flags overlap (``-P``/``-K`` and ``--batch-size``) use this
+    to honour the flags given and to refuse the ones that conflict or would be ignored.
+
+    Args:
+        parser: the script's ``argparse.ArgumentParser``.
+        argv: the arguments, as for ``parse_args`` (`None`: ``sys.argv[1:]``).
+    """
+    unset = object()
+    dests = vars(parser.parse_args(argv))
+    args = parser.parse_args(argv, namespace=argparse.Namespace(**dict.fromkeys(dests, unset)))
+    return {dest for dest, value in vars(args).items() if value is not unset}
+
+
+def reject_flags(parser, given, flags, reason):
+    """``parser.error`` when one of ``flags`` was given: with the other settings it would be
+    ignored.
+
+    Args:
+        parser: the script's parser.
+        given: the given destinations (:func:`given_flags`).
+        flags: ``{destination: flag}``, e.g. ``{"margin": "--margin"}``.
+        reason: the end of the message, e.g. ``"with --loss nca"``.
+    """
+    used = [flag for dest, flag in flags.items() if dest in given]
+    if used:
+        parser.error(f"{', '.join(used)} {'has' if len(used) == 1 else 'have'} no effect "
+                     f"{reason}: leave {'it' if len(used) == 1 else 'them'} out")
+
+
+def batch_shape(parser, args, given, samples_per_class, batch_size=None,
+                classes_per_batch=None):
+    """``(P, K)`` of the P x K batches from ``-P``, ``-K`` and a script's ``--batch-size``.
+
+    The flags given on the command line are honoured and flags that do not agree are refused
+    (``parser.error``): ``K`` is ``-K`` (or a script's ``--group-size``, its synonym), else
+    ``samples_per_class``; ``P`` is ``-P`` (``-P`` with ``--batch-size`` must give
+    ``P * K = batch size``), else ``--batch-size / K`` (``batch_size`` when not given; a
+    multiple of ``K``), else ``classes_per_batch``.
+
+    Args:
+        parser: the script's parser (for the error).
+        args: the parsed flags (``classes_per_batch``, ``samples_per_class``, and
+            ``batch_size``, ``group_size`` when the script has these flags).
+        given: the given destinations (:func:`given_flags`).
+        samples_per_class: ``K`` when neither ``-K`` nor ``--group-size`` is given.
+        batch_size: the images per batch when neither ``-P`` nor ``--batch-size`` is given,
+            or `None`.
+        classes_per_batch: ``P`` when neither ``-P``, ``--batch-size`` nor ``batch_size``
+            is given.
+    """
+    k = args.samples_per_class if "samples_per_class" in given else samples_per_class
+    if "group_size" in given:
+        if "samples_per_class" in given and args.samples_per_class != args.group_size:
+            parser.error(f"-K {args.samples_per_class} and --group-size {args.group_size} both "
+                         "set the images per class: give one of them")
+        k = args.group_size
+    if "classes_per_batch" in given:
+        p = args.classes_per_batch
+        if "batch_size" in given and p * k != args.batch_size:
+            parser.error(f"-P {p} classes x K = {k} images is {p * k} images, not --batch-size "
+                         f"{args.batch_size}: give two of -P, -K and --batch-size, or values "
+                         "that agree")
+        return p, k
+    batch = args.batch_size if "batch_size" in given else batch_size
+    if batch is None:
+        return classes_per_batch, k
+    if batch < k or batch % k:
+        which = "--batch-size" if "batch_size" in given else "the default --batch-size"
+        parser.error(f"{which} {batch} is not a multiple of K = {k} images per class: give "
+                     "--batch-size or -P")
+    return batch // k, k
 
 
 def apply_smoke(args):
@@ -611,26 +696,66 @@ def best_epoch(history, monitor):
     return None if best is None else best["epoch"]
 
 
-def _best_checkpoint(path, monitor):
-    """``ModelCheckpoint`` of the best weights by ``monitor`` (maximized), never a NaN epoch.
+def _save_weights(model, path):
+    """``model.save_weights(path)``, written whole or not at all (a temporary file beside
+    ``path``, flushed and renamed over it): a kill during the save leaves the old file."""
+    with atomic_path(path) as tmp:
+        model.save_weights(tmp)
 
-    Keras takes the first monitored value as the best when it starts from
-    ``None``, even a NaN (which then nothing exceeds); starting from ``-inf``
-    a NaN is never an improvement.
+
+class _BestWeights(keras.callbacks.Callback):
+    """The weights of the epoch with the largest ``monitor`` so far, never a NaN epoch.
+
+    What ``ModelCheckpoint(filepath, monitor, mode="max", save_best_only=True,
+    save_weights_only=True, initial_value_threshold=float("-inf"))`` keeps, but
+    written whole or not at all: a kill during a save leaves the previous best
+    file (``ModelCheckpoint`` writes in place, and a kill then leaves a truncated
+    file that fails to load). It saves on a strict improvement only, so among
+    equal values the earliest epoch is kept; starting from ``-inf`` a NaN is
+    never an improvement (Keras' default start, ``None``, would take a first NaN
+    as the best, which nothing then exceeds).
+
+    Attributes:
+        filepath: the ``.weights.h5`` file.
+        monitor: the log name maximized.
+        best: the best value so far (``-inf`` before the first save).
     """
-    return keras.callbacks.ModelCheckpoint(path, monitor=monitor, mode="max",
-                                           save_best_only=True, save_weights_only=True,
-                                           initial_value_threshold=float("-inf"))
+
+    def __init__(self, filepath, monitor):
+        super().__init__()
+        self.filepath = os.fspath(filepath)
+        self.monitor = monitor
+        self.best = float("-inf")
+
+    def on_epoch_end(self, epoch, logs=None):
+        current = (logs or {}).get(self.monitor)
+        if current is None:
+            warnings.warn(f"The best weights are saved by {self.monitor!r}, which the logs of "
+                          f"epoch {epoch + 1} do not hold; skipping.", stacklevel=2)
+            return
+        current = float(np.asarray(current))
+        if current > self.best:  # False for NaN
+            _save_weights(self.model, self.filepath)
+            self.best = current  # once saved: after a failed save the file holds the old best
+
+
+def _best_checkpoint(path, monitor):
+    """The callback keeping the best weights by ``monitor`` (maximized), never a NaN epoch,
+    written whole or not at all (:class:`_BestWeights`)."""
+    return _BestWeights(path, monitor)
 
 
 # -- resuming ----------------------------------------------------------------------------------
 
 
 def _atomic_write_json(path, obj):
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
         json.dump(obj, f, indent=1, default=_json_default)
-    os.replace(tmp, path)
+
+
+def _atomic_write_text(path, text):
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
+        f.write(text)
 
 
 def _json_default(x):
@@ -723,7 +848,7 @@ class ResumeState(keras.callbacks.Callback):
         folder = os.path.join(self.directory, name)
         shutil.rmtree(folder, ignore_errors=True)
         os.makedirs(folder)
-        self.model.save_weights(os.path.join(folder, "model.weights.h5"))
+        _save_weights(self.model, os.path.join(folder, "model.weights.h5"))
         best = None if self.checkpoint is None else self.checkpoint.best
         if best is not None and not np.isfinite(best):
             best = None
@@ -741,23 +866,25 @@ def _write_csv(path, rows):
     columns = []
     for row in rows:
         columns += [k for k in row if k not in columns]
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
         f.write(",".join(columns) + "\n")
         for row in rows:
             f.write(",".join("" if row.get(c) is None else repr(row[c]) for c in columns) + "\n")
-    os.replace(tmp, path)
 
 
 def saved_arrays(path) -> dict:
     """Every array in a Keras ``.weights.h5`` file (model and optimizer), by its path in the
-    file: for comparing the weights that two runs saved."""
+    file: for comparing the weights that two runs saved. The class names that loss states are
+    saved with (``tfdml.losses.LossState``) are not weights and are left out."""
     import h5py
 
+    from tfdml.losses.base import LossState
+
+    marker = "/" + LossState.LOSS_CLASS_KEY
     arrays = {}
     with h5py.File(path) as f:
         f.visititems(lambda name, obj: arrays.__setitem__(name, obj[()])
-                     if isinstance(obj, h5py.Dataset) else None)
+                     if isinstance(obj, h5py.Dataset) and not name.endswith(marker) else None)
     return arrays
 
 
@@ -803,7 +930,8 @@ def _plot_history(history, keys, path, title):
     ax.set_title(title)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
 
 
@@ -950,8 +1078,7 @@ def run(args, loss, *, name, callbacks=(), own_state=None, figures=None, extra_r
         keras.mixed_precision.set_global_policy(f"mixed_{args.mixed_precision}")
     start_time = time.perf_counter()
     config = _config(args, name)
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(config, f, indent=1)
+    _atomic_write_json(os.path.join(out, "config.json"), config)
 
     if data is None:
         data = load_data(args)
@@ -971,6 +1098,9 @@ def run(args, loss, *, name, callbacks=(), own_state=None, figures=None, extra_r
     checkpoint = _best_checkpoint(best_path, monitor)
     resume = ResumeState(os.path.join(out, "backup"), config=config, checkpoint=checkpoint,
                          history_csv=os.path.join(out, "history.csv"))
+    # The temporary files that a run killed during a save left behind (never read).
+    for folder in (out, resume.directory, os.path.join(out, "figures")):
+        remove_temporaries(folder)
     with strategy.scope():  # a restored optimizer is built inside the scope
         initial_epoch = resume.restore(model)
     if initial_epoch:
@@ -1036,30 +1166,29 @@ def run(args, loss, *, name, callbacks=(), own_state=None, figures=None, extra_r
         paths += [os.path.relpath(p, out) for p in figures(model, data, eval_fn, out, history)]
     results["figures"] = paths
     if args.export:
-        export_dir = os.path.join(out, "saved_model")
-        shutil.rmtree(export_dir, ignore_errors=True)
         from tfdml.export import export_embedding_model
 
-        export_embedding_model(unwrap(model), export_dir, preprocess=_preprocess(args.backbone),
-                               image_size=None,
-                               normalize=bool(getattr(args, "normalize", True)))
+        with atomic_path(os.path.join(out, "saved_model"), directory=True) as export_dir:
+            export_embedding_model(unwrap(model), export_dir,
+                                   preprocess=_preprocess(args.backbone), image_size=None,
+                                   normalize=bool(getattr(args, "normalize", True)))
         results["saved_model"] = "saved_model"
     _atomic_write_json(os.path.join(out, "results.json"), results)
     rows = [{"metric": k, "value": v} for k, v in results["metrics"].items()]
-    with open(os.path.join(out, "results.md"), "w") as f:
-        f.write(f"# {name} on {data.name}{' (smoke run, synthetic data)' if args.smoke else ''}\n\n")
-        f.write(f"Best epoch {best} of {args.epochs} (by {monitor}).\n\n")
-        f.write(markdown_table(rows))
-        for key, value in extra.items():
-            f.write(f"\n{key}: `{json.dumps(value, default=_json_default)}`\n")
-        f.write(f"\nCommand: `{results['command']}`\n\nMachine: {results['machine']}\n")
+    text = f"# {name} on {data.name}{' (smoke run, synthetic data)' if args.smoke else ''}\n\n"
+    text += f"Best epoch {best} of {args.epochs} (by {monitor}).\n\n"
+    text += markdown_table(rows)
+    for key, value in extra.items():
+        text += f"\n{key}: `{json.dumps(value, default=_json_default)}`\n"
+    text += f"\nCommand: `{results['command']}`\n\nMachine: {results['machine']}\n"
+    _atomic_write_text(os.path.join(out, "results.md"), text)
     print(markdown_table(rows), flush=True)
     print(f"Results in {out}", flush=True)
     return results
 
 
 def sweep(main, argv, runs, output_dir, metric="val_recall@1", title="sweep", x_label=None,
-          log_x=False):
+          log_x=False, check=None):
     """Runs a script's ``main`` once per setting and tabulates the results.
 
     Each run writes to ``<output_dir>/<run name>`` and is resumable on its own;
@@ -1077,11 +1206,23 @@ def sweep(main, argv, runs, output_dir, metric="val_recall@1", title="sweep", x_
         x_label: for a plot of ``metric`` against a number: ``{run name: x}``
             is taken from ``runs`` by this flag's value (e.g. ``"--group-size"``).
         log_x: a log2 x axis (group sizes, batch sizes).
+        check: ``fn(flags)`` called with every run's flags (``argv`` and the run's) before
+            the first run, e.g. the script's flag check (``parser.error`` on flags that
+            conflict or that a run would ignore), so that a bad flag stops the sweep before
+            any training. Defaults to `None` (no check).
 
     Returns:
         ``[{"run": name, **metrics}]``; also written to ``sweep.json`` and
         ``sweep.md`` (and ``sweep.png`` with ``x_label``) in ``output_dir``.
     """
+    if check is not None:
+        for run_name, extra in runs.items():
+            try:
+                check([*argv, *extra])
+            except SystemExit:
+                print(f"{title}: run {run_name!r} refuses its flags {[*argv, *extra]}",
+                      file=sys.stderr, flush=True)
+                raise
     os.makedirs(output_dir, exist_ok=True)
     rows = []
     for run_name, extra in runs.items():
@@ -1099,8 +1240,7 @@ def sweep(main, argv, runs, output_dir, metric="val_recall@1", title="sweep", x_
         row.update(results["metrics"])
         rows.append(row)
     _atomic_write_json(os.path.join(output_dir, "sweep.json"), rows)
-    with open(os.path.join(output_dir, "sweep.md"), "w") as f:
-        f.write(f"# {title}\n\n" + markdown_table(rows))
+    _atomic_write_text(os.path.join(output_dir, "sweep.md"), f"# {title}\n\n" + markdown_table(rows))
     if x_label is not None:
         import matplotlib
 
@@ -1116,7 +1256,8 @@ def sweep(main, argv, runs, output_dir, metric="val_recall@1", title="sweep", x_
         ax.set_ylabel(metric)
         ax.set_title(title, fontsize=9)
         fig.tight_layout()
-        fig.savefig(os.path.join(output_dir, "sweep.png"), dpi=110)
+        with atomic_path(os.path.join(output_dir, "sweep.png")) as tmp:
+            fig.savefig(tmp, dpi=110)
         plt.close(fig)
     print(markdown_table(rows), flush=True)
     return rows

@@ -6,6 +6,7 @@ import numbers
 
 import keras
 
+from tfdml import ops
 from tfdml._tensorflow import tf
 from tfdml.metric_model import unwrap
 from tfdml.models import get_preprocess
@@ -66,6 +67,20 @@ class _EmbeddingModule(tf.Module):
         self.serve = tf.function(self._serve, input_signature=[spec])
 
     def _serve(self, images):
+        # The signature's static size is not enforced when it is called: check it, so that
+        # images of another size fail instead of being embedded at a size the model was not
+        # built for.
+        checks = [
+            tf.debugging.assert_equal(
+                tf.shape(images)[axis], tf.constant(size, tf.int32),
+                message=f"images must be {self._in_hw[0] or 'any'} x {self._in_hw[1] or 'any'} "
+                        "pixels (height x width): the size this SavedModel accepts "
+                        "(export_embedding_model's image_size; None: the model's input size). "
+                        "Export with image_size=(None, None) to accept any size and resize")
+            for axis, size in ((1, self._in_hw[0]), (2, self._in_hw[1])) if size is not None
+        ]
+        with tf.control_dependencies(checks):
+            images = tf.identity(images)
         x = tf.cast(images, tf.float32)
         need_resize = self._model_hw[0] is not None and (
             self._in_hw[0] != self._model_hw[0] or self._in_hw[1] != self._model_hw[1]
@@ -74,9 +89,8 @@ class _EmbeddingModule(tf.Module):
             x = tf.image.resize(x, self._model_hw, method=self._resize_method)
         x = tf.cast(self._preprocess(x), tf.float32)
         embeddings = tf.cast(self.model(x, training=False), tf.float32)
-        if self._normalize:
-            square_sum = tf.reduce_sum(tf.square(embeddings), axis=-1, keepdims=True)
-            embeddings = embeddings * tf.math.rsqrt(tf.maximum(square_sum, 1e-12))
+        if self._normalize:  # exact for any finite vector (see tfdml.ops.l2_normalize)
+            embeddings = ops.l2_normalize(embeddings)
         return {"embeddings": embeddings}
 
 
@@ -113,8 +127,14 @@ def export_embedding_model(
             function of float32 0..255 images. Defaults to `"auto"`.
         image_size: ``(height, width)`` of the images the signature accepts;
             they are resized to the model's input size if it differs. Use
-            ``(None, None)`` to accept any size. Defaults to `None` (the
-            model's input size, no resizing).
+            ``(None, None)`` to accept any size (every image is resized).
+            Defaults to `None`: the model's input size only, no resizing. The
+            served function checks the size: images of another height or width
+            raise ``tf.errors.InvalidArgumentError`` (whose message names the
+            accepted size) rather than being embedded at a size the model was
+            not built for (the signature's declared shape alone is not enforced
+            when it is called). A model whose input size is unknown
+            (``(None, None, 3)``) takes any size, unresized.
         normalize: L2-normalize the output. Defaults to `True`.
         resize_method: a ``tf.image.resize`` method. Defaults to `"bilinear"`.
 

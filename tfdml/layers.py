@@ -159,10 +159,13 @@ class L2Normalization(keras.layers.Layer):
 
     ``y = x / sqrt(max(sum(x^2), epsilon))``, as ``tf.math.l2_normalize``:
     a vector of norm below ``sqrt(epsilon)`` (1e-6 by default) is scaled by
-    ``1 / sqrt(epsilon)`` instead of to unit norm. The gradient is finite
-    everywhere, at the zero vector included. The sum of squares is taken in
-    float32 (float64 for float64 inputs), so large float16 activations under
-    mixed precision do not overflow; the result has the layer's compute dtype.
+    ``1 / sqrt(epsilon)`` instead of to unit norm. The norm is that of
+    :func:`tfdml.ops.l2_normalize`: each vector is divided by its largest
+    absolute entry before squaring, so no finite vector overflows (a float32
+    vector of norm 1e20, whose ``sum(x^2)`` is Inf, still gets unit norm) or
+    underflows. The gradient is finite everywhere, at the zero vector
+    included. It computes in float32 (float64 for float64 inputs); the result
+    has the layer's compute dtype.
 
     Args:
         axis: the axis (or tuple of axes) to normalize. Defaults to `-1`.
@@ -193,9 +196,7 @@ class L2Normalization(keras.layers.Layer):
 
     def call(self, inputs):
         work = _work_dtype(inputs)
-        x = kops.cast(inputs, work)
-        square_sum = kops.sum(kops.square(x), axis=self.axis, keepdims=True)
-        out = x * kops.rsqrt(ops.maximum(square_sum, kops.cast(self.epsilon, work)))
+        out = ops.l2_normalize(kops.cast(inputs, work), axis=self.axis, epsilon=self.epsilon)
         return kops.cast(out, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):

@@ -8,8 +8,10 @@ from __future__ import annotations
 import numbers
 
 import keras
+import numpy as np
 from keras import ops as kops
 
+from tfdml import ops
 from tfdml.losses.base import MetricLoss, resolve_loss
 
 __all__ = ["MetricModel"]
@@ -44,6 +46,25 @@ def _first_input(x):
 def _rows(x, fn):
     """``fn`` applied to every array of the (possibly nested) inputs."""
     return keras.tree.map_structure(lambda t: None if t is None else fn(t), x)
+
+
+def _check_array_labels(y, name):
+    """Labels given as arrays (NumPy, lists, pandas), checked before Keras converts them.
+
+    Keras turns string labels into a dtype error of its own, and under JAX without 64-bit
+    mode holds int64 ids in 32 bits (merging distinct ids); tensors and datasets pass.
+    """
+    if y is None or keras.ops.is_tensor(y):
+        return
+    if hasattr(y, "to_numpy") and hasattr(y, "dtype"):  # pandas
+        y = y.to_numpy()
+    if not isinstance(y, (np.ndarray, list, tuple)):
+        return
+    try:
+        array = np.asarray(y)
+    except ValueError:  # ragged: Keras says what is wrong
+        return
+    ops.check_label_array(array, name)
 
 
 def _tf_unscale_for_distribution(value):
@@ -89,6 +110,13 @@ class MetricModel(keras.Model):
 
     Losses without state train the same way (nothing is added); a loss with
     state belongs to one ``MetricModel``.
+
+    ``fit`` and ``evaluate`` check labels given as arrays (``y``, and those of
+    ``validation_data``) before Keras converts them: string labels, float
+    labels that are not whole numbers and, under JAX without 64-bit mode, ids
+    beyond int32 (which Keras would hold in 32 bits, merging distinct ids)
+    raise a ValueError naming the labels. Labels inside a dataset reach the
+    loss, which checks what it can see.
 
     Args:
         embedder: the embedding model (``[inputs] -> [B, D]`` embeddings), a
@@ -190,6 +218,24 @@ class MetricModel(keras.Model):
 
     def compute_output_shape(self, input_shape):
         return self.embedder.compute_output_shape(input_shape)
+
+    def fit(self, x=None, y=None, *args, **kwargs):
+        """``keras.Model.fit``; labels given as arrays are checked first (class docstring).
+
+        Raises:
+            ValueError: for string labels, float labels that are not whole
+                numbers, or (JAX without 64-bit mode) ids beyond int32.
+        """
+        _check_array_labels(y, "y")
+        validation = kwargs.get("validation_data")
+        if isinstance(validation, (list, tuple)) and len(validation) >= 2:
+            _check_array_labels(validation[1], "validation_data[1]")
+        return super().fit(x, y, *args, **kwargs)
+
+    def evaluate(self, x=None, y=None, *args, **kwargs):
+        """``keras.Model.evaluate``; labels given as arrays are checked first (see :meth:`fit`)."""
+        _check_array_labels(y, "y")
+        return super().evaluate(x, y, *args, **kwargs)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         """The wrapped loss on ``(y, y_pred)``, plus the model's regularization losses."""
@@ -489,6 +535,45 @@ class MetricModel(keras.Model):
         with torch.no_grad():
             self.optimizer.apply(gradients, variables)
         return self.compute_metrics(x, y, embeddings, sample_weight=sample_weight)
+
+    def load_weights(self, filepath, skip_mismatch=False, **kwargs):
+        """``keras.Model.load_weights``, with errors that name the file and what does not fit.
+
+        The loss's state is saved with the class name of its loss and loads
+        into the state of the same class only, with the same shapes.
+
+        Raises:
+            ValueError: naming ``filepath``, when the file holds the state of
+                another loss class (e.g. ``ProxyAnchorLoss`` weights loaded
+                into an ``ArcFaceLoss`` model), or variables of other shapes
+                (another ``num_classes`` or embedding size), or when Keras
+                refuses it for another reason.
+            tfdml._files.CorruptFileError: (a ``ValueError`` and an
+                ``OSError``) for a file that is truncated or corrupt, naming it.
+        """
+        from tfdml._files import raise_if_incomplete
+
+        states = []
+        pending = [] if self.loss_state is None else [self.loss_state]
+        while pending:
+            state = pending.pop()
+            states.append(state)
+            state.load_problem = None
+            pending.extend(getattr(state, "wrapped_states", ()))
+        try:
+            return super().load_weights(filepath, skip_mismatch=skip_mismatch, **kwargs)
+        except Exception as error:
+            raise_if_incomplete(filepath, error)
+            problems = [s.load_problem for s in states if s.load_problem]
+            if problems:
+                raise ValueError(
+                    f"{filepath} does not fit MetricModel {self.name!r}, whose loss is "
+                    f"{type(self.metric_loss).__name__}: {'; '.join(problems)}. Received: "
+                    f"filepath={str(filepath)!r}") from error
+            if isinstance(error, ValueError):
+                raise ValueError(f"Cannot load {filepath} into MetricModel {self.name!r}: "
+                                 f"{error}") from error
+            raise
 
     def get_config(self):
         config = super().get_config()

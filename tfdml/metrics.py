@@ -49,7 +49,7 @@ from keras import ops as kops
 from tfdml import ops
 from tfdml.search import at_indices as _at_indices
 from tfdml.search import check_finite as _check_finite
-from tfdml.search import neighbours
+from tfdml.search import neighbours, score_scale
 
 __all__ = [
     "ActiveAnchors",
@@ -547,8 +547,13 @@ def _kmeans(embeddings, labels, num_clusters, seed, metric):
         )
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
         raise ValueError(f"`seed` must be an integer. Received: seed={seed!r}")
+    x = kops.convert_to_numpy(x)
+    if metric == "euclidean":
+        # Multiplied by a power of two where float32 squared distances (or their sums over the
+        # samples) could overflow: the same clusters (tfdml.search.score_scale).
+        x = x * np.float32(score_scale(float(np.abs(x).max(initial=0.0)), x.shape[1] * n, "l2"))
     km = KMeans(n_clusters=num_clusters, n_init=1, random_state=int(seed))
-    return labels, km.fit_predict(kops.convert_to_numpy(x))
+    return labels, km.fit_predict(x)
 
 
 def _contingency(labels, clusters):

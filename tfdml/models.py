@@ -28,6 +28,7 @@ __all__ = [
     "build_embedding_model",
     "freeze_batchnorm_layers",
     "get_preprocess",
+    "load_model",
     "preprocess_mode",
     "resnet18",
 ]
@@ -39,6 +40,32 @@ class WeightsUnavailableError(FileNotFoundError):
     The message names the exact file Keras looks for, the directory to put it
     in, and the address to fetch it from on a machine with network access.
     """
+
+
+def load_model(filepath, **kwargs):
+    """``keras.saving.load_model``, with an error that names a truncated or corrupt file.
+
+    Keras reports a ``.keras`` file that is not a complete zip archive (e.g.
+    a save killed part-way) as "File not found"; this says what is wrong with
+    which file. tfdml's layers, losses and :class:`MetricModel` are
+    registered when tfdml is imported, so they load without
+    ``custom_objects``.
+
+    Args:
+        filepath: the ``.keras`` file.
+        **kwargs: for ``keras.saving.load_model`` (``compile``, ``safe_mode``...).
+
+    Raises:
+        tfdml._files.CorruptFileError: (a ``ValueError`` and an ``OSError``)
+            for a truncated or corrupt file, naming it.
+    """
+    from tfdml._files import raise_if_incomplete
+
+    try:
+        return keras.saving.load_model(filepath, **kwargs)
+    except Exception as error:
+        raise_if_incomplete(filepath, error)
+        raise
 
 
 # -- backbones ------------------------------------------------------------------------------

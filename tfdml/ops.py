@@ -31,7 +31,7 @@ from keras import ops as kops
 __all__ = [
     "all_finite",
     "cast_labels",
-    "check_class_ids",
+    "check_label_array",
     "check_ref_offset",
     "check_batch_sizes",
     "check_embeddings",
@@ -57,6 +57,7 @@ __all__ = [
     "matmul",
     "maximum",
     "minimum",
+    "nan_unless",
     "nan_unless_finite",
     "paired_distance",
     "pairwise_distance",
@@ -67,6 +68,7 @@ __all__ = [
     "segment_sum",
     "stable_argsort",
     "take_along_axis",
+    "validate_class_ids",
 ]
 
 
@@ -337,14 +339,18 @@ def _bitcast_to_int64(x):
 # -- labels and inputs ------------------------------------------------------------------------
 
 
+def _string_labels_error(name, dtype):
+    return ValueError(
+        f"`{name}` must be integer class ids, not strings or objects. Map class names to "
+        "integer ids first, e.g. `names, ids = np.unique(labels, return_inverse=True)` (or "
+        f"keras.layers.StringLookup in a tf.data pipeline). Received: {name}.dtype={dtype}"
+    )
+
+
 def _numpy_labels(array, name):
     """Integer ids from a NumPy array (before any conversion to a backend tensor)."""
     if array.dtype.kind in "USO":
-        raise ValueError(
-            f"`{name}` must be integer class ids, not strings or objects. Map them to "
-            f"integers first (e.g. with keras.layers.StringLookup). Received: "
-            f"{name}.dtype={array.dtype}"
-        )
+        raise _string_labels_error(name, array.dtype)
     if array.dtype.kind not in "iufb":
         raise ValueError(f"`{name}` must be integer class ids. Received: {name}.dtype={array.dtype}")
     if array.dtype == np.uint64:
@@ -384,6 +390,21 @@ def _jax_int64(array, name):
             "Enable it or map the ids to a smaller range."
         )
     return array.astype(np.int32)
+
+
+def check_label_array(labels, name: str = "y"):
+    """Checks class ids given as a NumPy array (or a list) before anything converts them.
+
+    What :func:`cast_labels` checks first, for labels that Keras converts to a
+    tensor before a loss sees them (``fit(x, y)``): a ValueError for strings
+    and objects, for float values that are not whole numbers and, under JAX
+    without 64-bit mode (where Keras would hold them in 32 bits and merge
+    distinct ids), for ids beyond int32. The shape is not checked.
+
+    Raises:
+        ValueError: as described above, naming ``name``.
+    """
+    _jax_int64(_numpy_labels(np.asarray(labels), name), name)
 
 
 def _check_label_shape(shape, name):
@@ -427,6 +448,8 @@ def cast_labels(labels, name: str = "labels"):
             array = array.astype(np.int32)  # Python ints: int32 where they fit, as TensorFlow
         return kops.convert_to_tensor(_jax_int64(array, name))
     dtype = dtype_name(labels)
+    if dtype == "string":
+        raise _string_labels_error(name, dtype)
     if not (dtype.startswith(("int", "uint", "float", "bfloat")) or dtype == "bool"):
         raise ValueError(f"`{name}` must be integer class ids. Received: {name}.dtype={dtype}")
     if _check_label_shape(labels.shape, name):
@@ -490,26 +513,62 @@ def check_ref_offset(ref_offset, batch, num_ref):
     return offset
 
 
-def all_finite(*tensors):
-    """Scalar bool tensor: every entry of every (non-None) tensor is finite."""
+def all_finite(*tensors, distances: bool = False):
+    """Scalar bool tensor: every entry of every (non-None) tensor is finite.
+
+    With ``distances``, also ``4 |x|^2`` of every row ``x`` (along the last axis)
+    must be finite in the compute dtype (float32; float64 for float64 tensors):
+    then no squared distance ``|x - y|^2 <= 4 max(|x|^2, |y|^2)`` and no dot
+    product between rows overflows. In float32 that holds for norms up to
+    about 9.2e18 (6.7e153 in float64). One ``[B, D]`` pass per tensor.
+    """
     ok = kops.convert_to_tensor(True)
     for t in tensors:
-        if t is not None:
-            ok = kops.logical_and(ok, kops.all(kops.isfinite(t)))
+        if t is None:
+            continue
+        if distances:
+            t = kops.convert_to_tensor(t)
+            t = kops.cast(t, compute_dtype(t.dtype))
+            # NaN or Inf entries make the sum NaN or Inf too.
+            fits = kops.isfinite(kops.sum(kops.square(t), axis=-1) * 4.0)
+        else:
+            fits = kops.isfinite(t)
+        ok = kops.logical_and(ok, kops.all(fits))
     return ok
 
 
-def nan_unless_finite(value, *inputs):
+def nan_unless(value, ok):
+    """``value`` where the scalar bool ``ok`` holds, NaN (everywhere) otherwise.
+
+    How a loss reports an input it cannot check in a compiled step (class ids
+    out of range, a negative sample weight): a NaN loss, so that
+    ``keras.callbacks.TerminateOnNaN`` stops training. ``ok=True`` (a Python
+    bool: checked already) returns ``value`` unchanged. The gradient where
+    ``ok`` holds is ``value``'s, and 0 otherwise.
+    """
+    value = kops.convert_to_tensor(value)
+    if ok is True:
+        return value
+    return kops.where(ok, value, kops.cast(float("nan"), dtype_name(value)))
+
+
+def nan_unless_finite(value, *inputs, distances: bool = False):
     """``value`` where every input is finite, NaN (everywhere) otherwise.
 
     How every tfdml loss turns a NaN or Inf embedding into a NaN loss, so that
     ``keras.callbacks.TerminateOnNaN`` fires, instead of the finite value a
     masked selection would leave (NaN comparisons are false, so a NaN sample
     is simply never mined).
+
+    ``distances=True`` is for a loss that computes distances or dot products
+    of the inputs without normalizing them: it is NaN also where those could
+    overflow (:func:`all_finite`), e.g. float32 embeddings of norm 1e19 and
+    above, whose squared distances are Inf and whose Inf - Inf are NaN, which
+    a selection would skip as well. A loss that L2-normalizes its inputs
+    (:func:`l2_normalize` is exact for every finite vector) needs only finite
+    inputs.
     """
-    value = kops.convert_to_tensor(value)
-    ok = all_finite(*inputs)
-    return kops.where(ok, value, kops.cast(float("nan"), dtype_name(value)))
+    return nan_unless(value, all_finite(*inputs, distances=distances))
 
 
 def same_label_dtype(a, b):
@@ -558,11 +617,53 @@ def compute_dtype(dtype) -> str:
 # -- distances --------------------------------------------------------------------------------
 
 
-def l2_normalize(x, axis: int = -1, epsilon: float = 1e-12):
-    """L2-normalizes ``x`` along ``axis``; zero vectors stay zero, gradients stay finite."""
+def l2_normalize(x, axis=-1, epsilon: float = 1e-12):
+    """L2-normalizes ``x`` along ``axis``: exact for every finite vector, zero stays zero.
+
+    ``y = x / sqrt(max(sum(x^2), epsilon))``, the formula of
+    ``tf.math.l2_normalize``: a vector of norm below ``sqrt(epsilon)`` (1e-6 by
+    default) is scaled by ``1 / sqrt(epsilon)`` instead of to unit norm. The
+    norm is computed without overflow or underflow: each vector is divided by
+    its largest absolute entry ``m`` first, and ``y = u / |u|`` with
+    ``u = x / m`` (``|u|^2`` is between 1 and the vector's length), so a
+    float32 vector of norm 1e30 (whose ``sum(x^2)`` is Inf in float32) or
+    1e-30 is normalized as exactly as one of norm 1. The gradient is finite
+    everywhere, at the zero vector (``1 / sqrt(epsilon)``) and for tiny
+    vectors included. A NaN or Inf entry gives a NaN vector.
+
+    The computation runs in float32 (float64 for float64 input); the result has
+    the dtype of ``x``.
+
+    Args:
+        x: a float tensor.
+        axis: the axis (or tuple of axes) to normalize. Defaults to `-1`.
+        epsilon: lower bound of the squared norm, ``> 0``. Defaults to `1e-12`.
+    """
     x = kops.convert_to_tensor(x)
-    square_sum = kops.sum(kops.square(x), axis=axis, keepdims=True)
-    return x * kops.rsqrt(maximum(square_sum, epsilon))
+    dtype = dtype_name(x)
+    work = compute_dtype(dtype)
+    if work != dtype:
+        x = kops.cast(x, work)
+    one = kops.ones((), work)
+    # The result does not depend on the scale (for vectors above the epsilon bound, where
+    # it is used), so its gradient is exact without the scale's; max|x| has none anyway at
+    # ties or at 0. The zero vector is divided by 1 (0 / 0 would make its gradient NaN).
+    scale = kops.stop_gradient(kops.max(kops.abs(x), axis=axis, keepdims=True, initial=0.0))
+    scale = kops.where(scale > 0, scale, one)
+    # u = x / scale, through a power of two c that keeps 1 / (c * scale) a normal number
+    # (XLA may divide by multiplying with the reciprocal, and flushes subnormals to 0).
+    big, tiny = kops.cast(2.0**64, work), kops.cast(2.0**-64, work)
+    c = kops.where(scale > big, tiny, kops.where(scale < tiny, big, one))
+    u = (x * c) * (one / (scale * c))
+    square_sum = kops.sum(kops.square(u), axis=axis, keepdims=True)
+    eps = kops.convert_to_tensor(epsilon, dtype=work)
+    # |x|^2 = scale^2 |u|^2 < epsilon; scale^2 may overflow (false) or underflow (true).
+    small = kops.square(scale) * square_sum < eps
+    # |u|^2 is about 1 or more unless x is zero (small): the branch not taken stays finite,
+    # and so does its gradient.
+    unit = u * kops.rsqrt(kops.where(small, one, square_sum))
+    out = kops.where(small, x * kops.rsqrt(eps), unit)
+    return out if work == dtype else kops.cast(out, dtype)
 
 
 def safe_sqrt(x, epsilon: float = 1e-12):
@@ -726,25 +827,33 @@ def masked_logsumexp(x, mask, axis: int = -1, add_one: bool = False):
     return kops.where(empty, kops.cast(-float("inf"), dtype), values), found
 
 
-def check_class_ids(labels, num_classes: int, message: str | None = None):
-    """Class ids must be in ``[0, num_classes)``: a ValueError eagerly; when traced, an
-    assertion where the backend evaluates one (a ``tf.function`` graph without XLA).
+def validate_class_ids(labels, num_classes: int, message: str | None = None):
+    """Class ids must be in ``[0, num_classes)``: ``(labels, valid)``.
+
+    Eagerly, ids out of range raise a ValueError and ``valid`` is ``True``.
+    When traced, ``valid`` is a scalar bool tensor (false when an id is out
+    of range) that the loss turns into a NaN value with :func:`nan_unless`,
+    since XLA, JAX and PyTorch tracing cannot raise; a ``tf.function`` graph
+    without XLA also fails an assertion.
 
     Args:
         labels: integer ids.
         num_classes: the number of classes.
         message: what the error says first. Defaults to `None`
             ("Class ids (y_true) must be in [0, num_classes).").
+
+    Raises:
+        ValueError: eagerly, for an id outside ``[0, num_classes)``.
     """
     if message is None:
         message = f"Class ids (y_true) must be in [0, {num_classes}) (num_classes={num_classes})."
     if is_traced(labels):
         ok = kops.logical_and(kops.all(labels >= 0), kops.all(labels < num_classes))
-        return graph_assert(labels, ok, message)
+        return graph_assert(labels, ok, message), ok
     values = kops.convert_to_numpy(labels)
     if values.size and (values.min() < 0 or values.max() >= num_classes):
         raise ValueError(f"{message} Received ids from {values.min()} to {values.max()}.")
-    return labels
+    return labels, True
 
 
 def masked_argmax(x, mask, axis: int = -1):

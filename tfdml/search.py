@@ -18,6 +18,12 @@ Conventions:
 * **Metrics.** ``"cosine"``: the dot product of L2-normalized vectors, larger
   is nearer; ``"dot"``: the plain dot product, larger is nearer; ``"l2"``:
   the Euclidean distance, smaller is nearer. Scores are computed in float32.
+* **Huge embeddings.** ``"cosine"`` normalizes every finite row exactly
+  (:func:`tfdml.ops.l2_normalize`). For ``"l2"`` and ``"dot"``, rows so large
+  that a float32 score could overflow (entries of about ``9e18 / sqrt(D)`` and
+  above) are searched multiplied by a power of two (:func:`score_scale`),
+  which changes no neighbour; their scores are scaled back in float64 and are
+  Inf beyond the float32 range.
 * **Ties.** Neighbours are ordered nearest first; items at equal scores by
   increasing gallery index. Results are exact and do not depend on the chunk
   sizes.
@@ -27,9 +33,9 @@ Conventions:
 
 from __future__ import annotations
 
+import math
 import numbers
 import os
-import tempfile
 import zipfile
 from typing import NamedTuple
 
@@ -38,9 +44,10 @@ import numpy as np
 from keras import ops as kops
 
 from tfdml import ops
+from tfdml._files import atomic_path
 
 __all__ = ["BACKENDS", "METRICS", "Calibration", "Index", "Lookup", "calibrate", "match", "neighbours",
-           "plot_calibration"]
+           "plot_calibration", "score_scale"]
 
 #: The metrics an :class:`Index` and :func:`neighbours` take.
 METRICS = ("cosine", "dot", "l2")
@@ -71,6 +78,35 @@ def _check_positive_int(name, value):
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
         raise ValueError(f"`{name}` must be an integer >= 1. Received: {name}={value!r}")
     return int(value)
+
+
+def _max_abs(x) -> float:
+    """The largest absolute entry of a tensor or array (0 when it is empty)."""
+    if int(np.prod(x.shape)) == 0:
+        return 0.0
+    return float(kops.convert_to_numpy(kops.max(kops.abs(x))))
+
+
+def score_scale(max_abs: float, dim: int, metric: str) -> float:
+    """The power of two that queries and gallery are multiplied by before a search.
+
+    1 unless ``metric`` is ``"l2"`` or ``"dot"`` and an entry of size
+    ``max_abs`` in ``dim`` dimensions could make a float32 score overflow
+    (``4 * dim * max_abs^2``, a bound of the squared distances and dot
+    products, beyond the float32 range); then the largest power of two that
+    keeps it in range. A power of two scales every score exactly, so the
+    neighbours are those of an exact-range computation (entries smaller than
+    about ``1e-38`` of the largest one may underflow to 0).
+    """
+    if metric == "cosine" or not dim:
+        return 1.0
+    limit = math.sqrt(float(np.finfo(np.float32).max) / (4.0 * dim))
+    if max_abs <= limit:
+        return 1.0
+    # max_abs < 2^top and 2^(bound - 1) <= limit: the scaled entries stay below limit.
+    _, top = math.frexp(max_abs)
+    _, bound = math.frexp(limit)
+    return math.ldexp(1.0, bound - 1 - top)
 
 
 def nonfinite_rows(embeddings) -> np.ndarray:
@@ -200,7 +236,7 @@ def _merge_block(chunk, block, g_start, best_scores, best_idx, keep, metric):
 
 
 def neighbours(queries, gallery, k, metric="cosine", exclude_self=False, chunk_size=1024,
-               gallery_chunk_size=65536):
+               gallery_chunk_size=65536, max_abs=None):
     """Yields ``(start, scores, indices)``: the ``k`` nearest gallery rows of each query chunk.
 
     ``queries`` and ``gallery`` are float32 tensors (or NumPy arrays), already L2-normalized for
@@ -217,16 +253,27 @@ def neighbours(queries, gallery, k, metric="cosine", exclude_self=False, chunk_s
     candidate when row ``i`` is not among them. The query's own score plays no
     part, so no score (a tie, ``-inf``, NaN) can make a query its own neighbour;
     ``k`` must then be below the gallery size.
+
+    For ``"l2"`` and ``"dot"``, rows whose scores could overflow float32 are
+    searched multiplied by :func:`score_scale` (chunk by chunk), and the scores
+    scaled back in float64 (Inf beyond the float32 range). ``max_abs``: the
+    largest absolute entry of ``queries`` and ``gallery`` when the caller knows
+    it (computed otherwise).
     """
     _check_metric(metric)
     num_queries = int(queries.shape[0])
     num_gallery = int(gallery.shape[0])
     keep = k + 1 if exclude_self else k
+    scale = 1.0
+    if metric != "cosine":
+        if max_abs is None:
+            max_abs = max(_max_abs(queries), _max_abs(gallery))
+        scale = score_scale(max_abs, int(queries.shape[-1]), metric)
     for start in range(0, num_queries, chunk_size):
-        chunk = queries[start : start + chunk_size]
+        chunk = _scaled(queries[start : start + chunk_size], scale)
         best_scores = best_idx = None
         for g_start in range(0, num_gallery, gallery_chunk_size):
-            block = gallery[g_start : g_start + gallery_chunk_size]
+            block = _scaled(gallery[g_start : g_start + gallery_chunk_size], scale)
             best_scores, best_idx = _merge_block(chunk, block, g_start, best_scores, best_idx,
                                                  keep, metric)
         idx = kops.convert_to_numpy(best_idx).astype(np.int64)
@@ -239,7 +286,19 @@ def neighbours(queries, gallery, k, metric="cosine", exclude_self=False, chunk_s
             scores = np.take_along_axis(scores, order, axis=1)[:, :k]
         if metric == "l2":
             scores = np.sqrt(np.maximum(-scores, 0.0))
+        if scale != 1.0:
+            scores = _unscaled(scores, scale if metric == "l2" else scale * scale)
         yield start, scores, idx
+
+
+def _scaled(x, scale):
+    return x if scale == 1.0 else kops.convert_to_tensor(x, "float32") * scale
+
+
+def _unscaled(scores, factor):
+    """``scores / factor`` in float64, as float32 (Inf beyond its range)."""
+    with np.errstate(over="ignore"):
+        return (scores.astype(np.float64) / factor).astype(np.float32)
 
 
 class Lookup(NamedTuple):
@@ -273,6 +332,8 @@ class Index:
     equal scores in index order too (faiss does not), fetching more
     candidates until the ties at the ``k``-th place are complete: the same
     answers as the default backend (up to float32 rounding of the scores).
+    A search whose ``"l2"`` or ``"dot"`` scores could overflow float32
+    (:func:`score_scale`) runs on the default backend.
 
     Args:
         metric: ``"cosine"``, ``"dot"`` or ``"l2"``. Defaults to `"cosine"`.
@@ -306,6 +367,7 @@ class Index:
         self._labels = None  # list of int64 blocks, or None
         self._ids = None  # list of blocks, or None
         self._gallery = None  # the concatenated backend tensor, rebuilt after an add
+        self._max_abs = None  # the largest |entry| stored, for score_scale; reset by add
         self.dim = None
 
     def __len__(self):
@@ -361,6 +423,7 @@ class Index:
         self.dim = int(x.shape[-1])
         self._gallery = None
         self._faiss = None
+        self._max_abs = None
 
     @property
     def embeddings(self) -> np.ndarray:
@@ -405,7 +468,11 @@ class Index:
         q = np.asarray(kops.convert_to_numpy(self._prepare(queries, "queries")), np.float32)
         if len(q) == 0:  # no query: no neighbour
             return np.zeros((0, k), np.float32), np.zeros((0, k), np.int64)
-        if self.backend == "faiss":
+        if self._max_abs is None:
+            self._max_abs = max(float(np.abs(p).max(initial=0.0)) for p in self._parts)
+        max_abs = max(self._max_abs, float(np.abs(q).max(initial=0.0)))
+        # faiss scores in float32 as given: rows that need scaling take the keras path.
+        if self.backend == "faiss" and score_scale(max_abs, self.dim, self.metric) == 1.0:
             return self._faiss_search(q, k)
         if self._gallery is None:
             self._gallery = kops.convert_to_tensor(self.embeddings)
@@ -413,7 +480,7 @@ class Index:
         scores = np.zeros((num, k), np.float32)
         indices = np.zeros((num, k), np.int64)
         for start, s, idx in neighbours(q, self._gallery, k, self.metric, False,
-                                        self.chunk_size, self.gallery_chunk_size):
+                                        self.chunk_size, self.gallery_chunk_size, max_abs):
             scores[start:start + len(idx)] = s
             indices[start:start + len(idx)] = idx
         return scores, indices
@@ -488,18 +555,9 @@ class Index:
             arrays["labels"] = self.labels
         if self._ids is not None:
             arrays["ids"] = self.ids
-        path = os.fspath(path)
         # Whole or not at all: a temporary file beside it, renamed over it once written.
-        folder = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=folder)
-        try:
-            with os.fdopen(fd, "wb") as f:  # as given: np.savez would append ".npz"
-                np.savez(f, **arrays)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            np.savez(f, **arrays)  # a file object: np.savez would append ".npz" to a name
 
     @classmethod
     def load(cls, path, backend=None) -> Index:

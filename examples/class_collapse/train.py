@@ -72,8 +72,9 @@ def make_parser():
     g.add_argument("--trim", type=float, default=0.0,
                    help="TrimmedLoss: fraction of the anchors of a batch with the highest "
                         "loss to leave out (0: off)")
-    g.add_argument("--batch-size", type=int, default=None,
-                   help="images per batch; when given, P = batch size / K")
+    g.add_argument("--batch-size", type=experiments._positive_int, default=None,
+                   help="images per batch; when given, P = batch size / K (with -P: must be "
+                        "P x K)")
     g.add_argument("--margin", type=float, default=0.2,
                    help="triplet margin; margin loss alpha")
     g.add_argument("--triplet-distance", choices=("squared_l2", "l2"), default="squared_l2")
@@ -126,6 +127,40 @@ def method_name(args):
     return name
 
 
+#: The flags each loss uses; given with another --loss they are refused.
+LOSS_FLAGS = {"margin": ("--margin", ("triplet", "margin")),
+              "triplet_distance": ("--triplet-distance", ("triplet",)),
+              "beta": ("--beta", ("margin",)), "beta_lr": ("--beta-lr", ("margin",)),
+              "shared_beta": ("--shared-beta", ("margin",)),
+              "num_classes": ("--num-classes", ("margin",)),
+              "ms_alpha": ("--ms-alpha", ("ms",)), "ms_beta": ("--ms-beta", ("ms",)),
+              "ms_lambda": ("--ms-lambda", ("ms",)), "ms_epsilon": ("--ms-epsilon", ("ms",))}
+
+
+def check_args(parser, argv=None):
+    """The parsed flags with P x K resolved; flags that conflict or would be ignored are
+    refused with ``parser.error`` (no data is loaded)."""
+    args = parser.parse_args(argv)
+    given = experiments.given_flags(parser, argv)
+    args.classes_per_batch, args.samples_per_class = experiments.batch_shape(
+        parser, args, given, samples_per_class=parser.get_default("samples_per_class"),
+        classes_per_batch=parser.get_default("classes_per_batch"))
+    if args.eps:
+        experiments.reject_flags(parser, given, {"baseline_positive": "--baseline-positive"},
+                                 "with --eps (the positives are the easy ones): add --no-eps")
+    for dest, (flag, losses) in LOSS_FLAGS.items():
+        if args.loss not in losses:
+            experiments.reject_flags(parser, given, {dest: flag},
+                                     f"with --loss {args.loss} (it is for --loss "
+                                     f"{' / '.join(losses)})")
+    if args.shared_beta:
+        experiments.reject_flags(parser, given, {"num_classes": "--num-classes"},
+                                 "with --shared-beta (one beta for all classes)")
+    if not 0 <= args.trim < 1:
+        parser.error(f"--trim must be in [0, 1), got {args.trim}")
+    return args
+
+
 def prepare_args(args):
     """Fills the defaults that depend on the data set and on the training split.
 
@@ -133,17 +168,10 @@ def prepare_args(args):
         ``(args, data)``: the data (``experiments.load_data``) is loaded here because the
         per-class beta needs the number of classes before the loss is built.
     """
-    if args.batch_size is not None:
-        if args.batch_size % args.samples_per_class:
-            raise SystemExit(f"--batch-size {args.batch_size} is not a multiple of "
-                             f"K = {args.samples_per_class}")
-        args.classes_per_batch = args.batch_size // args.samples_per_class
     size, resize, transform = INPUT.get(args.dataset, INPUT_DEFAULT)
     args.image_size = args.image_size or size
     args.resize_size = args.resize_size or round(args.image_size * resize / size)
     args.transform = args.transform or transform
-    if not 0 <= args.trim < 1:
-        raise SystemExit(f"--trim must be in [0, 1), got {args.trim}")
     if args.eps and args.samples_per_class <= 2 and not args.smoke:
         print("Warning: with K <= 2 images per class the easy positive is the only "
               "positive: EPS changes nothing (use K > 2).", flush=True)
@@ -216,7 +244,7 @@ def run_name(args):
 
 
 def main(argv=None):
-    args = make_parser().parse_args(argv)
+    args = check_args(make_parser(), argv)
     args.output_dir = args.output_dir or os.path.join(
         "runs", "class_collapse-" + run_name(args) + ("-smoke" if args.smoke else ""))
     args, data = prepare_args(args)
@@ -293,7 +321,8 @@ def run_grid(argv, runs, seeds, output_dir, title):
     """
     grid = {f"{name}-s{seed}": [*extra, "--seed", str(seed)]
             for name, extra in runs.items() for seed in range(seeds)}
-    rows = experiments.sweep(main, argv, grid, output_dir, title=title)
+    rows = experiments.sweep(main, argv, grid, output_dir, title=title,
+                             check=lambda flags: check_args(make_parser(), flags))
     summary = []
     for name in runs:
         mine = [r for r in rows if r["run"].rsplit("-s", 1)[0] == name]

@@ -51,7 +51,8 @@ def main(argv=None):
         runs = {f"n{n}": ["--order", str(order), "--mining", mining, "--group-size", str(n)]
                 for n in sizes}
         for row, n in zip(experiments.sweep(train.main, common, runs, os.path.join(out, method),
-                                            title=f"{method} on {args.dataset}"),
+                                            title=f"{method} on {args.dataset}",
+                                            check=train.check_args),
                           sizes, strict=True):
             rows.append({"order": order, "mining": mining, "n": n,
                          "recall@1": row.get("val_recall@1"), "run": f"{method}/{row['run']}"})

@@ -38,8 +38,10 @@ def make_parser():
     g = parser.add_argument_group("movement")
     g.add_argument("--order", type=int, choices=(1, 2), default=1)
     g.add_argument("--mining", choices=("HPHN", "EPEN"), default="HPHN")
-    g.add_argument("--group-size", "-n", type=int, default=16)
-    g.add_argument("--batch-size", type=int, default=128)
+    g.add_argument("--group-size", "-n", type=experiments._positive_int, default=16,
+                   help="n images per class in a batch, the same as -K")
+    g.add_argument("--batch-size", type=experiments._positive_int, default=128,
+                   help="images per batch; P = batch size / n unless -P is given")
     g.add_argument("--temperature", type=float, default=1.0)
     g.add_argument("--init-weights", default=None,
                    help="weights (.weights.h5) of a trained model: the later phase")
@@ -63,14 +65,27 @@ def plot(totals, path, title):
     plt.close(fig)
 
 
+#: Flags of experiments.make_parser that this script does not use (a plain SGD loop, no
+#: evaluation, no export).
+UNUSED_FLAGS = {"optimizer": "--optimizer", "weight_decay": "--weight-decay",
+                "lr_milestones": "--lr-milestones", "lr_gamma": "--lr-gamma",
+                "jit_compile": "--jit-compile", "deterministic": "--deterministic",
+                "mixed_precision": "--mixed-precision", "strategy": "--strategy",
+                "logical_cpus": "--logical-cpus", "eval_every": "--eval-every",
+                "eval_batch_size": "--eval-batch-size", "export": "--export"}
+
+
 def main(argv=None):
-    args = make_parser().parse_args(argv)
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    given = experiments.given_flags(parser, argv)
+    experiments.reject_flags(parser, given, UNUSED_FLAGS,
+                             "in movement.py (SGD steps measured one by one, no evaluation)")
+    args.classes_per_batch, args.samples_per_class = experiments.batch_shape(
+        parser, args, given, samples_per_class=parser.get_default("group_size"),
+        batch_size=parser.get_default("batch_size"))
     if args.smoke:
-        experiments.apply_smoke(args)
-        args.group_size = min(args.group_size, 4)
-        args.batch_size = args.group_size * args.classes_per_batch
-    if args.batch_size % args.group_size:
-        raise SystemExit(f"--batch-size {args.batch_size} is not a multiple of n")
+        experiments.apply_smoke(args)  # P and K at most 4
     out = args.output_dir or os.path.join("runs", f"movement-{args.dataset}")
     os.makedirs(os.path.join(out, "figures"), exist_ok=True)
     keras.utils.set_random_seed(args.seed)
@@ -87,7 +102,7 @@ def main(argv=None):
         model.load_weights(args.init_weights)
     optimizer = keras.optimizers.SGD(args.learning_rate, momentum=args.momentum)
     batches = tfdml.data.pk_batches(
-        data.train, args.batch_size // args.group_size, args.group_size, repeat=False,
+        data.train, args.classes_per_batch, args.samples_per_class, repeat=False,
         steps_per_epoch=args.steps_per_epoch, seed=args.seed, map_fn=train_fn)
 
     per_epoch = []

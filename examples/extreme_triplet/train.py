@@ -11,8 +11,11 @@ images resized to 256 x 256, padded by 10 px, randomly cropped back and flipped.
     python examples/extreme_triplet/train.py --dataset cub200 --order 1 --mining EPSHN
     python examples/extreme_triplet/train.py --smoke            # seconds, synthetic data
 
-``--scatter`` records the triplet scatter diagram of the test set after epochs 0, 5, 10,
-15 and 40 (Figure 6). A killed run resumes when started again with the same command.
+A batch holds P classes with K = n images each: ``--batch-size`` (default 128) and
+``--group-size``/``-n`` (default: the paper's n for the data set) set them, or ``-P`` and
+``-K`` (``-K`` is ``-n``); flags that do not agree are refused. ``--scatter`` records the
+triplet scatter diagram of the test set after epochs 0, 5, 10, 15 and 40 (Figure 6). A
+killed run resumes when started again with the same command.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ def make_parser():
         image_size=256, resize_size=256, transform="pad_crop")
     g = parser.add_argument_group("extreme triplet")
     g.add_argument("--order", type=int, choices=(1, 2), default=2,
-                   help="1st-order triplet NCA (eq. 1) or the 2nd-order fix (eq. 16)")
+                   help="1st-order triplet NCA (eq. 1) or the 2nd-order fix (eq. 16); --loss nca")
     g.add_argument("--loss", choices=("nca", "margin"), default="nca",
                    help="the NCA triplet loss, or the vanilla margin triplet loss (appendix E)")
     g.add_argument("--margin", type=float, default=0.2, help="--loss margin")
@@ -45,10 +48,11 @@ def make_parser():
     g.add_argument("--mining", choices=tuple(MINING), default="EPHN")
     g.add_argument("--disjoint", action="store_true",
                    help="each sample in at most one triplet per batch (Section 6.1)")
-    g.add_argument("--group-size", "-n", type=int, default=None,
-                   help="n images per class in a batch (default: the paper's optimum per data "
-                        "set); P = batch size / n")
-    g.add_argument("--batch-size", type=int, default=128)
+    g.add_argument("--group-size", "-n", type=experiments._positive_int, default=None,
+                   help="n images per class in a batch, the same as -K (default: the paper's "
+                        "optimum per data set); P = batch size / n unless -P is given")
+    g.add_argument("--batch-size", type=experiments._positive_int, default=128,
+                   help="images per batch (with -P: must be P x n)")
     g.add_argument("--scatter", action="store_true",
                    help="record the test set's triplet scatter diagram after epochs "
                         "0, 5, 10, 15, 40 (Figure 6)")
@@ -71,14 +75,37 @@ def method_name(args):
     return f"{'1st' if args.order == 1 else '2nd'} order {args.mining}"
 
 
-def main(argv=None):
-    args = make_parser().parse_args(argv)
-    if args.dataset == "cub200" and args.learning_rate == 0.005:
+def resolve_args(parser, argv=None):
+    """The parsed flags with the paper's per-data-set defaults filled in, P x K resolved.
+
+    Flags given on the command line are honoured (``-P``/``-K`` as well as
+    ``--batch-size``/``--group-size``); flags that contradict each other, or that the chosen
+    loss does not use, are refused with ``parser.error``.
+    """
+    args = parser.parse_args(argv)
+    given = experiments.given_flags(parser, argv)
+    if args.dataset == "cub200" and "learning_rate" not in given:
         args.learning_rate = 0.0025  # the paper's CUB setting
-    n = args.group_size or GROUP_SIZE[args.dataset]
-    if args.batch_size % n:
-        raise SystemExit(f"--batch-size {args.batch_size} is not a multiple of n = {n}")
-    args.samples_per_class, args.classes_per_batch = n, args.batch_size // n
+    args.classes_per_batch, args.samples_per_class = experiments.batch_shape(
+        parser, args, given, samples_per_class=GROUP_SIZE[args.dataset],
+        batch_size=parser.get_default("batch_size"))
+    if args.loss == "margin":
+        experiments.reject_flags(parser, given,
+                                 {"order": "--order", "temperature": "--temperature"},
+                                 "with --loss margin (they are the NCA loss's)")
+    else:
+        experiments.reject_flags(parser, given, {"margin": "--margin"},
+                                 "with --loss nca (it is the margin loss's)")
+    return args
+
+
+def check_args(argv=None):
+    """:func:`resolve_args` of a new parser: the flags' check, for a sweep."""
+    return resolve_args(make_parser(), argv)
+
+
+def main(argv=None):
+    args = resolve_args(make_parser(), argv)
     positive, negative = MINING[args.mining]
 
     def callbacks(model, data, eval_fn, out):
@@ -98,7 +125,7 @@ def main(argv=None):
 
     results = experiments.run(args, lambda: make_loss(args), name=method_name(args),
                               callbacks=callbacks, figures=figures)
-    results["group_size"] = n
+    results["group_size"] = args.samples_per_class  # after --smoke
     return results
 
 

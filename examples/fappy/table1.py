@@ -55,7 +55,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args, rest, runs = parse(argv, __doc__.split("\n", 1)[0], "runs/fappy-table1", RUNS)
     return experiments.sweep(train.main, rest, runs, args.output_dir, metric="val_recall@1",
-                             title="FAPPY Table 1: Recall@K")
+                             title="FAPPY Table 1: Recall@K", check=train.check_args)
 
 
 if __name__ == "__main__":

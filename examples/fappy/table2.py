@@ -58,7 +58,8 @@ def main(argv=None):
                                     RUNS)
     rows = experiments.sweep(train.main, ["--dataset", "vehicleid", *rest], runs,
                              args.output_dir, metric="val_small_top1",
-                             title="FAPPY Table 2: VehicleID match rates")
+                             title="FAPPY Table 2: VehicleID match rates",
+                             check=train.check_args)
     plot_all_cmc(args.output_dir, runs)
     return rows
 

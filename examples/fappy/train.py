@@ -77,30 +77,58 @@ def make_parser():
                         "negative margin (default 0.5)")
     g.add_argument("--positive-margin", type=float, default=0.0,
                    help="contrastive: no pull once a positive pair is closer than this")
-    g.add_argument("--batch-size", type=int, default=None,
+    g.add_argument("--batch-size", type=experiments._positive_int, default=None,
                    help="images per batch (default: the paper's, 128 or 150 on VehicleID); "
-                        "P = batch size / K unless -P is given")
-    g.add_argument("--cmc-top-k", type=int, default=CMC_TOP_K,
+                        "P = batch size / K unless -P is given (then it must be P x K)")
+    g.add_argument("--cmc-top-k", type=experiments._positive_int, default=CMC_TOP_K,
                    help="VehicleID: length of the CMC curve of the small test set")
     return parser
 
 
-def resolve_defaults(args):
-    """Fills the per-data-set defaults (backbone, embedding, lr, P x K) left unset."""
+#: The flags each loss uses; the others are refused (they would be ignored).
+LOSS_FLAGS = {"min_bin_width": ("--min-bin-width", ("fappy",)),
+              "bin_width": ("--bin-width", ("histogram",)),
+              "margin": ("--margin", ("contrastive", "triplet", "lifted")),
+              "positive_margin": ("--positive-margin", ("contrastive",))}
+
+
+def resolve_defaults(args, parser=None, given=None):
+    """Fills the per-data-set defaults (backbone, embedding, lr, P x K) left unset.
+
+    ``-P``, ``-K`` and ``--batch-size`` given together must agree; a loss's flag given with
+    another ``--loss`` is refused, and so is ``--cmc-top-k`` for a data set other than
+    VehicleID (``parser.error``). ``given``: the flags given (``experiments.given_flags``);
+    defaults to those not `None`.
+    """
+    parser = parser or make_parser()
+    if given is None:
+        given = {k for k, v in vars(args).items()
+                 if v is not None and v != parser.get_default(k)}
     paper = PAPER_SETTINGS.get(args.dataset, PAPER_SETTINGS["cub200"])
     for key in ("backbone", "embedding_dim", "learning_rate"):
         if getattr(args, key) is None:
             setattr(args, key, paper[key])
-    if args.samples_per_class is None:
-        args.samples_per_class = paper["samples_per_class"]
-    if args.classes_per_batch is None:
-        batch = args.batch_size or paper["batch_size"]
-        if batch % args.samples_per_class:
-            raise SystemExit(f"--batch-size {batch} is not a multiple of "
-                             f"K = {args.samples_per_class}")
-        args.classes_per_batch = batch // args.samples_per_class
+    args.classes_per_batch, args.samples_per_class = experiments.batch_shape(
+        parser, args, given, samples_per_class=paper["samples_per_class"],
+        batch_size=paper["batch_size"])
     args.batch_size = args.classes_per_batch * args.samples_per_class
+    for dest, (flag, losses) in LOSS_FLAGS.items():
+        if args.loss not in losses:
+            experiments.reject_flags(parser, given, {dest: flag},
+                                     f"with --loss {args.loss} (it is for --loss "
+                                     f"{' / '.join(losses)})")
+    if args.dataset != "vehicleid":
+        experiments.reject_flags(parser, given, {"cmc_top_k": "--cmc-top-k"},
+                                 "except on VehicleID")
     return args
+
+
+def check_args(argv=None):
+    """The parsed flags with the defaults filled in (:func:`resolve_defaults`); flags that
+    conflict or would be ignored are refused with ``parser.error``."""
+    parser = make_parser()
+    return resolve_defaults(parser.parse_args(argv), parser,
+                            experiments.given_flags(parser, argv))
 
 
 def make_loss(args):
@@ -181,7 +209,7 @@ def plot_cmc(curve, path, title):
 
 
 def main(argv=None):
-    args = resolve_defaults(make_parser().parse_args(argv))
+    args = check_args(argv)
     name = method_name(args)
     cache = {}
 

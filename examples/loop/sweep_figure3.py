@@ -64,7 +64,8 @@ def main(argv=None):
     return experiments.sweep(
         train.main, [*panel["fixed"], *rest], runs,
         args.output_dir or os.path.join("runs", f"loop-fig3-{args.figure}"),
-        title=panel["title"], x_label=flag, log_x=panel.get("log_x", False))
+        title=panel["title"], x_label=flag, log_x=panel.get("log_x", False),
+        check=lambda flags: train.check_args(train.make_parser(), flags))
 
 
 if __name__ == "__main__":

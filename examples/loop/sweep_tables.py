@@ -92,7 +92,8 @@ def main(argv=None):
     runs = {f"{run}-s{seed}": [*RUNS[run], "--seed", str(seed)]
             for run in args.runs for seed in args.seeds}
     rows = experiments.sweep(train.main, ["--dataset", args.dataset, *rest], runs, out,
-                             title=f"LoOp Tables 2 and 3 on {args.dataset}")
+                             title=f"LoOp Tables 2 and 3 on {args.dataset}",
+                             check=lambda flags: train.check_args(train.make_parser(), flags))
     table = summarize(rows, args.runs, args.seeds, args.dataset)
     with open(os.path.join(out, "table.md"), "w") as f:
         f.write(f"# LoOp Tables 2 and 3 on {args.dataset}: paper vs. these runs (%, "

@@ -68,18 +68,26 @@ def make_parser():
     g.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=True,
                    help="l2-normalize the embeddings (model output and loss); --no-normalize: "
                         "LoOp between line segments (Section 4.2, Fig. 4)")
-    g.add_argument("--batch-size", type=int, default=None,
+    g.add_argument("--batch-size", type=experiments._positive_int, default=None,
                    help="images per batch (default 32; 128 on SOP); P = batch size / K")
     return parser
 
 
-def batch_shape(args):
-    """(P, K) from --batch-size, -P and -K (K must be even)."""
+def batch_shape(args, parser=None):
+    """(P, K) from --batch-size, -P and -K (K must be even); flags that do not agree are
+    refused (``parser.error``, or SystemExit without a parser)."""
+
+    def fail(message):
+        if parser is not None:
+            parser.error(message)
+        raise SystemExit(message)
+
     p, k = args.classes_per_batch, args.samples_per_class
     batch = args.batch_size
     if p is not None and k is not None:
         if batch is not None and batch != p * k:
-            raise SystemExit(f"--batch-size {batch} != P x K = {p} x {k}")
+            fail(f"--batch-size {batch} != P x K = {p} x {k}: give two of -P, -K and "
+                 "--batch-size, or values that agree")
     else:
         batch = batch or BATCH_SIZE.get(args.dataset, 32)
         if p is None:
@@ -88,10 +96,37 @@ def batch_shape(args):
         else:
             k = batch // p
         if p * k != batch or p < 2:
-            raise SystemExit(f"--batch-size {batch} does not split into P >= 2 classes of K = {k}")
+            fail(f"--batch-size {batch} does not split into P >= 2 classes of K = {k}")
     if k % 2:
-        raise SystemExit(f"LoOp pairs the images of each class: K = {k} must be even")
+        fail(f"LoOp pairs the images of each class: K = {k} must be even")
     return p, k
+
+
+#: The flags of the MS loss; --margin is the other losses'.
+MS_FLAGS = {"epsilon": "--epsilon", "lam": "--lambda", "alpha": "--alpha", "beta": "--beta"}
+
+
+def check_args(parser, argv=None):
+    """The parsed flags with the defaults filled in and P x K resolved; flags that conflict
+    or that the chosen loss would ignore are refused with ``parser.error``."""
+    args = parser.parse_args(argv)
+    given = experiments.given_flags(parser, argv)
+    if args.sampling is not None and (args.loop or args.loss != "triplet"):
+        parser.error("--sampling is for the triplet baseline only (--loss triplet --no-loop)")
+    if args.loss == "ms":
+        experiments.reject_flags(parser, given, {"margin": "--margin"},
+                                 "with --loss ms (its margin is --lambda)")
+    else:
+        experiments.reject_flags(parser, given, MS_FLAGS,
+                                 f"with --loss {args.loss} (they are the MS loss's)")
+    if args.loss == "triplet" and not args.loop:
+        args.sampling = args.sampling or "rand-disjoint"
+    if args.epsilon is None:
+        args.epsilon = MS_EPSILON[args.loop]
+    if args.loss == "ms" and not args.loop and args.epsilon < 0:
+        parser.error("the plain MS loss's miner needs --epsilon >= 0")
+    args.classes_per_batch, args.samples_per_class = batch_shape(args, parser)
+    return args
 
 
 def make_loss(args):
@@ -132,17 +167,7 @@ def method_name(args):
 
 
 def main(argv=None):
-    parser = make_parser()
-    args = parser.parse_args(argv)
-    if args.sampling is not None and (args.loop or args.loss != "triplet"):
-        parser.error("--sampling is for the triplet baseline only (--loss triplet --no-loop)")
-    if args.loss == "triplet" and not args.loop:
-        args.sampling = args.sampling or "rand-disjoint"
-    if args.epsilon is None:
-        args.epsilon = MS_EPSILON[args.loop]
-    if args.loss == "ms" and not args.loop and args.epsilon < 0:
-        parser.error("the plain MS loss's miner needs --epsilon >= 0")
-    args.classes_per_batch, args.samples_per_class = batch_shape(args)
+    args = check_args(make_parser(), argv)
     if args.steps_per_epoch is None and not args.smoke and args.dataset in TRAIN_IMAGES:
         batch = args.classes_per_batch * args.samples_per_class
         args.steps_per_epoch = math.ceil(TRAIN_IMAGES[args.dataset] / batch)

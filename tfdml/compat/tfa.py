@@ -30,6 +30,10 @@ Differences, on purpose:
   does a lifted-structure pair whose class has no negative (TFA: NaN).
 * The soft batch-hard loss uses a softplus: TFA's ``log1p(exp(x))`` overflows
   to inf for large distances (e.g. squared-L2 on unnormalized embeddings).
+* Embeddings so large that their Euclidean distances overflow (float32
+  norms above about 9.2e18) give NaN in the semi-hard, hard and lifted
+  losses, as NaN or Inf embeddings do: Inf distances and their Inf - Inf
+  NaNs, skipped by the masks, could leave a finite but wrong value.
 * ``npairs_loss`` accepts ``[B, 1]`` labels (TFA broadcasts them wrongly and
   returns NaN).
 * ``npairs_multilabel_loss``: a sample without labels (an all-zero row of
@@ -108,6 +112,11 @@ def _distances(embeddings, distance_metric):
     if distance_metric == "angular":
         return angular_distance(embeddings)
     return distance_metric(embeddings)
+
+
+def _euclidean(distance_metric) -> bool:
+    """The metric is one of the Euclidean distances, computed from unnormalized embeddings."""
+    return isinstance(distance_metric, str) and distance_metric in ("L2", "squared-L2")
 
 
 def _check(margin, distance_metric):
@@ -269,7 +278,8 @@ def triplet_semihard_loss(y_true, y_pred, margin: float = 1.0, distance_metric="
         (dist.dtype, dist.dtype))
     total = _with_gradient(tf.reduce_sum(hinge), dist, gradient)
     loss = tf.math.divide_no_nan(total, tf.cast(tf.math.count_nonzero(positive), dist.dtype))
-    return tf.cast(ops.nan_unless_finite(loss, precise), dtype)
+    return tf.cast(ops.nan_unless_finite(loss, precise, distances=_euclidean(distance_metric)),
+                   dtype)
 
 
 def triplet_hard_loss(y_true, y_pred, margin: float = 1.0, soft: bool = False,
@@ -302,7 +312,8 @@ def triplet_hard_loss(y_true, y_pred, margin: float = 1.0, soft: bool = False,
         losses = tf.math.softplus(hardest_positive - hardest_negative)
     else:
         losses = tf.maximum(hardest_positive - hardest_negative + margin, 0.0)
-    return tf.cast(ops.nan_unless_finite(tf.reduce_mean(losses), precise), dtype)
+    return tf.cast(ops.nan_unless_finite(tf.reduce_mean(losses), precise,
+                                         distances=_euclidean(distance_metric)), dtype)
 
 
 def lifted_struct_loss(labels, embeddings, margin: float = 1.0):
@@ -344,7 +355,7 @@ def lifted_struct_loss(labels, embeddings, margin: float = 1.0):
     hinge = tf.where(usable, tf.square(tf.maximum(j, 0.0)), tf.zeros_like(j))
     pairs = 0.5 * tf.reduce_sum(tf.cast(positive, dist.dtype))
     loss = tf.math.divide_no_nan(0.25 * tf.reduce_sum(hinge), pairs)
-    return tf.cast(ops.nan_unless_finite(loss, precise), dtype)
+    return tf.cast(ops.nan_unless_finite(loss, precise, distances=True), dtype)
 
 
 def contrastive_loss(y_true, y_pred, margin: float = 1.0):

@@ -47,15 +47,40 @@ class DatasetSplit:
                 "DatasetSplit needs exactly one of `paths`, `encoded`, `images`. "
                 f"Received: {given or 'none'}"
             )
-        self.labels = np.asarray(self.labels, dtype=np.int64)
-        n = len(getattr(self, given[0]))
+        self.labels = _class_ids(self.labels)
+        items = getattr(self, given[0])
+        if np.ndim(items) == 0:
+            raise ValueError(
+                f"`{given[0]}` must hold one item per example ([N, ...]). Received: "
+                f"{given[0]} of type {type(items).__name__} and shape {np.shape(items)}"
+            )
+        n = len(items)
         if self.labels.shape != (n,):
             raise ValueError(
                 f"`labels` must have shape [{n}] to match `{given[0]}`. "
                 f"Received: labels.shape={self.labels.shape}"
             )
-        if self.bboxes is not None and np.shape(self.bboxes) != (n, 4):
-            raise ValueError(f"`bboxes` must have shape [{n}, 4]. Received: {np.shape(self.bboxes)}")
+        if given[0] in ("paths", "encoded"):
+            kinds = (str, os.PathLike) if given[0] == "paths" else (bytes,)
+            bad = next((i for i, x in enumerate(items) if not isinstance(x, kinds)), None)
+            if bad is not None:
+                what = "file paths (str or os.PathLike)" if given[0] == "paths" else (
+                    "encoded images (bytes)")
+                raise ValueError(
+                    f"`{given[0]}` must hold {what}. Received: {given[0]}[{bad}] of type "
+                    f"{type(items[bad]).__name__}: {items[bad]!r:.80}"
+                )
+        if self.bboxes is not None:
+            if np.shape(self.bboxes) != (n, 4):
+                raise ValueError(f"`bboxes` must have shape [{n}, 4]. "
+                                 f"Received: bboxes.shape={np.shape(self.bboxes)}")
+            boxes = np.asarray(self.bboxes, dtype=np.float64)
+            if not np.isfinite(boxes).all():
+                bad = np.flatnonzero(~np.isfinite(boxes).all(axis=1))
+                raise ValueError(
+                    "`bboxes` must be finite (ymin, xmin, ymax, xmax) pixel boxes. Received: "
+                    f"NaN or Inf in the rows {bad[:5].tolist()}"
+                )
 
     def __len__(self):
         return int(self.labels.shape[0])
@@ -73,6 +98,33 @@ class DatasetSplit:
         kind = "paths" if self.paths is not None else "encoded" if self.encoded is not None else "images"
         return (f"DatasetSplit(name={self.name!r}, split={self.split!r}, images={len(self)}, "
                 f"classes={self.num_classes}, source={kind})")
+
+
+def _class_ids(labels):
+    """``labels`` as int64 class ids, or a ValueError naming ``labels``: integers, or floats
+    that hold whole numbers (a float id such as 0.5 used to be truncated without a word)."""
+    array = np.asarray(labels)
+    kind = array.dtype.kind
+    if kind in "iu":
+        if kind == "u" and array.size and int(array.max()) > np.iinfo(np.int64).max:
+            raise ValueError("`labels` must be class ids below 2**63. Received: labels with "
+                             f"the value {int(array.max())}")
+        return array.astype(np.int64)
+    if kind == "f" or (array.size == 0 and kind != "b"):
+        values = array.astype(np.float64)
+        whole = np.isfinite(values) & (values == np.round(values)) & (np.abs(values) < 2.0 ** 63)
+        if not whole.all():
+            raise ValueError(
+                "`labels` must be integer class ids: float labels must hold whole numbers "
+                "(of magnitude below 2**63). "
+                f"Received: labels with the values {values[~whole][:3].tolist()}"
+            )
+        return values.astype(np.int64)
+    raise ValueError(
+        f"`labels` must be integer class ids, not {array.dtype} values; map class names to "
+        "ids first: `names, ids = np.unique(labels, return_inverse=True)`. Received: labels "
+        f"of dtype {array.dtype}, e.g. {array.reshape(-1)[:3].tolist()}"
+    )
 
 
 def _features(features):

@@ -93,7 +93,8 @@ def load(name, split, data_dir=None, source="files", **options):
         data_dir: `source="files"`: the folder of the extracted data set in its original
             layout; defaults to `$TFDML_DATA_DIR/<name>` when that variable is set.
             `source="tfds"`: TFDS's data directory (defaults to TFDS's own).
-            Ignored for `"digits"`.
+            Not for `"digits"` (bundled with scikit-learn): a `data_dir` raises a
+            ValueError rather than being ignored.
         source: `"files"` (the published layout on disk) or `"tfds"` (through
             tensorflow-datasets; cub200, cars196, sop, omniglot). Defaults to `"files"`.
         **options: data-set options: `label="character"|"alphabet"` (omniglot),
@@ -104,7 +105,9 @@ def load(name, split, data_dir=None, source="files", **options):
         split), so query and gallery ids match, and both sources give the same ids.
 
     Raises:
-        ValueError: unknown `name`, `split`, `source` or option.
+        ValueError: unknown `name`, `split`, `source` or option, `source="tfds"` for a
+            data set TFDS does not have, or `data_dir` for `"digits"`; the message names
+            the argument.
         FileNotFoundError: a file of the expected layout is missing; the message names it
             and where to get the data set.
 
@@ -124,13 +127,18 @@ def load(name, split, data_dir=None, source="files", **options):
         raise ValueError(
             f"{name} (source={source!r}) takes the options {sorted(allowed)}. Received: {options!r}"
         )
+    if source == "tfds" and name not in TFDS_NAMES:
+        raise ValueError(
+            f"`source='tfds'` is available for {sorted(TFDS_NAMES)}. Received: name={name!r}"
+        )
     if name == "digits":
+        if data_dir is not None:
+            raise ValueError(
+                "digits is bundled with scikit-learn and read from there: it takes no "
+                f"`data_dir`. Received: data_dir={data_dir!r}"
+            )
         return load_digits(split, **options)
     if source == "tfds":
-        if name not in TFDS_NAMES:
-            raise ValueError(
-                f"`source='tfds'` is available for {sorted(TFDS_NAMES)}. Received: name={name!r}"
-            )
         return load_tfds(name, split, data_dir=data_dir, **options)
     if data_dir is None and os.environ.get("TFDML_DATA_DIR"):
         data_dir = os.path.join(os.environ["TFDML_DATA_DIR"], name)

@@ -44,7 +44,10 @@ A batch where no anchor is active gives 0 with zero gradients (eagerly the
 loss warns once; ``tfdml.metrics.ActiveAnchors`` logs the fraction of active
 anchors during ``fit``). A NaN or Inf anywhere in the embeddings (or the
 reference set) gives a NaN loss, for every reduction, so that
-``keras.callbacks.TerminateOnNaN`` fires.
+``keras.callbacks.TerminateOnNaN`` fires. So do finite embeddings whose
+distances overflow, for a loss that does not L2-normalize them
+(``normalize=False``: float32 norms above about 9.2e18); normalization itself
+is exact for every finite embedding (:func:`tfdml.ops.l2_normalize`).
 
 **Several replicas** (``tf.distribute.MirroredStrategy``,
 ``MultiWorkerMirroredStrategy``): each replica sees a slice of the global
@@ -72,6 +75,7 @@ import weakref
 from typing import NamedTuple
 
 import keras
+import numpy as np
 from keras import ops as kops
 
 from tfdml import ops
@@ -85,6 +89,7 @@ __all__ = [
     "anchor_terms",
     "average_terms",
     "check_average",
+    "check_sample_weight",
     "functional_value",
     "pair_terms",
     "prepare_inputs",
@@ -236,16 +241,29 @@ def average_terms(terms: AnchorTerms, average: str):
     return terms.total, terms.count if average == "terms" else terms.nonzero
 
 
-def functional_value(terms: AnchorTerms, average, y_pred, ref_embeddings=None):
+def functional_value(terms: AnchorTerms, average, y_pred, ref_embeddings=None,
+                     normalized: bool = True):
     """The scalar a functional loss returns: ``sum v_a / sum c_a`` (0 without active anchor).
 
-    NaN when ``y_pred`` or ``ref_embeddings`` holds a NaN or Inf; cast to the
+    NaN when ``y_pred`` or ``ref_embeddings`` holds a NaN or Inf, and, for a
+    loss that did not L2-normalize them (``normalized=False``), when their
+    distances or dot products could overflow
+    (:func:`tfdml.ops.nan_unless_finite` with ``distances=True``); cast to the
     dtype of ``y_pred``.
     """
     values, shares = average_terms(terms, average)
     value = ops.divide_no_nan(kops.sum(values), kops.sum(shares))
-    value = ops.nan_unless_finite(value, y_pred, ref_embeddings)
+    value = ops.nan_unless_finite(value, y_pred, ref_embeddings, distances=not normalized)
     return kops.cast(value, ops.dtype_name(kops.convert_to_tensor(y_pred)))
+
+
+def _differentiated(y_pred) -> bool:
+    """``y_pred`` is a PyTorch tensor in an autograd graph (a training step runs eagerly)."""
+    if keras.backend.backend() != "torch":
+        return False
+    import torch
+
+    return isinstance(y_pred, torch.Tensor) and y_pred.requires_grad and torch.is_grad_enabled()
 
 
 def _tf_replicas() -> int:
@@ -284,6 +302,37 @@ def reduce_anchor_losses(values, shares, sample_weight=None, reduction="sum_over
     else:
         denominator = kops.sum(shares)
     return _scale_for_distribution(ops.divide_no_nan(total, denominator))
+
+
+def check_sample_weight(sample_weight):
+    """``(sample_weight, valid)``: sample weights must be finite and ``>= 0``.
+
+    A weight scales a sample's share of the loss (0 leaves it out); a negative
+    one would turn the loss around. Eagerly a negative weight raises a
+    ValueError; when traced (a compiled step cannot raise) ``valid`` is a
+    scalar bool tensor, false for a negative weight, that the loss value
+    passes through :func:`tfdml.ops.nan_unless`: a NaN loss, which
+    ``keras.callbacks.TerminateOnNaN`` stops. A NaN or Inf weight gives a NaN
+    loss in both cases. ``valid`` is ``True`` for no weights or weights
+    checked eagerly.
+
+    Raises:
+        ValueError: eagerly, for a negative weight.
+    """
+    if sample_weight is None:
+        return None, True
+    sample_weight = kops.convert_to_tensor(sample_weight)
+    if ops.is_traced(sample_weight):
+        return sample_weight, kops.logical_and(kops.all(sample_weight >= 0),
+                                               ops.all_finite(sample_weight))
+    values = kops.convert_to_numpy(sample_weight)
+    if np.any(values < 0):
+        raise ValueError(
+            "`sample_weight` must be >= 0: a weight scales a sample's share of the loss "
+            "(0 leaves it out). Received: sample_weight="
+            f"{np.array2string(np.asarray(values), threshold=8)}"
+        )
+    return sample_weight, True if np.all(np.isfinite(values)) else ops.all_finite(sample_weight)
 
 
 def _check_reduction(reduction):
@@ -383,6 +432,77 @@ class LossState(keras.layers.Layer):
     def call(self, inputs):
         return inputs
 
+    # -- saving and loading: a state loads only into the state of the same loss -------------------
+
+    #: The entry of a saved state that names the class of its loss.
+    LOSS_CLASS_KEY = "loss_class"
+    #: The class name of the loss that owns this state (set by ``MetricLoss.state``).
+    loss_class_name = None
+
+    def save_own_variables(self, store):
+        """Saves the variables as Keras does, and the class name of the loss."""
+        super().save_own_variables(store)
+        if self.loss_class_name:
+            store[self.LOSS_CLASS_KEY] = np.frombuffer(self.loss_class_name.encode(), np.uint8)
+
+    def load_own_variables(self, store):
+        """Loads the variables as Keras does, after checking that they fit.
+
+        Raises:
+            ValueError: when ``store`` holds the state of another loss class
+                (files written since the class is saved), or other variables:
+                another number, or other shapes (e.g. another ``num_classes``
+                or embedding size). The message says what differs; it is also
+                kept in ``load_problem`` (``None`` after a successful load),
+                where :meth:`tfdml.models.MetricModel.load_weights` reads it to
+                name the file.
+        """
+        mine = {}
+        super().save_own_variables(mine)  # this state's variables, keyed as Keras saves them
+        keys = [k for k in store.keys() if k != self.LOSS_CLASS_KEY]
+        if not keys and mine and getattr(self, "load_problem", None):
+            # Keras tries the other paths to this layer after a failure (with nothing there):
+            # keep the first, real, problem.
+            raise ValueError(f"Cannot load the state of loss {self.loss_class_name or self.name}: "
+                             f"{self.load_problem}.")
+        problems = []
+        saved_class = None
+        if self.LOSS_CLASS_KEY in store.keys():
+            saved_class = bytes(np.asarray(store[self.LOSS_CLASS_KEY], np.uint8)).decode(
+                errors="replace")
+        if saved_class and self.loss_class_name and saved_class != self.loss_class_name:
+            problems.append(f"it holds the state of {saved_class}, and this model's loss is "
+                            f"{self.loss_class_name}")
+        if sorted(keys) != sorted(mine):
+            names = [v.name for v in mine.values()]
+            problems.append(f"it holds {len(keys)} variable(s) for the state {self.name!r} of "
+                            f"{saved_class or 'its loss'}, and this model's has {len(mine)} "
+                            f"{names}")
+        else:
+            for key, variable in mine.items():
+                saved, own = tuple(store[key].shape), tuple(variable.shape)
+                if saved != own:
+                    problems.append(f"variable {variable.name!r} of {self.name!r} has shape "
+                                    f"{saved} in the file and {own} in this model"
+                                    f"{self._shape_note(saved, own)}")
+        if problems:
+            self.load_problem = "; ".join(problems)
+            raise ValueError(f"Cannot load the state of loss {self.loss_class_name or self.name}: "
+                             f"{self.load_problem}.")
+        self.load_problem = None
+        super().load_own_variables({k: store[k] for k in keys})
+
+    def _shape_note(self, saved, own):
+        """What a shape difference means: the number of classes or the embedding size."""
+        notes = []
+        num_classes = getattr(self, "num_classes", None)
+        if num_classes is not None and saved[:1] != own[:1] and own[:1] == (num_classes,):
+            notes.append(f"num_classes={saved[0]} in the file, {num_classes} here")
+        if (self.needs_embedding_dim and saved[-1:] != own[-1:]
+                and own[-1:] == (self.embedding_dim,)):
+            notes.append(f"embedding size {saved[-1]} in the file, {self.embedding_dim} here")
+        return f" ({'; '.join(notes)})" if notes else ""
+
 
 class MetricLoss(keras.losses.Loss):
     """Base class of tfdml losses: labels + embeddings in, terms per anchor, averaged, reduced.
@@ -432,6 +552,7 @@ class MetricLoss(keras.losses.Loss):
         self._owner_ref = None  # a weak reference: the model refers to the loss already
         self._state = None
         self._state_made = False
+        self._state_built_in_call = False  # by _prepare_state, not by build_state or a model
         self._training = True
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
@@ -508,6 +629,10 @@ class MetricLoss(keras.losses.Loss):
         if not self._state_made:
             self._state = self._make_state()
             self._state_made = True
+            if self._state is not None and self._state.loss_class_name is None:
+                # Saved with the variables, which then load into this class only. A wrapper
+                # that shares its wrapped loss's state (TrimmedLoss) keeps the wrapped class.
+                self._state.loss_class_name = type(self).__name__
         return self._state
 
     def build_state(self, embedding_dim=None):
@@ -572,13 +697,19 @@ class MetricLoss(keras.losses.Loss):
             return
         if not state.built:
             if ops.is_traced(y_pred) and state.needs_embedding_dim:
-                raise ValueError(
-                    f"Loss {self.name!r} has variables (e.g. proxies or a memory bank) that "
-                    "do not exist yet, and they cannot be created inside a compiled step. "
-                    "Train with `tfdml.models.MetricModel(model, loss)`, which owns them, or "
-                    "call `loss.build_state(embedding_dim)` before the first step."
-                )
+                raise self._unowned_state_error(
+                    "has variables (e.g. proxies or a memory bank) that do not exist yet, and "
+                    "they cannot be created inside a compiled step")
             self.build_state(y_pred.shape[-1])
+            self._state_built_in_call = True
+        if (self._state_built_in_call and state.needs_embedding_dim and self._owner() is None
+                and _differentiated(y_pred) and state.trainable_variables):
+            # PyTorch trains eagerly (Keras builds the loss in a first call without gradients):
+            # variables the loss created itself are in no model's optimizer.
+            raise self._unowned_state_error(
+                "created its learned variables (e.g. proxies) on its first call, outside any "
+                "model, and is trained by a model that does not own them: they would never "
+                "change")
         if self._owner() is not None or self._warned_state or not ops.is_traced(y_pred):
             return
         learned = bool(state.trainable_variables)
@@ -595,6 +726,13 @@ class MetricLoss(keras.losses.Loss):
                 "`tfdml.models.MetricModel(model, loss)`, which owns the loss's state.",
                 stacklevel=4,
             )
+
+    def _unowned_state_error(self, what):
+        return ValueError(
+            f"Loss {self.name!r} {what}. Train with `tfdml.models.MetricModel(model, loss)`, "
+            "which owns them, or call `loss.build_state(embedding_dim)` before the first step "
+            "(and train `loss.trainable_variables` yourself)."
+        )
 
     def _gathering_context(self):
         """The replica context to gather over, or None."""
@@ -615,7 +753,7 @@ class MetricLoss(keras.losses.Loss):
     def _reduce(self, terms, sample_weight, inputs):
         values, shares = average_terms(terms, self.average)
         value = reduce_anchor_losses(values, shares, sample_weight, self.reduction)
-        return ops.nan_unless_finite(value, inputs)
+        return ops.nan_unless_finite(value, inputs, distances=not self.normalize)
 
     def _warn_if_inactive(self, terms):
         """Eagerly, once per loss: say so when no anchor of a batch has anything to learn."""
@@ -633,15 +771,30 @@ class MetricLoss(keras.losses.Loss):
 
     def __call__(self, y_true, y_pred, sample_weight=None, training=True):
         """The reduced loss; ``training=False`` (evaluation) leaves buffers such as a
-        memory bank unchanged. :class:`tfdml.models.MetricModel` passes it."""
+        memory bank unchanged. :class:`tfdml.models.MetricModel` passes it.
+
+        ``sample_weight`` (a scalar, ``[B]`` or ``[B, 1]``) must be finite and
+        ``>= 0`` (:func:`check_sample_weight`): a compiled step returns NaN
+        otherwise.
+
+        Raises:
+            ValueError: eagerly, for a negative ``sample_weight`` or labels
+                that are not integer class ids; for learned variables (proxies,
+                class weights) that would be created inside a compiled or
+                differentiated step without a :class:`tfdml.models.MetricModel`
+                to train them.
+        """
         self._prepare_state(y_pred)
         self._set_training(training)
         with keras.name_scope(self.name):
             labels = ops.cast_labels(y_true, "y_true")
+            sample_weight, weights_ok = check_sample_weight(sample_weight)
             ctx = self._gathering_context()
             if ctx is not None:
-                return self._cross_replica_call(ctx, labels, y_pred, sample_weight)
-            return kops.cast(self._loss_value(labels, y_pred, sample_weight), self.dtype)
+                value = self._cross_replica_call(ctx, labels, y_pred, sample_weight)
+            else:
+                value = kops.cast(self._loss_value(labels, y_pred, sample_weight), self.dtype)
+            return ops.nan_unless(value, weights_ok)
 
     def _loss_value(self, labels, y_pred, sample_weight):
         """The reduced loss of a batch (the global batch under a strategy)."""
@@ -675,7 +828,7 @@ class MetricLoss(keras.losses.Loss):
     def call(self, y_true, y_pred):
         terms = self.compute_terms(ops.cast_labels(y_true, "y_true"), y_pred)
         values, _ = average_terms(terms, self.average)
-        return ops.nan_unless_finite(values, y_pred)
+        return ops.nan_unless_finite(values, y_pred, distances=not self.normalize)
 
     def get_config(self):
         config = super().get_config()

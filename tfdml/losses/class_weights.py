@@ -5,6 +5,11 @@ per class (proxies, class weights) or ``k`` per class (sub-centres, SoftTriple
 centres), by the cosine of their angle. The functional forms take the vectors
 explicitly (``[C, D]`` or ``[C, k, D]``); the loss classes hold them in their
 :class:`ClassWeights` state, which :class:`tfdml.models.MetricModel` trains.
+
+Class ids must be in ``[0, C)``, in both forms: eagerly an id outside raises a
+ValueError; in a compiled step (XLA, ``jax.jit``, ``torch.compile``), where nothing
+can raise, the loss is NaN and its gradient 0, and a ``tf.function`` graph without
+XLA also fails an assertion (:func:`prepare_class_inputs`).
 """
 
 from __future__ import annotations
@@ -52,9 +57,12 @@ def prepare_class_inputs(y_true, y_pred, weights, rank, name="weights"):
         name: the argument name of ``weights`` in error messages.
 
     Returns:
-        ``(labels, x, w)``: integer labels, and the L2-normalized embeddings
-        and weights in the compute dtype (float32; float64 for float64
-        embeddings).
+        ``(labels, x, w, valid)``: integer labels, the L2-normalized
+        embeddings and weights in the compute dtype (float32; float64 for
+        float64 embeddings), and whether the class ids are in ``[0, C)``:
+        ``True`` when checked eagerly, else a scalar bool tensor that the loss
+        value passes through :func:`tfdml.ops.nan_unless` (a compiled step
+        cannot raise, so out-of-range ids give a NaN loss there).
 
     Raises:
         ValueError: for shapes that do not fit, or (eagerly) class ids
@@ -78,10 +86,11 @@ def prepare_class_inputs(y_true, y_pred, weights, rank, name="weights"):
     dtype = ops.compute_dtype(embeddings.dtype)
     x = ops.l2_normalize(kops.cast(embeddings, dtype))
     w = ops.l2_normalize(kops.cast(w, dtype))
+    valid = True
     if shape[0] is not None:
-        labels = ops.check_class_ids(labels, shape[0], (
+        labels, valid = ops.validate_class_ids(labels, shape[0], (
             f"Class ids (y_true) must index the rows of `{name}`: [0, {shape[0]})."))
-    return labels, x, w
+    return labels, x, w, valid
 
 
 def class_cosines(x, w):
@@ -107,11 +116,12 @@ def softmax_cross_entropy(logits, target):
     return kops.logsumexp(logits, axis=-1) - picked
 
 
-def per_sample_value(losses, x_raw, w):
-    """The functional forms' mean over the batch, NaN for a NaN/Inf embedding or weight."""
+def per_sample_value(losses, x_raw, w, valid=True):
+    """The functional forms' mean over the batch, NaN for a NaN/Inf embedding or weight, or
+    where ``valid`` (from :func:`prepare_class_inputs`) is false."""
     active = kops.ones(kops.shape(losses), "bool")
     value = functional_value(anchor_terms(losses, active), "anchors", x_raw)
-    return ops.nan_unless_finite(value, w)
+    return ops.nan_unless(ops.nan_unless_finite(value, w), valid)
 
 
 class ClassWeights(LossState):
@@ -204,10 +214,10 @@ class ClassWeightLoss(MetricLoss):
                 "takes no reference set (`ref_embeddings`)."
             )
         w = self.class_weights
-        labels, x, w = prepare_class_inputs(labels, embeddings, w, 2 if self._per_class is None
-                                            else 3, self._variable_name)
+        labels, x, w, valid = prepare_class_inputs(
+            labels, embeddings, w, 2 if self._per_class is None else 3, self._variable_name)
         losses = self.sample_losses(labels, x, w)
-        losses = ops.nan_unless_finite(losses, w)
+        losses = ops.nan_unless(ops.nan_unless_finite(losses, w), valid)
         active = kops.ones(kops.shape(losses), "bool")
         return anchor_terms(losses, active)
 

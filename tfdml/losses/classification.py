@@ -143,8 +143,8 @@ def normalized_softmax_loss(y_true, y_pred, weights, temperature: float = 0.05):
         an embedding or a weight is NaN or Inf.
     """
     temperature = check_positive("temperature", temperature)
-    labels, x, w = prepare_class_inputs(y_true, y_pred, weights, 2)
-    return per_sample_value(_normalized_softmax(labels, x, w, temperature), y_pred, w)
+    labels, x, w, valid = prepare_class_inputs(y_true, y_pred, weights, 2)
+    return per_sample_value(_normalized_softmax(labels, x, w, temperature), y_pred, w, valid)
 
 
 def cosface_loss(y_true, y_pred, weights, margin: float = 0.35, scale: float = 64.0):
@@ -161,8 +161,8 @@ def cosface_loss(y_true, y_pred, weights, margin: float = 0.35, scale: float = 6
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
     _check_margin_scale(margin, scale)
-    labels, x, w = prepare_class_inputs(y_true, y_pred, weights, 2)
-    return per_sample_value(_cosface(labels, x, w, float(margin), float(scale)), y_pred, w)
+    labels, x, w, valid = prepare_class_inputs(y_true, y_pred, weights, 2)
+    return per_sample_value(_cosface(labels, x, w, float(margin), float(scale)), y_pred, w, valid)
 
 
 def arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: float = 64.0):
@@ -185,8 +185,8 @@ def arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: float = 64
     """
     _check_arc_margin(margin)
     check_positive("scale", scale)
-    labels, x, w = prepare_class_inputs(y_true, y_pred, weights, 2)
-    return per_sample_value(_arcface(labels, x, w, float(margin), float(scale)), y_pred, w)
+    labels, x, w, valid = prepare_class_inputs(y_true, y_pred, weights, 2)
+    return per_sample_value(_arcface(labels, x, w, float(margin), float(scale)), y_pred, w, valid)
 
 
 def subcenter_arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: float = 64.0):
@@ -206,8 +206,8 @@ def subcenter_arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: 
     """
     _check_arc_margin(margin)
     check_positive("scale", scale)
-    labels, x, w = prepare_class_inputs(y_true, y_pred, weights, 3)
-    return per_sample_value(_arcface(labels, x, w, float(margin), float(scale)), y_pred, w)
+    labels, x, w, valid = prepare_class_inputs(y_true, y_pred, weights, 3)
+    return per_sample_value(_arcface(labels, x, w, float(margin), float(scale)), y_pred, w, valid)
 
 
 def soft_triple_loss(y_true, y_pred, centers, la: float = 20.0, gamma: float = 0.1,
@@ -233,8 +233,8 @@ def soft_triple_loss(y_true, y_pred, centers, la: float = 20.0, gamma: float = 0
     """
     la, gamma = check_positive("la", la), check_positive("gamma", gamma)
     margin = check_positive("margin", margin, allow_zero=True)
-    labels, x, w = prepare_class_inputs(y_true, y_pred, centers, 3, "centers")
-    return per_sample_value(_soft_triple(labels, x, w, la, gamma, margin), y_pred, w)
+    labels, x, w, valid = prepare_class_inputs(y_true, y_pred, centers, 3, "centers")
+    return per_sample_value(_soft_triple(labels, x, w, la, gamma, margin), y_pred, w, valid)
 
 
 # -- classes -----------------------------------------------------------------------------------

@@ -70,7 +70,7 @@ def contrastive_loss(
         y_true, y_pred, float(positive_margin), float(negative_margin), distance,
         resolve_miner(miner, AllPairsMiner), normalize, ref_embeddings, ref_labels, ref_offset,
     )
-    return functional_value(terms, average, y_pred, ref_embeddings)
+    return functional_value(terms, average, y_pred, ref_embeddings, normalize)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")

@@ -376,21 +376,21 @@ def loop_loss(y_true, y_pred, base="triplet", margin=None, normalized=True, **ba
     """Functional form of :class:`LoOpLoss`: the mean over pairs (or anchors) with a loss."""
     margin, options = _check_base(base, margin, base_options)
     terms = _per_anchor(y_true, y_pred, base, margin, bool(normalized), True, options)
-    return functional_value(terms, "anchors", y_pred)
+    return functional_value(terms, "anchors", y_pred, normalized=bool(normalized))
 
 
 def hphn_triplet_loss(y_true, y_pred, margin=0.2, normalize=True):
     """Functional form of :class:`HPHNTripletLoss`."""
     margin, _ = _check_base("hphn_triplet", margin, {})
     terms = _per_anchor(y_true, y_pred, "hphn_triplet", margin, bool(normalize), False, {})
-    return functional_value(terms, "anchors", y_pred)
+    return functional_value(terms, "anchors", y_pred, normalized=bool(normalize))
 
 
 def lifted_structure_loss(y_true, y_pred, margin=0.2, normalize=True):
     """Functional form of :class:`LiftedStructureLoss`."""
     margin, _ = _check_base("lifted_structure", margin, {})
     terms = _per_anchor(y_true, y_pred, "lifted_structure", margin, bool(normalize), False, {})
-    return functional_value(terms, "anchors", y_pred)
+    return functional_value(terms, "anchors", y_pred, normalized=bool(normalize))
 
 
 @keras.saving.register_keras_serializable(package="tfdml")

@@ -66,8 +66,9 @@ def _check_beta(beta, num_classes):
 
 
 def _check_class_ids(labels, num_classes, given=True):
-    """Class ids must index the per-class ``beta``: a ValueError eagerly; when traced, an
-    assertion where the backend evaluates one (a ``tf.function`` graph without XLA).
+    """Class ids must index the per-class ``beta``: ``(labels, valid)``, a ValueError
+    eagerly; when traced, ``valid`` is false for an id out of range (and a ``tf.function``
+    graph without XLA fails an assertion).
 
     ``given``: ``num_classes`` was passed (else it is the length of a functional ``beta``).
     """
@@ -77,7 +78,7 @@ def _check_class_ids(labels, num_classes, given=True):
     else:
         message = (f"With a per-class `beta` of length {num_classes}, class ids (y_true) must "
                    f"be in [0, {num_classes}).")
-    return ops.check_class_ids(labels, num_classes, message)
+    return ops.validate_class_ids(labels, num_classes, message)
 
 
 def _margin_per_anchor(labels, embeddings, margin, beta, distance, miner, normalize,
@@ -95,15 +96,18 @@ def _margin_per_anchor(labels, embeddings, margin, beta, distance, miner, normal
         beta = kops.cast(beta, dtype)
     rank = len(beta.shape)
     if rank == 1:
+        valid = True
         if num_classes is not None:
-            labels = _check_class_ids(labels, num_classes)
+            labels, valid = _check_class_ids(labels, num_classes)
         elif beta.shape[0] is not None:
-            labels = _check_class_ids(labels, beta.shape[0], given=False)
-        # Each anchor's own boundary, [B, 1]. Out-of-range ids (unchecked when traced) read
-        # the nearest valid entry on every backend, as XLA's gather does.
+            labels, valid = _check_class_ids(labels, beta.shape[0], given=False)
+        # Each anchor's own boundary, [B, 1]. Out-of-range ids (which cannot raise when
+        # traced) read the nearest valid entry, as XLA's gather does, and make beta (hence
+        # the loss) NaN.
         last = beta.shape[0] - 1 if beta.shape[0] is not None else kops.cast(
             kops.shape(beta)[0] - 1, ops.dtype_name(labels))
-        beta = kops.take(beta, kops.clip(labels, 0, last), axis=0)[:, None]
+        beta = ops.nan_unless(kops.take(beta, kops.clip(labels, 0, last), axis=0)[:, None],
+                              valid)
     elif rank != 0:
         raise ValueError(f"`beta` must be a scalar or [num_classes]. Received shape {beta.shape}")
     m = kops.convert_to_tensor(margin, dtype)
@@ -156,7 +160,7 @@ def margin_loss(
     miner = resolve_miner(miner, _distance_weighted)
     terms = _margin_per_anchor(y_true, y_pred, margin, beta, distance, miner,
                                normalize, ref_embeddings, ref_labels, ref_offset)
-    return functional_value(terms, average, y_pred, ref_embeddings)
+    return functional_value(terms, average, y_pred, ref_embeddings, normalize)
 
 
 class _MarginBeta(LossState):
@@ -225,9 +229,8 @@ class MarginLoss(MetricLoss):
     of beta, as the initial value of a loss rebuilt from the config.
 
     With ``num_classes`` class ids must be in ``[0, num_classes)``: eagerly
-    a ValueError, inside ``tf.function`` an assertion (not checked under
-    XLA, ``jax.jit`` or ``torch.compile``, where an out-of-range id reads the
-    nearest valid entry).
+    a ValueError, inside ``tf.function`` an assertion; under XLA and
+    ``jax.jit``, where nothing can raise, a NaN loss.
 
     Defaults follow Wu et al. and the class-collapse paper: ``alpha = 0.2``,
     ``beta`` initialised to 1.2, Euclidean distance between L2-normalized

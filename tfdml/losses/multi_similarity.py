@@ -78,7 +78,7 @@ def multi_similarity_loss(
     miner = resolve_miner(miner, MultiSimilarityMiner)
     terms = _ms_per_anchor(y_true, y_pred, float(alpha), float(beta), float(base), miner,
                            normalize, ref_embeddings, ref_labels, ref_offset)
-    return functional_value(terms, average, y_pred, ref_embeddings)
+    return functional_value(terms, average, y_pred, ref_embeddings, normalize)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")

@@ -78,9 +78,9 @@ def proxy_anchor_loss(y_true, y_pred, proxies, margin: float = 0.1, alpha: float
     """
     margin = check_positive("margin", margin, allow_zero=True)
     alpha = check_positive("alpha", alpha)
-    labels, x, p = prepare_class_inputs(y_true, y_pred, proxies, 2, "proxies")
+    labels, x, p, valid = prepare_class_inputs(y_true, y_pred, proxies, 2, "proxies")
     value = _proxy_anchor_value(*_proxy_anchor_parts(labels, x, p, margin, alpha))
-    value = ops.nan_unless_finite(value, y_pred, p)
+    value = ops.nan_unless(ops.nan_unless_finite(value, y_pred, p), valid)
     return kops.cast(value, ops.dtype_name(kops.convert_to_tensor(y_pred)))
 
 
@@ -104,8 +104,8 @@ def proxy_nca_loss(y_true, y_pred, proxies, scale: float = 1.0):
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
     scale = check_positive("scale", scale)
-    labels, x, p = prepare_class_inputs(y_true, y_pred, proxies, 2, "proxies")
-    return per_sample_value(_proxy_nca(labels, x, p, scale), y_pred, p)
+    labels, x, p, valid = prepare_class_inputs(y_true, y_pred, proxies, 2, "proxies")
+    return per_sample_value(_proxy_nca(labels, x, p, scale), y_pred, p, valid)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -218,13 +218,14 @@ class ProxyAnchorLoss(ClassWeightLoss):
         super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype)
 
     def _loss_value(self, labels, y_pred, sample_weight):
-        labels, x, p = prepare_class_inputs(labels, y_pred, self.class_weights, 2, "proxies")
+        labels, x, p, valid = prepare_class_inputs(labels, y_pred, self.class_weights, 2,
+                                                   "proxies")
         if sample_weight is not None:
             sample_weight = kops.reshape(kops.cast(sample_weight, ops.dtype_name(x)), (-1,))
             sample_weight = kops.broadcast_to(sample_weight, kops.shape(labels))
         value = _proxy_anchor_value(
             *_proxy_anchor_parts(labels, x, p, self.margin, self.alpha, sample_weight))
-        value = ops.nan_unless_finite(value, y_pred, p)
+        value = ops.nan_unless(ops.nan_unless_finite(value, y_pred, p), valid)
         if self.reduction != "sum":
             value = _scale_for_distribution(value)
         return value

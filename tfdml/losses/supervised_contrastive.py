@@ -129,7 +129,7 @@ def supcon_loss(y_true, y_pred, temperature: float = 0.1, miner=None, normalize:
     miner = resolve_miner(miner, AllPairsMiner)
     terms = _supcon_per_anchor(y_true, y_pred, temperature, miner, normalize, ref_embeddings,
                                ref_labels, ref_offset)
-    return functional_value(terms, average, y_pred, ref_embeddings)
+    return functional_value(terms, average, y_pred, ref_embeddings, normalize)
 
 
 def ntxent_loss(y_true, y_pred, temperature: float = 0.07, miner=None, normalize: bool = True,
@@ -148,7 +148,7 @@ def ntxent_loss(y_true, y_pred, temperature: float = 0.07, miner=None, normalize
     miner = resolve_miner(miner, AllPairsMiner)
     terms = _ntxent_per_anchor(y_true, y_pred, temperature, miner, normalize, ref_embeddings,
                                ref_labels, ref_offset)
-    return functional_value(terms, average, y_pred, ref_embeddings)
+    return functional_value(terms, average, y_pred, ref_embeddings, normalize)
 
 
 def circle_loss(y_true, y_pred, margin: float = 0.4, gamma: float = 80.0, miner=None,
@@ -169,7 +169,7 @@ def circle_loss(y_true, y_pred, margin: float = 0.4, gamma: float = 80.0, miner=
     miner = resolve_miner(miner, AllPairsMiner)
     terms = _circle_per_anchor(y_true, y_pred, margin, gamma, miner, normalize, ref_embeddings,
                                ref_labels, ref_offset)
-    return functional_value(terms, average, y_pred, ref_embeddings)
+    return functional_value(terms, average, y_pred, ref_embeddings, normalize)
 
 
 def soft_nearest_neighbor_loss(y_true, y_pred, temperature: float = 1.0,
@@ -191,7 +191,7 @@ def soft_nearest_neighbor_loss(y_true, y_pred, temperature: float = 1.0,
     miner = resolve_miner(miner, AllPairsMiner)
     terms = _snn_per_anchor(y_true, y_pred, temperature, distance, miner, normalize,
                             ref_embeddings, ref_labels, ref_offset)
-    return functional_value(terms, average, y_pred, ref_embeddings)
+    return functional_value(terms, average, y_pred, ref_embeddings, normalize)
 
 
 def multiple_negatives_ranking_loss(query_embeddings, key_embeddings, scale: float = 20.0,
@@ -223,7 +223,8 @@ def multiple_negatives_ranking_loss(query_embeddings, key_embeddings, scale: flo
 
     Returns:
         A scalar of the dtype of ``query_embeddings``; NaN when an embedding is
-        NaN or Inf.
+        NaN or Inf, or, without ``normalize``, so large that dot products could
+        overflow (:func:`tfdml.ops.all_finite`).
 
     Examples:
 
@@ -248,7 +249,7 @@ def multiple_negatives_ranking_loss(query_embeddings, key_embeddings, scale: flo
     # A sum and a division: keras.ops.mean under PyTorch rounds float64 to float32.
     rows = total - kops.diagonal(logits)
     value = kops.sum(rows) / kops.cast(kops.shape(rows)[0], dtype)
-    value = ops.nan_unless_finite(value, queries, keys)
+    value = ops.nan_unless_finite(value, queries, keys, distances=not normalize)
     return kops.cast(value, ops.dtype_name(queries))
 
 

@@ -171,7 +171,7 @@ def triplet_nca_loss(
     miner = resolve_miner(miner, _ephn)
     terms = _nca_per_anchor(y_true, y_pred, order, temperature, miner, normalize,
                             ref_embeddings, ref_labels, ref_offset)
-    return functional_value(terms, average, y_pred, ref_embeddings)
+    return functional_value(terms, average, y_pred, ref_embeddings, normalize)
 
 
 def triplet_margin_loss(
@@ -195,7 +195,7 @@ def triplet_margin_loss(
     miner = resolve_miner(miner, _facenet)
     terms = _margin_per_anchor(y_true, y_pred, margin, distance, miner, normalize,
                                ref_embeddings, ref_labels, ref_offset)
-    return functional_value(terms, average, y_pred, ref_embeddings)
+    return functional_value(terms, average, y_pred, ref_embeddings, normalize)
 
 
 def pn_loss(
@@ -219,7 +219,7 @@ def pn_loss(
     miner = resolve_miner(miner, _hard_semihard)
     terms = _pn_per_anchor(y_true, y_pred, margin, distance, miner, normalize, ref_embeddings,
                            ref_labels, ref_offset)
-    return functional_value(terms, average, y_pred, ref_embeddings)
+    return functional_value(terms, average, y_pred, ref_embeddings, normalize)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
