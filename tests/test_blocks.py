@@ -113,8 +113,11 @@ def _assert_close(got, want, rtol):
 @pytest.mark.parametrize("name", sorted(BLOCKABLE))
 def test_blocks_give_the_dense_values_and_gradients(name):
     # With every pair, PN's min(d(a, n), d(p, n)) is a tie for duplicates a = p, and a tie's
-    # gradient goes to either side depending on the last bit of two matrix products.
-    labels, x = _batch(duplicate=name != "pn_all_pairs")
+    # gradient goes to either side depending on the last bit of two matrix products. So is
+    # LoOp's closest point of a zero-length arc (a duplicate pair) under PyTorch, whose CPU
+    # matrix products round a block of rows and the whole batch differently.
+    ties = name == "pn_all_pairs" or (BACKEND == "torch" and name.startswith("loop_"))
+    labels, x = _batch(duplicate=not ties)
     dense = _value_and_grad(BLOCKABLE[name](), labels, x)
     assert np.isfinite(dense[0]) and dense[0] != 0
     for block_size in (5, 8):  # ragged last blocks: 23 = 4 x 5 + 3 = 2 x 8 + 7

@@ -661,7 +661,7 @@ def l2_normalize(x, axis=-1, epsilon: float = 1e-12):
     small = kops.square(scale) * square_sum < eps
     # |u|^2 is about 1 or more unless x is zero (small): the branch not taken stays finite,
     # and so does its gradient.
-    unit = u * kops.rsqrt(kops.where(small, one, square_sum))
+    unit = u / kops.sqrt(kops.where(small, one, square_sum))
     out = kops.where(small, x * kops.rsqrt(eps), unit)
     return out if work == dtype else kops.cast(out, dtype)
 
