@@ -1,11 +1,14 @@
 """Embedding model builder, ResNet18, preprocessing, frozen BatchNorm, offline weights.
 
 Backbones are built at 32x32 (ResNet18 mostly: ~0.6 s to build); every Keras backbone is
-built once in the slow test. Nothing here downloads: the one ImageNet test replaces Keras'
-download function and points the Keras cache at an empty temporary directory.
+built once in the slow test. Nothing here downloads: the one ImageNet test runs in a child
+process with an empty Keras cache and every download refused.
 """
 
-import urllib.error
+import os
+import subprocess
+import sys
+import textwrap
 
 import keras
 import numpy as np
@@ -27,7 +30,7 @@ def _images(n, size=32, seed=0):
 def _bn_layers(model):
     return [
         layer
-        for layer in model._flatten_layers(include_self=False, recursive=True)
+        for layer in models.all_layers(model)[1:]
         if isinstance(layer, keras.layers.BatchNormalization)
     ]
 
@@ -223,7 +226,7 @@ def test_freeze_batchnorm_freezes_exactly_the_batchnorm_layers():
     assert all(not layer.trainable for layer in bns)
     others = [
         layer
-        for layer in frozen._flatten_layers(include_self=False, recursive=True)
+        for layer in models.all_layers(frozen)[1:]
         if layer.weights and not isinstance(layer, keras.layers.BatchNormalization)
     ]
     assert others and all(layer.trainable for layer in others)
@@ -286,28 +289,48 @@ def test_weights_from_a_local_file_for_a_keras_application_backbone(tmp_path):
     np.testing.assert_array_equal(np.array(got), 0.125)
 
 
-def test_imagenet_weights_without_cache_give_a_clear_error(tmp_path, monkeypatch):
-    from keras.src.backend import config as backend_config
-    from keras.src.utils import file_utils
-
-    monkeypatch.setattr(backend_config, "_KERAS_DIR", str(tmp_path))  # an empty Keras cache
-    attempts = []
-
-    def offline(url, *args, **kwargs):
-        attempts.append(url)
-        raise urllib.error.URLError("no network in tests")
-
-    monkeypatch.setattr(file_utils, "urlretrieve", offline)
-    original_get_file = file_utils.get_file
-    with pytest.raises(models.WeightsUnavailableError) as info:
-        models.build_embedding_model("resnet50", 8, SMALL, weights="imagenet")
-    message = str(info.value)
-    assert "'resnet50_weights_tf_dim_ordering_tf_kernels_notop.h5'" in message
+def test_imagenet_weights_without_cache_give_a_clear_error(tmp_path):
+    # A child process with an empty Keras cache ($KERAS_HOME) and no network (a proxy on a
+    # closed port refuses every download at once).
+    code = textwrap.dedent("""
+        import tfdml
+        try:
+            tfdml.models.build_embedding_model("resnet50", 8, (32, 32, 3), weights="imagenet")
+        except tfdml.models.WeightsUnavailableError as err:
+            assert isinstance(err, FileNotFoundError)
+            print(err)
+    """)
+    env = dict(os.environ, KERAS_HOME=str(tmp_path), HTTP_PROXY="http://127.0.0.1:9",
+               HTTPS_PROXY="http://127.0.0.1:9", http_proxy="http://127.0.0.1:9",
+               https_proxy="http://127.0.0.1:9", KERAS_BACKEND="tensorflow")
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    message = result.stdout
+    assert "'resnet50_weights_tf_dim_ordering_tf_kernels_notop.h5'" in message, message
     assert repr(str(tmp_path / "models")) in message
     assert "KERAS_HOME" in message and "~/.keras" in message
-    assert attempts and attempts[0] in message  # the address to fetch it from
-    assert isinstance(info.value, FileNotFoundError)
-    assert file_utils.get_file is original_get_file  # the wrapper is removed again
+    # the address to fetch it from
+    assert "https://storage.googleapis.com/" in message and "_notop.h5 and copy" in message
+
+
+def test_all_layers_walks_models_and_layers_held_in_attributes():
+    class Holder(keras.layers.Layer):
+        def __init__(self):
+            super().__init__()
+            self.norm = keras.layers.BatchNormalization()
+            self.pair = [keras.layers.Dense(2), keras.layers.Dense(3)]
+
+        def call(self, x):
+            return self.pair[1](self.pair[0](self.norm(x)))
+
+    inner = keras.Sequential([keras.Input((4,)), Holder()])
+    outer = keras.Sequential([keras.Input((4,)), inner, keras.layers.Dense(1)])
+    found = models.all_layers(outer)
+    names = [type(layer).__name__ for layer in found]
+    assert found[0] is outer and len({id(x) for x in found}) == len(found)
+    assert names.count("BatchNormalization") == 1 and names.count("Dense") == 3
+    assert names.count("Holder") == 1 and names.count("Sequential") == 2
 
 
 # -- training and saving ----------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import numbers
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ from tfdml.metric_model import MetricModel
 
 __all__ = [
     "BACKBONES",
+    "all_layers",
     "MetricModel",
     "WeightsUnavailableError",
     "build_embedding_model",
@@ -246,45 +248,39 @@ def _check_weights(weights, allow_imagenet=True):
     )
 
 
-def _keras_cache_dir(cache_dir, cache_subdir):
-    from keras.src.backend import config as backend_config
-
-    base = os.path.expanduser(cache_dir or backend_config.keras_home())
-    if not os.access(base, os.W_OK):  # Keras falls back to /tmp/.keras then
+def _keras_models_dir():
+    """Where Keras Applications cache their weights: ``$KERAS_HOME/models`` (``~/.keras`` when
+    ``KERAS_HOME`` is not set; ``/tmp/.keras`` when that is not writable), as Keras documents."""
+    base = os.path.expanduser(os.environ.get("KERAS_HOME") or os.path.join("~", ".keras"))
+    if not os.access(base, os.W_OK):
         base = os.path.join("/tmp", ".keras")
-    if os.path.isabs(cache_subdir):
-        return cache_subdir
-    return os.path.join(base, cache_subdir)
+    return os.path.join(base, "models")
+
+
+#: How Keras' ``get_file`` reports a failed download: "URL fetch failure on <url>: ...".
+_FETCH_FAILURE = re.compile(r"URL fetch failure on\s+(\S+?):?\s")
 
 
 @contextlib.contextmanager
 def _explain_missing_weights(backbone):
     """While Keras builds a backbone, a failed weights download becomes a clear error."""
-    from keras.src.utils import file_utils
-
-    original = file_utils.get_file
-
-    def get_file(fname=None, origin=None, *args, **kwargs):
-        try:
-            return original(fname, origin, *args, **kwargs)
-        except Exception as err:
-            name = fname or os.path.basename(str(origin))
-            subdir = kwargs.get("cache_subdir", "datasets")
-            folder = _keras_cache_dir(kwargs.get("cache_dir"), subdir)
-            raise WeightsUnavailableError(
-                f"The ImageNet weights of backbone {backbone!r} are not in the Keras cache and "
-                f"could not be downloaded ({type(err).__name__}: {err}). Keras looks for the "
-                f"file {name!r} in the directory {folder!r} (the 'models' folder of "
-                "$KERAS_HOME, which defaults to ~/.keras). Download it on a machine with "
-                f"network access from {origin} and copy it there under exactly that name, "
-                "or pass weights=None, or weights='/path/to/that/file'."
-            ) from err
-
-    file_utils.get_file = get_file
     try:
         yield
-    finally:
-        file_utils.get_file = original
+    except Exception as err:
+        match = _FETCH_FAILURE.search(str(err))
+        if match is None:
+            raise
+        origin = match.group(1)
+        name = os.path.basename(origin)
+        folder = _keras_models_dir()
+        raise WeightsUnavailableError(
+            f"The ImageNet weights of backbone {backbone!r} are not in the Keras cache and "
+            f"could not be downloaded ({type(err).__name__}: {err}). Keras looks for the "
+            f"file {name!r} in the directory {folder!r} (the 'models' folder of "
+            "$KERAS_HOME, which defaults to ~/.keras). Download it on a machine with "
+            f"network access from {origin} and copy it there under exactly that name, "
+            "or pass weights=None, or weights='/path/to/that/file'."
+        ) from err
 
 
 # -- ResNet18 -------------------------------------------------------------------------------
@@ -426,6 +422,30 @@ def _check_input_shape(input_shape, min_size=1):
     return tuple(input_shape)
 
 
+def all_layers(layer):
+    """``layer`` and every layer nested in it, once each, parents first.
+
+    Walks Keras' public structure: a model's ``layers``, and the layers a layer holds in
+    its public attributes (directly or in a list, tuple or dict).
+    """
+    seen, order, pending = set(), [], [layer]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        order.append(current)
+        children = list(current.layers) if isinstance(current, keras.Model) else []
+        for name, value in vars(current).items():
+            if name.startswith("_"):
+                continue
+            values = value.values() if isinstance(value, dict) else (
+                value if isinstance(value, (list, tuple)) else [value])
+            children.extend(v for v in values if isinstance(v, keras.layers.Layer))
+        pending.extend(reversed(children))
+    return order
+
+
 def freeze_batchnorm_layers(model: keras.Model) -> list:
     """Sets ``trainable=False`` on every BatchNormalization layer of ``model``, nested too.
 
@@ -441,7 +461,7 @@ def freeze_batchnorm_layers(model: keras.Model) -> list:
         The list of layers frozen.
     """
     frozen = []
-    for layer in model._flatten_layers(include_self=True, recursive=True):
+    for layer in all_layers(model):
         if isinstance(layer, keras.layers.BatchNormalization):
             layer.trainable = False
             frozen.append(layer)
