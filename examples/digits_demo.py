@@ -49,6 +49,16 @@ def build_model(kind, embedding_dim):
     ], name="digits_embedding")
 
 
+def check_sizes(parser, args):
+    """Sizes and the learning rate must be positive (an argparse error otherwise)."""
+    for name in ("epochs", "steps_per_epoch", "classes_per_batch", "samples_per_class",
+                 "embedding_dim"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if not args.learning_rate > 0:
+        parser.error(f"--learning-rate must be > 0, got {args.learning_rate}")
+
+
 def report(title, recalls):
     cells = "  ".join(f"R@{k} {100 * v:5.1f}" for k, v in recalls.items())
     print(f"{title:<16} {cells}", flush=True)
@@ -67,12 +77,7 @@ def main(argv=None):
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    for name in ("epochs", "steps_per_epoch", "classes_per_batch", "samples_per_class",
-                 "embedding_dim"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if not args.learning_rate > 0:
-        parser.error(f"--learning-rate must be > 0, got {args.learning_rate}")
+    check_sizes(parser, args)
 
     start = time.perf_counter()
     keras.utils.set_random_seed(args.seed)

@@ -39,7 +39,7 @@ import numpy as np
 import tfdml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from digits_demo import JIT_COMPILE, build_model  # noqa: E402  (the demo's embedders)
+from digits_demo import JIT_COMPILE, build_model, check_sizes  # noqa: E402  (the demo's)
 
 KS = (1, 2, 4, 8)
 LOSSES = ("nca2-ephn", "multi-similarity", "proxy-anchor", "arcface", "supcon")
@@ -98,12 +98,7 @@ def main(argv=None):
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    for name in ("epochs", "steps_per_epoch", "classes_per_batch", "samples_per_class",
-                 "embedding_dim"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if not args.learning_rate > 0:
-        parser.error(f"--learning-rate must be > 0, got {args.learning_rate}")
+    check_sizes(parser, args)
 
     start = time.perf_counter()
     train = tfdml.datasets.load("digits", "train", dtype="float32")  # digits 0-5

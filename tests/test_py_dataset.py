@@ -192,6 +192,20 @@ def test_endless_stream_continues_across_epochs():
         len(batches)
 
 
+def test_a_pickled_copy_gives_the_same_batches():
+    # use_multiprocessing=True with spawned workers pickles the dataset
+    import pickle
+
+    for repeat in (True, False):
+        batches = tfdml.data.PKDataset((IMAGES, LABELS), 3, 2, seed=9, repeat=repeat,
+                                       steps_per_epoch=3)
+        batches[2]
+        copy = pickle.loads(pickle.dumps(batches))
+        for i in range(3):
+            np.testing.assert_array_equal(copy[i][1], batches[i][1])
+            np.testing.assert_array_equal(copy[i][0], batches[i][0])
+
+
 @pytest.mark.multibackend
 def test_eval_dataset_gives_every_example_in_order(tmp_path):
     paths = _write_pngs(tmp_path, IMAGES[:7])

@@ -15,6 +15,8 @@ derived from the pipeline seed.
 from __future__ import annotations
 
 from tfdml._tensorflow import tf
+from tfdml.data.numpy_augment import check_crop_and_resize as _check_crop_and_resize
+from tfdml.data.pk import check_positive_int as _check_size
 
 __all__ = [
     "center_crop",
@@ -27,22 +29,6 @@ __all__ = [
     "resize",
     "train_transform",
 ]
-
-def _check_size(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
-    return value
-
-
-def _check_crop_and_resize(crop_size, resize_size):
-    _check_size("crop_size", crop_size)
-    _check_size("resize_size", resize_size)
-    if crop_size > resize_size:
-        raise ValueError(
-            "`crop_size` must be at most `resize_size`. "
-            f"Received: crop_size={crop_size}, resize_size={resize_size}"
-        )
-
 
 def _as_float(image):
     image = tf.convert_to_tensor(image)

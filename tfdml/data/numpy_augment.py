@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tfdml.data.pk import check_positive_int as _check_size
+
 __all__ = [
     "center_crop",
     "crop_to_bbox",
@@ -29,13 +31,8 @@ __all__ = [
 ]
 
 
-def _check_size(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
-    return int(value)
-
-
-def _check_crop_and_resize(crop_size, resize_size):
+def check_crop_and_resize(crop_size, resize_size):
+    """Both sizes positive integers, the crop at most the resize (a ValueError otherwise)."""
     _check_size("crop_size", crop_size)
     _check_size("resize_size", resize_size)
     if crop_size > resize_size:
@@ -233,7 +230,7 @@ def train_transform(crop_size=224, resize_size=256, flip=True, preprocess=None,
     >>> fn(np.zeros([50, 60, 3], np.uint8), rng=np.random.default_rng(0)).shape
     (32, 32, 3)
     """
-    _check_crop_and_resize(crop_size, resize_size)
+    check_crop_and_resize(crop_size, resize_size)
     normalize = get_preprocess(preprocess)
 
     def fn(image, rng=None):
@@ -255,7 +252,7 @@ def eval_transform(crop_size=224, resize_size=256, preprocess=None, keep_aspect_
         A function `fn(image, rng=None)` (`rng` is not used) returning a float32
         `[crop_size, crop_size, C]` image.
     """
-    _check_crop_and_resize(crop_size, resize_size)
+    check_crop_and_resize(crop_size, resize_size)
     normalize = get_preprocess(preprocess)
 
     def fn(image, rng=None):

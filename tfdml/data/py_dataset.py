@@ -219,6 +219,17 @@ class PKDataset(keras.utils.PyDataset):
         self._stream = self.sampler.iter_batches(self.initial_epoch)  # repeat=True
         self._position, self._recent = 0, {}
 
+    def __getstate__(self):
+        # For `use_multiprocessing=True` where workers are spawned: the lock and the stream's
+        # generator do not pickle; a copy restarts the stream (the same batches).
+        state = dict(self.__dict__, _lock=None, _stream=None, _position=0, _recent={})
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._stream = self.sampler.iter_batches(self.initial_epoch)
+
     @property
     def num_batches(self):
         """Batches per epoch, or `None` for the endless stream (`repeat=True`)."""
