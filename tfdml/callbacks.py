@@ -12,6 +12,7 @@ import numpy as np
 from tfdml import metrics as _metrics
 from tfdml import ops
 from tfdml import search as _search
+from tfdml._checks import check_choice, check_int
 from tfdml.analysis import scatter as _scatter
 
 __all__ = ["ActiveAnchorsWarning", "RecallAtK", "TripletScatter"]
@@ -36,7 +37,7 @@ def _check_data(data, steps=None):
     hang with growing memory.
     """
     if steps is not None:
-        steps = _metrics._check_positive_int("steps", steps)
+        steps = check_int("steps", steps)
     if _is_tf_dataset(data):
         import tensorflow as tf
 
@@ -304,12 +305,12 @@ class RecallAtK(_EmbeddingCallback):
         steps=None,
     ):
         super().__init__()
-        self.every = _metrics._check_positive_int("every", every)
-        self.batch_size = _metrics._check_positive_int("batch_size", batch_size)
-        self.chunk_size = _metrics._check_positive_int("chunk_size", chunk_size)
-        _metrics._check_choice("metric", metric, _metrics.METRICS)
-        _metrics._check_choice("unmatched", unmatched, _metrics.UNMATCHED)
-        _metrics._check_choice("verbose", verbose, ("auto", 0, 1, 2))
+        self.every = check_int("every", every)
+        self.batch_size = check_int("batch_size", batch_size)
+        self.chunk_size = check_int("chunk_size", chunk_size)
+        check_choice("metric", metric, _metrics.METRICS)
+        check_choice("unmatched", unmatched, _metrics.UNMATCHED)
+        check_choice("verbose", verbose, ("auto", 0, 1, 2))
         if not isinstance(prefix, str):
             raise ValueError(f"`prefix` must be a string. Received: prefix={prefix!r}")
         self.ks = _metrics._check_ks(ks, float("inf"))
@@ -369,7 +370,7 @@ _FILES = ("npz", "png", "grid")
 def _check_every(every):
     """An int >= 1, or a non-empty collection of epoch numbers >= 1 (returned as a frozenset)."""
     if isinstance(every, (int, np.integer)) and not isinstance(every, bool):
-        return _metrics._check_positive_int("every", every)
+        return check_int("every", every)
     try:
         epochs = frozenset(every)
     except TypeError:
@@ -520,10 +521,10 @@ class TripletScatter(_EmbeddingCallback):
         for arg, value in (("output_dir", output_dir), ("name", name), ("prefix", prefix)):
             if not isinstance(value, (str, os.PathLike)) or (arg == "name" and not value):
                 raise ValueError(f"`{arg}` must be a non-empty string. Received: {arg}={value!r}")
-        _metrics._check_choice("verbose", verbose, (0, 1))
-        self.grid_columns = _metrics._check_positive_int("grid_columns", grid_columns)
-        self.batch_size = _metrics._check_positive_int("batch_size", batch_size)
-        self.chunk_size = _metrics._check_positive_int("chunk_size", chunk_size)
+        check_choice("verbose", verbose, (0, 1))
+        self.grid_columns = check_int("grid_columns", grid_columns)
+        self.batch_size = check_int("batch_size", batch_size)
+        self.chunk_size = check_int("chunk_size", chunk_size)
         if "png" in files or "grid" in files:
             _scatter._import_pyplot()  # fail now, not after the first epoch
         self.output_dir = os.fspath(output_dir)

@@ -47,6 +47,7 @@ import numpy as np
 from keras import ops as kops
 
 from tfdml import ops
+from tfdml._checks import check_choice, check_int
 from tfdml.search import at_indices as _at_indices
 from tfdml.search import check_finite as _check_finite
 from tfdml.search import neighbours, score_scale
@@ -69,17 +70,6 @@ UNMATCHED = ("exclude", "miss")
 
 
 # -- validation ---------------------------------------------------------------------------------
-
-
-def _check_choice(name, value, choices):
-    if value not in choices:
-        raise ValueError(f"`{name}` must be one of {choices}. Received: {name}={value!r}")
-
-
-def _check_positive_int(name, value):
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"`{name}` must be an integer >= 1. Received: {name}={value!r}")
-    return int(value)
 
 
 def _check_ks(ks, gallery_size, name="ks"):
@@ -121,10 +111,10 @@ def _check_finite_labeling(values, name):
 def _prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
              gallery_chunk_size, unmatched, names=("embeddings", "labels")):
     """Validates the inputs; returns float32 queries/gallery, int64 label arrays, exclude_self."""
-    _check_choice("metric", metric, METRICS)
-    _check_choice("unmatched", unmatched, UNMATCHED)
-    _check_positive_int("chunk_size", chunk_size)
-    _check_positive_int("gallery_chunk_size", gallery_chunk_size)
+    check_choice("metric", metric, METRICS)
+    check_choice("unmatched", unmatched, UNMATCHED)
+    check_int("chunk_size", chunk_size)
+    check_int("gallery_chunk_size", gallery_chunk_size)
     emb_name, lab_name = names
     labels = ops.cast_labels(labels, lab_name)
     queries = kops.cast(ops.check_embeddings(embeddings, emb_name), "float32")
@@ -492,7 +482,7 @@ def vehicleid_match_rate(
     >>> rates = tfdml.metrics.vehicleid_match_rate(model.predict(x_small), ids_small)
     >>> rates[1], rates[5]  # mean top-1 and top-5 match rates over 10 draws
     """
-    num_draws = _check_positive_int("num_draws", num_draws)
+    num_draws = check_int("num_draws", num_draws)
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
         raise ValueError(f"`seed` must be an integer. Received: seed={seed!r}")
     labels_np = kops.convert_to_numpy(ops.cast_labels(labels)).astype(np.int64)
@@ -529,7 +519,7 @@ def _kmeans(embeddings, labels, num_clusters, seed, metric):
     """k-means cluster ids of the embeddings (scikit-learn, k-means++, one init)."""
     from sklearn.cluster import KMeans
 
-    _check_choice("metric", metric, METRICS)
+    check_choice("metric", metric, METRICS)
     labels = kops.convert_to_numpy(ops.cast_labels(labels)).astype(np.int64)
     x = kops.cast(ops.check_embeddings(embeddings), "float32")
     ops.check_batch_sizes(labels, x)
@@ -539,7 +529,7 @@ def _kmeans(embeddings, labels, num_clusters, seed, metric):
     n = len(labels)
     if num_clusters is None:
         num_clusters = len(np.unique(labels))
-    num_clusters = _check_positive_int("num_clusters", num_clusters)
+    num_clusters = check_int("num_clusters", num_clusters)
     if num_clusters > n:
         raise ValueError(
             f"`num_clusters` must be at most the number of samples ({n}). "

@@ -34,6 +34,7 @@ import keras
 from keras import ops as kops
 
 from tfdml import ops
+from tfdml._checks import check_choice
 
 __all__ = [
     "AllPairsMiner",
@@ -396,11 +397,6 @@ def _semihard_all(scores, negative_mask):
     return ops.map_row_blocks(semihard, (scores, negative_mask), ("int32", "bool"))
 
 
-def _check_choice(name, value, allowed):
-    if value not in allowed:
-        raise ValueError(f"`{name}` must be one of {allowed}. Received: {name}={value!r}")
-
-
 @keras.saving.register_keras_serializable(package="tfdml")
 class TripletMiner(Miner):
     """Selects one triplet (or all triplets) per anchor by positive and negative strategy.
@@ -495,8 +491,8 @@ class TripletMiner(Miner):
         lower_cutoff: float = 0.5,
         upper_cutoff: float | None = 1.4,
     ):
-        _check_choice("positive", positive, POSITIVE_STRATEGIES)
-        _check_choice("negative", negative, NEGATIVE_STRATEGIES)
+        check_choice("positive", positive, POSITIVE_STRATEGIES)
+        check_choice("negative", negative, NEGATIVE_STRATEGIES)
         if disjoint and (positive == "all" or negative == "all"):
             raise ValueError(
                 "`disjoint=True` needs single-choice strategies, not 'all'. "
@@ -727,7 +723,7 @@ class MultiSimilarityMiner(Miner):
     def __init__(self, epsilon: float = 0.1, positive: str = "hard"):
         if not ops.is_number(epsilon) or not epsilon >= 0:
             raise ValueError(f"`epsilon` must be a number >= 0. Received: epsilon={epsilon!r}")
-        _check_choice("positive", positive, MS_POSITIVE_STRATEGIES)
+        check_choice("positive", positive, MS_POSITIVE_STRATEGIES)
         self.epsilon = float(epsilon)
         self.positive = positive
 

@@ -34,7 +34,6 @@ Conventions:
 from __future__ import annotations
 
 import math
-import numbers
 import os
 import zipfile
 from typing import NamedTuple
@@ -44,6 +43,7 @@ import numpy as np
 from keras import ops as kops
 
 from tfdml import ops
+from tfdml._checks import check_int
 from tfdml._files import atomic_path
 
 __all__ = ["BACKENDS", "METRICS", "Calibration", "Index", "Lookup", "calibrate", "match", "neighbours",
@@ -72,12 +72,6 @@ def _check_metric(metric):
     if metric not in METRICS:
         raise ValueError(f"`metric` must be one of {METRICS}. Received: metric={metric!r}")
     return metric
-
-
-def _check_positive_int(name, value):
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"`{name}` must be an integer >= 1. Received: {name}={value!r}")
-    return int(value)
 
 
 def _max_abs(x) -> float:
@@ -361,8 +355,8 @@ class Index:
         if backend == "faiss":
             _import_faiss()
         self.metric = _check_metric(metric)
-        self.chunk_size = _check_positive_int("chunk_size", chunk_size)
-        self.gallery_chunk_size = _check_positive_int("gallery_chunk_size", gallery_chunk_size)
+        self.chunk_size = check_int("chunk_size", chunk_size)
+        self.gallery_chunk_size = check_int("gallery_chunk_size", gallery_chunk_size)
         self._parts = []  # float32 NumPy blocks as added (normalized for "cosine")
         self._labels = None  # list of int64 blocks, or None
         self._ids = None  # list of blocks, or None
@@ -460,7 +454,7 @@ class Index:
         """
         if not self._parts:
             raise ValueError("The index is empty: `add` embeddings before searching.")
-        k = _check_positive_int("k", k)
+        k = check_int("k", k)
         if k > len(self):
             raise ValueError(f"`k` must be at most the size of the index ({len(self)}). "
                              f"Received: k={k}")

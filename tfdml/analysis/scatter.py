@@ -23,6 +23,7 @@ import numpy as np
 from keras import ops as kops
 
 from tfdml import ops
+from tfdml._checks import check_int
 from tfdml.miners import TripletMiner
 
 __all__ = [
@@ -109,12 +110,6 @@ def _check_strategies(positive, negative):
             raise ValueError(f"`{name}` must be one of {allowed}. Received: {name}={value!r}")
 
 
-def _check_positive_int(name, value):
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"`{name}` must be an integer >= 1. Received: {name}={value!r}")
-    return int(value)
-
-
 def _normalized(embeddings, name="embeddings"):
     x = ops.check_embeddings(embeddings, name)
     return ops.l2_normalize(kops.cast(x, ops.compute_dtype(x.dtype)))
@@ -176,7 +171,7 @@ def triplet_scatter(
     >>> points.correct.mean()  # share of anchors whose triplet is correct
     """
     _check_strategies(positive, negative)
-    chunk_size = _check_positive_int("chunk_size", chunk_size)
+    chunk_size = check_int("chunk_size", chunk_size)
     labels = ops.cast_labels(labels, "labels")
     x = _normalized(embeddings)
     ops.check_batch_sizes(labels, x, "labels", "embeddings")

@@ -14,9 +14,9 @@ derived from the pipeline seed.
 
 from __future__ import annotations
 
+from tfdml._checks import check_int as _check_size
 from tfdml._tensorflow import tf
 from tfdml.data.numpy_augment import check_crop_and_resize as _check_crop_and_resize
-from tfdml.data.pk import check_positive_int as _check_size
 
 __all__ = [
     "center_crop",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfdml.data.pk import check_positive_int as _check_size
+from tfdml._checks import check_int as _check_size
 
 __all__ = [
     "center_crop",

@@ -11,17 +11,13 @@ import math
 
 import numpy as np
 
-__all__ = ["PKSampler", "check_channels", "check_positive_int"]
+from tfdml._checks import check_int
+
+__all__ = ["PKSampler", "check_channels"]
 
 logger = logging.getLogger("tfdml.data")
 
 _SMALL_CLASSES = ("replace", "skip")
-
-
-def check_positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
-    return int(value)
 
 
 def _check_samples_per_class(value):
@@ -37,7 +33,7 @@ def _check_samples_per_class(value):
 def check_channels(value):
     if value is None:
         return None
-    return check_positive_int("channels", value)
+    return check_int("channels", value)
 
 
 class PKSampler:
@@ -95,7 +91,7 @@ class PKSampler:
 
     def __init__(self, labels, classes_per_batch, samples_per_class, small_classes="replace",
                  min_class_size=2, steps_per_epoch=None, drop_remainder=False, seed=None):
-        self.classes_per_batch = check_positive_int("classes_per_batch", classes_per_batch)
+        self.classes_per_batch = check_int("classes_per_batch", classes_per_batch)
         self.samples_per_class = _check_samples_per_class(samples_per_class)
         if small_classes not in _SMALL_CLASSES:
             raise ValueError(
@@ -103,9 +99,9 @@ class PKSampler:
                 f"Received: small_classes={small_classes!r}"
             )
         self.small_classes = small_classes
-        self.min_class_size = check_positive_int("min_class_size", min_class_size)
+        self.min_class_size = check_int("min_class_size", min_class_size)
         if steps_per_epoch is not None:
-            steps_per_epoch = check_positive_int("steps_per_epoch", steps_per_epoch)
+            steps_per_epoch = check_int("steps_per_epoch", steps_per_epoch)
         self.drop_remainder = bool(drop_remainder)
         if seed is None:
             seed = int(np.random.SeedSequence().entropy % (2**63))

@@ -14,8 +14,9 @@ import threading
 import keras
 import numpy as np
 
+from tfdml._checks import check_int
 from tfdml.data import numpy_augment
-from tfdml.data.pk import PKSampler, check_channels, check_positive_int
+from tfdml.data.pk import PKSampler, check_channels
 from tfdml.data.source import check_in_memory_channels, source_arrays
 
 __all__ = ["EvalDataset", "PKDataset"]
@@ -325,7 +326,7 @@ class EvalDataset(keras.utils.PyDataset):
     def __init__(self, source, batch_size=256, *, map_fn=None, crop_to_bbox=False,
                  channels=None, **kwargs):
         super().__init__(**kwargs)
-        self.batch_size = check_positive_int("batch_size", batch_size)
+        self.batch_size = check_int("batch_size", batch_size)
         self._reader = _ImageReader(source, map_fn, crop_to_bbox, channels)
         self.labels = np.asarray(self._reader.labels, np.int64)
 

@@ -12,9 +12,10 @@ import logging
 
 import numpy as np
 
+from tfdml._checks import check_int
 from tfdml._tensorflow import tf
 from tfdml.data import augment
-from tfdml.data.pk import PKSampler, check_channels, check_positive_int
+from tfdml.data.pk import PKSampler, check_channels
 from tfdml.data.source import check_in_memory_channels, source_arrays
 
 __all__ = ["eval_batches", "pk_batches"]
@@ -360,7 +361,7 @@ def eval_batches(source, batch_size=256, *, map_fn=None, crop_to_bbox=False, cha
     >>> sum(int(y.shape[0]) for _, y in ds) == len(test)
     True
     """
-    batch_size = check_positive_int("batch_size", batch_size)
+    batch_size = check_int("batch_size", batch_size)
     channels = check_channels(channels)
     if map_fn is not None and not callable(map_fn):
         raise ValueError(f"`map_fn` must be callable or None. Received: map_fn={map_fn!r}")

@@ -7,6 +7,8 @@ import os
 
 import numpy as np
 
+from tfdml._checks import check_choice  # noqa: F401  (the readers' check)
+
 logger = logging.getLogger("tfdml.datasets")
 
 # Where to get each data set, quoted in every "missing file" error.
@@ -229,13 +231,6 @@ def check_published_counts(ds, key=None):
         source,
     )
     return False
-
-
-def check_choice(arg, value, choices):
-    """Raises a ValueError naming `arg` unless `value` is one of `choices`."""
-    if value not in choices:
-        raise ValueError(f"`{arg}` must be one of {sorted(choices)}. Received: {arg}={value!r}")
-    return value
 
 
 def check_paths_exist(paths, name):

@@ -14,12 +14,11 @@ XLA also fails an assertion (:func:`prepare_class_inputs`).
 
 from __future__ import annotations
 
-import numbers
-
 import keras
 from keras import ops as kops
 
 from tfdml import ops
+from tfdml._checks import check_int
 from tfdml.losses.base import LossState, MetricLoss, anchor_terms, functional_value
 
 __all__ = [
@@ -29,12 +28,6 @@ __all__ = [
     "prepare_class_inputs",
     "softmax_cross_entropy",
 ]
-
-
-def _check_int(name, value, minimum=1):
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
-    return int(value)
 
 
 def check_positive(name, value, allow_zero=False):
@@ -170,8 +163,8 @@ class ClassWeightLoss(MetricLoss):
 
     def __init__(self, num_classes, embedding_dim=None, initializer=None,
                  reduction="sum_over_batch_size", name=None, dtype=None, average="anchors"):
-        self.num_classes = _check_int("num_classes", num_classes)
-        self.embedding_dim = None if embedding_dim is None else _check_int(
+        self.num_classes = check_int("num_classes", num_classes)
+        self.embedding_dim = None if embedding_dim is None else check_int(
             "embedding_dim", embedding_dim)
         self.initializer = keras.initializers.get(initializer) if initializer is not None else None
         super().__init__(normalize=True, reduction=reduction, name=name, dtype=dtype,

@@ -22,9 +22,9 @@ import keras
 from keras import ops as kops
 
 from tfdml import ops
+from tfdml._checks import check_int
 from tfdml.losses.class_weights import (
     ClassWeightLoss,
-    _check_int,
     check_positive,
     class_cosines,
     class_mask,
@@ -418,7 +418,7 @@ class SubCenterArcFaceLoss(ArcFaceLoss):
                  margin: float = 0.5, scale: float = 64.0, initializer=None,
                  reduction="sum_over_batch_size", name="subcenter_arcface_loss", dtype=None,
                  average="anchors"):
-        self.sub_centers = _check_int("sub_centers", sub_centers)
+        self.sub_centers = check_int("sub_centers", sub_centers)
         super().__init__(num_classes, embedding_dim, margin, scale, initializer, reduction,
                          name, dtype, average)
 
@@ -464,7 +464,7 @@ class SoftTripleLoss(ClassWeightLoss):
                  la: float = 20.0, gamma: float = 0.1, margin: float = 0.01, initializer=None,
                  reduction="sum_over_batch_size", name="soft_triple_loss", dtype=None,
                  average="anchors"):
-        self.centers_per_class = _check_int("centers_per_class", centers_per_class)
+        self.centers_per_class = check_int("centers_per_class", centers_per_class)
         self.la, self.gamma = check_positive("la", la), check_positive("gamma", gamma)
         self.margin = check_positive("margin", margin, allow_zero=True)
         super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average)
