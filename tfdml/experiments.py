@@ -56,7 +56,7 @@ from tfdml._files import atomic_path, remove_temporaries
 from tfdml._tensorflow import tf
 from tfdml.data import DatasetSplit, augment, eval_batches, pk_batches
 from tfdml.layers import L2Normalization
-from tfdml.metric_model import MetricModel, is_stateful_loss, unwrap
+from tfdml.metric_model import MetricModel, is_stateful_loss, plus_model_losses, unwrap
 
 __all__ = [
     "Evaluation",
@@ -983,9 +983,8 @@ def fit_multi_worker(model, strategy, dataset, epochs, initial_epoch=0, callback
     def train_step(batch):
         def replica_step(x, y):
             with tf.GradientTape() as tape:
-                value = loss_fn(y, model(x, training=True))
-                if model.losses:
-                    value += tf.add_n([tf.cast(v, value.dtype) for v in model.losses]) / replicas
+                value = plus_model_losses(loss_fn(y, model(x, training=True)), model.losses,
+                                          scale=1.0 / replicas)
             grads = tape.gradient(value, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
             return value

@@ -14,7 +14,7 @@ from keras import ops as kops
 from tfdml import ops
 from tfdml.losses.base import MetricLoss, resolve_loss
 
-__all__ = ["MetricModel"]
+__all__ = ["MetricModel", "plus_model_losses"]
 
 
 def _output_dim(model):
@@ -65,6 +65,20 @@ def _check_array_labels(y, name):
     except ValueError:  # ragged: Keras says what is wrong
         return
     ops.check_label_array(array, name)
+
+
+def plus_model_losses(value, losses, scale=1.0):
+    """``value + scale * (sum(losses[0]) + sum(losses[1]) + ...)``: a loss value plus a
+    model's own losses (``model.losses``: regularizers, ``add_loss``), each cast to the
+    dtype of ``value``. The one place training code adds them (``MetricModel``, the
+    experiments' distributed step, the scatter diagram's gradients)."""
+    if not losses:
+        return value
+    dtype = ops.dtype_name(value)
+    total = kops.cast(kops.sum(losses[0]), dtype)
+    for extra in losses[1:]:
+        total = total + kops.cast(kops.sum(extra), dtype)
+    return value + (total if scale == 1.0 else total * scale)
 
 
 def _tf_unscale_for_distribution(value):
@@ -247,10 +261,8 @@ class MetricModel(keras.Model):
             )
         if y is None:
             raise ValueError("MetricModel needs labels: fit it on (inputs, labels) batches.")
-        value = self.metric_loss(y, y_pred, sample_weight, training=training)
-        for extra in self.losses:
-            value = value + kops.cast(kops.sum(extra), value.dtype)
-        return value
+        return plus_model_losses(self.metric_loss(y, y_pred, sample_weight, training=training),
+                                 self.losses)
 
     # -- gradient caching (chunk_size) -------------------------------------------------------
 

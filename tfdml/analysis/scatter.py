@@ -24,6 +24,7 @@ from keras import ops as kops
 
 from tfdml import ops
 from tfdml._checks import check_int
+from tfdml.metric_model import plus_model_losses
 from tfdml.miners import TripletMiner
 
 __all__ = [
@@ -440,21 +441,10 @@ def _model_embeddings(model, x):
     return kops.convert_to_numpy(out).astype(np.float64)
 
 
-def _plus_model_losses(value, losses):
-    """``value + (losses[0] + losses[1] + ...)``, the losses cast to the dtype of ``value``."""
-    if not losses:
-        return value
-    dtype = ops.dtype_name(value)
-    total = kops.cast(losses[0], dtype)
-    for extra in losses[1:]:
-        total = total + kops.cast(extra, dtype)
-    return value + total
-
-
 def _training_loss(model, x, y, loss):
     """``loss(y, model(x, training=True))`` plus the model's own losses."""
     pred = model(x, training=True)
-    return _plus_model_losses(loss(y, pred), model.losses)
+    return plus_model_losses(loss(y, pred), model.losses)
 
 
 def _gradients(model, x, y, loss):
@@ -484,7 +474,7 @@ def _gradients(model, x, y, loss):
             with keras.StatelessScope(state_mapping=mapping, collect_losses=True) as scope:
                 pred = model(x, training=True)
                 extras = model.losses
-            value = _plus_model_losses(loss(y, pred), extras)
+            value = plus_model_losses(loss(y, pred), extras)
             return value, [scope.get_current_value(v) for v in others]
 
         grads, state = jax.grad(value_and_state, has_aux=True)(
