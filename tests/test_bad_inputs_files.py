@@ -184,7 +184,7 @@ def test_recall_callback_datasets_without_labels_or_end():
     assert embeddings.shape == (6, 4) and labels.tolist() == [0, 0, 1, 0, 0, 1]
     with pytest.raises(ValueError, match="Received: steps=0"):
         RecallAtK(endless, steps=0)
-    with pytest.raises(ValueError, match=r"`steps` is for a tf.data.Dataset.*Received: steps=2"):
+    with pytest.raises(ValueError, match=r"`steps` is for a dataset.*Received: steps=2"):
         RecallAtK((X, Y), steps=2)
 
 

@@ -288,3 +288,24 @@ def test_small_classes_are_logged_as_by_pk_batches(caplog):
     with caplog.at_level(logging.WARNING, logger="tfdml.data"):
         batches = tfdml.data.PKDataset((np.zeros((7, 2)), labels), 2, 2, seed=0, repeat=False)
     assert "skipped 1 class" in caplog.text and batches.sampler.num_classes == 3
+
+
+@pytest.mark.multibackend
+def test_recall_callback_takes_a_py_dataset():
+    model = _model()
+    x, y = IMAGES.astype("float32"), LABELS
+    ks = (1, 2)
+    want = tfdml.callbacks.RecallAtK((x, y), ks=ks, verbose=0)
+    got = tfdml.callbacks.RecallAtK(tfdml.data.EvalDataset((x, y), 7), ks=ks, verbose=0)
+    for callback in (want, got):
+        callback.set_model(model)
+    np.testing.assert_array_equal(got.embed()[1], y)
+    np.testing.assert_allclose(got.embed()[0], want.embed()[0], rtol=1e-6)
+    endless = tfdml.data.PKDataset((x, y), 3, 2, seed=0)
+    with pytest.raises(ValueError, match="steps"):
+        tfdml.callbacks.RecallAtK(endless, ks=ks)
+    some = tfdml.callbacks.RecallAtK(endless, ks=ks, steps=2, verbose=0)
+    some.set_model(model)
+    assert some.embed()[0].shape == (12, 4)
+    with pytest.raises(ValueError, match="steps"):
+        tfdml.callbacks.RecallAtK((x, y), ks=ks, steps=2)

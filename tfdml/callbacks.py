@@ -28,6 +28,35 @@ def _is_tf_dataset(data):
     return tf is not None and isinstance(data, tf.data.Dataset)
 
 
+class _PyBatches:
+    """The ``(x, y)`` batches of a ``keras.utils.PyDataset`` (e.g. ``tfdml.data.EvalDataset``):
+    ``steps`` of them, or all of a finite one."""
+
+    def __init__(self, data, steps):
+        self.data = data
+        self.size = data.num_batches if steps is None else steps
+        if self.size is None:
+            raise ValueError(
+                "`data` is an endless keras.utils.PyDataset (num_batches is None), so "
+                "embedding it would never end. Pass `steps` (the batches embedded at each "
+                "evaluation) or a finite one, e.g. tfdml.data.EvalDataset(...). Received: "
+                f"data={data!r}"
+            )
+
+    def __len__(self):
+        return self.size
+
+    def __iter__(self):
+        for index in range(self.size):
+            element = self.data[index]
+            if not isinstance(element, (tuple, list)) or len(element) < 2:
+                raise ValueError(
+                    "`data` must give (x, y) batches: the labels y are needed to evaluate "
+                    f"the embeddings. Received: a batch of type {type(element).__name__}"
+                )
+            yield element[0], element[1]
+
+
 def _check_data(data, steps=None):
     """``data`` as ``(x, y)`` with NumPy labels, or a tf.data.Dataset of ``(x, y)`` batches that
     ends (``steps`` of its batches, when given).
@@ -70,9 +99,11 @@ def _check_data(data, steps=None):
                 "Received: data with cardinality tf.data.UNKNOWN_CARDINALITY"
             )
         return data
+    if isinstance(data, keras.utils.PyDataset):
+        return _PyBatches(data, steps)
     if steps is not None:
         raise ValueError(
-            "`steps` is for a tf.data.Dataset; arrays (x, y) are embedded whole. "
+            "`steps` is for a dataset; arrays (x, y) are embedded whole. "
             f"Received: steps={steps!r} with data of type {type(data).__name__}"
         )
     if isinstance(data, (tuple, list)) and len(data) == 2:
@@ -98,7 +129,8 @@ def _check_data(data, steps=None):
             )
         return (x, y)
     raise ValueError(
-        "`data` must be a tuple (x, y) of arrays or a tf.data.Dataset of (x, y). "
+        "`data` must be a tuple (x, y) of arrays, or a tf.data.Dataset or keras.utils.PyDataset "
+        "of (x, y) batches. "
         f"Received: data of type {type(data).__name__}"
     )
 
@@ -128,7 +160,9 @@ class _EmbeddingCallback(keras.callbacks.Callback):
         return 1 if self._fit_verbose == "auto" else int(self._fit_verbose)
 
     def _batches(self):
-        if _is_tf_dataset(self.data):
+        if isinstance(self.data, _PyBatches):
+            yield from self.data
+        elif _is_tf_dataset(self.data):
             for element in self.data:
                 if not isinstance(element, (tuple, list)) or len(element) < 2:
                     raise ValueError(
@@ -142,6 +176,8 @@ class _EmbeddingCallback(keras.callbacks.Callback):
                 yield x[start : start + self.batch_size], y[start : start + self.batch_size]
 
     def _num_batches(self):
+        if isinstance(self.data, _PyBatches):
+            return len(self.data)
         if _is_tf_dataset(self.data):
             n = int(self.data.cardinality())
             return n if n >= 0 else None
@@ -233,7 +269,8 @@ class RecallAtK(_EmbeddingCallback):
 
     Args:
         data: the validation set: a tuple ``(x, y)`` of arrays (``y`` integer
-            class ids) or a ``tf.data.Dataset`` yielding ``(x, y)`` batches
+            class ids), or a ``tf.data.Dataset`` or ``keras.utils.PyDataset`` (e.g.
+            ``tfdml.data.EvalDataset``) yielding ``(x, y)`` batches
             (extra elements such as sample weights are ignored). A dataset is
             iterated once per evaluation, so ``x`` and ``y`` stay paired even if
             it shuffles. Its size must be known: an infinite dataset (such as
@@ -320,7 +357,7 @@ class RecallAtK(_EmbeddingCallback):
         self.verbose = verbose
         self.data = _check_data(data, steps)
         self.steps = steps
-        if not _is_tf_dataset(self.data):  # the size is known now: check ks before training
+        if isinstance(self.data, tuple):  # the size is known now: check ks before training
             others = len(self.data[1]) - 1
             if max(self.ks) > others:
                 raise ValueError(
@@ -430,7 +467,8 @@ class TripletScatter(_EmbeddingCallback):
 
     Args:
         data: the data set: a tuple ``(x, y)`` of arrays (``y`` integer class
-            ids) or a ``tf.data.Dataset`` of ``(x, y)`` batches (iterated once
+            ids), or a ``tf.data.Dataset`` or ``keras.utils.PyDataset`` of ``(x, y)``
+            batches (iterated once
             per record). A dataset without labels, an infinite one or one of
             unknown cardinality raises a ``ValueError`` (see :class:`RecallAtK`)
             unless ``steps`` is given.
