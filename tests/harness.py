@@ -49,7 +49,7 @@ from backends import (
 from hypothesis import example
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from keras import ops as kops
+from keras import ops
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -264,8 +264,8 @@ class LossProbe:
 
     def __call__(self, labels, embeddings) -> dict:
         out = self._fn(
-            kops.convert_to_tensor(np.asarray(labels, np.int32)),
-            kops.convert_to_tensor(np.asarray(embeddings, np.float32)),
+            ops.convert_to_tensor(np.asarray(labels, np.int32)),
+            ops.convert_to_tensor(np.asarray(embeddings, np.float32)),
         )
         return to_numpy(out)
 
@@ -572,8 +572,8 @@ def mixed_precision_loss(
         if expected_dtype is not None:
             assert output_dtype == expected_dtype, f"model output is {output_dtype}"
         result = {
-            "embeddings": to_numpy(kops.cast(outputs, "float32")),
-            "direct": float(to_numpy(loss(kops.convert_to_tensor(labels), outputs))),
+            "embeddings": to_numpy(ops.cast(outputs, "float32")),
+            "direct": float(to_numpy(loss(ops.convert_to_tensor(labels), outputs))),
         }
         if BACKEND == "tensorflow":
             import tensorflow as tf

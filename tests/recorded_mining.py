@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import references as ref
 from backends import BACKEND, to_numpy, value_and_grad
-from keras import ops as kops
+from keras import ops
 
-from tfdml import ops
+from tfdml import ops as dml
 from tfdml.miners import Miner, Pairs
 
 
@@ -33,8 +33,8 @@ class RecordingMiner(Miner):
              ref_embeddings=None):
         mined = self.inner.mine(scores, labels, ref_labels=ref_labels, ref_offset=ref_offset,
                                 embeddings=embeddings, ref_embeddings=ref_embeddings)
-        if not ops.is_traced(scores):
-            self.scores = to_numpy(kops.stop_gradient(scores))
+        if not dml.is_traced(scores):
+            self.scores = to_numpy(ops.stop_gradient(scores))
             self.mined = type(mined)(*(None if t is None else to_numpy(t) for t in mined))
         return mined
 
@@ -52,7 +52,7 @@ def run_recorded(fn, miner, x32, grad=True):
         return _jax_value_grad_and_mining(fn, miner, x32, grad)
     recorder = None if miner is None else RecordingMiner(miner)
     if not grad:
-        return to_numpy(fn(recorder, kops.convert_to_tensor(x32))), None, recorder
+        return to_numpy(fn(recorder, ops.convert_to_tensor(x32))), None, recorder
     value, gradient = value_and_grad(lambda e: fn(recorder, e), x32)
     return value, gradient, recorder
 
@@ -77,7 +77,7 @@ def _jax_value_grad_and_mining(fn, miner, x32, grad):
             mined = miner.mine(scores, labels, ref_labels=ref_labels, ref_offset=ref_offset,
                                embeddings=embeddings, ref_embeddings=ref_embeddings)
             kind["type"] = type(mined)
-            kind["outputs"] = (kops.stop_gradient(scores), tuple(mined))
+            kind["outputs"] = (ops.stop_gradient(scores), tuple(mined))
             return mined
 
     def traced(e):
@@ -85,7 +85,7 @@ def _jax_value_grad_and_mining(fn, miner, x32, grad):
             value = fn(None if miner is None else Capture(), e)
         return value, kind.get("outputs")
 
-    x = kops.convert_to_tensor(x32)
+    x = ops.convert_to_tensor(x32)
     if grad:
         (value, outputs), gradient = jax.jit(jax.value_and_grad(traced, has_aux=True))(x)
     else:
@@ -147,6 +147,6 @@ def reference_set_arguments(ref_set):
         return {}, {}, None, 0
     r32, r64 = as_f32(ref_set[0])
     ref_labels, ref_offset = ref_set[1], ref_set[2]
-    kwargs = dict(ref_embeddings=kops.convert_to_tensor(r32),
-                  ref_labels=kops.convert_to_tensor(ref_labels), ref_offset=ref_offset)
+    kwargs = dict(ref_embeddings=ops.convert_to_tensor(r32),
+                  ref_labels=ops.convert_to_tensor(ref_labels), ref_offset=ref_offset)
     return kwargs, dict(ref_embeddings=r64), ref_labels, ref_offset

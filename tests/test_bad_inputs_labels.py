@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from backends import BACKEND, CAN_COMPILE, compiled, to_numpy, traced, value_and_grad_tensors
 from harness import small_embedding_model
-from keras import ops as kops
+from keras import ops
 
 from tfdml.losses import (
     ArcFaceLoss,
@@ -48,7 +48,7 @@ INPUTS = _RNG.normal(size=(2 * B, 6)).astype(np.float32)  # two batches for fit
 
 
 def _tensors(*arrays):
-    return [kops.convert_to_tensor(a) for a in arrays]
+    return [ops.convert_to_tensor(a) for a in arrays]
 
 
 def _with_id(bad_id):

@@ -37,10 +37,11 @@ from backends import (
     value_and_grad,
     value_and_grad_function,
 )
-from keras import ops as kops
+from keras import ops
 
 import tfdml
-from tfdml import losses, metrics, ops, search
+from tfdml import losses, metrics, search
+from tfdml import ops as dml
 from tfdml.layers import L2Normalization
 
 MB = pytest.mark.multibackend  # also under JAX and PyTorch (see conftest.py)
@@ -123,8 +124,8 @@ def assert_rows_close(got, want, rtol, floor=0.0):
 @MB
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
 def test_l2_normalize_is_exact_for_every_finite_float32_vector(mode):
-    fn = ops.l2_normalize if mode == "eager" else compiled(ops.l2_normalize)
-    got = to_numpy(fn(kops.convert_to_tensor(ROWS)))
+    fn = dml.l2_normalize if mode == "eager" else compiled(dml.l2_normalize)
+    got = to_numpy(fn(ops.convert_to_tensor(ROWS)))
     assert got.dtype == np.float32
     assert_rows_close(got, ref_normalize(ROWS), rtol=1e-6)
     unit = [i for i, n in enumerate(NAMES) if n not in ("below_sqrt_eps", "tiny_1e-30", "zero")]
@@ -139,7 +140,7 @@ def test_l2_normalize_is_exact_for_every_finite_float64_vector():
     base = RNG.normal(size=(5, 6))
     x = np.stack([base[0] * 1e300, base[1] * 1e200, base[2] * 1e-200, base[3] * 1e-300,
                   np.full(6, 1e308), base[4]])
-    got = to_numpy(ops.l2_normalize(kops.convert_to_tensor(x)))
+    got = to_numpy(dml.l2_normalize(ops.convert_to_tensor(x)))
     assert got.dtype == np.float64
     assert_rows_close(got, ref_normalize(x), rtol=1e-14)
 
@@ -149,9 +150,9 @@ def test_l2_normalize_is_exact_for_every_finite_float64_vector():
 def test_l2_normalize_half_precision_keeps_dtype_and_does_not_overflow(dtype):
     # 6e4^2 * 8 overflows float16; the sum runs in float32 and the result is cast back.
     x = np.stack([np.full(8, 6e4), np.arange(8.0) * 7e3 + 1.0, np.zeros(8)])
-    out = ops.l2_normalize(kops.cast(kops.convert_to_tensor(x.astype(np.float32)), dtype))
+    out = dml.l2_normalize(ops.cast(ops.convert_to_tensor(x.astype(np.float32)), dtype))
     assert keras.backend.standardize_dtype(out.dtype) == dtype
-    got = to_numpy(kops.cast(out, "float32"))
+    got = to_numpy(ops.cast(out, "float32"))
     np.testing.assert_allclose(got, ref_normalize(x.astype(np.float32)), atol=1e-2)
 
 
@@ -159,10 +160,10 @@ def test_l2_normalize_half_precision_keeps_dtype_and_does_not_overflow(dtype):
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
 def test_l2_normalize_gradient_is_finite_and_exact_everywhere(mode):
     w = RNG.normal(size=ROWS.shape).astype(np.float32)
-    w_t = kops.convert_to_tensor(w)
+    w_t = ops.convert_to_tensor(w)
 
     def fn(v):
-        return kops.sum(ops.l2_normalize(v) * w_t)
+        return ops.sum(dml.l2_normalize(v) * w_t)
 
     if mode == "eager":
         _, grad = value_and_grad(fn, ROWS)
@@ -178,7 +179,7 @@ def test_l2_normalize_nan_and_inf_rows_give_nan_rows():
     x = np.stack([X[0], X[1], X[2]])
     x[1, 3] = np.nan
     x[2, 0] = np.inf
-    got = to_numpy(ops.l2_normalize(x))
+    got = to_numpy(dml.l2_normalize(x))
     assert np.all(np.isnan(got[1:]))
     np.testing.assert_allclose(got[0], ref_normalize(x[:1])[0], rtol=1e-6)
 
@@ -325,8 +326,8 @@ def test_loss_without_normalization_below_the_bound_is_right_or_not_finite(name)
 def test_loss_value_check_is_compiled_too():
     loss = NOT_NORMALIZING["contrastive"]()
     fn = compiled(lambda v: loss(LABELS, v))
-    assert np.isnan(to_numpy(fn(kops.convert_to_tensor(_one_huge_row(X, 1e20)))))
-    np.testing.assert_allclose(to_numpy(fn(kops.convert_to_tensor(X))),
+    assert np.isnan(to_numpy(fn(ops.convert_to_tensor(_one_huge_row(X, 1e20)))))
+    np.testing.assert_allclose(to_numpy(fn(ops.convert_to_tensor(X))),
                                to_numpy(loss(LABELS, X)), rtol=1e-6)
 
 

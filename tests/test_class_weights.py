@@ -38,7 +38,7 @@ from backends import (
     value_and_grad_tensors,
 )
 from harness import assert_config_roundtrip
-from keras import ops as kops
+from keras import ops
 
 from tfdml.losses import (
     ArcFaceLoss,
@@ -220,8 +220,8 @@ def test_float64_gradient_check(case_id, float64):
     x, w = X[:5, :3], case.weights[:4, ..., :3]
 
     def fn(packed):
-        return case(labels, kops.reshape(packed[:x.size], x.shape),
-                    kops.reshape(packed[x.size:], w.shape))
+        return case(labels, ops.reshape(packed[:x.size], x.shape),
+                    ops.reshape(packed[x.size:], w.shape))
 
     theoretical, numerical = gradient_check(fn, np.concatenate([x.ravel(), w.ravel()]),
                                             delta=1e-6)
@@ -426,8 +426,8 @@ def test_compiled_equals_eager():
             out[case_id + "/class"] = losses[case_id](labels, x)
         return out
 
-    eager = to_numpy(everything(*(kops.convert_to_tensor(a) for a in (LABELS, x32)),
-                                {k: kops.convert_to_tensor(w) for k, w in weights.items()}))
+    eager = to_numpy(everything(*(ops.convert_to_tensor(a) for a in (LABELS, x32)),
+                                {k: ops.convert_to_tensor(w) for k, w in weights.items()}))
     step = compiled(everything)
     got = to_numpy(step(LABELS, x32, weights))
     for case_id in COMPILED_IDS:

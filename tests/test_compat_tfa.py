@@ -12,7 +12,7 @@ import references as ref
 import tensorflow as tf
 from harness import run_under_policy, small_embedding_model
 
-from tfdml import ops
+from tfdml import ops as dml
 from tfdml.compat import tfa
 
 METRICS = ["L2", "squared-L2", "angular"]
@@ -65,7 +65,7 @@ def test_hard_matches_reference(metric, soft):
 @pytest.mark.parametrize("metric", METRICS)
 def test_semihard_in_row_blocks_matches_reference(metric, monkeypatch):
     """Large batches search in row blocks (a loop): same values and gradients, XLA too."""
-    monkeypatch.setattr(ops, "ROW_BLOCK_ELEMENTS", 30)  # blocks of 2 rows of 12 (last half full)
+    monkeypatch.setattr(dml, "ROW_BLOCK_ELEMENTS", 30)  # blocks of 2 rows of 12 (last half full)
     labels = ref.make_labels([3, 3, 2, 2, 1, 1], seed=5)
     x = np.random.default_rng(5).normal(size=(12, 7)) * 2
     want = ref.tfa_triplet_semihard(labels, x, 1.0, metric)

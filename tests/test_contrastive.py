@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import references as ref
 from backends import CAN_COMPILE, compiled, gradient_check, to_numpy, value_and_grad
-from keras import ops as kops
+from keras import ops
 from recorded_mining import (
     RecordingMiner,
     as_f32,
@@ -34,7 +34,7 @@ def run_contrastive(labels, x, miner=None, positive_margin=0.0, negative_margin=
                     distance="l2", ref_set=None, functional=False, grad=True, normalize=True):
     x32, x64 = as_f32(x)
     kwargs, ref_kwargs, ref_labels, ref_offset = reference_set_arguments(ref_set)
-    y = kops.convert_to_tensor(labels)
+    y = ops.convert_to_tensor(labels)
 
     def loss_value(recorder, xt):
         if functional:
@@ -174,20 +174,20 @@ SMALL_LABELS = np.array([2, 5, 2, 5, 2, 9], np.int32)
 ])
 def test_float64_compute_gradient(make_miner, distance, float64):
     x = np.random.default_rng(4).normal(size=(6, 4))
-    labels = kops.convert_to_tensor(SMALL_LABELS)
+    labels = ops.convert_to_tensor(SMALL_LABELS)
 
     def loss_fn(e):
         return contrastive_loss(labels, e, positive_margin=0.1, negative_margin=1.1,
                                 distance=distance, miner=make_miner())
 
-    value = loss_fn(kops.convert_to_tensor(x))
+    value = loss_fn(ops.convert_to_tensor(x))
     assert to_numpy(value).dtype == np.float64
     miner = make_miner()
     if miner is None:
         pos, neg = ref.label_masks(SMALL_LABELS)
     else:
         recorder = RecordingMiner(miner)
-        contrastive_loss(labels, kops.convert_to_tensor(x), distance=distance, miner=recorder)
+        contrastive_loss(labels, ops.convert_to_tensor(x), distance=distance, miner=recorder)
         pos, neg, _ = checked_pairs(recorder, SMALL_LABELS, None, 0)
     want = ref.contrastive_loss(x, pos, neg, 0.1, 1.1, distance)[0]
     assert want > 0

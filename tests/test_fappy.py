@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 import references as ref
 from backends import BACKEND, CAN_COMPILE, compiled, gradient_check, to_numpy, value_and_grad
-from keras import ops as kops
+from keras import ops
 
-from tfdml import ops
+from tfdml import ops as dml
 from tfdml.losses import FAPPYLoss, HistogramLoss, false_positive_probability
 
 P_TOL = 2e-6
@@ -134,17 +134,17 @@ def loss_value_and_grad(fn, labels, x32):
     Under JAX through ``jax.jit``: eager JAX compiles every op (forward and backward) for
     each new shape, several times slower than one compiled function.
     """
-    y = kops.convert_to_tensor(labels)
+    y = ops.convert_to_tensor(labels)
     if BACKEND == "jax":
         import jax
 
-        value, grad = jax.jit(jax.value_and_grad(lambda e: kops.sum(fn(y, e))))(x32)
+        value, grad = jax.jit(jax.value_and_grad(lambda e: ops.sum(fn(y, e))))(x32)
         return to_numpy(value), to_numpy(grad)
     return value_and_grad(lambda e: fn(y, e), x32)
 
 
 def tensors(labels, x):
-    return kops.convert_to_tensor(labels), kops.convert_to_tensor(x)
+    return ops.convert_to_tensor(labels), ops.convert_to_tensor(x)
 
 
 # -- the references themselves --------------------------------------------------------------------
@@ -231,8 +231,8 @@ def overshooting_vector(dim=5, seed=11):
     rng = np.random.default_rng(seed)
     for _ in range(500):
         r = rng.normal(size=dim).astype(np.float32)
-        x = ops.l2_normalize(kops.convert_to_tensor(np.stack([r, r, -r])))
-        sim = to_numpy(ops.pairwise_similarity(x))
+        x = dml.l2_normalize(ops.convert_to_tensor(np.stack([r, r, -r])))
+        sim = to_numpy(dml.pairwise_similarity(x))
         if sim[0, 1] > 1.0 and sim[0, 2] < -1.0:
             return r
     raise AssertionError("no float32 vector overshoots")
@@ -331,7 +331,7 @@ def test_loss_gradient_matches_finite_differences(min_bin_width):
 def test_loss_gradient_float64_compute_gradient(float64):
     labels, x64 = smooth_batch([3, 2, 2, 1], 5, 2.0 / 256, margin=1e-4, seed=20)
     loss = FAPPYLoss(min_bin_width=0.01, dtype="float64")
-    label_t = kops.convert_to_tensor(labels)
+    label_t = ops.convert_to_tensor(labels)
     theoretical, numerical = gradient_check(lambda e: loss(label_t, e), x64, delta=1e-7)
     assert np.abs(numerical).max() > 1e-2
     np.testing.assert_allclose(theoretical, numerical, rtol=1e-5,
@@ -398,7 +398,7 @@ def test_histogram_gradient_matches_finite_differences(bin_width):
 def test_histogram_gradient_float64_compute_gradient(float64):
     labels, x64 = smooth_batch([3, 2, 2, 1], 5, 0.05, margin=1e-4, seed=40)
     loss = HistogramLoss(bin_width=0.05, dtype="float64")
-    label_t = kops.convert_to_tensor(labels)
+    label_t = ops.convert_to_tensor(labels)
     theoretical, numerical = gradient_check(lambda e: loss(label_t, e), x64, delta=1e-7)
     assert np.abs(numerical).max() > 1e-2
     np.testing.assert_allclose(theoretical, numerical, rtol=1e-5,
@@ -567,7 +567,7 @@ def test_probability_extreme_gradient_finite(delta):
     labels, x = BATCHES["extreme"]
     x32, _ = f32(x)
     value, grad = loss_value_and_grad(
-        lambda lab, e: kops.sum(false_positive_probability(lab, e, delta)), labels, x32)
+        lambda lab, e: ops.sum(false_positive_probability(lab, e, delta)), labels, x32)
     assert np.isfinite(value)
     assert np.all(np.isfinite(grad))
 

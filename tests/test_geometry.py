@@ -42,7 +42,7 @@ from backends import (
     value_and_grad,
     value_and_grad_function,
 )
-from keras import ops as kops
+from keras import ops
 
 import tfdml.geometry  # noqa: F401  (the package may not export the module yet)
 from tfdml import geometry
@@ -68,7 +68,7 @@ def _float64():
 
 def _t(v, dtype=None):
     """A backend tensor of the NumPy value ``v`` (converted to ``dtype`` first if given)."""
-    return kops.convert_to_tensor(np.asarray(v, dtype) if dtype is not None else v)
+    return ops.convert_to_tensor(np.asarray(v, dtype) if dtype is not None else v)
 
 
 def _dtype(x):
@@ -523,7 +523,7 @@ def test_arc_points_lie_on_arcs(d):
     x1, x2, y1, y2 = (data[k] for k in ("x1", "x2", "y1", "y2"))
     _, p1, p2, dist = _check_arc_against_brute(data)
     # The dot products as arc_distance computes them (ties pick the same candidate).
-    dots = [kops.sum(_t(a) * _t(b), -1)
+    dots = [ops.sum(_t(a) * _t(b), -1)
             for a, b in ((x1, x2), (y1, y2), (x1, y1), (x1, y2), (x2, y1), (x2, y2))]
     s, a1, a2, b1, b2, _ = (to_numpy(t) for t in geometry._arc_solve(*dots))
     unique, _ = _unique_mask(data)
@@ -654,7 +654,7 @@ def test_arc_touching_gradients_finite_and_zero(precision):
 
     def points(*xs):
         _, (p1, p2) = geometry.arc_distance(*xs, return_points=True)
-        return kops.sum(p1) + kops.sum(p2)
+        return ops.sum(p1) + ops.sum(p2)
 
     # In 8 dimensions (values in 3 and 8: test_arc_touching_is_zero); the three kinds share
     # their shapes, so one compiled program per precision.
@@ -746,11 +746,11 @@ def _arc_dot_grads(dots):
 def test_arc_gradients_finite_everywhere(dtype):
     def total_from_vectors(*xs):
         dist, (p1, p2) = geometry.arc_distance(*xs, return_points=True)
-        return kops.sum(dist) + kops.sum(p1) + kops.sum(p2)
+        return ops.sum(dist) + ops.sum(p1) + ops.sum(p2)
 
     def total_from_dots(*dots):
         s, coeffs = geometry.arc_similarity_from_dots(*dots, return_coefficients=True)
-        return kops.sum(s) + sum(kops.sum(c) for c in coeffs)
+        return ops.sum(s) + sum(ops.sum(c) for c in coeffs)
 
     for d in (3, 8):
         data = arc_data(d)
@@ -893,7 +893,7 @@ def test_arc_half_precision_computes_in_float32():
     dots = [_t([0.5], "float16"), _t([0.3], "float16")] + [_t([0.1], "float16")] * 4
     s = geometry.arc_similarity_from_dots(*dots)
     assert _dtype(s) == "float16"
-    s32 = geometry.arc_similarity_from_dots(*(kops.cast(t, "float32") for t in dots))
+    s32 = geometry.arc_similarity_from_dots(*(ops.cast(t, "float32") for t in dots))
     np.testing.assert_allclose(to_numpy(s).astype(np.float32), to_numpy(s32), atol=1e-3)
 
 
@@ -1134,12 +1134,12 @@ def test_segment_degenerate_values():
 def test_segment_gradients_finite_everywhere(dtype):
     def total_from_vectors(*xs):
         dist, (p1, p2) = geometry.segment_distance(*xs, return_points=True)
-        return kops.sum(dist) + kops.sum(p1) + kops.sum(p2)
+        return ops.sum(dist) + ops.sum(p1) + ops.sum(p2)
 
     def total_from_dots(*dots):
         sq, coeffs = geometry.segment_squared_distance_from_dots(*dots,
                                                                  return_coefficients=True)
-        return kops.sum(sq) + sum(kops.sum(c) for c in coeffs)
+        return ops.sum(sq) + sum(ops.sum(c) for c in coeffs)
 
     for d in (3, 8):
         data = segment_data(d)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from backends import central_differences, compiled, enable_float64, to_numpy, value_and_grad
 from harness import assert_config_roundtrip
-from keras import ops as kops
+from keras import ops
 
 from tfdml.layers import GeMPooling2D, GeneralizedMeanPooling2D, L2Normalization
 
@@ -57,7 +57,7 @@ def test_gem_gradients_match_reference_in_float64():
 
         def value(v, p_value):  # p as an argument: the layer called with p_value as its weight
             out, _ = layer.stateless_call([p_value], [], v)
-            return kops.sum(kops.multiply(out, w))
+            return ops.sum(ops.multiply(out, w))
 
         _, (gx, gp) = value_and_grad(value, x, np.array(p), argnums=(0, 1))
     ref_gx = central_differences(lambda v: np.sum(gem_reference(v, p) * w), x)
@@ -183,7 +183,7 @@ def test_l2_normalization_zero_vector_stays_zero_with_finite_gradient():
     x = np.array([[0.0, 0.0, 0.0], [1.0, 2.0, 2.0]], np.float32)
     w = np.array([[1.0, -2.0, 0.5], [0.3, 0.1, -1.0]], np.float32)
     layer = L2Normalization()
-    _, grad = value_and_grad(lambda v: kops.sum(kops.multiply(layer(v), w)), x)
+    _, grad = value_and_grad(lambda v: ops.sum(ops.multiply(layer(v), w)), x)
     out = to_numpy(layer(x))
     np.testing.assert_array_equal(out[0], 0.0)
     np.testing.assert_allclose(out[1], [1 / 3, 2 / 3, 2 / 3], rtol=1e-6)
@@ -196,7 +196,7 @@ def test_l2_normalization_gradient_matches_reference():
     w = np.random.default_rng(9).normal(size=(3, 4))
     with enable_float64():
         layer = L2Normalization(dtype="float64")
-        _, grad = value_and_grad(lambda v: kops.sum(kops.multiply(layer(v), w)), x)
+        _, grad = value_and_grad(lambda v: ops.sum(ops.multiply(layer(v), w)), x)
     ref = central_differences(lambda v: np.sum(v / np.linalg.norm(v, axis=1, keepdims=True) * w), x)
     np.testing.assert_allclose(grad, ref, rtol=1e-6, atol=1e-9)
 
@@ -241,7 +241,7 @@ def test_layers_compile_with_xla_and_match_eager():
     gem, norm = GeneralizedMeanPooling2D(p=2.5), L2Normalization()
     eager = to_numpy(norm(gem(x)))
     xla = compiled(lambda v: norm(gem(v)))
-    np.testing.assert_allclose(to_numpy(xla(kops.convert_to_tensor(x))), eager, rtol=1e-5,
+    np.testing.assert_allclose(to_numpy(xla(ops.convert_to_tensor(x))), eager, rtol=1e-5,
                                atol=1e-6)
 
 

@@ -19,7 +19,7 @@ from backends import (
     value_and_grad,
     value_and_grad_function,
 )
-from keras import ops as kops
+from keras import ops
 
 from tfdml.losses import (
     HPHNTripletLoss,
@@ -48,7 +48,7 @@ def _float64():
 
 
 def _f32(x):
-    return kops.convert_to_tensor(np.asarray(x, np.float32))
+    return ops.convert_to_tensor(np.asarray(x, np.float32))
 
 
 def _value_and_per_anchor(loss, labels, x):
@@ -73,7 +73,7 @@ def _check_against_reference(loss, labels, x, want, per_key):
 def test_label_pairs_match_reference(seed):
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, 4, size=int(rng.integers(1, 15))) * 1000 + 7
-    first, second, valid = to_numpy(label_pairs(kops.convert_to_tensor(labels)))
+    first, second, valid = to_numpy(label_pairs(ops.convert_to_tensor(labels)))
     got = sorted((int(a), int(b)) for a, b, v in zip(first, second, valid, strict=True) if v)
     assert got == sorted(ref.label_pairs(labels))
     assert sorted(first.tolist()) == list(range(len(labels)))  # one slot per sample
@@ -89,7 +89,7 @@ def test_label_pairs_need_no_order_and_leave_odd_samples_out():
 
 @MB
 def test_label_pairs_under_xla():
-    labels = kops.convert_to_tensor(LABELS)
+    labels = ops.convert_to_tensor(LABELS)
     eager = to_numpy(label_pairs(labels))
     jit = to_numpy(compiled(label_pairs)(labels))
     for a, b in zip(eager, jit, strict=True):

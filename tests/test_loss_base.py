@@ -50,7 +50,7 @@ from harness import (
     xla_large_shapes,
 )
 from hypothesis import Phase, given, settings
-from keras import ops as kops
+from keras import ops
 
 import tfdml
 from tfdml.losses import (
@@ -519,14 +519,14 @@ def _expected_and_merged(factory, embeddings):
     ids=["256_257_bf16", "4096_4097_bf16", "2048_2049_fp16"],
 )
 def test_class_ids_stay_distinct_with_low_precision_embeddings(case, ids, dtype):
-    embeddings = kops.cast(ID_EMBEDDINGS, dtype)
-    as_low = to_numpy(kops.cast(kops.cast(np.array(ids, np.float32), dtype), "float32"))
+    embeddings = ops.cast(ID_EMBEDDINGS, dtype)
+    as_low = to_numpy(ops.cast(ops.cast(np.array(ids, np.float32), dtype), "float32"))
     assert as_low[0] == as_low[1], (
         "the ids must collide in the low-precision dtype for this test to mean anything"
     )
-    correct, _ = _expected_and_merged(case.factory, to_numpy(kops.cast(embeddings, "float32")))
+    correct, _ = _expected_and_merged(case.factory, to_numpy(ops.cast(embeddings, "float32")))
     # int64 as tf.data gives them (JAX without jax_enable_x64: int32, the ids fit).
-    labels = kops.convert_to_tensor(np.array([ids[0], ids[1], 7, 7], np.int64))
+    labels = ops.convert_to_tensor(np.array([ids[0], ids[1], 7, 7], np.int64))
     value = case.make()(labels, embeddings)
     np.testing.assert_allclose(to_numpy(value), correct, rtol=1e-5, atol=1e-6)
 
@@ -641,7 +641,7 @@ BAD_INPUTS = [
     ("dw_upper_cutoff", lambda: TripletMiner("easy", "distance_weighted", upper_cutoff=0.4),
      r"`upper_cutoff`.*Received: upper_cutoff=0\.4"),
     ("dw_without_embeddings", lambda: TripletMiner("easy", "distance_weighted").mine(
-        kops.eye(3), [0, 0, 1]), r"needs the embeddings"),
+        ops.eye(3), [0, 0, 1]), r"needs the embeddings"),
     ("ms_epsilon_negative", lambda: MultiSimilarityMiner(epsilon=-0.1),
      r"`epsilon`.*Received: epsilon=-0\.1"),
     ("ms_positive_name", lambda: MultiSimilarityMiner(positive="semihard"),

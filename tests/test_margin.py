@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import references as ref
 from backends import CAN_COMPILE, compiled, gradient_check, to_numpy, value_and_grad
-from keras import ops as kops
+from keras import ops
 from recorded_mining import (
     RecordingMiner,
     as_f32,
@@ -51,7 +51,7 @@ def run_margin(labels, x, miner, margin=0.2, beta=1.2, distance="l2", num_classe
     value and the mining result. ``ref_set``: ``(ref_embeddings, ref_labels, ref_offset)``."""
     x32, x64 = as_f32(x)
     kwargs, ref_kwargs, ref_labels, ref_offset = reference_set_arguments(ref_set)
-    y = kops.convert_to_tensor(labels)
+    y = ops.convert_to_tensor(labels)
 
     def loss_value(recorder, xt):
         if functional:
@@ -219,7 +219,7 @@ def test_per_class_beta_indexes_by_anchor_class():
 def test_per_class_beta_as_tensor_in_functional_form():
     """A beta tensor (e.g. a ``keras.Variable``'s value) is differentiated."""
     beta = np.asarray(CLASS_BETA, np.float32)
-    x = kops.convert_to_tensor(np.asarray(CLASS_X, np.float32))
+    x = ops.convert_to_tensor(np.asarray(CLASS_X, np.float32))
     miner = MultiSimilarityMiner(0.2, "all")
     value, grad = value_and_grad(lambda b: margin_loss(CLASS_LABELS, x, beta=b, miner=miner),
                                  beta)
@@ -309,16 +309,16 @@ SMALL_LABELS = np.array([2, 0, 2, 0, 2, 1], np.int32)  # B=6, D=4, one singleton
 ])
 def test_float64_compute_gradient(make_miner, beta, distance, float64):
     x = np.random.default_rng(4).normal(size=(6, 4))
-    labels = kops.convert_to_tensor(SMALL_LABELS)
+    labels = ops.convert_to_tensor(SMALL_LABELS)
 
     def loss_fn(e):
         return margin_loss(labels, e, margin=0.2, beta=beta, distance=distance,
                            miner=make_miner())
 
-    value = loss_fn(kops.convert_to_tensor(x))
+    value = loss_fn(ops.convert_to_tensor(x))
     assert to_numpy(value).dtype == np.float64
     recorder = RecordingMiner(make_miner())
-    margin_loss(labels, kops.convert_to_tensor(x), beta=beta, distance=distance, miner=recorder)
+    margin_loss(labels, ops.convert_to_tensor(x), beta=beta, distance=distance, miner=recorder)
     mined = checked_mined(recorder, SMALL_LABELS, None, 0)
     want = reference_margin(SMALL_LABELS, x, mined, 0.2, beta, distance)[0]
     assert want > 0

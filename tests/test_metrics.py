@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import references as ref
 from backends import BACKEND, to_numpy
-from keras import ops as kops
+from keras import ops
 
 from tfdml.metrics import recall_at_k
 
@@ -210,7 +210,7 @@ def test_retrieval_metrics_break_ties_by_gallery_index(name, metric, seed):
 def test_top_k_puts_the_lower_index_first_among_ties():
     # tf.math.top_k and jax.lax.top_k promise it; torch.topk does not (tfdml sorts stably).
     scores = np.random.default_rng(0).integers(0, 3, size=(8, 2000)).astype(np.float32)
-    values, pos = search._top_k_lower_index_first(kops.convert_to_tensor(scores), 300)
+    values, pos = search._top_k_lower_index_first(ops.convert_to_tensor(scores), 300)
     want = np.argsort(-scores, axis=1, kind="stable")[:, :300]
     np.testing.assert_array_equal(to_numpy(pos), want)
     np.testing.assert_array_equal(to_numpy(values), np.take_along_axis(scores, want, axis=1))

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from keras import ops as kops
+from keras import ops
 
-from tfdml import metrics, ops
+from tfdml import metrics
+from tfdml import ops as dml
 
 MB = pytest.mark.multibackend  # also run under JAX and PyTorch (see conftest.py)
 # JAX without x64 converts float64 inputs to float32 with a RuntimeWarning on overflow.
@@ -144,7 +145,7 @@ def test_labelings_with_nonfinite_values(fn, arg, value):
 
 def _search(x, k, metric, chunk_size, gallery_chunk_size):
     """All neighbour indices of the self-excluding search, bypassing the finiteness check."""
-    q = ops.l2_normalize(x) if metric == "cosine" else x
+    q = dml.l2_normalize(x) if metric == "cosine" else x
     parts = [idx for _, idx in metrics._neighbour_chunks(q, q, k, True, metric, chunk_size,
                                                          gallery_chunk_size)]
     return np.concatenate(parts)
@@ -163,7 +164,7 @@ def test_a_query_is_never_its_own_neighbour_even_on_nan_rows(metric, n, chunk_si
     x[[2, 7]] = np.nan  # NaN rows: every score of these queries is NaN
     x[5, 0] = np.inf
     k = 4
-    idx = _search(kops.convert_to_tensor(x), k, metric, chunk_size, gallery_chunk_size)
+    idx = _search(ops.convert_to_tensor(x), k, metric, chunk_size, gallery_chunk_size)
     assert idx.shape == (n, k)
     assert not np.any(idx == np.arange(n)[:, None])
     # Every row lists k distinct gallery items.

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import references as ref
 from backends import BACKEND, compiled, to_numpy, value_and_grad
-from keras import ops as kops
+from keras import ops
 
-from tfdml import ops
+from tfdml import ops as dml
 from tfdml.miners import TripletMiner, Triplets, gather_triplet_scores
 
 POSITIVES = ("easy", "hard", "random", "all")
@@ -35,7 +35,7 @@ def _grid(rows, every_backend):
 
 def _t(x, dtype=None):
     """A backend tensor (``dtype``: NumPy's conversion of ``x`` when None)."""
-    return kops.convert_to_tensor(np.asarray(x, dtype))
+    return ops.convert_to_tensor(np.asarray(x, dtype))
 
 
 def _arrays(triplets: Triplets):
@@ -182,7 +182,7 @@ def test_semihard_cases_exercise_missing_negatives():
     [(m, c) for c in sorted(CASES) for m in (1, 20)], lambda m, c: c == "ref_offset_3"))
 def test_semihard_all_in_row_blocks_matches_reference(case, max_elements, monkeypatch):
     """Large batches mine semi-hard negatives in row blocks: same triplets."""
-    monkeypatch.setattr(ops, "ROW_BLOCK_ELEMENTS", max_elements)
+    monkeypatch.setattr(dml, "ROW_BLOCK_ELEMENTS", max_elements)
     assert _check_against_reference("all", "semihard", False, case)
 
 

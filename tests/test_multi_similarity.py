@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import references as ref
 from backends import CAN_COMPILE, compiled, gradient_check, to_numpy
-from keras import ops as kops
+from keras import ops
 from recorded_mining import (
     RecordingMiner,
     as_f32,
@@ -36,7 +36,7 @@ def run_ms(labels, x, miner, alpha=2.0, beta=50.0, base=0.5, ref_set=None, funct
            grad=True, normalize=True):
     x32, x64 = as_f32(x)
     kwargs, ref_kwargs, ref_labels, ref_offset = reference_set_arguments(ref_set)
-    y = kops.convert_to_tensor(labels)
+    y = ops.convert_to_tensor(labels)
 
     def loss_value(recorder, xt):
         if functional:
@@ -173,16 +173,16 @@ def test_float64_compute_gradient(make_miner, float64):
     labels_np, x = BATCH_C
     x = x[:8]
     labels_np = labels_np[:8]
-    labels = kops.convert_to_tensor(labels_np)
+    labels = ops.convert_to_tensor(labels_np)
 
     def loss_fn(e):
         return multi_similarity_loss(labels, e, alpha=2.0, beta=10.0, base=0.5,
                                      miner=make_miner())
 
-    value = loss_fn(kops.convert_to_tensor(x))
+    value = loss_fn(ops.convert_to_tensor(x))
     assert to_numpy(value).dtype == np.float64
     recorder = RecordingMiner(make_miner())
-    multi_similarity_loss(labels, kops.convert_to_tensor(x), beta=10.0, miner=recorder)
+    multi_similarity_loss(labels, ops.convert_to_tensor(x), beta=10.0, miner=recorder)
     pos, neg, _ = checked_pairs(recorder, labels_np, None, 0)
     want = ref.multi_similarity_loss(x, pos, neg, 2.0, 10.0, 0.5)[0]
     assert want > 0

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import references as ref
 from backends import BACKEND, CAN_COMPILE, compiled, enable_float64, to_numpy, value_and_grad
-from keras import ops as kops
+from keras import ops
 
 import tfdml
-from tfdml import ops
+from tfdml import ops as dml
 
 MB = pytest.mark.multibackend
 
@@ -33,7 +33,7 @@ def float64():
 
 
 def tensor(x, dtype=None):
-    return kops.convert_to_tensor(x, dtype=dtype)
+    return ops.convert_to_tensor(x, dtype=dtype)
 
 
 def dtype_of(x):
@@ -46,10 +46,10 @@ def dtype_of(x):
 @MB
 @pytest.mark.usefixtures("float64")
 def test_pairwise_similarity():
-    got = ops.pairwise_similarity(tensor(X), tensor(Y))
+    got = dml.pairwise_similarity(tensor(X), tensor(Y))
     assert tuple(got.shape) == (5, 8) and dtype_of(got) == "float64"
     np.testing.assert_allclose(to_numpy(got), ref.pairwise_similarity(X, Y), rtol=1e-12)
-    np.testing.assert_allclose(to_numpy(ops.pairwise_similarity(tensor(X))),
+    np.testing.assert_allclose(to_numpy(dml.pairwise_similarity(tensor(X))),
                                ref.pairwise_similarity(X), rtol=1e-12)
 
 
@@ -57,11 +57,11 @@ def test_pairwise_similarity():
 @pytest.mark.usefixtures("float64")
 @pytest.mark.parametrize("squared", [False, True])
 def test_pairwise_distance(squared):
-    got = ops.pairwise_distance(tensor(X, "float32"), tensor(Y, "float32"), squared=squared)
+    got = dml.pairwise_distance(tensor(X, "float32"), tensor(Y, "float32"), squared=squared)
     assert tuple(got.shape) == (5, 8) and dtype_of(got) == "float32"
     np.testing.assert_allclose(to_numpy(got), ref.pairwise_distance(X, Y, squared=squared),
                                rtol=1e-5, atol=1e-5)
-    got_self = to_numpy(ops.pairwise_distance(tensor(X), squared=squared))
+    got_self = to_numpy(dml.pairwise_distance(tensor(X), squared=squared))
     assert got_self.dtype == np.float64
     np.testing.assert_allclose(got_self, ref.pairwise_distance(X, squared=squared), atol=1e-7)
     assert np.all(got_self >= 0)
@@ -76,7 +76,7 @@ def test_pairwise_distance_gradient_matches_finite_differences(squared):
 
     w = tensor(weights)
     _, grad = value_and_grad(
-        lambda x: kops.sum(ops.pairwise_distance(x, y, squared=squared) * w), X
+        lambda x: ops.sum(dml.pairwise_distance(x, y, squared=squared) * w), X
     )
 
     def f(e):
@@ -94,8 +94,8 @@ def test_pairwise_distance_gradient_at_duplicates(squared, dtype):
     x_np = np.array([[0.3, -1.2, 2.0], [1.0, 0.5, -0.7], [0.3, -1.2, 2.0]])
     x = tensor(x_np, dtype)
     duplicate_pair, g_pair = value_and_grad(
-        lambda e: ops.pairwise_distance(e, squared=squared)[0, 2], x)
-    dist, g_total = value_and_grad(lambda e: ops.pairwise_distance(e, squared=squared), x)
+        lambda e: dml.pairwise_distance(e, squared=squared)[0, 2], x)
+    dist, g_total = value_and_grad(lambda e: dml.pairwise_distance(e, squared=squared), x)
     assert dist.dtype == np.dtype(dtype)
     tol = 1e-3 if dtype == "float32" else 1e-7
     assert abs(float(duplicate_pair)) <= tol
@@ -117,7 +117,7 @@ def test_pairwise_distance_gradient_at_duplicates(squared, dtype):
 @pytest.mark.usefixtures("float64")
 def test_safe_sqrt():
     x = tensor([0.0, 1e-14, 4.0, 2.25], "float64")
-    y, grad = value_and_grad(ops.safe_sqrt, x)
+    y, grad = value_and_grad(dml.safe_sqrt, x)
     np.testing.assert_allclose(y, [0.0, 0.0, 2.0, 1.5])
     np.testing.assert_allclose(grad, [0.0, 0.0, 0.25, 1.0 / 3.0])
 
@@ -129,7 +129,7 @@ def test_safe_sqrt():
 @pytest.mark.usefixtures("float64")
 def test_l2_normalize_values_and_zero_rows():
     x = np.concatenate([X, np.zeros((1, 3))], axis=0)
-    got = to_numpy(ops.l2_normalize(tensor(x)))
+    got = to_numpy(dml.l2_normalize(tensor(x)))
     np.testing.assert_allclose(got, ref.l2_normalize(x), atol=1e-12)
     np.testing.assert_array_equal(got[-1], 0.0)
     np.testing.assert_allclose(np.linalg.norm(got[:-1], axis=1), 1.0)
@@ -141,7 +141,7 @@ def test_l2_normalize_values_and_zero_rows():
 def test_l2_normalize_gradient(dtype):
     x_np = np.concatenate([X, np.zeros((1, 3))], axis=0)
     weights = tensor(RNG.normal(size=x_np.shape), dtype)
-    _, grad = value_and_grad(lambda x: kops.sum(ops.l2_normalize(x) * weights),
+    _, grad = value_and_grad(lambda x: ops.sum(dml.l2_normalize(x) * weights),
                              tensor(x_np, dtype))
     assert grad.dtype == np.dtype(dtype)
     assert np.all(np.isfinite(grad))  # finite at the zero row too
@@ -162,23 +162,23 @@ def test_l2_normalize_gradient(dtype):
 def test_cast_labels_shapes_and_dtypes():
     for labels in ([3, 1, 4], [[3], [1], [4]], np.array([[3], [1], [4]], np.int16),
                    np.array([3, 1, 4], np.uint8)):
-        got = ops.cast_labels(labels)
+        got = dml.cast_labels(labels)
         assert dtype_of(got) == "int32" and tuple(got.shape) == (3,)
         np.testing.assert_array_equal(to_numpy(got), [3, 1, 4])
     # Floats holding whole numbers become int64 (ids beyond 2**31 keep their value).
     for labels in (np.array([3.0, 1.0, 4.0], np.float32), np.array([[3.0], [1.0], [4.0]])):
-        got = ops.cast_labels(labels)
+        got = dml.cast_labels(labels)
         assert dtype_of(got) == "int64" and tuple(got.shape) == (3,)
         np.testing.assert_array_equal(to_numpy(got), [3, 1, 4])
     # int64 ids stay int64: an int32 cast would wrap ids beyond 2**31 onto others.
-    got = ops.cast_labels(np.array([[3], [1], [4]], np.int64))
+    got = dml.cast_labels(np.array([[3], [1], [4]], np.int64))
     assert dtype_of(got) == "int64" and tuple(got.shape) == (3,)
     np.testing.assert_array_equal(to_numpy(got), [3, 1, 4])
 
 
 @MB
 def test_cast_labels_keeps_large_float_ids_distinct():
-    got = ops.cast_labels(np.array([256.0, 257.0, 16777215.0], np.float32))
+    got = dml.cast_labels(np.array([256.0, 257.0, 16777215.0], np.float32))
     np.testing.assert_array_equal(to_numpy(got), [256, 257, 16777215])
 
 
@@ -186,7 +186,7 @@ def test_cast_labels_keeps_large_float_ids_distinct():
 @pytest.mark.parametrize("shape", [(2, 3, 1), (4, 2), ()])
 def test_cast_labels_rejects_bad_rank(shape):
     with pytest.raises(ValueError, match="my_labels"):
-        ops.cast_labels(np.zeros(shape, np.int32), name="my_labels")
+        dml.cast_labels(np.zeros(shape, np.int32), name="my_labels")
 
 
 @MB
@@ -197,7 +197,7 @@ def test_label_masks_with_reference_set(ref_offset):
         labels = np.array([4, 1, 4, 7, 1])  # anchors not in the reference set
     else:
         labels = ref_labels[ref_offset:ref_offset + 5]  # anchor i is row i + ref_offset
-    pos, neg = ops.label_masks(tensor(labels), tensor(ref_labels), ref_offset)
+    pos, neg = dml.label_masks(tensor(labels), tensor(ref_labels), ref_offset)
     want_pos, want_neg = ref.label_masks(labels, ref_labels, ref_offset)
     assert dtype_of(pos) == "bool" and tuple(pos.shape) == (5, 10)
     pos, neg = to_numpy(pos), to_numpy(neg)
@@ -217,7 +217,7 @@ def test_label_masks_with_reference_set(ref_offset):
 @MB
 def test_label_masks_batch_default():
     labels = np.array([[2], [0], [2], [2], [5]])
-    pos, neg = to_numpy(ops.label_masks(labels))
+    pos, neg = to_numpy(dml.label_masks(labels))
     want_pos, want_neg = ref.label_masks(labels)
     np.testing.assert_array_equal(pos, want_pos)
     np.testing.assert_array_equal(neg, want_neg)
@@ -263,8 +263,8 @@ def test_masked_reductions(kind, axis):
     mask[0, 5] = True  # a single entry
     want_values, want_idx, want_found = _masked_reference(x, mask, axis, kind)
     assert not want_found.all() and want_found.any()
-    reduce_fn = ops.masked_max if kind == "max" else ops.masked_min
-    arg_fn = ops.masked_argmax if kind == "max" else ops.masked_argmin
+    reduce_fn = dml.masked_max if kind == "max" else dml.masked_min
+    arg_fn = dml.masked_argmax if kind == "max" else dml.masked_argmin
     values, found = reduce_fn(tensor(x), tensor(mask), axis=axis)
     idx, idx_found = arg_fn(tensor(x), tensor(mask), axis=axis)
     assert dtype_of(idx) == "int32"
@@ -278,10 +278,10 @@ def test_masked_reductions(kind, axis):
 def test_masked_argmax_ties_go_to_lowest_index():
     x = tensor([[1.0, 3.0, 3.0, 3.0], [2.0, 2.0, 2.0, 2.0]], "float32")
     mask = tensor([[True, False, True, True], [False, True, True, True]])
-    idx, found = to_numpy(ops.masked_argmax(x, mask))
+    idx, found = to_numpy(dml.masked_argmax(x, mask))
     np.testing.assert_array_equal(idx, [2, 1])
     assert found.all()
-    idx, _ = to_numpy(ops.masked_argmin(x, mask))
+    idx, _ = to_numpy(dml.masked_argmin(x, mask))
     np.testing.assert_array_equal(idx, [0, 1])
 
 
@@ -290,8 +290,8 @@ def test_masked_argmax_never_returns_an_index_outside_the_mask():
     # The only candidate (index 2) has score -inf.
     x = tensor([[0.0, 5.0, -np.inf]], "float32")
     mask = tensor([[False, False, True]])
-    idx, found = to_numpy(ops.masked_argmax(x, mask))
-    values, _ = to_numpy(ops.masked_max(x, mask))
+    idx, found = to_numpy(dml.masked_argmax(x, mask))
+    values, _ = to_numpy(dml.masked_max(x, mask))
     assert bool(found[0])
     assert int(idx[0]) == 2  # returns 0 on CPU: a masked-out index
     assert values[0] == -np.inf  # returns float32.min
@@ -302,7 +302,7 @@ def test_cast_labels_does_not_merge_large_int64_ids():
     """(JAX without jax_enable_x64 refuses them.)"""
     labels = np.array([2**32 + 5, 5], np.int64)
     try:
-        got = to_numpy(ops.cast_labels(labels))
+        got = to_numpy(dml.cast_labels(labels))
     except ValueError:
         return  # refusing the ids is acceptable
     assert got[0] != got[1]
@@ -310,9 +310,9 @@ def test_cast_labels_does_not_merge_large_int64_ids():
 
 def _row_stats(x, mask):
     """A row-wise function with a sort inside: the rank of each entry among the masked ones."""
-    order = ops.stable_argsort(kops.where(mask, x, kops.full_like(x, np.inf)), axis=1)
-    rank = ops.stable_argsort(order, axis=1)
-    return kops.where(mask, rank, -1), kops.logical_and(mask, x > 0)
+    order = dml.stable_argsort(ops.where(mask, x, ops.full_like(x, np.inf)), axis=1)
+    rank = dml.stable_argsort(order, axis=1)
+    return ops.where(mask, rank, -1), ops.logical_and(mask, x > 0)
 
 
 def _row_stats_reference(x, mask):
@@ -347,7 +347,7 @@ def test_map_row_blocks_matches_the_whole(rows, width, max_elements, mode):
     want = _row_stats_reference(x, mask)
 
     def run(x, mask):
-        return ops.map_row_blocks(_row_stats, (x, mask), ("int32", "bool"),
+        return dml.map_row_blocks(_row_stats, (x, mask), ("int32", "bool"),
                                   max_elements=max_elements)
 
     if mode == "eager":
@@ -374,11 +374,11 @@ def test_map_row_blocks_loops_only_when_the_input_is_large():
         calls.append(tuple(x.shape))
         return (x * 2,)
 
-    x = kops.ones([8, 4])
-    ops.map_row_blocks(fn, (x,), ("float32",), max_elements=32)
+    x = ops.ones([8, 4])
+    dml.map_row_blocks(fn, (x,), ("float32",), max_elements=32)
     assert calls == [(8, 4)]
     calls.clear()
-    (out,) = ops.map_row_blocks(fn, (x,), ("float32",), max_elements=12)
+    (out,) = dml.map_row_blocks(fn, (x,), ("float32",), max_elements=12)
     if BACKEND == "jax":
         assert calls == [(3, 4)]  # jax.lax.map traces the block function once
     else:
@@ -389,7 +389,7 @@ def test_map_row_blocks_loops_only_when_the_input_is_large():
 def test_map_row_blocks_on_an_empty_batch():
     import tensorflow as tf
 
-    fn = tf.function(lambda x: ops.map_row_blocks(lambda t: (t + 1,), (x,), ("float32",),
+    fn = tf.function(lambda x: dml.map_row_blocks(lambda t: (t + 1,), (x,), ("float32",),
                                                   max_elements=4),
                      input_signature=[tf.TensorSpec([None, 3], tf.float32)])
     (out,) = fn(tf.zeros([0, 3]))
@@ -407,7 +407,7 @@ def test_map_row_blocks_on_an_empty_batch():
     np.array([2**31 + 7, 7], np.uint32),
 ])
 def test_cast_labels_keeps_large_ids_distinct(labels):
-    got = to_numpy(ops.cast_labels(labels))
+    got = to_numpy(dml.cast_labels(labels))
     assert got[0] != got[1]
     assert len(np.unique(got)) == len(np.unique(labels))
 
@@ -429,7 +429,7 @@ def test_cast_labels_large_ids_distinct_in_a_loss():
                                     np.array([np.nan, 1.0]), np.array([np.inf, 1.0])])
 def test_cast_labels_rejects_fractional_floats(labels):
     with pytest.raises(ValueError, match="y_true.*whole numbers"):
-        ops.cast_labels(labels, "y_true")
+        dml.cast_labels(labels, "y_true")
     with pytest.raises(ValueError, match="y_true"):
         tfdml.losses.TripletNCALoss()(labels, np.ones((2, 3), np.float32))
 
@@ -437,7 +437,7 @@ def test_cast_labels_rejects_fractional_floats(labels):
 def test_cast_labels_fractional_floats_fail_in_graph():
     import tensorflow as tf
 
-    fn = tf.function(lambda y: ops.cast_labels(y, "y_true"))
+    fn = tf.function(lambda y: dml.cast_labels(y, "y_true"))
     with pytest.raises(tf.errors.InvalidArgumentError, match="whole numbers"):
         fn(tf.constant([0.5, 1.0]))
     np.testing.assert_array_equal(fn(tf.constant([2.0, 1.0])).numpy(), [2, 1])
@@ -445,7 +445,7 @@ def test_cast_labels_fractional_floats_fail_in_graph():
 
 def _check_rejects_strings(labels):
     with pytest.raises(ValueError, match="y_true"):
-        ops.cast_labels(labels, "y_true")
+        dml.cast_labels(labels, "y_true")
     with pytest.raises(ValueError, match="y_true"):
         tfdml.losses.MultiSimilarityLoss()(labels, np.ones((2, 3), np.float32))
 
@@ -474,7 +474,7 @@ def test_ref_offset_outside_reference_set_rejected(offset):
                                       ref_offset=offset)
     with pytest.raises(ValueError, match="ref_offset"):  # a tensor offset, eagerly
         tfdml.losses.triplet_nca_loss(labels, x, ref_embeddings=ref, ref_labels=ref_labels,
-                                      ref_offset=kops.convert_to_tensor(offset))
+                                      ref_offset=ops.convert_to_tensor(offset))
 
 
 def test_ref_offset_checked_in_graph_with_dynamic_shapes():

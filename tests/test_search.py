@@ -80,7 +80,7 @@ def test_wide_blocks_and_a_ragged_last_block_are_exact(metric, k):
 def test_group_preselection_holds_the_top_k_with_ties_to_the_lower_column(keep):
     """Scores of few distinct values, so that equal maxima fall in many groups and the
     k-th place is a tie; the top-k of the candidates must be the top-k of the whole row."""
-    from keras import ops as kops
+    from keras import ops
 
     from tfdml.search import GROUP, _block_candidates, _preselects, _top_k_lower_index_first
 
@@ -90,13 +90,13 @@ def test_group_preselection_holds_the_top_k_with_ties_to_the_lower_column(keep):
     scores = rng.integers(0, 4, size=(40, width)).astype(np.float32)
     scores[:5] = 0.0  # rows of one value: every group ties
     scores[5:10, -1] = 9.0  # a unique best in the last column
-    values, cols = _block_candidates(kops.convert_to_tensor(scores), keep)
-    assert kops.shape(cols) == (40, keep * GROUP)
+    values, cols = _block_candidates(ops.convert_to_tensor(scores), keep)
+    assert ops.shape(cols) == (40, keep * GROUP)
     best, pos = _top_k_lower_index_first(values, keep)
-    got = np.take_along_axis(kops.convert_to_numpy(cols), kops.convert_to_numpy(pos), axis=1)
+    got = np.take_along_axis(ops.convert_to_numpy(cols), ops.convert_to_numpy(pos), axis=1)
     want = np.argsort(-scores, axis=1, kind="stable")[:, :keep]
     np.testing.assert_array_equal(got, want)
-    np.testing.assert_array_equal(kops.convert_to_numpy(best),
+    np.testing.assert_array_equal(ops.convert_to_numpy(best),
                                   np.take_along_axis(scores, want, axis=1))
 
 

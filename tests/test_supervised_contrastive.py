@@ -38,7 +38,7 @@ from backends import (
     value_and_grad_tensors,
 )
 from harness import assert_config_roundtrip
-from keras import ops as kops
+from keras import ops
 
 from tfdml.losses import (
     CircleLoss,
@@ -405,7 +405,7 @@ def test_compiled_equals_eager():
             out[case.id + "/none"] = per_anchor[case.id](labels, x)
         return out
 
-    eager = to_numpy(everything(kops.convert_to_tensor(LABELS), kops.convert_to_tensor(x32)))
+    eager = to_numpy(everything(ops.convert_to_tensor(LABELS), ops.convert_to_tensor(x32)))
     step = compiled(everything)
     got = to_numpy(step(LABELS, x32))
     for case in CASES:

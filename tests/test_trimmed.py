@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import references as ref
 from backends import BACKEND, CAN_COMPILE, compiled, to_numpy
-from keras import ops as kops
+from keras import ops
 from recorded_mining import checked_pairs, run_recorded
 
 from tfdml.losses import (
@@ -33,8 +33,8 @@ MB = pytest.mark.multibackend
 
 
 def _trim_mask(losses, valid, trim):
-    return to_numpy(trim_mask(kops.convert_to_tensor(np.asarray(losses, np.float32)),
-                              kops.convert_to_tensor(np.asarray(valid, bool)), trim))
+    return to_numpy(trim_mask(ops.convert_to_tensor(np.asarray(losses, np.float32)),
+                              ops.convert_to_tensor(np.asarray(valid, bool)), trim))
 
 
 @pytest.mark.parametrize("trim", [0.0, 0.1, pytest.param(0.2, marks=MB), 0.25, 0.3, 0.5, 0.7,
@@ -163,7 +163,7 @@ class _Replay(Miner):
     """Returns a fixed, previously mined result (so a second loss sees the same pairs)."""
 
     def __init__(self, mined):
-        self.mined = type(mined)(*(None if t is None else kops.convert_to_tensor(t)
+        self.mined = type(mined)(*(None if t is None else ops.convert_to_tensor(t)
                                    for t in mined))
 
     def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import references as ref
 from backends import CAN_COMPILE, compiled, gradient_check, to_numpy, value_and_grad
-from keras import ops as kops
+from keras import ops
 from recorded_mining import as_f32, run_recorded
 
 import tfdml
@@ -61,10 +61,10 @@ def _run(kind, labels, x, params, positive, negative, disjoint=False, normalize=
     if ref_set is not None:
         r32, r64 = as_f32(ref_set[0])
         ref_kwargs = dict(ref_embeddings=r64, ref_labels=ref_set[1], ref_offset=ref_set[2])
-        tensor_ref_kwargs = dict(ref_embeddings=kops.convert_to_tensor(r32),
-                                 ref_labels=kops.convert_to_tensor(ref_set[1]),
+        tensor_ref_kwargs = dict(ref_embeddings=ops.convert_to_tensor(r32),
+                                 ref_labels=ops.convert_to_tensor(ref_set[1]),
                                  ref_offset=ref_set[2])
-    y = kops.convert_to_tensor(labels)
+    y = ops.convert_to_tensor(labels)
 
     def loss_value(recorder, xt):
         if kind == "nca":
@@ -260,7 +260,7 @@ def _small_x():
 )
 def test_float64_compute_gradient(kind, params, positive, negative, float64):
     x = _small_x()
-    labels = kops.convert_to_tensor(SMALL_LABELS)
+    labels = ops.convert_to_tensor(SMALL_LABELS)
     miner = TripletMiner(positive, negative)
 
     def loss_fn(e):
@@ -270,7 +270,7 @@ def test_float64_compute_gradient(kind, params, positive, negative, float64):
         return tfdml.losses.triplet_margin_loss(labels, e, margin=params[0],
                                                 distance=params[1], miner=miner)
 
-    value = loss_fn(kops.convert_to_tensor(x))
+    value = loss_fn(ops.convert_to_tensor(x))
     assert to_numpy(value).dtype == np.float64  # computed in float64 for float64 input
     common = dict(positive=positive, negative=negative)
     if kind == "nca":
@@ -328,7 +328,7 @@ def test_no_triplet_gives_zero(loss_name, labels_name):
 def test_label_formats():
     """[B, 1] and float labels give the same loss as [B] int labels."""
     labels, x = BATCH_A
-    x = kops.convert_to_tensor(np.asarray(x, np.float32))
+    x = ops.convert_to_tensor(np.asarray(x, np.float32))
     loss = tfdml.losses.TripletNCALoss(order=2)
     base = to_numpy(loss(labels, x))
     assert to_numpy(loss(labels[:, None], x)) == base
@@ -339,7 +339,7 @@ def test_label_formats():
 
 def test_random_miner_same_seed_same_loss():
     labels, x = BATCH_A
-    x = kops.convert_to_tensor(np.asarray(x, np.float32))
+    x = ops.convert_to_tensor(np.asarray(x, np.float32))
     values = [
         tfdml.losses.TripletNCALoss(miner=TripletMiner("random", "random", seed=5))(labels, x)
         for _ in range(2)
@@ -354,13 +354,13 @@ def test_compiled_equals_eager():
     (Not marked multibackend: tests/test_loss_base.py compares jax.jit with eager JAX.)"""
     labels, x = BATCH_A
     x = np.asarray(x, np.float32)
-    y = kops.convert_to_tensor(labels)
+    y = ops.convert_to_tensor(labels)
     losses = [tfdml.losses.TripletNCALoss(order=2),
               tfdml.losses.TripletMarginLoss(distance="l2",
                                              miner=TripletMiner("all", "semihard"))]
 
     def both(e):
-        return kops.stack([loss(y, e) for loss in losses])
+        return ops.stack([loss(y, e) for loss in losses])
 
     eager = to_numpy(both(x))
     np.testing.assert_allclose(to_numpy(compiled(both)(x)), eager, rtol=1e-5, atol=1e-6)

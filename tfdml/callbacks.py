@@ -10,7 +10,7 @@ import keras
 import numpy as np
 
 from tfdml import metrics as _metrics
-from tfdml import ops
+from tfdml import ops as dml
 from tfdml import search as _search
 from tfdml._checks import check_choice, check_int
 from tfdml.analysis import scatter as _scatter
@@ -113,7 +113,7 @@ def _check_data(data, steps=None):
                 "`data` must be (x, y) with the labels y: the embeddings are evaluated by "
                 "class. Received: y=None"
             )
-        ops.cast_labels(y, "y")  # integer class ids of shape [N] or [N, 1]
+        dml.cast_labels(y, "y")  # integer class ids of shape [N] or [N, 1]
         y = np.asarray(y)
         try:
             size = len(x)
@@ -709,7 +709,7 @@ class ActiveAnchorsWarning(keras.callbacks.Callback):
         super().__init__()
         if not isinstance(monitor, str) or not monitor:
             raise ValueError(f"`monitor` must be a log name. Received: monitor={monitor!r}")
-        if not ops.is_number(threshold) or not 0.0 <= threshold < 1.0:
+        if not dml.is_number(threshold) or not 0.0 <= threshold < 1.0:
             raise ValueError(
                 f"`threshold` must be a number in [0, 1). Received: threshold={threshold!r}"
             )

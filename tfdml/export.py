@@ -6,7 +6,7 @@ import numbers
 
 import keras
 
-from tfdml import ops
+from tfdml import ops as dml
 from tfdml._tensorflow import tf
 from tfdml.metric_model import unwrap
 from tfdml.models import get_preprocess
@@ -90,7 +90,7 @@ class _EmbeddingModule(tf.Module):
         x = tf.cast(self._preprocess(x), tf.float32)
         embeddings = tf.cast(self.model(x, training=False), tf.float32)
         if self._normalize:  # exact for any finite vector (see tfdml.ops.l2_normalize)
-            embeddings = ops.l2_normalize(embeddings)
+            embeddings = dml.l2_normalize(embeddings)
         return {"embeddings": embeddings}
 
 

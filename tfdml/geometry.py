@@ -92,9 +92,9 @@ from __future__ import annotations
 
 import keras
 import numpy as np
-from keras import ops as kops
+from keras import ops
 
-from tfdml import ops
+from tfdml import ops as dml
 
 __all__ = [
     "arc_distance",
@@ -148,11 +148,11 @@ def _is_int(dtype: str) -> bool:
 
 
 def _eps(x) -> float:
-    return float(np.finfo(ops.dtype_name(x)).eps)
+    return float(np.finfo(dml.dtype_name(x)).eps)
 
 
 def _tiny(x) -> float:
-    return float(np.finfo(ops.dtype_name(x)).tiny)
+    return float(np.finfo(dml.dtype_name(x)).tiny)
 
 
 
@@ -207,14 +207,14 @@ def _broadcast_all(tensors):
     shapes = [_static_shape(t) for t in tensors]
     if all(s is not None and None not in s for s in shapes):
         shape = tuple(np.broadcast_shapes(*shapes))
-        return [t if s == shape else kops.broadcast_to(t, shape)
+        return [t if s == shape else ops.broadcast_to(t, shape)
                 for t, s in zip(tensors, shapes, strict=True)]
     # Unknown dimensions (TensorFlow graphs): the dynamic shape of a broadcast sum.
-    zero = kops.zeros_like(tensors[0])
+    zero = ops.zeros_like(tensors[0])
     for t in tensors[1:]:
-        zero = zero + kops.zeros_like(t)
-    shape = kops.shape(zero)
-    return [kops.broadcast_to(t, shape) for t in tensors]
+        zero = zero + ops.zeros_like(t)
+    shape = ops.shape(zero)
+    return [ops.broadcast_to(t, shape) for t in tensors]
 
 
 def _common_float_dtype(values) -> str:
@@ -240,33 +240,33 @@ def _prepare_dots(values, names):
     dtype = _common_float_dtype(values)
     tensors = []
     for v, name in zip(values, names, strict=True):
-        t = kops.convert_to_tensor(v)
-        t_dtype = ops.dtype_name(t)
+        t = ops.convert_to_tensor(v)
+        t_dtype = dml.dtype_name(t)
         if not (_is_float(t_dtype) or _is_int(t_dtype)):
             raise ValueError(
                 f"`{name}` must be a real number tensor. Received: {name}.dtype={t_dtype}"
             )
-        tensors.append(kops.cast(t, ops.compute_dtype(dtype)))
+        tensors.append(ops.cast(t, dml.compute_dtype(dtype)))
     return _broadcast_all(tensors), dtype
 
 
 def _check_vectors(values, names):
     """Checks ``[..., D]`` inputs: float, rank >= 1, same last dimension, broadcastable."""
     tensors = []
-    first = kops.convert_to_tensor(values[0])
-    dtype = ops.dtype_name(first)
+    first = ops.convert_to_tensor(values[0])
+    dtype = dml.dtype_name(first)
     if not _is_float(dtype):
         raise ValueError(
             f"`{names[0]}` must have a floating dtype. Received: {names[0]}.dtype={dtype}"
         )
     for v, name in zip(values, names, strict=True):
-        t = kops.convert_to_tensor(v)
-        if not _is_float(ops.dtype_name(t)):
+        t = ops.convert_to_tensor(v)
+        if not _is_float(dml.dtype_name(t)):
             raise ValueError(
                 f"`{name}` must have a floating dtype. "
                 f"Received: {name}.dtype={ops.dtype_name(t)}"
             )
-        t = kops.cast(t, dtype)
+        t = ops.cast(t, dtype)
         shape = _static_shape(t)
         if shape is not None and len(shape) < 1:
             raise ValueError(
@@ -300,14 +300,14 @@ def _check_vectors(values, names):
 
 
 def _dot(a, b):
-    return kops.sum(a * b, axis=-1)
+    return ops.sum(a * b, axis=-1)
 
 
 def _safe_norm2(x, y, tiny):
     """``(sqrt(x^2 + y^2), ok)``; where the norm is not above ``tiny`` it is 1 (with no gradient)."""
     sq = x * x + y * y
     ok = sq > tiny * tiny
-    return kops.sqrt(kops.where(ok, sq, kops.ones_like(sq))), ok
+    return ops.sqrt(ops.where(ok, sq, ops.ones_like(sq))), ok
 
 
 class _Best:
@@ -316,20 +316,20 @@ class _Best:
     def __init__(self, value, coefficients, case, maximize):
         self.value = value
         self.coefficients = list(coefficients)
-        self.case = kops.full_like(value, case, dtype="int32")
+        self.case = ops.full_like(value, case, dtype="int32")
         self.maximize = maximize
         # Every candidate offered: (feasible, coefficients, case), the first one included.
-        self.offers = [(kops.ones_like(value, dtype="bool"), tuple(coefficients), case)]
+        self.offers = [(ops.ones_like(value, dtype="bool"), tuple(coefficients), case)]
 
     def offer(self, value, feasible, coefficients, case):
         self.offers.append((feasible, tuple(coefficients), case))
         better = value > self.value if self.maximize else value < self.value
-        take = kops.logical_and(feasible, better)
-        self.value = kops.where(take, value, self.value)
+        take = ops.logical_and(feasible, better)
+        self.value = ops.where(take, value, self.value)
         self.coefficients = [
-            kops.where(take, c, b) for c, b in zip(coefficients, self.coefficients, strict=True)
+            ops.where(take, c, b) for c, b in zip(coefficients, self.coefficients, strict=True)
         ]
-        self.case = kops.where(take, kops.convert_to_tensor(case, dtype="int32"), self.case)
+        self.case = ops.where(take, ops.convert_to_tensor(case, dtype="int32"), self.case)
 
 
 # -- arcs ------------------------------------------------------------------------------------------
@@ -341,12 +341,12 @@ def _arc_sine(cos0):
     ``ok`` is False where the arc is reduced to its endpoints (see
     :func:`_degenerate_sines`).
     """
-    dtype = ops.dtype_name(cos0)
+    dtype = dml.dtype_name(cos0)
     near, antipodal = _degenerate_sines(dtype)
-    cos0 = ops.clip(cos0, -1.0, 1.0)
-    sin_sq = ops.maximum((1.0 - cos0) * (1.0 + cos0), 0.0)
-    limit = kops.where(cos0 > 0, kops.convert_to_tensor(near * near, dtype=dtype),
-                       kops.convert_to_tensor(antipodal * antipodal, dtype=dtype))
+    cos0 = dml.clip(cos0, -1.0, 1.0)
+    sin_sq = dml.maximum((1.0 - cos0) * (1.0 + cos0), 0.0)
+    limit = ops.where(cos0 > 0, ops.convert_to_tensor(near * near, dtype=dtype),
+                       ops.convert_to_tensor(antipodal * antipodal, dtype=dtype))
     return cos0, sin_sq, sin_sq > limit
 
 
@@ -359,7 +359,7 @@ def _cone_coefficients(vx, vy, cos0, sin0):
     """
     num1 = sin0 * vx - cos0 * vy
     num2 = vy
-    inside = kops.logical_and(num1 >= 0, num2 >= 0)
+    inside = ops.logical_and(num1 >= 0, num2 >= 0)
     return num1 / sin0, num2 / sin0, inside
 
 
@@ -379,14 +379,14 @@ def _arc_solve(g, h, c11, c12, c21, c22, return_candidates=False):
         ``return_candidates=True`` a seventh element, the list of
         ``(feasible, (a1, a2, b1, b2), case)`` of every candidate.
     """
-    one = kops.ones_like(g)
-    zero = kops.zeros_like(g)
+    one = ops.ones_like(g)
+    zero = ops.zeros_like(g)
     eps = _eps(g)
 
     g, sx_sq, x_ok = _arc_sine(g)
     h, sy_sq, y_ok = _arc_sine(h)
-    sx = kops.sqrt(kops.where(x_ok, sx_sq, one))
-    sy = kops.sqrt(kops.where(y_ok, sy_sq, one))
+    sx = ops.sqrt(ops.where(x_ok, sx_sq, one))
+    sy = ops.sqrt(ops.where(y_ok, sy_sq, one))
 
     # Products with the second Gram-Schmidt vectors n2 = (x2 - g x1) / sx, n4 = (y2 - h y1) / sy.
     x1n4 = (c12 - h * c11) / sy
@@ -397,15 +397,15 @@ def _arc_solve(g, h, c11, c12, c21, c22, return_candidates=False):
 
     # Corners: always feasible, computed from the endpoints themselves.
     best = _Best(c11, (one, zero, one, zero), 0, maximize=True)
-    best.offer(c12, kops.ones_like(x_ok), (one, zero, zero, one), 1)
-    best.offer(c21, kops.ones_like(x_ok), (zero, one, one, zero), 2)
-    best.offer(c22, kops.ones_like(x_ok), (zero, one, zero, one), 3)
+    best.offer(c12, ops.ones_like(x_ok), (one, zero, zero, one), 1)
+    best.offer(c21, ops.ones_like(x_ok), (zero, one, one, zero), 2)
+    best.offer(c22, ops.ones_like(x_ok), (zero, one, zero, one), 3)
 
     # Edges: one endpoint pinned, the other point free on its arc.
     def edge(wx, wy, cos0, sin0, ok):
         norm, norm_ok = _safe_norm2(wx, wy, eps)
         c1, c2, inside = _cone_coefficients(wx / norm, wy / norm, cos0, sin0)
-        return norm, kops.logical_and(kops.logical_and(ok, norm_ok), inside), c1, c2
+        return norm, ops.logical_and(ops.logical_and(ok, norm_ok), inside), c1, c2
 
     value, feasible, b1, b2 = edge(c11, x1n4, h, sy, y_ok)
     best.offer(value, feasible, (one, zero, b1, b2), 4)
@@ -429,15 +429,15 @@ def _arc_solve(g, h, c11, c12, c21, c22, return_candidates=False):
     z_abs, z_ok = _safe_norm2(zr, zi, eps * eps)
     # Half-angle direction of z, in its well-conditioned form for each half-plane.
     right = zr >= 0
-    hx = kops.where(right, z_abs + zr, zi)
-    hy = kops.where(right, zi, z_abs - zr)
+    hx = ops.where(right, z_abs + zr, zi)
+    hy = ops.where(right, zi, z_abs - zr)
     h_norm, h_ok = _safe_norm2(hx, hy, eps * eps)
     ux = hx / h_norm
     uy = hy / h_norm
     # Only the upper half-plane can hold a point of the arc: pick that sign of (u, v).
-    flip = kops.logical_or(uy < 0, kops.logical_and(kops.equal(uy, 0), ux < 0))
-    ux = kops.where(flip, -ux, ux)
-    uy = kops.where(flip, -uy, uy)
+    flip = ops.logical_or(uy < 0, ops.logical_and(ops.equal(uy, 0), ux < 0))
+    ux = ops.where(flip, -ux, ux)
+    uy = ops.where(flip, -uy, uy)
     mtu_x = m00 * ux + m10 * uy
     mtu_y = m01 * ux + m11 * uy
     mtu_norm, mtu_ok = _safe_norm2(mtu_x, mtu_y, eps)
@@ -446,12 +446,12 @@ def _arc_solve(g, h, c11, c12, c21, c22, return_candidates=False):
     a1, a2, u_inside = _cone_coefficients(ux, uy, g, sx)
     b1, b2, v_inside = _cone_coefficients(vx, vy, h, sy)
     # u^T M v at the candidate, with u and v held fixed: its gradient is the envelope gradient.
-    su, sv = kops.stop_gradient(ux), kops.stop_gradient(uy)
-    tu, tv = kops.stop_gradient(vx), kops.stop_gradient(vy)
+    su, sv = ops.stop_gradient(ux), ops.stop_gradient(uy)
+    tu, tv = ops.stop_gradient(vx), ops.stop_gradient(vy)
     value = su * (m00 * tu + m01 * tv) + sv * (m10 * tu + m11 * tv)
-    feasible = kops.logical_and(x_ok, y_ok)
+    feasible = ops.logical_and(x_ok, y_ok)
     for cond in (z_ok, h_ok, mtu_ok, u_inside, v_inside):
-        feasible = kops.logical_and(feasible, cond)
+        feasible = ops.logical_and(feasible, cond)
     best.offer(value, feasible, (a1, a2, b1, b2), 8)
 
     a1, a2, b1, b2 = best.coefficients
@@ -505,16 +505,16 @@ def arc_similarity_from_dots(x1x2, y1y2, x1y1, x1y2, x2y1, x2y2, return_coeffici
     """
     tensors, dtype = _prepare_dots((x1x2, y1y2, x1y1, x1y2, x2y1, x2y2), _ARC_DOT_NAMES)
     s, a1, a2, b1, b2, _ = _arc_solve(*tensors)
-    s = kops.cast(s, dtype)
+    s = ops.cast(s, dtype)
     if not return_coefficients:
         return s
-    return s, tuple(kops.cast(c, dtype) for c in (a1, a2, b1, b2))
+    return s, tuple(ops.cast(c, dtype) for c in (a1, a2, b1, b2))
 
 
 def _unit_rows(p):
     """``p / ||p||`` along the last axis (a zero vector stays zero, with finite gradients)."""
     tiny = _tiny(p)
-    return p * kops.rsqrt(ops.maximum(_dot(p, p), tiny))[..., None]
+    return p * ops.rsqrt(dml.maximum(_dot(p, p), tiny))[..., None]
 
 
 def _arc_squared_gap(p1, p2):
@@ -561,11 +561,11 @@ def _span_coordinates(vectors, like):
                 w = w - c[..., None] * q
         n_sq = _dot(w, w)
         ok = n_sq > tiny
-        n = kops.sqrt(kops.where(ok, n_sq, kops.ones_like(n_sq)))
-        r[i] = kops.where(ok, n, kops.zeros_like(n))
-        basis.append(kops.where(ok[..., None], w / n[..., None], kops.zeros_like(w)))
-        zero = kops.zeros_like(like)
-        coordinates.append(kops.stack([zero if c is None else c + zero for c in r], axis=-1))
+        n = ops.sqrt(ops.where(ok, n_sq, ops.ones_like(n_sq)))
+        r[i] = ops.where(ok, n, ops.zeros_like(n))
+        basis.append(ops.where(ok[..., None], w / n[..., None], ops.zeros_like(w)))
+        zero = ops.zeros_like(like)
+        coordinates.append(ops.stack([zero if c is None else c + zero for c in r], axis=-1))
     return coordinates
 
 
@@ -590,14 +590,14 @@ def _refine_on_arcs(x1, x2, y1, y2, coefficients, free_x, free_y, steps=3):
     v = y2 - y1
     eps, tiny = _eps(x1), _tiny(x1)
     short = (16.0 * eps) ** 2
-    zero = kops.zeros_like(a1)
+    zero = ops.zeros_like(a1)
     for _ in range(steps):
         # Coefficients rescaled to unit points.
         p1 = a1[..., None] * x1 + a2[..., None] * x2
         p2 = b1[..., None] * y1 + b2[..., None] * y2
-        r = kops.rsqrt(ops.maximum(_dot(p1, p1), tiny))
+        r = ops.rsqrt(dml.maximum(_dot(p1, p1), tiny))
         a1, a2, p1 = a1 * r, a2 * r, p1 * r[..., None]
-        r = kops.rsqrt(ops.maximum(_dot(p2, p2), tiny))
+        r = ops.rsqrt(dml.maximum(_dot(p2, p2), tiny))
         b1, b2, p2 = b1 * r, b2 * r, p2 * r[..., None]
         # Tangents t = u - (u.p) p, as coefficients on the endpoints: (-1 - k a1, 1 - k a2).
         k = _dot(u, p1)
@@ -608,10 +608,10 @@ def _refine_on_arcs(x1, x2, y1, y2, coefficients, free_x, free_y, steps=3):
         n2_sq = _dot(t2, t2)
         # A chord within rounding of 0 (an arc shorter than about 16 eps, e.g. of two equal
         # vectors) has no usable tangent: such a point stays where it is.
-        ok1 = kops.logical_and(free_x, n1_sq > short)
-        ok2 = kops.logical_and(free_y, n2_sq > short)
-        n1 = kops.sqrt(kops.where(ok1, n1_sq, kops.ones_like(n1_sq)))
-        n2 = kops.sqrt(kops.where(ok2, n2_sq, kops.ones_like(n2_sq)))
+        ok1 = ops.logical_and(free_x, n1_sq > short)
+        ok2 = ops.logical_and(free_y, n2_sq > short)
+        n1 = ops.sqrt(ops.where(ok1, n1_sq, ops.ones_like(n1_sq)))
+        n2 = ops.sqrt(ops.where(ok2, n2_sq, ops.ones_like(n2_sq)))
         delta = p1 - p2
         r1 = _dot(delta, t1) / n1
         r2 = _dot(delta, t2) / n2
@@ -619,13 +619,13 @@ def _refine_on_arcs(x1, x2, y1, y2, coefficients, free_x, free_y, steps=3):
         # min |delta + da t1 - db t2|^2: [[1, -c], [-c, 1]] (da, db) = (-r1, r2), or one
         # unknown. Tangent great circles (det = 0) have no unique solution: no step.
         det = 1.0 - c * c
-        both = kops.logical_and(kops.logical_and(ok1, ok2), det > eps)
-        det_s = kops.where(both, det, kops.ones_like(det))
-        only_x = kops.logical_and(ok1, kops.logical_not(ok2))
-        only_y = kops.logical_and(ok2, kops.logical_not(ok1))
-        da = kops.where(both, (c * r2 - r1) / det_s, kops.where(only_x, -r1, zero))
-        db = kops.where(both, (r2 - c * r1) / det_s, kops.where(only_y, r2, zero))
-        (ca, sa), (cb, sb) = ops.cos_sin(da), ops.cos_sin(db)
+        both = ops.logical_and(ops.logical_and(ok1, ok2), det > eps)
+        det_s = ops.where(both, det, ops.ones_like(det))
+        only_x = ops.logical_and(ok1, ops.logical_not(ok2))
+        only_y = ops.logical_and(ok2, ops.logical_not(ok1))
+        da = ops.where(both, (c * r2 - r1) / det_s, ops.where(only_x, -r1, zero))
+        db = ops.where(both, (r2 - c * r1) / det_s, ops.where(only_y, r2, zero))
+        (ca, sa), (cb, sb) = dml.cos_sin(da), dml.cos_sin(db)
         sa, sb = sa / n1, sb / n2
         a1, a2 = ca * a1 + sa * (-1.0 - k * a1), ca * a2 + sa * (1.0 - k * a2)
         b1, b2 = cb * b1 + sb * (-1.0 - m * b1), cb * b2 + sb * (1.0 - m * b2)
@@ -638,10 +638,10 @@ def _on_arcs(a1, a2, b1, b2):
     Non-negative coefficients, not both 0 on either arc, all finite. (Exactly antipodal
     arcs, where a positive combination can vanish, only have endpoint candidates.)
     """
-    coefficients = kops.stack([a1, a2, b1, b2], axis=-1)
-    ok = kops.all(kops.logical_and(coefficients >= 0, kops.isfinite(coefficients)),
+    coefficients = ops.stack([a1, a2, b1, b2], axis=-1)
+    ok = ops.all(ops.logical_and(coefficients >= 0, ops.isfinite(coefficients)),
                        axis=-1)
-    return kops.logical_and(ok, kops.logical_and(a1 + a2 > 0, b1 + b2 > 0))
+    return ops.logical_and(ok, ops.logical_and(a1 + a2 > 0, b1 + b2 > 0))
 
 
 def arc_distance(x1, x2, y1, y2, return_points=False):
@@ -715,8 +715,8 @@ def arc_distance(x1, x2, y1, y2, return_points=False):
         for Deep Metric Learning", ICCV 2021.
     """
     (x1, x2, y1, y2), dtype = _check_vectors((x1, x2, y1, y2), ("x1", "x2", "y1", "y2"))
-    cdtype = ops.compute_dtype(dtype)
-    x1, x2, y1, y2 = (kops.cast(t, cdtype) for t in (x1, x2, y1, y2))
+    cdtype = dml.compute_dtype(dtype)
+    x1, x2, y1, y2 = (ops.cast(t, cdtype) for t in (x1, x2, y1, y2))
     dots, _ = _prepare_dots((_dot(x1, x2), _dot(y1, y2), _dot(x1, y1), _dot(x1, y2),
                              _dot(x2, y1), _dot(x2, y2)), _ARC_DOT_NAMES)
     *_, candidates = _arc_solve(*dots, return_candidates=True)
@@ -728,7 +728,7 @@ def arc_distance(x1, x2, y1, y2, return_points=False):
     # Candidates and refinements are compared in 4-D coordinates of the span of the
     # inputs (cheap, and as accurate as the vectors); the distance of the one chosen is
     # then measured from the vectors themselves.
-    span = _span_coordinates([kops.stop_gradient(t) for t in (x1, x2, y1, y2)],
+    span = _span_coordinates([ops.stop_gradient(t) for t in (x1, x2, y1, y2)],
                              dots[0])
 
     def gap(coefficients):
@@ -739,36 +739,36 @@ def arc_distance(x1, x2, y1, y2, return_points=False):
     # endpoint shared, or near the crossing).
     best = None
     for feasible, coefficients, case in candidates:
-        fixed = tuple(kops.stop_gradient(c) for c in coefficients)
+        fixed = tuple(ops.stop_gradient(c) for c in coefficients)
         if best is None:  # corner_x1_y1, always feasible
             best = _Best(gap(fixed), coefficients, case, maximize=False)
         else:
-            best.offer(gap(fixed), kops.logical_and(feasible, _on_arcs(*fixed)), coefficients,
+            best.offer(gap(fixed), ops.logical_and(feasible, _on_arcs(*fixed)), coefficients,
                        case)
     # The best one refined: its own free points (edge_y1, edge_y2 and interior move p1;
     # edge_x1, edge_x2 and interior move p2), and both points (a crossing near an
     # endpoint, where an edge or a corner may have come first).
     start = tuple(best.coefficients)
-    fixed = tuple(kops.stop_gradient(c) for c in start)
+    fixed = tuple(ops.stop_gradient(c) for c in start)
 
     def case_in(*names):
-        return kops.any(
-            kops.stack([kops.equal(best.case, _ARC_CASES.index(n)) for n in names], -1), -1)
+        return ops.any(
+            ops.stack([ops.equal(best.case, _ARC_CASES.index(n)) for n in names], -1), -1)
 
-    own_x = kops.logical_and(x_ok, case_in("edge_y1", "edge_y2", "interior"))
-    own_y = kops.logical_and(y_ok, case_in("edge_x1", "edge_x2", "interior"))
+    own_x = ops.logical_and(x_ok, case_in("edge_y1", "edge_y2", "interior"))
+    own_y = ops.logical_and(y_ok, case_in("edge_x1", "edge_x2", "interior"))
     for free_x, free_y in ((own_x, own_y), (x_ok, y_ok)):
         refined = _refine_on_arcs(*span, fixed, free_x, free_y)
         # The returned points keep the gradients of the coefficients they started from.
-        moved = tuple(c + kops.stop_gradient(r - c) for c, r in zip(start, refined, strict=True))
+        moved = tuple(c + ops.stop_gradient(r - c) for c, r in zip(start, refined, strict=True))
         best.offer(gap(refined), _on_arcs(*refined), moved, _ARC_CASES.index("interior"))
-    chosen = tuple(kops.stop_gradient(c) for c in best.coefficients)
+    chosen = tuple(ops.stop_gradient(c) for c in best.coefficients)
     squared = _arc_squared_gap(*points(*chosen, x1, x2, y1, y2))
-    distance = kops.cast(ops.safe_sqrt(ops.maximum(squared, kops.zeros_like(squared))), dtype)
+    distance = ops.cast(dml.safe_sqrt(dml.maximum(squared, ops.zeros_like(squared))), dtype)
     if not return_points:
         return distance
     p1, p2 = (_unit_rows(p) for p in points(*best.coefficients, x1, x2, y1, y2))
-    return distance, (kops.cast(p1, dtype), kops.cast(p2, dtype))
+    return distance, (ops.cast(p1, dtype), ops.cast(p2, dtype))
 
 
 # -- segments --------------------------------------------------------------------------------------
@@ -789,27 +789,27 @@ def _segment_solve(uu, vv, uv, uw, vw, ww):
         ``(f_min, s, t, case)``; ``f_min`` is evaluated at ``(s, t)`` held fixed
         (envelope gradient), ``case`` indexes ``_SEGMENT_CASES``.
     """
-    one = kops.ones_like(uu)
-    zero = kops.zeros_like(uu)
+    one = ops.ones_like(uu)
+    zero = ops.zeros_like(uu)
     eps = _eps(uu)
-    uu = ops.maximum(uu, 0.0)
-    vv = ops.maximum(vv, 0.0)
-    scale = uu + vv + ops.maximum(ww, 0.0)
+    uu = dml.maximum(uu, 0.0)
+    vv = dml.maximum(vv, 0.0)
+    scale = uu + vv + dml.maximum(ww, 0.0)
     u_ok = uu > eps * eps * scale
     v_ok = vv > eps * eps * scale
-    uu_s = kops.where(u_ok, uu, one)
-    vv_s = kops.where(v_ok, vv, one)
+    uu_s = ops.where(u_ok, uu, one)
+    vv_s = ops.where(v_ok, vv, one)
 
     def f(s, t):
-        s = kops.stop_gradient(s)
-        t = kops.stop_gradient(t)
+        s = ops.stop_gradient(s)
+        t = ops.stop_gradient(t)
         return ww + s * s * uu + t * t * vv + 2.0 * s * uw - 2.0 * t * vw - 2.0 * s * t * uv
 
     def clamp(x):
-        return ops.clip(x, 0.0, 1.0)
+        return dml.clip(x, 0.0, 1.0)
 
     den = uu * vv - uv * uv
-    den_ok = kops.logical_and(kops.logical_and(u_ok, v_ok), den > eps * uu * vv)
+    den_ok = ops.logical_and(ops.logical_and(u_ok, v_ok), den > eps * uu * vv)
 
     def clamped_ratio(num):
         """``clip(num / den, 0, 1)`` where ``den_ok``, else 0.
@@ -821,29 +821,29 @@ def _segment_solve(uu, vv, uv, uw, vw, ww):
         """
         below = num < 0
         above = num > den
-        den_s = kops.where(kops.logical_and(den_ok, kops.logical_not(
-            kops.logical_or(below, above))), den, one)
-        ratio = kops.where(below, zero, kops.where(above, one, num / den_s))
-        return kops.where(den_ok, ratio, zero)
+        den_s = ops.where(ops.logical_and(den_ok, ops.logical_not(
+            ops.logical_or(below, above))), den, one)
+        ratio = ops.where(below, zero, ops.where(above, one, num / den_s))
+        return ops.where(den_ok, ratio, zero)
 
     s_i = clamped_ratio(uv * vw - vv * uw)
     t_i = clamped_ratio(uu * vw - uv * uw)
     best = _Best(f(s_i, t_i), (s_i, t_i, zero, zero), 4, maximize=False)
     # The interior is only meaningful when the stationary point exists; otherwise it is
     # replaced by any edge (all of them are at least as good as the corner (0, 0)).
-    best.value = kops.where(den_ok, best.value, kops.full_like(uu, np.inf))
+    best.value = ops.where(den_ok, best.value, ops.full_like(uu, np.inf))
 
-    always = kops.ones_like(u_ok)
-    t0 = kops.where(v_ok, clamp(vw / vv_s), zero)
+    always = ops.ones_like(u_ok)
+    t0 = ops.where(v_ok, clamp(vw / vv_s), zero)
     best.offer(f(zero, t0), always, (zero, t0, zero, zero), 0)
-    t1 = kops.where(v_ok, clamp((vw + uv) / vv_s), zero)
+    t1 = ops.where(v_ok, clamp((vw + uv) / vv_s), zero)
     best.offer(f(one, t1), always, (one, t1, zero, zero), 1)
-    s0 = kops.where(u_ok, clamp(-uw / uu_s), zero)
+    s0 = ops.where(u_ok, clamp(-uw / uu_s), zero)
     best.offer(f(s0, zero), always, (s0, zero, zero, zero), 2)
-    s1 = kops.where(u_ok, clamp((uv - uw) / uu_s), zero)
+    s1 = ops.where(u_ok, clamp((uv - uw) / uu_s), zero)
     best.offer(f(s1, one), always, (s1, one, zero, zero), 3)
     s, t = best.coefficients[:2]
-    return ops.maximum(best.value, zero), s, t, best.case
+    return dml.maximum(best.value, zero), s, t, best.case
 
 
 def segment_squared_distance_from_dots(
@@ -901,10 +901,10 @@ def segment_squared_distance_from_dots(
     vw = x1y2 - y1y2 - x1y1 + y1y1
     ww = x1x1 - 2.0 * x1y1 + y1y1
     sq, s, t, _ = _segment_solve(uu, vv, uv, uw, vw, ww)
-    sq = kops.cast(sq, dtype)
+    sq = ops.cast(sq, dtype)
     if not return_coefficients:
         return sq
-    return sq, tuple(kops.cast(c, dtype) for c in (1.0 - s, s, 1.0 - t, t))
+    return sq, tuple(ops.cast(c, dtype) for c in (1.0 - s, s, 1.0 - t, t))
 
 
 def segment_distance(x1, x2, y1, y2, return_points=False):
@@ -941,20 +941,20 @@ def segment_distance(x1, x2, y1, y2, return_points=False):
         for Deep Metric Learning", ICCV 2021 (supplementary, Section 4.2).
     """
     (x1, x2, y1, y2), dtype = _check_vectors((x1, x2, y1, y2), ("x1", "x2", "y1", "y2"))
-    cdtype = ops.compute_dtype(dtype)
-    x1, x2, y1, y2 = (kops.cast(t, cdtype) for t in (x1, x2, y1, y2))
+    cdtype = dml.compute_dtype(dtype)
+    x1, x2, y1, y2 = (ops.cast(t, cdtype) for t in (x1, x2, y1, y2))
     u = x2 - x1
     v = y2 - y1
     w = x1 - y1
     _, s, t, _ = _segment_solve(_dot(u, u), _dot(v, v), _dot(u, v), _dot(u, w), _dot(v, w),
                                 _dot(w, w))
     # The parameters are held fixed: the distance at fixed (s, t) has the envelope gradient.
-    s_fixed = kops.stop_gradient(s)[..., None]
-    t_fixed = kops.stop_gradient(t)[..., None]
+    s_fixed = ops.stop_gradient(s)[..., None]
+    t_fixed = ops.stop_gradient(t)[..., None]
     diff = w + s_fixed * u - t_fixed * v
-    distance = kops.cast(ops.safe_sqrt(_dot(diff, diff)), dtype)
+    distance = ops.cast(dml.safe_sqrt(_dot(diff, diff)), dtype)
     if not return_points:
         return distance
     p1 = x1 + s[..., None] * u
     p2 = y1 + t[..., None] * v
-    return distance, (kops.cast(p1, dtype), kops.cast(p2, dtype))
+    return distance, (ops.cast(p1, dtype), ops.cast(p2, dtype))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numbers
 
 import keras
-from keras import ops as kops
+from keras import ops
 
-from tfdml import ops
+from tfdml import ops as dml
 
 __all__ = ["GeneralizedMeanPooling2D", "GeMPooling2D", "L2Normalization"]
 
@@ -117,16 +117,16 @@ class GeneralizedMeanPooling2D(keras.layers.Layer):
 
     def call(self, inputs):
         work = _work_dtype(inputs)
-        x = ops.maximum(kops.cast(inputs, work), kops.cast(self.epsilon, work))
+        x = dml.maximum(ops.cast(inputs, work), ops.cast(self.epsilon, work))
         axes = self._axes()
-        p = ops.maximum(kops.cast(self.p, work), kops.cast(1.0, work))
+        p = dml.maximum(ops.cast(self.p, work), ops.cast(1.0, work))
         # d/dm of m * mean((x/m)^p)^(1/p) is exactly 0: stopping its gradient is exact.
-        m = kops.stop_gradient(kops.max(x, axis=axes, keepdims=True))
-        mean = kops.mean(kops.power(x / m, p), axis=axes, keepdims=True)
-        out = m * kops.power(mean, 1.0 / p)
+        m = ops.stop_gradient(ops.max(x, axis=axes, keepdims=True))
+        mean = ops.mean(ops.power(x / m, p), axis=axes, keepdims=True)
+        out = m * ops.power(mean, 1.0 / p)
         if not self.keepdims:
-            out = kops.squeeze(out, axis=axes)
-        return kops.cast(out, self.compute_dtype)
+            out = ops.squeeze(out, axis=axes)
+        return ops.cast(out, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         shape = list(input_shape)
@@ -196,8 +196,8 @@ class L2Normalization(keras.layers.Layer):
 
     def call(self, inputs):
         work = _work_dtype(inputs)
-        out = ops.l2_normalize(kops.cast(inputs, work), axis=self.axis, epsilon=self.epsilon)
-        return kops.cast(out, self.compute_dtype)
+        out = dml.l2_normalize(ops.cast(inputs, work), axis=self.axis, epsilon=self.epsilon)
+        return ops.cast(out, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)

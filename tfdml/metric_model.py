@@ -9,9 +9,9 @@ import numbers
 
 import keras
 import numpy as np
-from keras import ops as kops
+from keras import ops
 
-from tfdml import ops
+from tfdml import ops as dml
 from tfdml.losses.base import MetricLoss, resolve_loss
 
 __all__ = ["MetricModel", "plus_model_losses"]
@@ -64,7 +64,7 @@ def _check_array_labels(y, name):
         array = np.asarray(y)
     except ValueError:  # ragged: Keras says what is wrong
         return
-    ops.check_label_array(array, name)
+    dml.check_label_array(array, name)
 
 
 def plus_model_losses(value, losses, scale=1.0):
@@ -74,10 +74,10 @@ def plus_model_losses(value, losses, scale=1.0):
     experiments' distributed step, the scatter diagram's gradients)."""
     if not losses:
         return value
-    dtype = ops.dtype_name(value)
-    total = kops.cast(kops.sum(losses[0]), dtype)
+    dtype = dml.dtype_name(value)
+    total = ops.cast(ops.sum(losses[0]), dtype)
     for extra in losses[1:]:
-        total = total + kops.cast(kops.sum(extra), dtype)
+        total = total + ops.cast(ops.sum(extra), dtype)
     return value + (total if scale == 1.0 else total * scale)
 
 
@@ -87,7 +87,7 @@ def _tf_unscale_for_distribution(value):
 
     replicas = tf.distribute.get_strategy().num_replicas_in_sync
     if replicas > 1:
-        value = value * kops.cast(replicas, value.dtype)
+        value = value * ops.cast(replicas, value.dtype)
     return value
 
 
@@ -433,7 +433,7 @@ class MetricModel(keras.Model):
         embeddings = head.reshape((head_rows,) + tuple(head.shape[2:]))
         if rest:
             non_trainable, tail = embed(non_trainable, tail_x)
-            embeddings = kops.concatenate([embeddings, tail], axis=0)
+            embeddings = ops.concatenate([embeddings, tail], axis=0)
 
         # 2. The loss and its gradient w.r.t. the variables and the embeddings.
         def loss_fn(trainable, embeddings):
@@ -458,8 +458,8 @@ class MetricModel(keras.Model):
             def surrogate(trainable):
                 out, new_non_trainable = self.stateless_call(
                     trainable, non_trainable, inputs, training=True)
-                value = kops.sum(kops.cast(out, "float32")
-                                 * jax.lax.stop_gradient(kops.cast(grad, "float32")))
+                value = ops.sum(ops.cast(out, "float32")
+                                 * jax.lax.stop_gradient(ops.cast(grad, "float32")))
                 return value, new_non_trainable
 
             return jax.grad(surrogate, has_aux=True)(trainable)
@@ -467,7 +467,7 @@ class MetricModel(keras.Model):
         def backward_chunk(carry, chunk):
             sums, non_trainable = carry
             grads, non_trainable = chunk_grads(non_trainable, *chunk)
-            return (jax.tree.map(kops.add, sums, grads), non_trainable), None
+            return (jax.tree.map(ops.add, sums, grads), non_trainable), None
 
         head_grad = grad_embeddings[:head_rows].reshape(
             (full, size) + tuple(grad_embeddings.shape[1:]))
@@ -476,7 +476,7 @@ class MetricModel(keras.Model):
         if rest:
             tail_grads, non_trainable = chunk_grads(non_trainable, tail_x,
                                                     grad_embeddings[head_rows:])
-            grads = jax.tree.map(kops.add, grads, tail_grads)
+            grads = jax.tree.map(ops.add, grads, tail_grads)
 
         # 4. One update, then the loss tracker and the compiled metrics.
         trainable, optimizer_variables = self.optimizer.stateless_apply(
@@ -507,7 +507,7 @@ class MetricModel(keras.Model):
 
         # 1. Embed the chunks without autograd.
         with torch.no_grad():
-            snapshot = [kops.copy(v) for v in state]
+            snapshot = [ops.copy(v) for v in state]
             parts = []
             for inputs in chunks:
                 parts.append(embedder(inputs, training=True))

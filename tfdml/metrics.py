@@ -44,9 +44,9 @@ import warnings
 
 import keras
 import numpy as np
-from keras import ops as kops
+from keras import ops
 
-from tfdml import ops
+from tfdml import ops as dml
 from tfdml._checks import check_choice, check_int
 from tfdml.search import at_indices as _at_indices
 from tfdml.search import check_finite as _check_finite
@@ -116,9 +116,9 @@ def _prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chu
     check_int("chunk_size", chunk_size)
     check_int("gallery_chunk_size", gallery_chunk_size)
     emb_name, lab_name = names
-    labels = ops.cast_labels(labels, lab_name)
-    queries = kops.cast(ops.check_embeddings(embeddings, emb_name), "float32")
-    ops.check_batch_sizes(labels, queries, lab_name, emb_name)
+    labels = dml.cast_labels(labels, lab_name)
+    queries = ops.cast(dml.check_embeddings(embeddings, emb_name), "float32")
+    dml.check_batch_sizes(labels, queries, lab_name, emb_name)
     if queries.shape[0] == 0:
         raise ValueError(f"`{emb_name}` is empty. Received: {emb_name}.shape={queries.shape}")
     _check_finite(queries, emb_name)
@@ -136,10 +136,10 @@ def _prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chu
                 "`gallery_embeddings` was given without `gallery_labels`. "
                 "Received: gallery_labels=None"
             )
-        gallery = kops.cast(ops.check_embeddings(gallery_embeddings, "gallery_embeddings"),
+        gallery = ops.cast(dml.check_embeddings(gallery_embeddings, "gallery_embeddings"),
                             "float32")
-        gallery_labels = ops.cast_labels(gallery_labels, "gallery_labels")
-        ops.check_batch_sizes(gallery_labels, gallery, "gallery_labels", "gallery_embeddings")
+        gallery_labels = dml.cast_labels(gallery_labels, "gallery_labels")
+        dml.check_batch_sizes(gallery_labels, gallery, "gallery_labels", "gallery_embeddings")
         if gallery.shape[-1] != queries.shape[-1]:
             raise ValueError(
                 f"`gallery_embeddings` and `{emb_name}` must have the same embedding size. "
@@ -148,10 +148,10 @@ def _prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chu
             )
         _check_finite(gallery, "gallery_embeddings")
     if metric == "cosine":
-        queries = ops.l2_normalize(queries)
-        gallery = queries if exclude_self else ops.l2_normalize(gallery)
-    return (queries, gallery, kops.convert_to_numpy(labels).astype(np.int64),
-            kops.convert_to_numpy(gallery_labels).astype(np.int64), exclude_self)
+        queries = dml.l2_normalize(queries)
+        gallery = queries if exclude_self else dml.l2_normalize(gallery)
+    return (queries, gallery, ops.convert_to_numpy(labels).astype(np.int64),
+            ops.convert_to_numpy(gallery_labels).astype(np.int64), exclude_self)
 
 
 # -- exact nearest neighbours: tfdml.search ------------------------------------------------------
@@ -485,9 +485,9 @@ def vehicleid_match_rate(
     num_draws = check_int("num_draws", num_draws)
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
         raise ValueError(f"`seed` must be an integer. Received: seed={seed!r}")
-    labels_np = kops.convert_to_numpy(ops.cast_labels(labels)).astype(np.int64)
-    x = ops.check_embeddings(embeddings)
-    ops.check_batch_sizes(labels_np, x)
+    labels_np = ops.convert_to_numpy(dml.cast_labels(labels)).astype(np.int64)
+    x = dml.check_embeddings(embeddings)
+    dml.check_batch_sizes(labels_np, x)
     _check_finite(x, "embeddings")
     classes, inverse = np.unique(labels_np, return_inverse=True)
     ks = _check_ks(ks, len(classes))
@@ -505,8 +505,8 @@ def vehicleid_match_rate(
         chosen = order[starts + rng.integers(0, counts)]
         is_query = np.ones(len(labels_np), dtype=bool)
         is_query[chosen] = False
-        curve = cmc(kops.take(x, np.flatnonzero(is_query), axis=0), labels_np[is_query],
-                    kops.take(x, chosen, axis=0), labels_np[chosen], top_k=max(ks),
+        curve = cmc(ops.take(x, np.flatnonzero(is_query), axis=0), labels_np[is_query],
+                    ops.take(x, chosen, axis=0), labels_np[chosen], top_k=max(ks),
                     metric=metric, chunk_size=chunk_size)
         totals += np.array([curve[k - 1] for k in ks])
     return {k: float(v / num_draws) for k, v in zip(ks, totals, strict=True)}
@@ -520,12 +520,12 @@ def _kmeans(embeddings, labels, num_clusters, seed, metric):
     from sklearn.cluster import KMeans
 
     check_choice("metric", metric, METRICS)
-    labels = kops.convert_to_numpy(ops.cast_labels(labels)).astype(np.int64)
-    x = kops.cast(ops.check_embeddings(embeddings), "float32")
-    ops.check_batch_sizes(labels, x)
+    labels = ops.convert_to_numpy(dml.cast_labels(labels)).astype(np.int64)
+    x = ops.cast(dml.check_embeddings(embeddings), "float32")
+    dml.check_batch_sizes(labels, x)
     _check_finite(x, "embeddings")
     if metric == "cosine":
-        x = ops.l2_normalize(x)
+        x = dml.l2_normalize(x)
     n = len(labels)
     if num_clusters is None:
         num_clusters = len(np.unique(labels))
@@ -537,7 +537,7 @@ def _kmeans(embeddings, labels, num_clusters, seed, metric):
         )
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
         raise ValueError(f"`seed` must be an integer. Received: seed={seed!r}")
-    x = kops.convert_to_numpy(x)
+    x = ops.convert_to_numpy(x)
     if metric == "euclidean":
         # Multiplied by a power of two where float32 squared distances (or their sums over the
         # samples) could overflow: the same clusters (tfdml.search.score_scale).
@@ -732,8 +732,8 @@ class ActiveAnchors(keras.metrics.Mean):
     def update_state(self, y_true, y_pred, sample_weight=None):
         with warnings.catch_warnings():  # the copy's own warnings (e.g. an unowned beta)
             warnings.simplefilter("ignore")
-            terms = self._probe.per_anchor(ops.cast_labels(y_true, "y_true"), y_pred)
-        return super().update_state(kops.cast(terms.active, self.dtype), sample_weight)
+            terms = self._probe.per_anchor(dml.cast_labels(y_true, "y_true"), y_pred)
+        return super().update_state(ops.cast(terms.active, self.dtype), sample_weight)
 
     def get_config(self):
         return {"loss": self._loss_config, "name": self.name, "dtype": self.dtype}

@@ -31,9 +31,9 @@ import numbers
 from typing import Any, NamedTuple
 
 import keras
-from keras import ops as kops
+from keras import ops
 
-from tfdml import ops
+from tfdml import ops as dml
 from tfdml._checks import check_choice
 
 __all__ = [
@@ -93,11 +93,11 @@ class Pairs(NamedTuple):
 
 def _scatter_columns(indices, valid, width):
     """``[B, width]`` bool: true at ``indices[b, t]`` for every valid ``t`` (O(B T) memory)."""
-    indices = kops.cast(indices, "int32")
-    columns = kops.where(valid, indices, width)  # column `width` collects the invalid ones
-    target = kops.zeros((kops.shape(indices)[0], width + 1), "int32")
-    hits = ops.scatter_rows(target, columns, kops.ones_like(columns), mode="max")
-    return kops.cast(hits[:, :width], "bool")
+    indices = ops.cast(indices, "int32")
+    columns = ops.where(valid, indices, width)  # column `width` collects the invalid ones
+    target = ops.zeros((ops.shape(indices)[0], width + 1), "int32")
+    hits = dml.scatter_rows(target, columns, ops.ones_like(columns), mode="max")
+    return ops.cast(hits[:, :width], "bool")
 
 
 def as_pairs(mined, num_ref=None) -> Pairs:
@@ -117,18 +117,18 @@ def as_pairs(mined, num_ref=None) -> Pairs:
     mask = mined.mask
     if num_ref is None:
         if mined.positive is None:
-            num_ref = kops.shape(mask)[1]
+            num_ref = ops.shape(mask)[1]
         elif mined.negative is None:
-            num_ref = kops.shape(mask)[2]
+            num_ref = ops.shape(mask)[2]
         else:
             raise ValueError("`num_ref` is needed to turn single-choice triplets into pairs.")
-    pair_valid = kops.any(mask, axis=2)  # [B, P]
+    pair_valid = ops.any(mask, axis=2)  # [B, P]
     if mined.positive is None:
         positive = pair_valid
     else:
         positive = _scatter_columns(mined.positive, pair_valid, num_ref)
     if mined.negative is None:
-        negative = kops.any(mask, axis=1)
+        negative = ops.any(mask, axis=1)
     else:
         negative = _scatter_columns(mined.negative, pair_valid, num_ref)
     return Pairs(positive, negative)
@@ -142,7 +142,7 @@ def as_triplets(mined) -> Triplets:
     """
     if isinstance(mined, Triplets):
         return mined
-    mask = kops.logical_and(mined.positive[:, :, None], mined.negative[:, None, :])
+    mask = ops.logical_and(mined.positive[:, :, None], mined.negative[:, None, :])
     return Triplets(None, None, mask)
 
 
@@ -161,11 +161,11 @@ def gather_triplet_scores(scores, triplets: Triplets):
     if triplets.positive is None:
         s_ap = scores
     else:
-        s_ap = ops.take_along_axis(scores, triplets.positive, axis=1)
+        s_ap = dml.take_along_axis(scores, triplets.positive, axis=1)
     if triplets.negative is None:
         s_an = scores[:, None, :]
     else:
-        s_an = ops.take_along_axis(scores, triplets.negative, axis=1)[:, :, None]
+        s_an = dml.take_along_axis(scores, triplets.negative, axis=1)[:, :, None]
     return s_ap[:, :, None], s_an
 
 
@@ -228,12 +228,12 @@ def _compact(mask, values):
 
     Entries past the row's count are 0.
     """
-    width = kops.shape(mask)[1]
-    slot = kops.where(mask, kops.cumsum(kops.cast(mask, "int32"), axis=1) - 1, width)
+    width = ops.shape(mask)[1]
+    slot = ops.where(mask, ops.cumsum(ops.cast(mask, "int32"), axis=1) - 1, width)
     # Column `width` collects (and discards) the entries outside the mask, so columns repeat
     # there: "add" into zeros, which sets every other column to its one value.
-    target = kops.zeros((kops.shape(mask)[0], width + 1), ops.dtype_name(values))
-    return ops.scatter_rows(target, slot, values, mode="add")[:, :width]
+    target = ops.zeros((ops.shape(mask)[0], width + 1), dml.dtype_name(values))
+    return dml.scatter_rows(target, slot, values, mode="add")[:, :width]
 
 
 def negatives_at_or_below(values, negative_mask):
@@ -252,23 +252,23 @@ def negatives_at_or_below(values, negative_mask):
         included), and ``negatives[a, :n_a]`` are the column indices of the
         row's ``n_a`` negatives by ascending value (0 after them).
     """
-    values = kops.convert_to_tensor(values)
-    order = ops.stable_argsort(values, axis=1)
-    ordered = ops.take_along_axis(values, order, axis=1)
-    is_negative = ops.take_along_axis(negative_mask, order, axis=1)
-    negatives_so_far = kops.cumsum(kops.cast(is_negative, "int32"), axis=1)
+    values = ops.convert_to_tensor(values)
+    order = dml.stable_argsort(values, axis=1)
+    ordered = dml.take_along_axis(values, order, axis=1)
+    is_negative = dml.take_along_axis(negative_mask, order, axis=1)
+    negatives_so_far = ops.cumsum(ops.cast(is_negative, "int32"), axis=1)
     # Extend each position to the end of its group of equal values.
-    starts = kops.concatenate(
-        [kops.ones_like(ordered[:, :1], "bool"), kops.not_equal(ordered[:, 1:], ordered[:, :-1])],
+    starts = ops.concatenate(
+        [ops.ones_like(ordered[:, :1], "bool"), ops.not_equal(ordered[:, 1:], ordered[:, :-1])],
         axis=1,
     )
-    group = kops.cumsum(kops.cast(starts, "int32"), axis=1) - 1
-    positions = kops.broadcast_to(kops.arange(kops.shape(order)[1], dtype="int32"),
-                                  kops.shape(order))
-    group_end = ops.scatter_rows(kops.zeros_like(order), group, positions, mode="max")
-    last = ops.take_along_axis(group_end, group, axis=1)
-    count_sorted = ops.take_along_axis(negatives_so_far, last, axis=1)
-    count = ops.scatter_rows(kops.zeros_like(order), order, count_sorted)  # column order
+    group = ops.cumsum(ops.cast(starts, "int32"), axis=1) - 1
+    positions = ops.broadcast_to(ops.arange(ops.shape(order)[1], dtype="int32"),
+                                  ops.shape(order))
+    group_end = dml.scatter_rows(ops.zeros_like(order), group, positions, mode="max")
+    last = dml.take_along_axis(group_end, group, axis=1)
+    count_sorted = dml.take_along_axis(negatives_so_far, last, axis=1)
+    count = dml.scatter_rows(ops.zeros_like(order), order, count_sorted)  # column order
     return count, _compact(is_negative, order)
 
 
@@ -281,7 +281,7 @@ def _uniform(shape, dtype, seed):
 
 def _gumbel(shape, dtype, seed):
     u = keras.random.uniform(shape, minval=1e-20, maxval=1.0, dtype=dtype, seed=seed)
-    return -kops.log(-kops.log(u))
+    return -ops.log(-ops.log(u))
 
 
 def _pick(strategy, scores, mask, noise=None):
@@ -302,7 +302,7 @@ def _pick(strategy, scores, mask, noise=None):
         key = -scores
     else:  # random_positive, random_negative, distance_weighted_negative
         key = noise
-    return ops.masked_argmax(key, mask)
+    return dml.masked_argmax(key, mask)
 
 
 def distance_log_weights(embeddings, ref_embeddings, lower_cutoff, upper_cutoff):
@@ -314,31 +314,31 @@ def distance_log_weights(embeddings, ref_embeddings, lower_cutoff, upper_cutoff)
             "`mine(scores, labels, ..., embeddings=x, ref_embeddings=ref)` "
             "(tfdml losses pass them)."
         )
-    x = kops.stop_gradient(kops.convert_to_tensor(embeddings))
-    ref = x if ref_embeddings is None else kops.stop_gradient(
-        kops.convert_to_tensor(ref_embeddings))
-    x = kops.cast(x, ops.compute_dtype(x.dtype))
-    ref = kops.cast(ref, ops.dtype_name(x))
-    dist = ops.pairwise_distance(x, ref)
-    dtype = ops.dtype_name(dist)
-    dim = x.shape[-1] if x.shape[-1] is not None else kops.shape(x)[-1]
-    dim = kops.cast(dim, dtype)
-    d = ops.maximum(dist, lower_cutoff)
-    one_minus = ops.maximum(1.0 - 0.25 * kops.square(d), 1e-6)
-    log_w = (2.0 - dim) * kops.log(d) - 0.5 * (dim - 3.0) * kops.log(one_minus)
+    x = ops.stop_gradient(ops.convert_to_tensor(embeddings))
+    ref = x if ref_embeddings is None else ops.stop_gradient(
+        ops.convert_to_tensor(ref_embeddings))
+    x = ops.cast(x, dml.compute_dtype(x.dtype))
+    ref = ops.cast(ref, dml.dtype_name(x))
+    dist = dml.pairwise_distance(x, ref)
+    dtype = dml.dtype_name(dist)
+    dim = x.shape[-1] if x.shape[-1] is not None else ops.shape(x)[-1]
+    dim = ops.cast(dim, dtype)
+    d = dml.maximum(dist, lower_cutoff)
+    one_minus = dml.maximum(1.0 - 0.25 * ops.square(d), 1e-6)
+    log_w = (2.0 - dim) * ops.log(d) - 0.5 * (dim - 3.0) * ops.log(one_minus)
     if upper_cutoff is None:
-        within = kops.ones_like(dist, "bool")
+        within = ops.ones_like(dist, "bool")
     else:
-        within = dist < kops.convert_to_tensor(upper_cutoff, dtype)
+        within = dist < ops.convert_to_tensor(upper_cutoff, dtype)
     return log_w, within
 
 
 def _distance_candidates(log_w, within, negative_mask):
     """Negatives to draw from and their log-weights (uniform when none is within reach)."""
-    candidates = kops.logical_and(negative_mask, within)
-    any_within = kops.any(candidates, axis=-1, keepdims=True)
-    candidates = kops.where(any_within, candidates, negative_mask)
-    log_w = kops.where(any_within, log_w, kops.zeros_like(log_w))
+    candidates = ops.logical_and(negative_mask, within)
+    any_within = ops.any(candidates, axis=-1, keepdims=True)
+    candidates = ops.where(any_within, candidates, negative_mask)
+    log_w = ops.where(any_within, log_w, ops.zeros_like(log_w))
     return log_w, candidates
 
 
@@ -352,31 +352,31 @@ def _draw_per_pair(log_w, candidates, seed):
     together (the weights first on ties), and a draw's index is the
     number of cumulative weights sorted before it (``<= u``).
     """
-    dtype = ops.dtype_name(log_w)
-    logits = kops.where(candidates, log_w, kops.convert_to_tensor(-float("inf"), dtype))
-    top = kops.max(logits, axis=1, keepdims=True)
-    top = kops.where(kops.isfinite(top), top, kops.zeros_like(top))
-    weights = kops.where(candidates, kops.exp(logits - top), kops.zeros_like(logits))
-    cdf = ops.cumsum(weights, axis=1)
-    width = kops.shape(cdf)[1]
-    u = _uniform(kops.shape(cdf), dtype, seed) * cdf[:, -1:]
-    merged = kops.concatenate([cdf, u], axis=1)
-    is_cdf = kops.concatenate([kops.ones_like(cdf, "int32"), kops.zeros_like(u, "int32")],
+    dtype = dml.dtype_name(log_w)
+    logits = ops.where(candidates, log_w, ops.convert_to_tensor(-float("inf"), dtype))
+    top = ops.max(logits, axis=1, keepdims=True)
+    top = ops.where(ops.isfinite(top), top, ops.zeros_like(top))
+    weights = ops.where(candidates, ops.exp(logits - top), ops.zeros_like(logits))
+    cdf = dml.cumsum(weights, axis=1)
+    width = ops.shape(cdf)[1]
+    u = _uniform(ops.shape(cdf), dtype, seed) * cdf[:, -1:]
+    merged = ops.concatenate([cdf, u], axis=1)
+    is_cdf = ops.concatenate([ops.ones_like(cdf, "int32"), ops.zeros_like(u, "int32")],
                               axis=1)
-    order = ops.stable_argsort(merged, axis=1)
-    before = kops.cumsum(ops.take_along_axis(is_cdf, order, axis=1), axis=1)
-    count = ops.scatter_rows(kops.zeros_like(order), order, before)[:, width:]
-    found = kops.any(candidates, axis=1, keepdims=True)
-    columns = kops.cast(kops.arange(width, dtype="int32"), dtype)
-    last, _ = ops.masked_argmax(kops.broadcast_to(columns, kops.shape(candidates)), candidates)
-    index = kops.where(count >= width, last[:, None], count)
-    found = kops.broadcast_to(found, kops.shape(index))
-    return kops.where(found, index, kops.zeros_like(index)), found
+    order = dml.stable_argsort(merged, axis=1)
+    before = ops.cumsum(dml.take_along_axis(is_cdf, order, axis=1), axis=1)
+    count = dml.scatter_rows(ops.zeros_like(order), order, before)[:, width:]
+    found = ops.any(candidates, axis=1, keepdims=True)
+    columns = ops.cast(ops.arange(width, dtype="int32"), dtype)
+    last, _ = dml.masked_argmax(ops.broadcast_to(columns, ops.shape(candidates)), candidates)
+    index = ops.where(count >= width, last[:, None], count)
+    found = ops.broadcast_to(found, ops.shape(index))
+    return ops.where(found, index, ops.zeros_like(index)), found
 
 
 def _semihard_single(scores, negative_mask, s_ap):
     """Semi-hard negative for one positive per anchor. ``s_ap`` has shape [B, 1]."""
-    candidates = kops.logical_and(negative_mask, scores <= s_ap)
+    candidates = ops.logical_and(negative_mask, scores <= s_ap)
     return _pick("semihard_negative", scores, candidates)
 
 
@@ -391,10 +391,10 @@ def _semihard_all(scores, negative_mask):
     def semihard(scores, negative_mask):
         count, negatives = negatives_at_or_below(scores, negative_mask)
         found = count > 0
-        index = ops.take_along_axis(negatives, kops.maximum(count - 1, 0), axis=1)
-        return kops.where(found, index, kops.zeros_like(index)), found
+        index = dml.take_along_axis(negatives, ops.maximum(count - 1, 0), axis=1)
+        return ops.where(found, index, ops.zeros_like(index)), found
 
-    return ops.map_row_blocks(semihard, (scores, negative_mask), ("int32", "bool"))
+    return dml.map_row_blocks(semihard, (scores, negative_mask), ("int32", "bool"))
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -501,11 +501,11 @@ class TripletMiner(Miner):
         if seed is not None and (not isinstance(seed, numbers.Integral) or isinstance(seed, bool)):
             raise ValueError(f"`seed` must be an int or None. Received: seed={seed!r}")
         seed = None if seed is None else int(seed)
-        if not ops.is_number(lower_cutoff) or not 0 <= lower_cutoff < 2:
+        if not dml.is_number(lower_cutoff) or not 0 <= lower_cutoff < 2:
             raise ValueError(
                 f"`lower_cutoff` must be a number in [0, 2). Received: lower_cutoff={lower_cutoff!r}"
             )
-        if upper_cutoff is not None and (not ops.is_number(upper_cutoff)
+        if upper_cutoff is not None and (not dml.is_number(upper_cutoff)
                                          or not upper_cutoff > lower_cutoff):
             raise ValueError(
                 "`upper_cutoff` must be None or a number > lower_cutoff. "
@@ -535,19 +535,19 @@ class TripletMiner(Miner):
 
     def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
              ref_embeddings=None) -> Triplets:
-        scores = kops.stop_gradient(kops.convert_to_tensor(scores))
-        dtype = ops.dtype_name(scores)
-        positive_mask, negative_mask = ops.label_masks(labels, ref_labels, ref_offset)
+        scores = ops.stop_gradient(ops.convert_to_tensor(scores))
+        dtype = dml.dtype_name(scores)
+        positive_mask, negative_mask = dml.label_masks(labels, ref_labels, ref_offset)
         log_w = None
         if self.negative == "distance_weighted":
             log_w, within = distance_log_weights(embeddings, ref_embeddings, self.lower_cutoff,
                                                  self.upper_cutoff)
-            log_w = kops.cast(log_w, dtype)
+            log_w = ops.cast(log_w, dtype)
         if self.disjoint:
             if log_w is not None:
                 log_w = (log_w, within)
             return self._mine_disjoint(scores, positive_mask, negative_mask, ref_offset, log_w)
-        shape = kops.shape(scores)
+        shape = ops.shape(scores)
 
         if self.positive == "all":
             positive = None
@@ -557,11 +557,11 @@ class TripletMiner(Miner):
             noise = _uniform(shape, dtype, self._seed_generator) if self.positive == "random" else None
             index, pair_found = _pick(self.positive + "_positive", scores, positive_mask, noise)
             positive = index[:, None]
-            s_ap = ops.take_along_axis(scores, positive, axis=1)
+            s_ap = dml.take_along_axis(scores, positive, axis=1)
             pair_found = pair_found[:, None]
 
         if self.negative == "all":
-            mask = kops.logical_and(pair_found[:, :, None], negative_mask[:, None, :])
+            mask = ops.logical_and(pair_found[:, :, None], negative_mask[:, None, :])
             return Triplets(positive, None, mask)
 
         if self.negative == "semihard":
@@ -573,7 +573,7 @@ class TripletMiner(Miner):
         elif self.negative in ("random", "distance_weighted") and positive is None:
             # One draw per (anchor, positive) pair: inverse CDF, uniform weights for "random".
             if self.negative == "random":
-                log_w, candidates = kops.zeros_like(scores), negative_mask
+                log_w, candidates = ops.zeros_like(scores), negative_mask
             else:
                 log_w, candidates = _distance_candidates(log_w, within, negative_mask)
             negative, found = _draw_per_pair(log_w, candidates, self._seed_generator)
@@ -586,23 +586,23 @@ class TripletMiner(Miner):
                 log_w, candidates = _distance_candidates(log_w, within, negative_mask)
                 noise = log_w + _gumbel(shape, dtype, self._seed_generator)
             negative, found = _pick(self.negative + "_negative", scores, candidates, noise)
-            negative = kops.broadcast_to(negative[:, None], kops.shape(pair_found))
-            found = kops.broadcast_to(found[:, None], kops.shape(pair_found))
-        mask = kops.logical_and(pair_found, found)[:, :, None]
+            negative = ops.broadcast_to(negative[:, None], ops.shape(pair_found))
+            found = ops.broadcast_to(found[:, None], ops.shape(pair_found))
+        mask = ops.logical_and(pair_found, found)[:, :, None]
         return Triplets(positive, negative, mask)
 
     def _mine_disjoint(self, scores, positive_mask, negative_mask, ref_offset, distance_weights):
-        shape = kops.shape(scores)
+        shape = ops.shape(scores)
         batch, num_ref = shape[0], shape[1]
-        dtype = ops.dtype_name(scores)
+        dtype = dml.dtype_name(scores)
         noise_p = _uniform(shape, dtype, self._seed_generator) if self.positive == "random" else None
         noise_n = _uniform(shape, dtype, self._seed_generator) if self.negative == "random" else None
         if distance_weights is not None:
             log_w, within = distance_weights
             gumbel = _gumbel(shape, dtype, self._seed_generator)
-        ref_columns = kops.arange(num_ref, dtype="int32")
-        batch_rows = kops.arange(batch, dtype="int32")
-        offset = None if ref_offset is None else kops.cast(ref_offset, "int32")
+        ref_columns = ops.arange(num_ref, dtype="int32")
+        batch_rows = ops.arange(batch, dtype="int32")
+        offset = None if ref_offset is None else ops.cast(ref_offset, "int32")
 
         def body(i, state):
             used, positive, negative, valid = state
@@ -611,13 +611,13 @@ class TripletMiner(Miner):
                 return x[i][None, :]
 
             scores_i = row(scores)
-            free = kops.logical_not(used)[None, :]
-            p_mask = kops.logical_and(row(positive_mask), free)
+            free = ops.logical_not(used)[None, :]
+            p_mask = ops.logical_and(row(positive_mask), free)
             p, p_found = _pick(self.positive + "_positive", scores_i, p_mask,
                                     None if noise_p is None else row(noise_p))
-            n_mask = kops.logical_and(row(negative_mask), free)
+            n_mask = ops.logical_and(row(negative_mask), free)
             if self.negative == "semihard":
-                s_ap = ops.take_along_axis(scores_i, p[:, None], axis=1)
+                s_ap = dml.take_along_axis(scores_i, p[:, None], axis=1)
                 n, n_found = _semihard_single(scores_i, n_mask, s_ap)
             else:
                 noise = None if noise_n is None else row(noise_n)
@@ -625,25 +625,25 @@ class TripletMiner(Miner):
                     w_row, n_mask = _distance_candidates(row(log_w), row(within), n_mask)
                     noise = w_row + row(gumbel)
                 n, n_found = _pick(self.negative + "_negative", scores_i, n_mask, noise)
-            ok = kops.logical_and(p_found[0], n_found[0])
-            taken = kops.logical_or(kops.equal(ref_columns, p[0]), kops.equal(ref_columns, n[0]))
+            ok = ops.logical_and(p_found[0], n_found[0])
+            taken = ops.logical_or(ops.equal(ref_columns, p[0]), ops.equal(ref_columns, n[0]))
             if offset is not None:
-                anchor = kops.equal(ref_columns, i + offset)
-                anchor_free = kops.logical_not(kops.any(kops.logical_and(used, anchor)))
-                ok = kops.logical_and(ok, anchor_free)
-                taken = kops.logical_or(taken, anchor)
-            used = kops.logical_or(used, kops.logical_and(ok, taken))
-            here = kops.equal(batch_rows, i)
-            positive = kops.where(here, p[0], positive)
-            negative = kops.where(here, n[0], negative)
-            valid = kops.logical_or(valid, kops.logical_and(here, ok))
+                anchor = ops.equal(ref_columns, i + offset)
+                anchor_free = ops.logical_not(ops.any(ops.logical_and(used, anchor)))
+                ok = ops.logical_and(ok, anchor_free)
+                taken = ops.logical_or(taken, anchor)
+            used = ops.logical_or(used, ops.logical_and(ok, taken))
+            here = ops.equal(batch_rows, i)
+            positive = ops.where(here, p[0], positive)
+            negative = ops.where(here, n[0], negative)
+            valid = ops.logical_or(valid, ops.logical_and(here, ok))
             return used, positive, negative, valid
 
-        zeros = kops.zeros((batch,), "int32")
-        init = (kops.zeros((num_ref,), "bool"), zeros, zeros, kops.zeros((batch,), "bool"))
-        _, positive, negative, valid = kops.fori_loop(0, batch, body, init)
-        positive = kops.where(valid, positive, kops.zeros_like(positive))
-        negative = kops.where(valid, negative, kops.zeros_like(negative))
+        zeros = ops.zeros((batch,), "int32")
+        init = (ops.zeros((num_ref,), "bool"), zeros, zeros, ops.zeros((batch,), "bool"))
+        _, positive, negative, valid = ops.fori_loop(0, batch, body, init)
+        positive = ops.where(valid, positive, ops.zeros_like(positive))
+        negative = ops.where(valid, negative, ops.zeros_like(negative))
         return Triplets(positive[:, None], negative[:, None], valid[:, None, None])
 
 
@@ -671,7 +671,7 @@ class AllPairsMiner(Miner):
 
     def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
              ref_embeddings=None) -> Pairs:
-        return Pairs(*ops.label_masks(labels, ref_labels, ref_offset))
+        return Pairs(*dml.label_masks(labels, ref_labels, ref_offset))
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -721,7 +721,7 @@ class MultiSimilarityMiner(Miner):
     """
 
     def __init__(self, epsilon: float = 0.1, positive: str = "hard"):
-        if not ops.is_number(epsilon) or not epsilon >= 0:
+        if not dml.is_number(epsilon) or not epsilon >= 0:
             raise ValueError(f"`epsilon` must be a number >= 0. Received: epsilon={epsilon!r}")
         check_choice("positive", positive, MS_POSITIVE_STRATEGIES)
         self.epsilon = float(epsilon)
@@ -732,19 +732,19 @@ class MultiSimilarityMiner(Miner):
 
     def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
              ref_embeddings=None) -> Pairs:
-        scores = kops.stop_gradient(kops.convert_to_tensor(scores))
-        positive_mask, negative_mask = ops.label_masks(labels, ref_labels, ref_offset)
-        epsilon = kops.convert_to_tensor(self.epsilon, ops.dtype_name(scores))
-        least_positive, has_positive = ops.masked_min(scores, positive_mask)
-        negative = kops.logical_and(negative_mask, scores + epsilon > least_positive[:, None])
-        negative = kops.logical_and(negative, has_positive[:, None])
+        scores = ops.stop_gradient(ops.convert_to_tensor(scores))
+        positive_mask, negative_mask = dml.label_masks(labels, ref_labels, ref_offset)
+        epsilon = ops.convert_to_tensor(self.epsilon, dml.dtype_name(scores))
+        least_positive, has_positive = dml.masked_min(scores, positive_mask)
+        negative = ops.logical_and(negative_mask, scores + epsilon > least_positive[:, None])
+        negative = ops.logical_and(negative, has_positive[:, None])
         if self.positive == "hard":
-            most_negative, _ = ops.masked_max(scores, negative_mask)
-            positive = kops.logical_and(positive_mask, scores - epsilon < most_negative[:, None])
+            most_negative, _ = dml.masked_max(scores, negative_mask)
+            positive = ops.logical_and(positive_mask, scores - epsilon < most_negative[:, None])
         elif self.positive == "easy":
-            index, found = ops.masked_argmax(scores, positive_mask)
-            positive = _scatter_columns(index[:, None], found[:, None], kops.shape(scores)[1])
+            index, found = dml.masked_argmax(scores, positive_mask)
+            positive = _scatter_columns(index[:, None], found[:, None], ops.shape(scores)[1])
         else:
             positive = positive_mask
-        has_negative = kops.any(negative_mask, axis=1, keepdims=True)
-        return Pairs(kops.logical_and(positive, has_negative), negative)
+        has_negative = ops.any(negative_mask, axis=1, keepdims=True)
+        return Pairs(ops.logical_and(positive, has_negative), negative)

@@ -26,7 +26,7 @@ import numbers
 
 import keras
 import numpy as np
-from keras import ops as kops
+from keras import ops
 
 __all__ = [
     "all_finite",
@@ -123,14 +123,14 @@ def stable_argsort(x, axis: int = -1):
 
     ``keras.ops.argsort`` is stable on JAX and PyTorch but not on TensorFlow.
     """
-    x = kops.convert_to_tensor(x)
+    x = ops.convert_to_tensor(x)
     if dtype_name(x) == "bool":
-        x = kops.cast(x, "int32")
+        x = ops.cast(x, "int32")
     if _backend() == "tensorflow":
         import tensorflow as tf
 
         return tf.argsort(x, axis=axis, stable=True)
-    return kops.cast(kops.argsort(x, axis=axis), "int32")
+    return ops.cast(ops.argsort(x, axis=axis), "int32")
 
 
 # Float64 on every backend. Keras 3.15's PyTorch backend computes ``matmul``, ``maximum``,
@@ -143,7 +143,7 @@ def _as_tensor_like(value, x):
     """``value`` as a tensor of ``x``'s dtype (a Python number becomes a scalar)."""
     if _is_tensor(value):
         return value
-    return kops.convert_to_tensor(value, dtype=dtype_name(x))
+    return ops.convert_to_tensor(value, dtype=dtype_name(x))
 
 
 def _torch_float64(*tensors) -> bool:
@@ -154,7 +154,7 @@ def matmul(x, y):
     """``keras.ops.matmul(x, y)`` in the inputs' dtype."""
     if _torch_float64(x, y):
         return x @ y
-    return kops.matmul(x, y)
+    return ops.matmul(x, y)
 
 
 def maximum(x, y):
@@ -165,16 +165,16 @@ def maximum(x, y):
     """
     y = _as_tensor_like(y, x)
     if _backend() == "tensorflow":
-        return kops.maximum(x, y)
-    return kops.where(x < y, y, x)
+        return ops.maximum(x, y)
+    return ops.where(x < y, y, x)
 
 
 def minimum(x, y):
     """``min(x, y)`` in ``x``'s dtype; at ties the gradient goes to ``x`` (see :func:`maximum`)."""
     y = _as_tensor_like(y, x)
     if _backend() == "tensorflow":
-        return kops.minimum(x, y)
-    return kops.where(y < x, y, x)
+        return ops.minimum(x, y)
+    return ops.where(y < x, y, x)
 
 
 def clip(x, low, high):
@@ -190,8 +190,8 @@ def divide_no_nan(x, y):
     """``x / y``, and 0 where ``y == 0`` (``keras.ops.divide_no_nan``) in the inputs' dtype."""
     if _torch_float64(x, y):
         zero = y == 0
-        return kops.where(zero, kops.zeros_like(x), x / kops.where(zero, kops.ones_like(y), y))
-    return kops.divide_no_nan(x, y)
+        return ops.where(zero, ops.zeros_like(x), x / ops.where(zero, ops.ones_like(y), y))
+    return ops.divide_no_nan(x, y)
 
 
 def cumsum(x, axis=None):
@@ -200,7 +200,7 @@ def cumsum(x, axis=None):
         import torch
 
         return torch.cumsum(x.reshape(-1), dim=0) if axis is None else torch.cumsum(x, dim=axis)
-    return kops.cumsum(x, axis=axis)
+    return ops.cumsum(x, axis=axis)
 
 
 def segment_sum(data, segment_ids, num_segments):
@@ -210,7 +210,7 @@ def segment_sum(data, segment_ids, num_segments):
 
         total = torch.zeros(num_segments, dtype=data.dtype, device=data.device)
         return total.index_add(0, segment_ids.long(), data)
-    return kops.segment_sum(data, segment_ids, num_segments=num_segments)
+    return ops.segment_sum(data, segment_ids, num_segments=num_segments)
 
 
 def _native_float64(name, x):
@@ -231,14 +231,14 @@ def _native_float64(name, x):
 def floor(x):
     """``keras.ops.floor(x)`` in ``x``'s dtype."""
     native = _native_float64("floor", x)
-    return kops.floor(x) if native is None else native
+    return ops.floor(x) if native is None else native
 
 
 def cos_sin(x):
     """``(cos(x), sin(x))`` in ``x``'s dtype."""
     if _backend() == "jax" and dtype_name(x) == "float64":
         return _native_float64("cos", x), _native_float64("sin", x)
-    return kops.cos(x), kops.sin(x)
+    return ops.cos(x), ops.sin(x)
 
 
 def take_along_axis(x, indices, axis: int = -1):
@@ -258,7 +258,7 @@ def take_along_axis(x, indices, axis: int = -1):
             indices = tf.broadcast_to(
                 indices, tf.concat([tf.shape(x)[:-1], tf.shape(indices)[-1:]], axis=0))
         return tf.gather(x, indices, axis=rank - 1, batch_dims=rank - 1)
-    return kops.take_along_axis(x, indices, axis=axis)
+    return ops.take_along_axis(x, indices, axis=axis)
 
 
 _SCATTER_MODES = ("update", "max", "add")
@@ -280,9 +280,9 @@ def scatter_rows(target, columns, updates, mode: str = "update"):
     """
     if mode not in _SCATTER_MODES:
         raise ValueError(f"`mode` must be one of {_SCATTER_MODES}. Received: mode={mode!r}")
-    target = kops.convert_to_tensor(target)
-    columns = kops.cast(columns, "int32")
-    updates = kops.cast(updates, dtype_name(target))
+    target = ops.convert_to_tensor(target)
+    columns = ops.cast(columns, "int32")
+    updates = ops.cast(updates, dtype_name(target))
     backend = _backend()
     if backend == "tensorflow":
         import tensorflow as tf
@@ -446,29 +446,29 @@ def cast_labels(labels, name: str = "labels"):
             array = array[:, 0]
         if not isinstance(given, np.ndarray) and array.dtype == np.int64 and _fits_int32(array):
             array = array.astype(np.int32)  # Python ints: int32 where they fit, as TensorFlow
-        return kops.convert_to_tensor(_jax_int64(array, name))
+        return ops.convert_to_tensor(_jax_int64(array, name))
     dtype = dtype_name(labels)
     if dtype == "string":
         raise _string_labels_error(name, dtype)
     if not (dtype.startswith(("int", "uint", "float", "bfloat")) or dtype == "bool"):
         raise ValueError(f"`{name}` must be integer class ids. Received: {name}.dtype={dtype}")
     if _check_label_shape(labels.shape, name):
-        labels = kops.squeeze(labels, axis=-1)
+        labels = ops.squeeze(labels, axis=-1)
     if dtype in ("int32", "int64"):
         return labels
     if dtype == "uint64":
         return _bitcast_to_int64(labels)
     if dtype == "uint32":
-        return kops.cast(labels, "int64")
+        return ops.cast(labels, "int64")
     if dtype.startswith(("float", "bfloat")):
         if not is_traced(labels):
-            _numpy_labels(kops.convert_to_numpy(kops.cast(labels, "float64")), name)
-            return kops.cast(labels, "int64")
-        whole = kops.logical_and(kops.isfinite(labels), kops.equal(labels, kops.round(labels)))
-        return graph_assert(kops.cast(labels, "int64"), kops.all(whole),
+            _numpy_labels(ops.convert_to_numpy(ops.cast(labels, "float64")), name)
+            return ops.cast(labels, "int64")
+        whole = ops.logical_and(ops.isfinite(labels), ops.equal(labels, ops.round(labels)))
+        return graph_assert(ops.cast(labels, "int64"), ops.all(whole),
                              f"`{name}` holds float values that are not whole numbers (or "
                              "NaN/Inf); class ids must be integers.")
-    return kops.cast(labels, "int32")
+    return ops.cast(labels, "int32")
 
 
 def _static_int(x):
@@ -476,7 +476,7 @@ def _static_int(x):
     if isinstance(x, numbers.Integral) and not isinstance(x, bool):
         return int(x)
     if _is_tensor(x) and not is_traced(x):
-        return int(kops.convert_to_numpy(x))
+        return int(ops.convert_to_numpy(x))
     return None
 
 
@@ -498,9 +498,9 @@ def check_ref_offset(ref_offset, batch, num_ref):
         raise ValueError(f"`ref_offset` must be an int or None. Received: ref_offset={ref_offset!r}")
     offset, b, r = _static_int(ref_offset), _static_int(batch), _static_int(num_ref)
     if offset is None:
-        offset = kops.cast(ref_offset, "int32")
-        ok = kops.logical_and(offset >= 0, offset + kops.cast(batch, "int32")
-                              <= kops.cast(num_ref, "int32"))
+        offset = ops.cast(ref_offset, "int32")
+        ok = ops.logical_and(offset >= 0, offset + ops.cast(batch, "int32")
+                              <= ops.cast(num_ref, "int32"))
         return graph_assert(offset, ok,
                              "`ref_offset` must be in [0, len(ref_embeddings) - len(y_pred)].")
     if b is not None and r is not None and not 0 <= offset <= r - b:
@@ -522,18 +522,18 @@ def all_finite(*tensors, distances: bool = False):
     product between rows overflows. In float32 that holds for norms up to
     about 9.2e18 (6.7e153 in float64). One ``[B, D]`` pass per tensor.
     """
-    ok = kops.convert_to_tensor(True)
+    ok = ops.convert_to_tensor(True)
     for t in tensors:
         if t is None:
             continue
         if distances:
-            t = kops.convert_to_tensor(t)
-            t = kops.cast(t, compute_dtype(t.dtype))
+            t = ops.convert_to_tensor(t)
+            t = ops.cast(t, compute_dtype(t.dtype))
             # NaN or Inf entries make the sum NaN or Inf too.
-            fits = kops.isfinite(kops.sum(kops.square(t), axis=-1) * 4.0)
+            fits = ops.isfinite(ops.sum(ops.square(t), axis=-1) * 4.0)
         else:
-            fits = kops.isfinite(t)
-        ok = kops.logical_and(ok, kops.all(fits))
+            fits = ops.isfinite(t)
+        ok = ops.logical_and(ok, ops.all(fits))
     return ok
 
 
@@ -546,10 +546,10 @@ def nan_unless(value, ok):
     bool: checked already) returns ``value`` unchanged. The gradient where
     ``ok`` holds is ``value``'s, and 0 otherwise.
     """
-    value = kops.convert_to_tensor(value)
+    value = ops.convert_to_tensor(value)
     if ok is True:
         return value
-    return kops.where(ok, value, kops.cast(float("nan"), dtype_name(value)))
+    return ops.where(ok, value, ops.cast(float("nan"), dtype_name(value)))
 
 
 def nan_unless_finite(value, *inputs, distances: bool = False):
@@ -575,7 +575,7 @@ def same_label_dtype(a, b):
     """Casts two label tensors to a common dtype (int64 if either is int64)."""
     if dtype_name(a) == dtype_name(b):
         return a, b
-    return kops.cast(a, "int64"), kops.cast(b, "int64")
+    return ops.cast(a, "int64"), ops.cast(b, "int64")
 
 
 def _is_floating(dtype: str) -> bool:
@@ -584,7 +584,7 @@ def _is_floating(dtype: str) -> bool:
 
 def check_embeddings(embeddings, name: str = "embeddings"):
     """Converts to a tensor and checks that it is a rank-2 ``[B, D]`` float tensor."""
-    embeddings = kops.convert_to_tensor(embeddings)
+    embeddings = ops.convert_to_tensor(embeddings)
     if len(embeddings.shape) != 2:
         raise ValueError(
             f"`{name}` must be a rank-2 tensor of shape [B, D]. "
@@ -639,31 +639,31 @@ def l2_normalize(x, axis=-1, epsilon: float = 1e-12):
         axis: the axis (or tuple of axes) to normalize. Defaults to `-1`.
         epsilon: lower bound of the squared norm, ``> 0``. Defaults to `1e-12`.
     """
-    x = kops.convert_to_tensor(x)
+    x = ops.convert_to_tensor(x)
     dtype = dtype_name(x)
     work = compute_dtype(dtype)
     if work != dtype:
-        x = kops.cast(x, work)
-    one = kops.ones((), work)
+        x = ops.cast(x, work)
+    one = ops.ones((), work)
     # The result does not depend on the scale (for vectors above the epsilon bound, where
     # it is used), so its gradient is exact without the scale's; max|x| has none anyway at
     # ties or at 0. The zero vector is divided by 1 (0 / 0 would make its gradient NaN).
-    scale = kops.stop_gradient(kops.max(kops.abs(x), axis=axis, keepdims=True, initial=0.0))
-    scale = kops.where(scale > 0, scale, one)
+    scale = ops.stop_gradient(ops.max(ops.abs(x), axis=axis, keepdims=True, initial=0.0))
+    scale = ops.where(scale > 0, scale, one)
     # u = x / scale, through a power of two c that keeps 1 / (c * scale) a normal number
     # (XLA may divide by multiplying with the reciprocal, and flushes subnormals to 0).
-    big, tiny = kops.cast(2.0**64, work), kops.cast(2.0**-64, work)
-    c = kops.where(scale > big, tiny, kops.where(scale < tiny, big, one))
+    big, tiny = ops.cast(2.0**64, work), ops.cast(2.0**-64, work)
+    c = ops.where(scale > big, tiny, ops.where(scale < tiny, big, one))
     u = (x * c) * (one / (scale * c))
-    square_sum = kops.sum(kops.square(u), axis=axis, keepdims=True)
-    eps = kops.convert_to_tensor(epsilon, dtype=work)
+    square_sum = ops.sum(ops.square(u), axis=axis, keepdims=True)
+    eps = ops.convert_to_tensor(epsilon, dtype=work)
     # |x|^2 = scale^2 |u|^2 < epsilon; scale^2 may overflow (false) or underflow (true).
-    small = kops.square(scale) * square_sum < eps
+    small = ops.square(scale) * square_sum < eps
     # |u|^2 is about 1 or more unless x is zero (small): the branch not taken stays finite,
     # and so does its gradient.
-    unit = u / kops.sqrt(kops.where(small, one, square_sum))
-    out = kops.where(small, x * kops.rsqrt(eps), unit)
-    return out if work == dtype else kops.cast(out, dtype)
+    unit = u / ops.sqrt(ops.where(small, one, square_sum))
+    out = ops.where(small, x * ops.rsqrt(eps), unit)
+    return out if work == dtype else ops.cast(out, dtype)
 
 
 def safe_sqrt(x, epsilon: float = 1e-12):
@@ -672,11 +672,11 @@ def safe_sqrt(x, epsilon: float = 1e-12):
     The plain square root has an infinite derivative at 0, which turns the
     gradient of a distance between duplicate points into NaN.
     """
-    x = kops.convert_to_tensor(x)
+    x = ops.convert_to_tensor(x)
     dtype = dtype_name(x)
-    positive = x > kops.cast(epsilon, dtype)
-    one, zero = kops.ones((), dtype), kops.zeros((), dtype)  # broadcast, not materialized
-    return kops.where(positive, kops.sqrt(kops.where(positive, x, one)), zero)
+    positive = x > ops.cast(epsilon, dtype)
+    one, zero = ops.ones((), dtype), ops.zeros((), dtype)  # broadcast, not materialized
+    return ops.where(positive, ops.sqrt(ops.where(positive, x, one)), zero)
 
 
 def pairwise_similarity(x, y=None):
@@ -686,9 +686,9 @@ def pairwise_similarity(x, y=None):
         x: ``[B, D]`` tensor.
         y: ``[R, D]`` tensor. Defaults to ``x``.
     """
-    x = kops.convert_to_tensor(x)
-    y = x if y is None else kops.convert_to_tensor(y)
-    return matmul(x, kops.transpose(y))
+    x = ops.convert_to_tensor(x)
+    y = x if y is None else ops.convert_to_tensor(y)
+    return matmul(x, ops.transpose(y))
 
 
 def pairwise_distance(x, y=None, squared: bool = False):
@@ -702,13 +702,13 @@ def pairwise_distance(x, y=None, squared: bool = False):
         y: ``[R, D]`` tensor. Defaults to ``x``.
         squared: return squared distances. Defaults to `False`.
     """
-    x = kops.convert_to_tensor(x)
-    y = x if y is None else kops.convert_to_tensor(y)
-    x_sq = kops.sum(kops.square(x), axis=1, keepdims=True)
-    y_sq = kops.sum(kops.square(y), axis=1, keepdims=True)
+    x = ops.convert_to_tensor(x)
+    y = x if y is None else ops.convert_to_tensor(y)
+    x_sq = ops.sum(ops.square(x), axis=1, keepdims=True)
+    y_sq = ops.sum(ops.square(y), axis=1, keepdims=True)
     # -2 folded into the [B, D] factor (exact, and the same sums in the same order as
     # x_sq + y_sq^T - 2 x.y): one [B, R] temporary fewer.
-    sq = (x_sq + kops.transpose(y_sq)) + matmul(-2.0 * x, kops.transpose(y))
+    sq = (x_sq + ops.transpose(y_sq)) + matmul(-2.0 * x, ops.transpose(y))
     sq = maximum(sq, 0.0)
     return sq if squared else safe_sqrt(sq)
 
@@ -717,10 +717,10 @@ def paired_distance(x, y, distance: str = "l2"):
     """``d(x_k, y_k)`` of matching rows (along the last axis), by name, with the formulas of
     :func:`distance_matrix`: ``[..., D]`` and ``[..., D]`` give ``[...]``."""
     check_distance(distance)
-    dot = kops.sum(x * y, axis=-1)
+    dot = ops.sum(x * y, axis=-1)
     if distance == "cosine":
         return 1.0 - dot
-    sq = maximum(kops.sum(kops.square(x), axis=-1) + kops.sum(kops.square(y), axis=-1)
+    sq = maximum(ops.sum(ops.square(x), axis=-1) + ops.sum(ops.square(y), axis=-1)
                  - 2.0 * dot, 0.0)
     return sq if distance == "squared_l2" else safe_sqrt(sq)
 
@@ -772,14 +772,14 @@ def label_masks(labels, ref_labels=None, ref_offset=0):
     labels = cast_labels(labels)
     ref_labels = labels if ref_labels is None else cast_labels(ref_labels, "ref_labels")
     labels, ref_labels = same_label_dtype(labels, ref_labels)
-    same = kops.equal(labels[:, None], ref_labels[None, :])
-    negative = kops.logical_not(same)
+    same = ops.equal(labels[:, None], ref_labels[None, :])
+    negative = ops.logical_not(same)
     if ref_offset is None:
         return same, negative
-    rows = kops.arange(kops.shape(labels)[0], dtype="int32") + kops.cast(ref_offset, "int32")
-    cols = kops.arange(kops.shape(ref_labels)[0], dtype="int32")
-    not_self = kops.not_equal(rows[:, None], cols[None, :])
-    return kops.logical_and(same, not_self), negative
+    rows = ops.arange(ops.shape(labels)[0], dtype="int32") + ops.cast(ref_offset, "int32")
+    cols = ops.arange(ops.shape(ref_labels)[0], dtype="int32")
+    not_self = ops.not_equal(rows[:, None], cols[None, :])
+    return ops.logical_and(same, not_self), negative
 
 
 def masked_max(x, mask, axis: int = -1):
@@ -789,16 +789,16 @@ def masked_max(x, mask, axis: int = -1):
         ``(values, found)``: ``values`` is 0 where the mask is empty along
         ``axis``; ``found`` is a boolean tensor saying where it was not.
     """
-    x = kops.convert_to_tensor(x)
+    x = ops.convert_to_tensor(x)
     dtype = dtype_name(x)
-    found = kops.any(mask, axis=axis)
-    values = kops.max(kops.where(mask, x, kops.cast(-float("inf"), dtype)), axis=axis)
-    return kops.where(found, values, kops.zeros((), dtype)), found
+    found = ops.any(mask, axis=axis)
+    values = ops.max(ops.where(mask, x, ops.cast(-float("inf"), dtype)), axis=axis)
+    return ops.where(found, values, ops.zeros((), dtype)), found
 
 
 def masked_min(x, mask, axis: int = -1):
     """Minimum of ``x`` over the entries where ``mask`` is true; see :func:`masked_max`."""
-    values, found = masked_max(-kops.convert_to_tensor(x), mask, axis=axis)
+    values, found = masked_max(-ops.convert_to_tensor(x), mask, axis=axis)
     return -values, found
 
 
@@ -812,19 +812,19 @@ def masked_logsumexp(x, mask, axis: int = -1, add_one: bool = False):
     Returns:
         ``(values, found)`` as :func:`masked_max`.
     """
-    x = kops.convert_to_tensor(x)
+    x = ops.convert_to_tensor(x)
     dtype = dtype_name(x)
-    zero = kops.zeros((), dtype)
-    best, found = masked_max(kops.stop_gradient(x), mask, axis=axis)
+    zero = ops.zeros((), dtype)
+    best, found = masked_max(ops.stop_gradient(x), mask, axis=axis)
     if add_one:
         best = maximum(best, zero)
-    shifted = kops.where(mask, x - kops.expand_dims(best, axis), kops.cast(-float("inf"), dtype))
-    total = kops.sum(kops.exp(shifted), axis=axis)
+    shifted = ops.where(mask, x - ops.expand_dims(best, axis), ops.cast(-float("inf"), dtype))
+    total = ops.sum(ops.exp(shifted), axis=axis)
     if add_one:
-        return best + kops.log(total + kops.exp(-best)), found
-    empty = kops.logical_not(found)
-    values = best + kops.log(kops.where(empty, kops.ones((), dtype), total))
-    return kops.where(empty, kops.cast(-float("inf"), dtype), values), found
+        return best + ops.log(total + ops.exp(-best)), found
+    empty = ops.logical_not(found)
+    values = best + ops.log(ops.where(empty, ops.ones((), dtype), total))
+    return ops.where(empty, ops.cast(-float("inf"), dtype), values), found
 
 
 def validate_class_ids(labels, num_classes: int, message: str | None = None):
@@ -848,9 +848,9 @@ def validate_class_ids(labels, num_classes: int, message: str | None = None):
     if message is None:
         message = f"Class ids (y_true) must be in [0, {num_classes}) (num_classes={num_classes})."
     if is_traced(labels):
-        ok = kops.logical_and(kops.all(labels >= 0), kops.all(labels < num_classes))
+        ok = ops.logical_and(ops.all(labels >= 0), ops.all(labels < num_classes))
         return graph_assert(labels, ok, message), ok
-    values = kops.convert_to_numpy(labels)
+    values = ops.convert_to_numpy(labels)
     if values.size and (values.min() < 0 or values.max() >= num_classes):
         raise ValueError(f"{message} Received ids from {values.min()} to {values.max()}.")
     return labels, True
@@ -864,16 +864,16 @@ def masked_argmax(x, mask, axis: int = -1):
         the boolean ``found``. Ties go to the lowest index; the index is
         always inside the mask, even when every candidate is ``-inf``.
     """
-    x = kops.stop_gradient(kops.convert_to_tensor(x))
+    x = ops.stop_gradient(ops.convert_to_tensor(x))
     best, found = masked_max(x, mask, axis=axis)
-    is_best = kops.logical_and(mask, kops.equal(x, kops.expand_dims(best, axis)))
-    idx = kops.cast(kops.argmax(kops.cast(is_best, "int32"), axis=axis), "int32")
-    return kops.where(found, idx, kops.zeros((), "int32")), found
+    is_best = ops.logical_and(mask, ops.equal(x, ops.expand_dims(best, axis)))
+    idx = ops.cast(ops.argmax(ops.cast(is_best, "int32"), axis=axis), "int32")
+    return ops.where(found, idx, ops.zeros((), "int32")), found
 
 
 def masked_argmin(x, mask, axis: int = -1):
     """Index of the smallest ``x`` where ``mask`` is true; see :func:`masked_argmax`."""
-    return masked_argmax(-kops.convert_to_tensor(x), mask, axis=axis)
+    return masked_argmax(-ops.convert_to_tensor(x), mask, axis=axis)
 
 
 # -- row blocks -------------------------------------------------------------------------------
@@ -890,7 +890,7 @@ def _map_blocks(one_block, num_blocks, block, width, output_dtypes):
         block_dim = block if isinstance(block, int) else None
         signature = tuple(tf.TensorSpec([block_dim, width], dtype) for dtype in output_dtypes)
         return tf.map_fn(one_block, tf.range(num_blocks), fn_output_signature=signature)
-    return kops.map(one_block, kops.arange(num_blocks, dtype="int32"))
+    return ops.map(one_block, ops.arange(num_blocks, dtype="int32"))
 
 
 def map_row_blocks(fn, tensors, output_dtypes, max_elements: int | None = None):
@@ -918,26 +918,26 @@ def map_row_blocks(fn, tensors, output_dtypes, max_elements: int | None = None):
     if max_elements is None:
         max_elements = ROW_BLOCK_ELEMENTS
     output_dtypes = [keras.backend.standardize_dtype(d) for d in output_dtypes]
-    tensors = [kops.stop_gradient(kops.convert_to_tensor(t)) for t in tensors]
+    tensors = [ops.stop_gradient(ops.convert_to_tensor(t)) for t in tensors]
     rows, width = tensors[0].shape[0], tensors[0].shape[1]
     if rows is not None and width is not None and rows * width <= max_elements:
         return tuple(fn(*tensors))
-    n = kops.shape(tensors[0])[0]
-    r = kops.shape(tensors[0])[1]
+    n = ops.shape(tensors[0])[0]
+    r = ops.shape(tensors[0])[1]
     if width is not None:  # static block size (XLA needs it)
         block = max(1, max_elements // max(width, 1))
         if rows is not None:
             block = min(block, rows)
     else:
-        block = kops.minimum(kops.maximum(max_elements // kops.maximum(r, 1), 1),
-                             kops.maximum(n, 1))
+        block = ops.minimum(ops.maximum(max_elements // ops.maximum(r, 1), 1),
+                             ops.maximum(n, 1))
     num_blocks = (n + block - 1) // block
 
     def one_block(i):
         # The last block repeats the last row; the extra rows are cut below.
-        index = kops.minimum(i * block + kops.arange(block, dtype="int32"),
-                             kops.maximum(n - 1, 0))
-        return tuple(fn(*[kops.take(t, index, axis=0) for t in tensors]))
+        index = ops.minimum(i * block + ops.arange(block, dtype="int32"),
+                             ops.maximum(n - 1, 0))
+        return tuple(fn(*[ops.take(t, index, axis=0) for t in tensors]))
 
     blocks = _map_blocks(one_block, num_blocks, block, width, output_dtypes)
-    return tuple(kops.reshape(b, (-1, r))[:n] for b in blocks)
+    return tuple(ops.reshape(b, (-1, r))[:n] for b in blocks)

@@ -40,9 +40,9 @@ from typing import NamedTuple
 
 import keras
 import numpy as np
-from keras import ops as kops
+from keras import ops
 
-from tfdml import ops
+from tfdml import ops as dml
 from tfdml._checks import check_int
 from tfdml._files import atomic_path
 
@@ -78,7 +78,7 @@ def _max_abs(x) -> float:
     """The largest absolute entry of a tensor or array (0 when it is empty)."""
     if int(np.prod(x.shape)) == 0:
         return 0.0
-    return float(kops.convert_to_numpy(kops.max(kops.abs(x))))
+    return float(ops.convert_to_numpy(ops.max(ops.abs(x))))
 
 
 def score_scale(max_abs: float, dim: int, metric: str) -> float:
@@ -109,13 +109,13 @@ def nonfinite_rows(embeddings) -> np.ndarray:
     ``embeddings`` is anything with a leading row axis (a NumPy array or a tensor);
     values are converted to float32 first, as the search computes in float32.
     """
-    x = kops.convert_to_tensor(embeddings)
+    x = ops.convert_to_tensor(embeddings)
     dtype = keras.backend.standardize_dtype(x.dtype)
     if not dtype.startswith(("float", "bfloat")) or len(x.shape) == 0 or x.shape[0] == 0:
         return np.zeros(0, np.int64)
-    x = kops.cast(x, "float32")
-    finite = kops.all(kops.isfinite(kops.reshape(x, (kops.shape(x)[0], -1))), axis=1)
-    return np.flatnonzero(~kops.convert_to_numpy(finite)).astype(np.int64)
+    x = ops.cast(x, "float32")
+    finite = ops.all(ops.isfinite(ops.reshape(x, (ops.shape(x)[0], -1))), axis=1)
+    return np.flatnonzero(~ops.convert_to_numpy(finite)).astype(np.int64)
 
 
 def at_indices(bad):
@@ -142,8 +142,8 @@ def check_finite(embeddings, name):
 def _scores(queries, gallery, metric):
     """``[n, m]`` scores, larger is nearer: dot products, or minus squared distances."""
     if metric == "l2":
-        return -ops.pairwise_distance(queries, gallery, squared=True)
-    return ops.pairwise_similarity(queries, gallery)
+        return -dml.pairwise_distance(queries, gallery, squared=True)
+    return dml.pairwise_similarity(queries, gallery)
 
 
 def _top_k_lower_index_first(scores, k):
@@ -159,7 +159,7 @@ def _top_k_lower_index_first(scores, k):
 
         values, positions = torch.sort(scores, dim=1, descending=True, stable=True)
         return values[:, :k], positions[:, :k]
-    return kops.top_k(scores, k=k)
+    return ops.top_k(scores, k=k)
 
 
 #: Gallery columns per group in the exact pre-selection of :func:`_block_candidates`.
@@ -188,12 +188,12 @@ def _block_candidates(scores, keep):
     num, width = int(scores.shape[0]), int(scores.shape[1])
     if not _preselects(width, keep):
         return scores, None
-    maxima = kops.max(kops.reshape(scores, (num, width // GROUP, GROUP)), axis=2)
+    maxima = ops.max(ops.reshape(scores, (num, width // GROUP, GROUP)), axis=2)
     _, groups = _top_k_lower_index_first(maxima, keep)
-    groups = kops.sort(groups, axis=1)
-    cols = kops.reshape(groups[:, :, None] * GROUP + kops.arange(GROUP, dtype="int32"),
+    groups = ops.sort(groups, axis=1)
+    cols = ops.reshape(groups[:, :, None] * GROUP + ops.arange(GROUP, dtype="int32"),
                         (num, keep * GROUP))
-    return ops.take_along_axis(scores, cols, axis=1), cols
+    return dml.take_along_axis(scores, cols, axis=1), cols
 
 
 def _merge_block(chunk, block, g_start, best_scores, best_idx, keep, metric):
@@ -216,15 +216,15 @@ def _merge_block(chunk, block, g_start, best_scores, best_idx, keep, metric):
         scores, cols = _block_candidates(_scores(chunk, block[lo:hi], metric), keep)
         kept = 0 if best_scores is None else int(best_scores.shape[1])
         if kept:
-            scores = kops.concatenate([best_scores, scores], axis=1)
+            scores = ops.concatenate([best_scores, scores], axis=1)
         values, pos = _top_k_lower_index_first(scores, min(keep, int(scores.shape[1])))
-        in_block = kops.maximum(pos - kept, 0)
+        in_block = ops.maximum(pos - kept, 0)
         if cols is not None:
-            in_block = ops.take_along_axis(cols, in_block, axis=1)
+            in_block = dml.take_along_axis(cols, in_block, axis=1)
         idx = in_block + (g_start + lo)
         if kept:
-            earlier = ops.take_along_axis(best_idx, kops.minimum(pos, kept - 1), axis=1)
-            idx = kops.where(pos < kept, earlier, idx)
+            earlier = dml.take_along_axis(best_idx, ops.minimum(pos, kept - 1), axis=1)
+            idx = ops.where(pos < kept, earlier, idx)
         best_scores, best_idx = values, idx
     return best_scores, best_idx
 
@@ -270,8 +270,8 @@ def neighbours(queries, gallery, k, metric="cosine", exclude_self=False, chunk_s
             block = _scaled(gallery[g_start : g_start + gallery_chunk_size], scale)
             best_scores, best_idx = _merge_block(chunk, block, g_start, best_scores, best_idx,
                                                  keep, metric)
-        idx = kops.convert_to_numpy(best_idx).astype(np.int64)
-        scores = kops.convert_to_numpy(best_scores).astype(np.float32)
+        idx = ops.convert_to_numpy(best_idx).astype(np.int64)
+        scores = ops.convert_to_numpy(best_scores).astype(np.float32)
         if exclude_self:
             is_self = idx == np.arange(start, start + len(idx))[:, None]
             # A stable sort moves the query's own index (if present) behind the others.
@@ -286,7 +286,7 @@ def neighbours(queries, gallery, k, metric="cosine", exclude_self=False, chunk_s
 
 
 def _scaled(x, scale):
-    return x if scale == 1.0 else kops.convert_to_tensor(x, "float32") * scale
+    return x if scale == 1.0 else ops.convert_to_tensor(x, "float32") * scale
 
 
 def _unscaled(scores, factor):
@@ -373,12 +373,12 @@ class Index:
                 f"labels={self._labels is not None}, ids={self._ids is not None})")
 
     def _prepare(self, embeddings, name):
-        x = kops.cast(ops.check_embeddings(embeddings, name), "float32")
+        x = ops.cast(dml.check_embeddings(embeddings, name), "float32")
         if self.dim is not None and x.shape[-1] != self.dim:
             raise ValueError(f"`{name}` must have {self.dim} columns, the size of the index's "
                              f"embeddings. Received: {name}.shape={tuple(x.shape)}")
         check_finite(x, name)
-        return ops.l2_normalize(x) if self.metric == "cosine" else x
+        return dml.l2_normalize(x) if self.metric == "cosine" else x
 
     def add(self, embeddings, labels=None, ids=None):
         """Appends embeddings ``[N, D]``, with their labels ``[N]`` and ids ``[N]``.
@@ -394,7 +394,7 @@ class Index:
         x = self._prepare(embeddings, "embeddings")
         n = int(x.shape[0])
         if labels is not None:
-            labels = kops.convert_to_numpy(ops.cast_labels(labels, "labels")).astype(np.int64)
+            labels = ops.convert_to_numpy(dml.cast_labels(labels, "labels")).astype(np.int64)
             if len(labels) != n:
                 raise ValueError(f"`labels` must have one entry per embedding ({n}). "
                                  f"Received: {len(labels)}")
@@ -409,7 +409,7 @@ class Index:
                 state = "has" if stored is not None else "has no"
                 raise ValueError(f"The index {state} {name}: give `{name}` to every add or "
                                  "to none.")
-        self._parts.append(np.array(kops.convert_to_numpy(x), np.float32))
+        self._parts.append(np.array(ops.convert_to_numpy(x), np.float32))
         if labels is not None:
             self._labels = (self._labels or []) + [labels]
         if ids is not None:
@@ -459,7 +459,7 @@ class Index:
             raise ValueError(f"`k` must be at most the size of the index ({len(self)}). "
                              f"Received: k={k}")
         # On the host: neighbours() moves one chunk at a time to the device.
-        q = np.asarray(kops.convert_to_numpy(self._prepare(queries, "queries")), np.float32)
+        q = np.asarray(ops.convert_to_numpy(self._prepare(queries, "queries")), np.float32)
         if len(q) == 0:  # no query: no neighbour
             return np.zeros((0, k), np.float32), np.zeros((0, k), np.int64)
         if self._max_abs is None:
@@ -469,7 +469,7 @@ class Index:
         if self.backend == "faiss" and score_scale(max_abs, self.dim, self.metric) == 1.0:
             return self._faiss_search(q, k)
         if self._gallery is None:
-            self._gallery = kops.convert_to_tensor(self.embeddings)
+            self._gallery = ops.convert_to_tensor(self.embeddings)
         num = int(q.shape[0])
         scores = np.zeros((num, k), np.float32)
         indices = np.zeros((num, k), np.int64)
@@ -529,7 +529,7 @@ class Index:
             ValueError: when the index has no labels, or for a ``threshold``
                 that is not a finite number.
         """
-        if not ops.is_number(threshold) or not np.isfinite(threshold):
+        if not dml.is_number(threshold) or not np.isfinite(threshold):
             raise ValueError(f"`threshold` must be a finite number. Received: threshold={threshold!r}")
         if self._labels is None:
             raise ValueError("`match` needs labels: `add` the embeddings with `labels=`.")
@@ -684,12 +684,12 @@ def calibrate(index: Index, queries, labels, target_precision: float = 0.99) -> 
     >>> calibration = tfdml.search.calibrate(index, val_embeddings, val_labels, 0.99)
     >>> index.match(new_embeddings, calibration.threshold)   # label, or -1 (unknown)
     """
-    if not ops.is_number(target_precision) or not 0 < target_precision <= 1:
+    if not dml.is_number(target_precision) or not 0 < target_precision <= 1:
         raise ValueError("`target_precision` must be a number in (0, 1]. "
                          f"Received: target_precision={target_precision!r}")
     if index.labels is None:
         raise ValueError("`calibrate` needs an index with labels.")
-    labels = kops.convert_to_numpy(ops.cast_labels(labels, "labels")).astype(np.int64)
+    labels = ops.convert_to_numpy(dml.cast_labels(labels, "labels")).astype(np.int64)
     found = index.lookup(queries, 1)
     if len(labels) != len(found.indices):
         raise ValueError(f"`labels` must have one entry per query ({len(found.indices)}). "

@@ -20,9 +20,9 @@ from typing import NamedTuple
 
 import keras
 import numpy as np
-from keras import ops as kops
+from keras import ops
 
-from tfdml import ops
+from tfdml import ops as dml
 from tfdml._checks import check_int
 from tfdml.metric_model import plus_model_losses
 from tfdml.miners import TripletMiner
@@ -112,8 +112,8 @@ def _check_strategies(positive, negative):
 
 
 def _normalized(embeddings, name="embeddings"):
-    x = ops.check_embeddings(embeddings, name)
-    return ops.l2_normalize(kops.cast(x, ops.compute_dtype(x.dtype)))
+    x = dml.check_embeddings(embeddings, name)
+    return dml.l2_normalize(ops.cast(x, dml.compute_dtype(x.dtype)))
 
 
 # -- the scatter --------------------------------------------------------------------------------
@@ -173,29 +173,29 @@ def triplet_scatter(
     """
     _check_strategies(positive, negative)
     chunk_size = check_int("chunk_size", chunk_size)
-    labels = ops.cast_labels(labels, "labels")
+    labels = dml.cast_labels(labels, "labels")
     x = _normalized(embeddings)
-    ops.check_batch_sizes(labels, x, "labels", "embeddings")
+    dml.check_batch_sizes(labels, x, "labels", "embeddings")
     n = int(x.shape[0])
     if n == 0:
         raise ValueError(f"`embeddings` is empty. Received: embeddings.shape={x.shape}")
     miner = TripletMiner(positive, negative, seed=seed)
     pos = np.zeros(n, np.int64)
     neg = np.zeros(n, np.int64)
-    s_ap = np.zeros(n, ops.dtype_name(x))
-    s_an = np.zeros(n, ops.dtype_name(x))
+    s_ap = np.zeros(n, dml.dtype_name(x))
+    s_an = np.zeros(n, dml.dtype_name(x))
     used = np.zeros(n, bool)
     for start in range(0, n, chunk_size):
         stop = min(start + chunk_size, n)
-        scores = ops.pairwise_similarity(x[start:stop], x)
+        scores = dml.pairwise_similarity(x[start:stop], x)
         triplets = miner.mine(scores, labels[start:stop], ref_labels=labels, ref_offset=start,
                               embeddings=x[start:stop], ref_embeddings=x)
         p, q = triplets.positive[:, 0], triplets.negative[:, 0]
-        pos[start:stop] = kops.convert_to_numpy(p)
-        neg[start:stop] = kops.convert_to_numpy(q)
-        s_ap[start:stop] = kops.convert_to_numpy(ops.take_along_axis(scores, p[:, None], 1))[:, 0]
-        s_an[start:stop] = kops.convert_to_numpy(ops.take_along_axis(scores, q[:, None], 1))[:, 0]
-        used[start:stop] = kops.convert_to_numpy(triplets.mask[:, 0, 0])
+        pos[start:stop] = ops.convert_to_numpy(p)
+        neg[start:stop] = ops.convert_to_numpy(q)
+        s_ap[start:stop] = ops.convert_to_numpy(dml.take_along_axis(scores, p[:, None], 1))[:, 0]
+        s_an[start:stop] = ops.convert_to_numpy(dml.take_along_axis(scores, q[:, None], 1))[:, 0]
+        used[start:stop] = ops.convert_to_numpy(triplets.mask[:, 0, 0])
     anchors = np.flatnonzero(used).astype(np.int64)
     return TripletScatterResult(s_ap[used], s_an[used], anchors, pos[used], neg[used], used)
 
@@ -228,9 +228,9 @@ def rescore_triplets(embeddings, triplets: TripletScatterResult) -> TripletScatt
             f"`embeddings` must have one row per sample of `triplets` ({len(triplets.used)}). "
             f"Received: embeddings.shape={x.shape}"
         )
-    a = kops.take(x, triplets.anchors, axis=0)
-    s_ap = kops.convert_to_numpy(kops.sum(a * kops.take(x, triplets.positives, axis=0), axis=1))
-    s_an = kops.convert_to_numpy(kops.sum(a * kops.take(x, triplets.negatives, axis=0), axis=1))
+    a = ops.take(x, triplets.anchors, axis=0)
+    s_ap = ops.convert_to_numpy(ops.sum(a * ops.take(x, triplets.positives, axis=0), axis=1))
+    s_an = ops.convert_to_numpy(ops.sum(a * ops.take(x, triplets.negatives, axis=0), axis=1))
     return triplets._replace(s_ap=s_ap, s_an=s_an)
 
 
@@ -438,7 +438,7 @@ def _model_embeddings(model, x):
             "`model` must have a single embedding output. Received: an output of type "
             f"{type(out).__name__}"
         )
-    return kops.convert_to_numpy(out).astype(np.float64)
+    return ops.convert_to_numpy(out).astype(np.float64)
 
 
 def _training_loss(model, x, y, loss):
@@ -572,18 +572,18 @@ def triplet_movement(
     disjoint = defaults[2] if disjoint is None else bool(disjoint)
     _check_strategies(positive, negative)
 
-    labels = ops.cast_labels(y, "y")
+    labels = dml.cast_labels(y, "y")
     before_emb = _model_embeddings(model, x)
-    ops.check_batch_sizes(labels, before_emb, "y", "model(x)")
-    normed = ops.l2_normalize(kops.convert_to_tensor(before_emb))
-    scores = ops.pairwise_similarity(normed)
+    dml.check_batch_sizes(labels, before_emb, "y", "model(x)")
+    normed = dml.l2_normalize(ops.convert_to_tensor(before_emb))
+    scores = dml.pairwise_similarity(normed)
     triplets = TripletMiner(positive, negative, disjoint=disjoint).mine(
         scores, labels, embeddings=normed)
-    used = kops.convert_to_numpy(triplets.mask[:, 0, 0])
+    used = ops.convert_to_numpy(triplets.mask[:, 0, 0])
     template = TripletScatterResult(
         np.zeros(0), np.zeros(0), np.flatnonzero(used).astype(np.int64),
-        kops.convert_to_numpy(triplets.positive[:, 0]).astype(np.int64)[used],
-        kops.convert_to_numpy(triplets.negative[:, 0]).astype(np.int64)[used], used)
+        ops.convert_to_numpy(triplets.positive[:, 0]).astype(np.int64)[used],
+        ops.convert_to_numpy(triplets.negative[:, 0]).astype(np.int64)[used], used)
     before = rescore_triplets(before_emb, template)
 
     variables = model.trainable_variables

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tfdml import ops
+from tfdml import ops as dml
 from tfdml.analysis.scatter import _import_pyplot
 
 __all__ = [
@@ -81,7 +81,7 @@ def _as_array(value, name, low=None, high=None):
 
 
 def _check_positive_scalar(value, name):
-    if not ops.is_number(value) or not np.isfinite(value) or not value > 0:
+    if not dml.is_number(value) or not np.isfinite(value) or not value > 0:
         raise ValueError(f"`{name}` must be a finite number > 0. Received: {name}={value!r}")
     return float(value)
 
@@ -228,7 +228,7 @@ def similarity_change(
     lr = _check_positive_scalar(lr, "lr")
     temperature = _check_positive_scalar(temperature, "temperature")
     if margin is not None:
-        if not ops.is_number(margin) or not np.isfinite(margin) or margin < 0:
+        if not dml.is_number(margin) or not np.isfinite(margin) or margin < 0:
             raise ValueError(f"`margin` must be None or a finite number >= 0. "
                              f"Received: margin={margin!r}")
         margin = float(margin)
@@ -299,7 +299,7 @@ def _extent(region):
 
 
 def _scalar_in(value, name, low, high=None):
-    if not ops.is_number(value) or not np.isfinite(value) or value < low or (
+    if not dml.is_number(value) or not np.isfinite(value) or value < low or (
             high is not None and value > high):
         what = f"in [{low:g}, {high:g}]" if high is not None else f">= {low:g}"
         raise ValueError(f"`{name}` must be a number {what}. Received: {name}={value!r}")

@@ -49,7 +49,7 @@ import types
 import keras
 import tensorflow as tf
 
-from tfdml import ops
+from tfdml import ops as dml
 from tfdml.miners import negatives_at_or_below
 
 __all__ = [
@@ -87,7 +87,7 @@ def pairwise_distance(feature, squared: bool = False):
         ``[B, B]`` distances, in the dtype of ``feature``.
     """
     feature = tf.convert_to_tensor(feature)
-    dist = ops.pairwise_distance(feature, feature, squared=squared)
+    dist = dml.pairwise_distance(feature, feature, squared=squared)
     return tf.linalg.set_diag(dist, tf.zeros_like(dist[:, 0]))
 
 
@@ -100,8 +100,8 @@ def angular_distance(feature):
     Returns:
         ``[B, B]`` distances in ``[0, 2]``.
     """
-    x = ops.l2_normalize(tf.convert_to_tensor(feature))
-    return tf.maximum(1.0 - ops.pairwise_similarity(x, x), 0.0)
+    x = dml.l2_normalize(tf.convert_to_tensor(feature))
+    return tf.maximum(1.0 - dml.pairwise_similarity(x, x), 0.0)
 
 
 def _distances(embeddings, distance_metric):
@@ -130,10 +130,10 @@ def _check(margin, distance_metric):
 
 
 def _prepare(y_true, y_pred):
-    labels = tf.reshape(ops.cast_labels(y_true, "y_true"), [-1])
+    labels = tf.reshape(dml.cast_labels(y_true, "y_true"), [-1])
     embeddings = tf.convert_to_tensor(y_pred)
-    ops.check_embeddings(embeddings, "y_pred")
-    ops.check_batch_sizes(labels, embeddings, "y_true", "y_pred")
+    dml.check_embeddings(embeddings, "y_pred")
+    dml.check_batch_sizes(labels, embeddings, "y_true", "y_pred")
     precise = embeddings
     if embeddings.dtype in (tf.float16, tf.bfloat16):
         precise = tf.cast(embeddings, tf.float32)
@@ -273,12 +273,12 @@ def triplet_semihard_loss(y_true, y_pred, margin: float = 1.0, distance_metric="
     # Between changes of the selection the loss is linear in the distances: the selection
     # and the hinge run without gradient (in row blocks), and the backward pass keeps only
     # the [B, B] gradient w.r.t. dist (a recorded selection would keep its temporaries).
-    hinge, gradient = ops.map_row_blocks(
+    hinge, gradient = dml.map_row_blocks(
         lambda d, n, p: _semihard_rows(d, n, p, margin), (dist, negative, positive),
         (dist.dtype, dist.dtype))
     total = _with_gradient(tf.reduce_sum(hinge), dist, gradient)
     loss = tf.math.divide_no_nan(total, tf.cast(tf.math.count_nonzero(positive), dist.dtype))
-    return tf.cast(ops.nan_unless_finite(loss, precise, distances=_euclidean(distance_metric)),
+    return tf.cast(dml.nan_unless_finite(loss, precise, distances=_euclidean(distance_metric)),
                    dtype)
 
 
@@ -312,7 +312,7 @@ def triplet_hard_loss(y_true, y_pred, margin: float = 1.0, soft: bool = False,
         losses = tf.math.softplus(hardest_positive - hardest_negative)
     else:
         losses = tf.maximum(hardest_positive - hardest_negative + margin, 0.0)
-    return tf.cast(ops.nan_unless_finite(tf.reduce_mean(losses), precise,
+    return tf.cast(dml.nan_unless_finite(tf.reduce_mean(losses), precise,
                                          distances=_euclidean(distance_metric)), dtype)
 
 
@@ -355,7 +355,7 @@ def lifted_struct_loss(labels, embeddings, margin: float = 1.0):
     hinge = tf.where(usable, tf.square(tf.maximum(j, 0.0)), tf.zeros_like(j))
     pairs = 0.5 * tf.reduce_sum(tf.cast(positive, dist.dtype))
     loss = tf.math.divide_no_nan(0.25 * tf.reduce_sum(hinge), pairs)
-    return tf.cast(ops.nan_unless_finite(loss, precise, distances=True), dtype)
+    return tf.cast(dml.nan_unless_finite(loss, precise, distances=True), dtype)
 
 
 def contrastive_loss(y_true, y_pred, margin: float = 1.0):
@@ -392,7 +392,7 @@ def npairs_loss(y_true, y_pred):
     Returns:
         A scalar.
     """
-    labels = tf.reshape(ops.cast_labels(y_true, "y_true"), [-1])
+    labels = tf.reshape(dml.cast_labels(y_true, "y_true"), [-1])
     y_pred = tf.convert_to_tensor(y_pred)
     target = tf.cast(tf.equal(labels[:, None], labels[None, :]), y_pred.dtype)
     target = target / tf.reduce_sum(target, axis=1, keepdims=True)
@@ -459,7 +459,7 @@ def npairs_multilabel_loss(y_true, y_pred):
             "`y_true` must be a rank-2 [B, C] label indicator. "
             f"Received: y_true.shape={tuple(y_true.shape)}"
         )
-    ops.check_batch_sizes(y_true, y_pred, "y_true", "y_pred")
+    dml.check_batch_sizes(y_true, y_pred, "y_true", "y_pred")
     indicator = tf.cast(y_true, y_pred.dtype)
     shared = tf.matmul(indicator, indicator, transpose_b=True)  # [B, B] shared label counts
     row_sum = tf.reduce_sum(shared, axis=1, keepdims=True)
@@ -472,7 +472,7 @@ def npairs_multilabel_loss(y_true, y_pred):
     loss = tf.math.divide_no_nan(tf.reduce_sum(xent),
                                  tf.cast(tf.math.count_nonzero(counted), xent.dtype))
     # A NaN or Inf in a row left out is masked above: NaN in, NaN out, wherever it is.
-    return ops.nan_unless_finite(loss, y_pred)
+    return dml.nan_unless_finite(loss, y_pred)
 
 
 class _TFALoss(keras.losses.Loss):

@@ -76,9 +76,9 @@ from typing import NamedTuple
 
 import keras
 import numpy as np
-from keras import ops as kops
+from keras import ops
 
-from tfdml import ops
+from tfdml import ops as dml
 from tfdml.losses.blocks import _random_miners, blocked_terms, check_block_size
 from tfdml.miners import AllPairsMiner, Miner, Pairs
 
@@ -151,13 +151,13 @@ def prepare_inputs(
             reference set with embeddings but no labels (or the reverse), or
             a ``ref_offset`` that puts the anchors outside the reference set.
     """
-    labels = ops.cast_labels(labels, "y_true")
-    embeddings = ops.check_embeddings(embeddings, "y_pred")
-    ops.check_batch_sizes(labels, embeddings, "y_true", "y_pred")
-    dtype = ops.compute_dtype(embeddings.dtype)
-    x = kops.cast(embeddings, dtype)
+    labels = dml.cast_labels(labels, "y_true")
+    embeddings = dml.check_embeddings(embeddings, "y_pred")
+    dml.check_batch_sizes(labels, embeddings, "y_true", "y_pred")
+    dtype = dml.compute_dtype(embeddings.dtype)
+    x = ops.cast(embeddings, dtype)
     if normalize:
-        x = ops.l2_normalize(x)
+        x = dml.l2_normalize(x)
     if ref_embeddings is None:
         if ref_labels is not None:
             raise ValueError(
@@ -166,25 +166,25 @@ def prepare_inputs(
         return labels, x, labels, x, 0
     if ref_labels is None:
         raise ValueError("`ref_embeddings` was given without `ref_labels`. Pass both or neither.")
-    ref_labels = ops.cast_labels(ref_labels, "ref_labels")
-    ref = ops.check_embeddings(ref_embeddings, "ref_embeddings")
-    ops.check_batch_sizes(ref_labels, ref, "ref_labels", "ref_embeddings")
+    ref_labels = dml.cast_labels(ref_labels, "ref_labels")
+    ref = dml.check_embeddings(ref_embeddings, "ref_embeddings")
+    dml.check_batch_sizes(ref_labels, ref, "ref_labels", "ref_embeddings")
     if ref.shape[-1] is not None and x.shape[-1] is not None and ref.shape[-1] != x.shape[-1]:
         raise ValueError(
             "`ref_embeddings` must have the same embedding size as `y_pred`. "
             f"Received: ref_embeddings.shape={ref.shape}, y_pred.shape={embeddings.shape}"
         )
-    batch = x.shape[0] if x.shape[0] is not None else kops.shape(x)[0]
-    num_ref = ref.shape[0] if ref.shape[0] is not None else kops.shape(ref)[0]
-    ref_offset = ops.check_ref_offset(ref_offset, batch, num_ref)
-    ref = kops.cast(ref, dtype)
+    batch = x.shape[0] if x.shape[0] is not None else ops.shape(x)[0]
+    num_ref = ref.shape[0] if ref.shape[0] is not None else ops.shape(ref)[0]
+    ref_offset = dml.check_ref_offset(ref_offset, batch, num_ref)
+    ref = ops.cast(ref, dtype)
     if normalize:
-        ref = ops.l2_normalize(ref)
+        ref = dml.l2_normalize(ref)
     return labels, x, ref_labels, ref, ref_offset
 
 
 def _nonzero(values):
-    return values > kops.zeros((), ops.dtype_name(values))
+    return values > ops.zeros((), dml.dtype_name(values))
 
 
 def triplet_terms(values, mask) -> AnchorTerms:
@@ -195,13 +195,13 @@ def triplet_terms(values, mask) -> AnchorTerms:
             is the anchor.
         mask: boolean, ``[B, ...]``.
     """
-    values = kops.broadcast_to(values, kops.shape(mask))
+    values = ops.broadcast_to(values, ops.shape(mask))
     axes = tuple(range(1, len(mask.shape)))
-    dtype = ops.dtype_name(values)
-    weights = kops.cast(mask, dtype)
-    total = kops.sum(kops.where(mask, values, kops.zeros((), dtype)), axis=axes)
-    nonzero = kops.sum(kops.cast(kops.logical_and(mask, _nonzero(values)), dtype), axis=axes)
-    return AnchorTerms(total, kops.sum(weights, axis=axes), nonzero)
+    dtype = dml.dtype_name(values)
+    weights = ops.cast(mask, dtype)
+    total = ops.sum(ops.where(mask, values, ops.zeros((), dtype)), axis=axes)
+    nonzero = ops.sum(ops.cast(ops.logical_and(mask, _nonzero(values)), dtype), axis=axes)
+    return AnchorTerms(total, ops.sum(weights, axis=axes), nonzero)
 
 
 def pair_terms(positive_values, negative_values, pairs: Pairs) -> AnchorTerms:
@@ -218,10 +218,10 @@ def pair_terms(positive_values, negative_values, pairs: Pairs) -> AnchorTerms:
 
 def anchor_terms(losses, active) -> AnchorTerms:
     """One term per active anchor, for losses defined per anchor (MS, histogram, LoOp pairs)."""
-    dtype = ops.dtype_name(losses)
-    count = kops.cast(active, dtype)
-    total = kops.where(active, losses, kops.zeros((), dtype))
-    return AnchorTerms(total, count, kops.cast(kops.logical_and(active, _nonzero(losses)), dtype))
+    dtype = dml.dtype_name(losses)
+    count = ops.cast(active, dtype)
+    total = ops.where(active, losses, ops.zeros((), dtype))
+    return AnchorTerms(total, count, ops.cast(ops.logical_and(active, _nonzero(losses)), dtype))
 
 
 def check_average(average):
@@ -234,10 +234,10 @@ def average_terms(terms: AnchorTerms, average: str):
     """``(values, shares)``: per anchor ``v_a`` and ``c_a`` of the module docstring."""
     check_average(average)
     if average in ("anchors", "batch"):
-        values = ops.divide_no_nan(terms.total, terms.count)
+        values = dml.divide_no_nan(terms.total, terms.count)
         if average == "anchors":
-            return values, kops.cast(terms.active, ops.dtype_name(values))
-        return values, kops.ones_like(values)
+            return values, ops.cast(terms.active, dml.dtype_name(values))
+        return values, ops.ones_like(values)
     return terms.total, terms.count if average == "terms" else terms.nonzero
 
 
@@ -252,9 +252,9 @@ def functional_value(terms: AnchorTerms, average, y_pred, ref_embeddings=None,
     dtype of ``y_pred``.
     """
     values, shares = average_terms(terms, average)
-    value = ops.divide_no_nan(kops.sum(values), kops.sum(shares))
-    value = ops.nan_unless_finite(value, y_pred, ref_embeddings, distances=not normalized)
-    return kops.cast(value, ops.dtype_name(kops.convert_to_tensor(y_pred)))
+    value = dml.divide_no_nan(ops.sum(values), ops.sum(shares))
+    value = dml.nan_unless_finite(value, y_pred, ref_embeddings, distances=not normalized)
+    return ops.cast(value, dml.dtype_name(ops.convert_to_tensor(y_pred)))
 
 
 def _differentiated(y_pred) -> bool:
@@ -278,30 +278,30 @@ def _tf_replicas() -> int:
 def _scale_for_distribution(value):
     replicas = _tf_replicas()
     if replicas > 1:
-        value = value * kops.cast(1.0 / replicas, ops.dtype_name(value))
+        value = value * ops.cast(1.0 / replicas, dml.dtype_name(value))
     return value
 
 
 def reduce_anchor_losses(values, shares, sample_weight=None, reduction="sum_over_batch_size"):
     """Reduces per-anchor values and denominator shares as described in the module docstring."""
     _check_reduction(reduction)
-    weights = kops.ones_like(values)
+    weights = ops.ones_like(values)
     if sample_weight is not None:
-        sample_weight = kops.cast(sample_weight, ops.dtype_name(values))
+        sample_weight = ops.cast(sample_weight, dml.dtype_name(values))
         if len(sample_weight.shape) == 2 and sample_weight.shape[-1] == 1:
-            sample_weight = kops.squeeze(sample_weight, axis=-1)
+            sample_weight = ops.squeeze(sample_weight, axis=-1)
         weights = weights * sample_weight
     weighted = values * weights
     if reduction in ("none", None):
         return weighted
-    total = kops.sum(weighted)
+    total = ops.sum(weighted)
     if reduction == "sum":
         return total
     if reduction == "mean_with_sample_weight":
-        denominator = kops.sum(shares * weights)
+        denominator = ops.sum(shares * weights)
     else:
-        denominator = kops.sum(shares)
-    return _scale_for_distribution(ops.divide_no_nan(total, denominator))
+        denominator = ops.sum(shares)
+    return _scale_for_distribution(dml.divide_no_nan(total, denominator))
 
 
 def check_sample_weight(sample_weight):
@@ -321,18 +321,18 @@ def check_sample_weight(sample_weight):
     """
     if sample_weight is None:
         return None, True
-    sample_weight = kops.convert_to_tensor(sample_weight)
-    if ops.is_traced(sample_weight):
-        return sample_weight, kops.logical_and(kops.all(sample_weight >= 0),
-                                               ops.all_finite(sample_weight))
-    values = kops.convert_to_numpy(sample_weight)
+    sample_weight = ops.convert_to_tensor(sample_weight)
+    if dml.is_traced(sample_weight):
+        return sample_weight, ops.logical_and(ops.all(sample_weight >= 0),
+                                               dml.all_finite(sample_weight))
+    values = ops.convert_to_numpy(sample_weight)
     if np.any(values < 0):
         raise ValueError(
             "`sample_weight` must be >= 0: a weight scales a sample's share of the loss "
             "(0 leaves it out). Received: sample_weight="
             f"{np.array2string(np.asarray(values), threshold=8)}"
         )
-    return sample_weight, True if np.all(np.isfinite(values)) else ops.all_finite(sample_weight)
+    return sample_weight, True if np.all(np.isfinite(values)) else dml.all_finite(sample_weight)
 
 
 def _check_reduction(reduction):
@@ -696,7 +696,7 @@ class MetricLoss(keras.losses.Loss):
         if state is None:
             return
         if not state.built:
-            if ops.is_traced(y_pred) and state.needs_embedding_dim:
+            if dml.is_traced(y_pred) and state.needs_embedding_dim:
                 raise self._unowned_state_error(
                     "has variables (e.g. proxies or a memory bank) that do not exist yet, and "
                     "they cannot be created inside a compiled step")
@@ -710,7 +710,7 @@ class MetricLoss(keras.losses.Loss):
                 "created its learned variables (e.g. proxies) on its first call, outside any "
                 "model, and is trained by a model that does not own them: they would never "
                 "change")
-        if self._owner() is not None or self._warned_state or not ops.is_traced(y_pred):
+        if self._owner() is not None or self._warned_state or not dml.is_traced(y_pred):
             return
         learned = bool(state.trainable_variables)
         if learned or (keras.backend.backend() == "jax" and (
@@ -753,13 +753,13 @@ class MetricLoss(keras.losses.Loss):
     def _reduce(self, terms, sample_weight, inputs):
         values, shares = average_terms(terms, self.average)
         value = reduce_anchor_losses(values, shares, sample_weight, self.reduction)
-        return ops.nan_unless_finite(value, inputs, distances=not self.normalize)
+        return dml.nan_unless_finite(value, inputs, distances=not self.normalize)
 
     def _warn_if_inactive(self, terms):
         """Eagerly, once per loss: say so when no anchor of a batch has anything to learn."""
-        if self._warned_inactive or ops.is_traced(terms.count):
+        if self._warned_inactive or dml.is_traced(terms.count):
             return
-        if not bool(kops.convert_to_numpy(kops.any(terms.active))):
+        if not bool(ops.convert_to_numpy(ops.any(terms.active))):
             self._warned_inactive = True
             warnings.warn(
                 f"Loss {self.name!r}: no anchor of this batch has a positive and a negative "
@@ -787,14 +787,14 @@ class MetricLoss(keras.losses.Loss):
         self._prepare_state(y_pred)
         self._set_training(training)
         with keras.name_scope(self.name):
-            labels = ops.cast_labels(y_true, "y_true")
+            labels = dml.cast_labels(y_true, "y_true")
             sample_weight, weights_ok = check_sample_weight(sample_weight)
             ctx = self._gathering_context()
             if ctx is not None:
                 value = self._cross_replica_call(ctx, labels, y_pred, sample_weight)
             else:
-                value = kops.cast(self._loss_value(labels, y_pred, sample_weight), self.dtype)
-            return ops.nan_unless(value, weights_ok)
+                value = ops.cast(self._loss_value(labels, y_pred, sample_weight), self.dtype)
+            return dml.nan_unless(value, weights_ok)
 
     def _loss_value(self, labels, y_pred, sample_weight):
         """The reduced loss of a batch (the global batch under a strategy)."""
@@ -826,9 +826,9 @@ class MetricLoss(keras.losses.Loss):
         return tf.cast(value, self.dtype)
 
     def call(self, y_true, y_pred):
-        terms = self.compute_terms(ops.cast_labels(y_true, "y_true"), y_pred)
+        terms = self.compute_terms(dml.cast_labels(y_true, "y_true"), y_pred)
         values, _ = average_terms(terms, self.average)
-        return ops.nan_unless_finite(values, y_pred, distances=not self.normalize)
+        return dml.nan_unless_finite(values, y_pred, distances=not self.normalize)
 
     def get_config(self):
         config = super().get_config()

@@ -31,9 +31,9 @@ import contextlib
 import numbers
 
 import keras
-from keras import ops as kops
+from keras import ops
 
-from tfdml import ops
+from tfdml import ops as dml
 
 __all__ = ["RowBlocks", "batch_rows", "blocked_terms", "check_block_size"]
 
@@ -63,16 +63,16 @@ class _BlockSeed(keras.random.SeedGenerator):
     """
 
     def __init__(self, value, block):  # no super().__init__(): it would create a variable
-        dtype = ops.dtype_name(value)
-        self._first = value[0] + kops.cast(block + 1, dtype) * kops.cast(_BLOCK_STRIDE, dtype)
+        dtype = dml.dtype_name(value)
+        self._first = value[0] + ops.cast(block + 1, dtype) * ops.cast(_BLOCK_STRIDE, dtype)
         self._second = value[1]
         self._dtype = dtype
         self._draws = 0
 
     def next(self, ordered=True):
-        first = self._first + kops.cast(_DRAW_STRIDE * self._draws, self._dtype)
+        first = self._first + ops.cast(_DRAW_STRIDE * self._draws, self._dtype)
         self._draws += 1
-        return kops.stack([first, self._second])
+        return ops.stack([first, self._second])
 
 
 def _random_miners(loss):
@@ -109,25 +109,25 @@ class RowBlocks:
             self.size = min(block_size, n)
             self.count = -(-n // self.size)
         else:  # at least one row per block, so that an empty batch has no block
-            self.size = kops.maximum(kops.minimum(block_size, n), 1)
+            self.size = ops.maximum(ops.minimum(block_size, n), 1)
             self.count = (n + self.size - 1) // self.size
 
     def start(self, i):
         """The first row of block ``i`` (int32)."""
-        return kops.cast(kops.minimum(i * self.size, self.n - self.size), "int32")
+        return ops.cast(ops.minimum(i * self.size, self.n - self.size), "int32")
 
     def fresh(self, i):
         """``[size]`` bool: the rows of block ``i`` that no earlier block covered."""
-        rows = self.start(i) + kops.arange(self.size, dtype="int32")
-        return rows >= kops.cast(i * self.size, "int32")
+        rows = self.start(i) + ops.arange(self.size, dtype="int32")
+        return rows >= ops.cast(i * self.size, "int32")
 
     def rows(self, x, i):
         """The rows of block ``i`` of ``x`` (``[n, ...]``)."""
         start = self.start(i)
-        zero = kops.zeros((), "int32")
-        shape = [self.size, *(d if d is not None else kops.shape(x)[k + 1]
+        zero = ops.zeros((), "int32")
+        shape = [self.size, *(d if d is not None else ops.shape(x)[k + 1]
                               for k, d in enumerate(x.shape[1:]))]
-        return kops.slice(x, [start, *([zero] * (len(x.shape) - 1))], shape)
+        return ops.slice(x, [start, *([zero] * (len(x.shape) - 1))], shape)
 
     def map(self, fn, args, signature):
         """``fn(i, *args)`` for every block, rematerialized, stacked along a new first axis.
@@ -154,26 +154,26 @@ class RowBlocks:
         if backend == "jax":
             import jax
 
-            return jax.lax.map(one, kops.arange(self.count, dtype="int32"))
-        results = [one(kops.convert_to_tensor(i, "int32")) for i in range(self.count)]
-        return tuple(kops.stack(parts) for parts in zip(*results, strict=True))
+            return jax.lax.map(one, ops.arange(self.count, dtype="int32"))
+        results = [one(ops.convert_to_tensor(i, "int32")) for i in range(self.count)]
+        return tuple(ops.stack(parts) for parts in zip(*results, strict=True))
 
     def assemble(self, stacked):
         """The ``[n, ...]`` rows of ``[count, size, ...]`` per-block rows (shared rows once)."""
-        tail = tuple(d if d is not None else kops.shape(stacked)[k + 2]
+        tail = tuple(d if d is not None else ops.shape(stacked)[k + 2]
                      for k, d in enumerate(stacked.shape[2:]))
-        flat = kops.reshape(stacked, (-1, *tail))
+        flat = ops.reshape(stacked, (-1, *tail))
         head = (self.count - 1) * self.size
         overlap = self.count * self.size - self.n  # rows the last block repeats
         if isinstance(overlap, int) and overlap == 0:
             return flat
-        return kops.concatenate([flat[:head], flat[head + overlap:]], axis=0)
+        return ops.concatenate([flat[:head], flat[head + overlap:]], axis=0)
 
 
 def batch_rows(embeddings):
     """The number of rows of ``embeddings``: a Python int, or a tensor when unknown."""
     n = embeddings.shape[0]
-    return n if n is not None else kops.shape(embeddings)[0]
+    return n if n is not None else ops.shape(embeddings)[0]
 
 
 def blocked_terms(per_anchor, labels, embeddings, block_size, ref_embeddings=None,
@@ -205,12 +205,12 @@ def blocked_terms(per_anchor, labels, embeddings, block_size, ref_embeddings=Non
     """
     from tfdml.losses.base import AnchorTerms
 
-    labels = ops.cast_labels(labels, "y_true")
-    y = ops.check_embeddings(embeddings, "y_pred")
-    ops.check_batch_sizes(labels, y, "y_true", "y_pred")
+    labels = dml.cast_labels(labels, "y_true")
+    y = dml.check_embeddings(embeddings, "y_pred")
+    dml.check_batch_sizes(labels, y, "y_true", "y_pred")
     if y.shape[0] is not None and y.shape[0] <= block_size:
         return per_anchor(labels, y, ref_embeddings, ref_labels, ref_offset)
-    labels = kops.reshape(labels, (-1,))
+    labels = ops.reshape(labels, (-1,))
     if ref_embeddings is None:
         if ref_labels is not None:
             raise ValueError(
@@ -220,11 +220,11 @@ def blocked_terms(per_anchor, labels, embeddings, block_size, ref_embeddings=Non
         if ref_labels is None:
             raise ValueError(
                 "`ref_embeddings` was given without `ref_labels`. Pass both or neither.")
-        ref, ref_lab, offset = ref_embeddings, ops.cast_labels(ref_labels, "ref_labels"), ref_offset
-        ref_lab = kops.reshape(ref_lab, (-1,))
+        ref, ref_lab, offset = ref_embeddings, dml.cast_labels(ref_labels, "ref_labels"), ref_offset
+        ref_lab = ops.reshape(ref_lab, (-1,))
     blocks = RowBlocks(batch_rows(y), block_size)
     seeds = [miner.seed_generator.next() for miner in miners]  # once per step
-    dtype = ops.compute_dtype(y.dtype)
+    dtype = dml.compute_dtype(y.dtype)
 
     def one_block(i, y, ref, *values):
         start = blocks.start(i)
@@ -240,7 +240,7 @@ def blocked_terms(per_anchor, labels, embeddings, block_size, ref_embeddings=Non
         finally:
             for miner, generator in zip(miners, saved, strict=True):
                 miner._seed_generator = generator
-        return tuple(kops.cast(t, dtype) for t in terms)
+        return tuple(ops.cast(t, dtype) for t in terms)
 
     # What a block is differentiated by (the embeddings, the learned variables' values)
     # are its arguments; the block index, labels and seeds are captured.

@@ -15,9 +15,9 @@ XLA also fails an assertion (:func:`prepare_class_inputs`).
 from __future__ import annotations
 
 import keras
-from keras import ops as kops
+from keras import ops
 
-from tfdml import ops
+from tfdml import ops as dml
 from tfdml._checks import check_int
 from tfdml.losses.base import LossState, MetricLoss, anchor_terms, functional_value
 
@@ -32,7 +32,7 @@ __all__ = [
 
 def check_positive(name, value, allow_zero=False):
     """A float ``> 0`` (``>= 0`` with ``allow_zero``), else a ValueError naming the argument."""
-    ok = ops.is_number(value) and (value >= 0 if allow_zero else value > 0)
+    ok = dml.is_number(value) and (value >= 0 if allow_zero else value > 0)
     if not ok or value != value or value == float("inf"):
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"`{name}` must be a finite number {bound}. Received: {name}={value!r}")
@@ -61,10 +61,10 @@ def prepare_class_inputs(y_true, y_pred, weights, rank, name="weights"):
         ValueError: for shapes that do not fit, or (eagerly) class ids
             outside ``[0, C)``.
     """
-    labels = ops.cast_labels(y_true, "y_true")
-    embeddings = ops.check_embeddings(y_pred, "y_pred")
-    ops.check_batch_sizes(labels, embeddings, "y_true", "y_pred")
-    w = kops.convert_to_tensor(weights)
+    labels = dml.cast_labels(y_true, "y_true")
+    embeddings = dml.check_embeddings(y_pred, "y_pred")
+    dml.check_batch_sizes(labels, embeddings, "y_true", "y_pred")
+    w = ops.convert_to_tensor(weights)
     shape = tuple(w.shape)
     if len(shape) != rank:
         want = "[num_classes, embedding_dim]" if rank == 2 else (
@@ -76,12 +76,12 @@ def prepare_class_inputs(y_true, y_pred, weights, rank, name="weights"):
             f"`{name}` must have the embedding size of `y_pred` as its last axis. "
             f"Received: {name}.shape={shape}, y_pred.shape={tuple(embeddings.shape)}"
         )
-    dtype = ops.compute_dtype(embeddings.dtype)
-    x = ops.l2_normalize(kops.cast(embeddings, dtype))
-    w = ops.l2_normalize(kops.cast(w, dtype))
+    dtype = dml.compute_dtype(embeddings.dtype)
+    x = dml.l2_normalize(ops.cast(embeddings, dtype))
+    w = dml.l2_normalize(ops.cast(w, dtype))
     valid = True
     if shape[0] is not None:
-        labels, valid = ops.validate_class_ids(labels, shape[0], (
+        labels, valid = dml.validate_class_ids(labels, shape[0], (
             f"Class ids (y_true) must index the rows of `{name}`: [0, {shape[0]})."))
     return labels, x, w, valid
 
@@ -90,31 +90,31 @@ def class_cosines(x, w):
     """Cosines ``[B, C]`` of unit embeddings ``[B, D]`` and unit weights ``[C, D]``
     (``[B, C, k]`` for ``[C, k, D]``)."""
     if len(w.shape) == 2:
-        return ops.matmul(x, kops.transpose(w))
+        return dml.matmul(x, ops.transpose(w))
     num_classes, k, dim = w.shape
-    flat = ops.matmul(x, kops.transpose(kops.reshape(w, (num_classes * k, dim))))
-    return kops.reshape(flat, (-1, num_classes, k))
+    flat = dml.matmul(x, ops.transpose(ops.reshape(w, (num_classes * k, dim))))
+    return ops.reshape(flat, (-1, num_classes, k))
 
 
 def class_mask(labels, num_classes):
     """``[B, C]`` boolean: column ``y`` of each row."""
-    columns = kops.arange(num_classes, dtype=ops.dtype_name(labels))
-    return kops.equal(labels[:, None], columns[None, :])
+    columns = ops.arange(num_classes, dtype=dml.dtype_name(labels))
+    return ops.equal(labels[:, None], columns[None, :])
 
 
 def softmax_cross_entropy(logits, target):
     """Per row ``logsumexp(logits) - logits[target]`` (``target``: a ``[B, C]`` mask)."""
-    dtype = ops.dtype_name(logits)
-    picked = kops.sum(kops.where(target, logits, kops.zeros((), dtype)), axis=-1)
-    return kops.logsumexp(logits, axis=-1) - picked
+    dtype = dml.dtype_name(logits)
+    picked = ops.sum(ops.where(target, logits, ops.zeros((), dtype)), axis=-1)
+    return ops.logsumexp(logits, axis=-1) - picked
 
 
 def per_sample_value(losses, x_raw, w, valid=True):
     """The functional forms' mean over the batch, NaN for a NaN/Inf embedding or weight, or
     where ``valid`` (from :func:`prepare_class_inputs`) is false."""
-    active = kops.ones(kops.shape(losses), "bool")
+    active = ops.ones(ops.shape(losses), "bool")
     value = functional_value(anchor_terms(losses, active), "anchors", x_raw)
-    return ops.nan_unless(ops.nan_unless_finite(value, w), valid)
+    return dml.nan_unless(dml.nan_unless_finite(value, w), valid)
 
 
 class ClassWeights(LossState):
@@ -210,8 +210,8 @@ class ClassWeightLoss(MetricLoss):
         labels, x, w, valid = prepare_class_inputs(
             labels, embeddings, w, 2 if self._per_class is None else 3, self._variable_name)
         losses = self.sample_losses(labels, x, w)
-        losses = ops.nan_unless(ops.nan_unless_finite(losses, w), valid)
-        active = kops.ones(kops.shape(losses), "bool")
+        losses = dml.nan_unless(dml.nan_unless_finite(losses, w), valid)
+        active = ops.ones(ops.shape(losses), "bool")
         return anchor_terms(losses, active)
 
     def get_config(self):

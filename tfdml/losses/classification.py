@@ -19,9 +19,9 @@ from __future__ import annotations
 import math
 
 import keras
-from keras import ops as kops
+from keras import ops
 
-from tfdml import ops
+from tfdml import ops as dml
 from tfdml._checks import check_int
 from tfdml.losses.class_weights import (
     ClassWeightLoss,
@@ -48,18 +48,18 @@ __all__ = [
 
 
 def _constant(value, like):
-    return kops.convert_to_tensor(value, ops.dtype_name(like))
+    return ops.convert_to_tensor(value, dml.dtype_name(like))
 
 
 def _margin_logits(cosines, target, scale, modified_target):
     """``scale * cosines`` with the target column replaced by ``scale * modified_target``."""
-    logits = kops.where(target, modified_target[:, None], cosines)
+    logits = ops.where(target, modified_target[:, None], cosines)
     return logits * _constant(scale, cosines)
 
 
 def _target_cosine(cosines, target):
-    dtype = ops.dtype_name(cosines)
-    return kops.sum(kops.where(target, cosines, kops.zeros((), dtype)), axis=-1)
+    dtype = dml.dtype_name(cosines)
+    return ops.sum(ops.where(target, cosines, ops.zeros((), dtype)), axis=-1)
 
 
 def _arcface_target(cos_y, margin):
@@ -71,11 +71,11 @@ def _arcface_target(cos_y, margin):
     sqrt(1 - cos_y^2)``, whose gradient stays finite at ``cos_y = +-1``.
     """
     one = _constant(1.0, cos_y)
-    cos_y = ops.clip(cos_y, -one, one)
-    sin_y = ops.safe_sqrt(one - kops.square(cos_y))
+    cos_y = dml.clip(cos_y, -one, one)
+    sin_y = dml.safe_sqrt(one - ops.square(cos_y))
     plus = cos_y * _constant(math.cos(margin), cos_y) - sin_y * _constant(math.sin(margin), cos_y)
     past = cos_y - _constant(margin * math.sin(margin), cos_y)
-    return kops.where(cos_y >= _constant(-math.cos(margin), cos_y), plus, past)
+    return ops.where(cos_y >= _constant(-math.cos(margin), cos_y), plus, past)
 
 
 def _check_margin_scale(margin, scale):
@@ -84,7 +84,7 @@ def _check_margin_scale(margin, scale):
 
 
 def _check_arc_margin(margin):
-    if not ops.is_number(margin) or not 0 <= margin < math.pi / 2:
+    if not dml.is_number(margin) or not 0 <= margin < math.pi / 2:
         raise ValueError("`margin` must be an angle in radians in [0, pi/2). "
                          f"Received: margin={margin!r}")
 
@@ -109,7 +109,7 @@ def _cosface(labels, x, w, margin, scale):
 def _arcface(labels, x, w, margin, scale):
     cosines = class_cosines(x, w)
     if len(cosines.shape) == 3:  # sub-centres: each class's nearest one
-        cosines = kops.max(cosines, axis=-1)
+        cosines = ops.max(cosines, axis=-1)
     target = class_mask(labels, w.shape[0])
     cos_y = _target_cosine(cosines, target)
     return softmax_cross_entropy(
@@ -118,11 +118,11 @@ def _arcface(labels, x, w, margin, scale):
 
 def _soft_triple(labels, x, w, la, gamma, margin):
     cosines = class_cosines(x, w)  # [B, C, k]
-    weights = kops.softmax(cosines / _constant(gamma, cosines), axis=-1)
-    similarity = kops.sum(weights * cosines, axis=-1)  # [B, C]
+    weights = ops.softmax(cosines / _constant(gamma, cosines), axis=-1)
+    similarity = ops.sum(weights * cosines, axis=-1)  # [B, C]
     target = class_mask(labels, w.shape[0])
-    logits = similarity - kops.where(target, _constant(margin, similarity),
-                                     kops.zeros((), ops.dtype_name(similarity)))
+    logits = similarity - ops.where(target, _constant(margin, similarity),
+                                     ops.zeros((), dml.dtype_name(similarity)))
     return softmax_cross_entropy(logits * _constant(la, logits), target)
 
 

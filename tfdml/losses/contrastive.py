@@ -5,9 +5,9 @@ from __future__ import annotations
 import numbers
 
 import keras
-from keras import ops as kops
+from keras import ops
 
-from tfdml import ops
+from tfdml import ops as dml
 from tfdml.losses.base import (
     MetricLoss,
     check_average,
@@ -25,7 +25,7 @@ def _check_args(positive_margin, negative_margin, distance):
     for name, value in (("positive_margin", positive_margin), ("negative_margin", negative_margin)):
         if not isinstance(value, numbers.Real) or isinstance(value, bool) or not value >= 0:
             raise ValueError(f"`{name}` must be a number >= 0. Received: {name}={value!r}")
-    ops.check_distance(distance)
+    dml.check_distance(distance)
 
 
 def _contrastive_per_anchor(labels, embeddings, positive_margin, negative_margin, distance,
@@ -34,11 +34,11 @@ def _contrastive_per_anchor(labels, embeddings, positive_margin, negative_margin
     labels, x, ref_labels, ref, ref_offset = prepare_inputs(
         labels, embeddings, ref_embeddings, ref_labels, ref_offset, normalize
     )
-    dist = ops.distance_matrix(x, ref, distance)
+    dist = dml.distance_matrix(x, ref, distance)
     pairs = as_pairs(miner.mine(-dist, labels, ref_labels, ref_offset, x, ref),
-                     num_ref=kops.shape(dist)[1])
-    positive = kops.relu(dist - kops.convert_to_tensor(positive_margin, ops.dtype_name(dist)))
-    negative = kops.relu(kops.convert_to_tensor(negative_margin, ops.dtype_name(dist)) - dist)
+                     num_ref=ops.shape(dist)[1])
+    positive = ops.relu(dist - ops.convert_to_tensor(positive_margin, dml.dtype_name(dist)))
+    negative = ops.relu(ops.convert_to_tensor(negative_margin, dml.dtype_name(dist)) - dist)
     return pair_terms(positive, negative, pairs)
 
 

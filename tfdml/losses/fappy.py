@@ -17,9 +17,9 @@ import math
 import numbers
 
 import keras
-from keras import ops as kops
+from keras import ops
 
-from tfdml import ops
+from tfdml import ops as dml
 from tfdml.losses.base import AnchorTerms, MetricLoss, anchor_terms, prepare_inputs
 from tfdml.losses.blocks import RowBlocks, batch_rows
 
@@ -44,11 +44,11 @@ def _interpolate(s, bin_width, num_nodes):
     ``s`` is clipped to [-1, 1]; ``v <= num_nodes - 2``, so ``s = 1`` gives ``frac = 1``
     on the last node instead of falling past it. A NaN ``s`` gets node 0 and a NaN ``frac``.
     """
-    s = ops.clip(s, -1.0, 1.0)
+    s = dml.clip(s, -1.0, 1.0)
     position = (s + 1.0) / bin_width
-    v = kops.clip(ops.floor(kops.stop_gradient(position)), 0.0, float(num_nodes - 2))
-    v = kops.where(kops.isnan(v), kops.zeros_like(v), v)  # a NaN stays in `frac`, not the index
-    return kops.cast(v, "int32"), position - v
+    v = ops.clip(dml.floor(ops.stop_gradient(position)), 0.0, float(num_nodes - 2))
+    v = ops.where(ops.isnan(v), ops.zeros_like(v), v)  # a NaN stays in `frac`, not the index
+    return ops.cast(v, "int32"), position - v
 
 
 
@@ -57,24 +57,24 @@ def _node_histograms(s, mask, bin_width, num_nodes, normalize=True):
     """Per row ``i``: the triangular-kernel histogram of ``s[i, k]`` over the ``k`` in ``mask``,
     normalized by the row's count: ``[B, n]`` (zeros for an empty row). With
     ``normalize=False``, the sums of the kernel weights."""
-    rows = s.shape[0] if s.shape[0] is not None else kops.shape(s)[0]
+    rows = s.shape[0] if s.shape[0] is not None else ops.shape(s)[0]
     v, frac = _interpolate(s, bin_width, num_nodes)
-    weights = kops.cast(mask, ops.dtype_name(s))
+    weights = ops.cast(mask, dml.dtype_name(s))
     if normalize:
-        count = kops.sum(weights, axis=1, keepdims=True)
-        weights = ops.divide_no_nan(weights, count)
-    base = kops.arange(rows, dtype="int32")[:, None] * num_nodes
-    segments = kops.reshape(kops.concatenate([base + v, base + v + 1], axis=1), (-1,))
-    data = kops.reshape(kops.concatenate([(1.0 - frac) * weights, frac * weights], axis=1),
+        count = ops.sum(weights, axis=1, keepdims=True)
+        weights = dml.divide_no_nan(weights, count)
+    base = ops.arange(rows, dtype="int32")[:, None] * num_nodes
+    segments = ops.reshape(ops.concatenate([base + v, base + v + 1], axis=1), (-1,))
+    data = ops.reshape(ops.concatenate([(1.0 - frac) * weights, frac * weights], axis=1),
                         (-1,))
-    hist = ops.segment_sum(data, segments, rows * num_nodes)
-    return kops.reshape(hist, (rows, num_nodes))
+    hist = dml.segment_sum(data, segments, rows * num_nodes)
+    return ops.reshape(hist, (rows, num_nodes))
 
 
 def _tails(hist):
     """``tail[i, u] = sum_{u' >= u} h_i^{u'}``, with a zero column past the last node."""
-    reverse_cumsum = kops.flip(ops.cumsum(kops.flip(hist, axis=1), axis=1), axis=1)
-    return kops.concatenate([reverse_cumsum, kops.zeros_like(hist[:, :1])], axis=1)
+    reverse_cumsum = ops.flip(dml.cumsum(ops.flip(hist, axis=1), axis=1), axis=1)
+    return ops.concatenate([reverse_cumsum, ops.zeros_like(hist[:, :1])], axis=1)
 
 
 def _fpp(sim, positive, negative, bin_width):
@@ -85,11 +85,11 @@ def _fpp(sim, positive, negative, bin_width):
     h_left = 1.0 - h_right
 
     # side[i, j]: the term of pair (i, j) that uses the negatives of i (row i of the table).
-    side = (h_left * ops.take_along_axis(tail, t, axis=1)
-            + h_right * ops.take_along_axis(tail, t + 1, axis=1))
+    side = (h_left * dml.take_along_axis(tail, t, axis=1)
+            + h_right * dml.take_along_axis(tail, t + 1, axis=1))
     # The negatives of j are read from row j: side[j, i], as sim (hence t, h) is symmetric.
-    p = side + kops.transpose(side)
-    return kops.where(positive, p, kops.zeros_like(p))
+    p = side + ops.transpose(side)
+    return ops.where(positive, p, ops.zeros_like(p))
 
 
 def false_positive_probability(labels, embeddings, bin_width):
@@ -118,14 +118,14 @@ def false_positive_probability(labels, embeddings, bin_width):
     bin_width = _check_width("bin_width", bin_width)
     labels, x, _, _, _ = prepare_inputs(labels, embeddings)
     sim = _symmetric_similarity(x)
-    positive, negative = ops.label_masks(labels, labels, 0)
+    positive, negative = dml.label_masks(labels, labels, 0)
     return _fpp(sim, positive, negative, bin_width)
 
 
 def _symmetric_similarity(x):
     """Cosine similarities, exactly symmetric (``_fpp`` reads pair (i, j) from both rows)."""
-    sim = ops.pairwise_similarity(x, x)
-    return 0.5 * (sim + kops.transpose(sim))
+    sim = dml.pairwise_similarity(x, x)
+    return 0.5 * (sim + ops.transpose(sim))
 
 
 def _scales(min_bin_width):
@@ -140,19 +140,19 @@ def _scales(min_bin_width):
 def _fappy_per_anchor(labels, embeddings, min_bin_width):
     labels, x, _, _, _ = prepare_inputs(labels, embeddings)
     sim = _symmetric_similarity(x)
-    positive, negative = ops.label_masks(labels, labels, 0)
-    pair_weights = kops.zeros_like(sim)
+    positive, negative = dml.label_masks(labels, labels, 0)
+    pair_weights = ops.zeros_like(sim)
     for width in _scales(min_bin_width):
-        counted = kops.logical_and(positive, 1.0 - sim >= width)
+        counted = ops.logical_and(positive, 1.0 - sim >= width)
         # L <- (L + L_Delta / count) / 2: every earlier scale is halved once more.
         pair_weights = 0.5 * (pair_weights + _fpp(sim, counted, negative, width))
     # Each unordered pair appears twice in the [B, B] table: half of it per anchor, so
     # that the sum over anchors divided by the summed counts is the mean over pairs.
-    dtype = ops.dtype_name(sim)
-    total = 0.5 * kops.sum(pair_weights, axis=1)
-    count = 0.5 * kops.sum(kops.cast(positive, dtype), axis=1)
-    nonzero = 0.5 * kops.sum(
-        kops.cast(kops.logical_and(positive, pair_weights > 0), dtype), axis=1)
+    dtype = dml.dtype_name(sim)
+    total = 0.5 * ops.sum(pair_weights, axis=1)
+    count = 0.5 * ops.sum(ops.cast(positive, dtype), axis=1)
+    nonzero = 0.5 * ops.sum(
+        ops.cast(ops.logical_and(positive, pair_weights > 0), dtype), axis=1)
     return AnchorTerms(total, count, nonzero)
 
 
@@ -162,12 +162,12 @@ def _blocked_fappy(labels, embeddings, min_bin_width, block_size):
     blocks = RowBlocks(batch_rows(x), block_size)
     widths = _scales(min_bin_width)
     nodes = [_num_nodes(w) for w in widths]
-    dtype = ops.dtype_name(x)
+    dtype = dml.dtype_name(x)
 
     def block_pairs(i, x):
         start = blocks.start(i)
-        sim = ops.pairwise_similarity(blocks.rows(x, i), x)
-        positive, negative = ops.label_masks(blocks.rows(labels, i), labels, start)
+        sim = dml.pairwise_similarity(blocks.rows(x, i), x)
+        positive, negative = dml.label_masks(blocks.rows(labels, i), labels, start)
         return sim, positive, negative
 
     def histograms(i, x):  # pass 1: each row's histogram of its negatives, per scale
@@ -179,23 +179,23 @@ def _blocked_fappy(labels, embeddings, min_bin_width, block_size):
 
     def pair_terms(i, x, *tails):  # pass 2: the fused P_ij of the block's pairs
         sim, positive, _ = block_pairs(i, x)
-        columns = kops.arange(kops.shape(sim)[1], dtype="int32")[None, :]
-        pair_weights = kops.zeros_like(sim)
+        columns = ops.arange(ops.shape(sim)[1], dtype="int32")[None, :]
+        pair_weights = ops.zeros_like(sim)
         for width, n, tail in zip(widths, nodes, tails, strict=True):
-            counted = kops.logical_and(positive, 1.0 - sim >= width)
+            counted = ops.logical_and(positive, 1.0 - sim >= width)
             t, h_right = _interpolate(sim, width, n)
             h_left = 1.0 - h_right
             own = blocks.rows(tail, i)  # the negatives of i: its row of the table
-            flat = kops.reshape(tail, (-1,))  # the negatives of j: row j
+            flat = ops.reshape(tail, (-1,))  # the negatives of j: row j
             at = columns * (n + 1) + t
-            p = (h_left * ops.take_along_axis(own, t, axis=1)
-                 + h_right * ops.take_along_axis(own, t + 1, axis=1)
-                 + h_left * kops.take(flat, at) + h_right * kops.take(flat, at + 1))
-            pair_weights = 0.5 * (pair_weights + kops.where(counted, p, kops.zeros_like(p)))
-        total = 0.5 * kops.sum(pair_weights, axis=1)
-        count = 0.5 * kops.sum(kops.cast(positive, dtype), axis=1)
-        nonzero = 0.5 * kops.sum(
-            kops.cast(kops.logical_and(positive, pair_weights > 0), dtype), axis=1)
+            p = (h_left * dml.take_along_axis(own, t, axis=1)
+                 + h_right * dml.take_along_axis(own, t + 1, axis=1)
+                 + h_left * ops.take(flat, at) + h_right * ops.take(flat, at + 1))
+            pair_weights = 0.5 * (pair_weights + ops.where(counted, p, ops.zeros_like(p)))
+        total = 0.5 * ops.sum(pair_weights, axis=1)
+        count = 0.5 * ops.sum(ops.cast(positive, dtype), axis=1)
+        nonzero = 0.5 * ops.sum(
+            ops.cast(ops.logical_and(positive, pair_weights > 0), dtype), axis=1)
         return total, count, nonzero
 
     stacked = blocks.map(pair_terms, (x, *tails), [((None,), dtype)] * 3)
@@ -207,35 +207,35 @@ def _blocked_histogram_loss(labels, embeddings, bin_width, block_size):
     labels, x, _, _, _ = prepare_inputs(labels, embeddings)
     blocks = RowBlocks(batch_rows(x), block_size)
     n = _num_nodes(bin_width)
-    dtype = ops.dtype_name(x)
+    dtype = dml.dtype_name(x)
 
     def sums(i, x):
         start = blocks.start(i)
-        sim = ops.pairwise_similarity(blocks.rows(x, i), x)
-        positive, negative = ops.label_masks(blocks.rows(labels, i), labels, start)
-        rows = start + kops.arange(kops.shape(sim)[0], dtype="int32")
-        columns = kops.arange(kops.shape(sim)[1], dtype="int32")
+        sim = dml.pairwise_similarity(blocks.rows(x, i), x)
+        positive, negative = dml.label_masks(blocks.rows(labels, i), labels, start)
+        rows = start + ops.arange(ops.shape(sim)[0], dtype="int32")
+        columns = ops.arange(ops.shape(sim)[1], dtype="int32")
         # Each unordered pair once (i < j), and each row in one block only.
-        keep = kops.logical_and(columns[None, :] > rows[:, None], blocks.fresh(i)[:, None])
+        keep = ops.logical_and(columns[None, :] > rows[:, None], blocks.fresh(i)[:, None])
         out = []
-        for mask in (kops.logical_and(positive, keep), kops.logical_and(negative, keep)):
-            flat_mask = kops.reshape(mask, (1, -1))
-            out.append(_node_histograms(kops.reshape(sim, (1, -1)), flat_mask, bin_width, n,
+        for mask in (ops.logical_and(positive, keep), ops.logical_and(negative, keep)):
+            flat_mask = ops.reshape(mask, (1, -1))
+            out.append(_node_histograms(ops.reshape(sim, (1, -1)), flat_mask, bin_width, n,
                                         normalize=False)[0])
-            out.append(kops.sum(kops.cast(flat_mask, dtype)))
-        out.append(kops.cast(kops.any(positive, axis=1), dtype))
+            out.append(ops.sum(ops.cast(flat_mask, dtype)))
+        out.append(ops.cast(ops.any(positive, axis=1), dtype))
         return tuple(out)
 
     signature = [((n,), dtype), ((), dtype), ((n,), dtype), ((), dtype), ((None,), dtype)]
     pos_sum, pos_count, neg_sum, neg_count, has_positive = blocks.map(sums, (x,), signature)
-    pos_count, neg_count = kops.sum(pos_count), kops.sum(neg_count)
-    h_pos = ops.divide_no_nan(kops.sum(pos_sum, axis=0), pos_count)
-    h_neg = ops.divide_no_nan(kops.sum(neg_sum, axis=0), neg_count)
-    value = kops.sum(h_neg * ops.cumsum(h_pos))
-    has_pairs = kops.logical_and(pos_count > 0, neg_count > 0)
-    value = kops.where(has_pairs, value, kops.zeros_like(value))
-    valid = kops.logical_and(blocks.assemble(has_positive) > 0, has_pairs)
-    return anchor_terms(kops.broadcast_to(value, kops.shape(valid)), valid)
+    pos_count, neg_count = ops.sum(pos_count), ops.sum(neg_count)
+    h_pos = dml.divide_no_nan(ops.sum(pos_sum, axis=0), pos_count)
+    h_neg = dml.divide_no_nan(ops.sum(neg_sum, axis=0), neg_count)
+    value = ops.sum(h_neg * dml.cumsum(h_pos))
+    has_pairs = ops.logical_and(pos_count > 0, neg_count > 0)
+    value = ops.where(has_pairs, value, ops.zeros_like(value))
+    valid = ops.logical_and(blocks.assemble(has_positive) > 0, has_pairs)
+    return anchor_terms(ops.broadcast_to(value, ops.shape(valid)), valid)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -325,22 +325,22 @@ class FAPPYLoss(MetricLoss):
 
 def _histogram_loss(labels, embeddings, bin_width):
     labels, x, _, _, _ = prepare_inputs(labels, embeddings)
-    sim = ops.pairwise_similarity(x, x)
-    positive, negative = ops.label_masks(labels, labels, 0)
-    upper = kops.cast(kops.triu(kops.ones_like(sim), k=1), "bool")  # i < j
+    sim = dml.pairwise_similarity(x, x)
+    positive, negative = dml.label_masks(labels, labels, 0)
+    upper = ops.cast(ops.triu(ops.ones_like(sim), k=1), "bool")  # i < j
     n = _num_nodes(bin_width)
-    flat_sim = kops.reshape(sim, (1, -1))
+    flat_sim = ops.reshape(sim, (1, -1))
 
     def histogram(mask):
-        return _node_histograms(flat_sim, kops.reshape(kops.logical_and(mask, upper), (1, -1)),
+        return _node_histograms(flat_sim, ops.reshape(ops.logical_and(mask, upper), (1, -1)),
                                 bin_width, n)[0]
 
     h_pos, h_neg = histogram(positive), histogram(negative)
-    value = kops.sum(h_neg * ops.cumsum(h_pos))
-    has_pairs = kops.logical_and(kops.any(positive), kops.any(negative))
-    value = kops.where(has_pairs, value, kops.zeros_like(value))
-    valid = kops.logical_and(kops.any(positive, axis=1), has_pairs)
-    return anchor_terms(kops.broadcast_to(value, kops.shape(valid)), valid)
+    value = ops.sum(h_neg * dml.cumsum(h_pos))
+    has_pairs = ops.logical_and(ops.any(positive), ops.any(negative))
+    value = ops.where(has_pairs, value, ops.zeros_like(value))
+    valid = ops.logical_and(ops.any(positive, axis=1), has_pairs)
+    return anchor_terms(ops.broadcast_to(value, ops.shape(valid)), valid)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")

@@ -18,9 +18,10 @@ tensor, and it compiles under XLA.
 from __future__ import annotations
 
 import keras
-from keras import ops as kops
+from keras import ops
 
-from tfdml import geometry, ops
+from tfdml import geometry
+from tfdml import ops as dml
 from tfdml.losses.base import MetricLoss, anchor_terms, functional_value, prepare_inputs
 from tfdml.losses.blocks import RowBlocks, batch_rows
 from tfdml.losses.multi_similarity import _log1p_sum_exp
@@ -57,38 +58,38 @@ def label_pairs(labels):
         ``(first, second, valid)``: int32 sample indices ``[B]`` and bool ``[B]``.
         Every sample is the ``first`` of exactly one slot (valid or not).
     """
-    labels = ops.cast_labels(labels)
-    size = kops.shape(labels)[0]
-    order = ops.stable_argsort(labels)
-    ordered = kops.take(labels, order, axis=0)
-    positions = kops.arange(size, dtype="int32")
-    starts = kops.concatenate(
-        [kops.ones_like(ordered[:1], dtype="bool"), kops.not_equal(ordered[1:], ordered[:-1])], 0)
-    group = kops.cumsum(kops.cast(starts, "int32")) - 1
+    labels = dml.cast_labels(labels)
+    size = ops.shape(labels)[0]
+    order = dml.stable_argsort(labels)
+    ordered = ops.take(labels, order, axis=0)
+    positions = ops.arange(size, dtype="int32")
+    starts = ops.concatenate(
+        [ops.ones_like(ordered[:1], dtype="bool"), ops.not_equal(ordered[1:], ordered[:-1])], 0)
+    group = ops.cumsum(ops.cast(starts, "int32")) - 1
     # The first position of each group: the positions of the starts, in order (a stable
     # sort puts them first), taken at the group index.
-    first_of_group = kops.take(positions, ops.stable_argsort(kops.logical_not(starts)), axis=0)
-    group_start = kops.take(first_of_group, group, axis=0)
+    first_of_group = ops.take(positions, dml.stable_argsort(ops.logical_not(starts)), axis=0)
+    group_start = ops.take(first_of_group, group, axis=0)
     rank = positions - group_start
-    next_same = kops.concatenate(
-        [kops.equal(ordered[1:], ordered[:-1]), kops.zeros_like(ordered[:1], dtype="bool")], 0)
-    valid = kops.logical_and(kops.equal(rank % 2, 0), next_same)
-    second = kops.concatenate([order[1:], order[:1]], 0)
+    next_same = ops.concatenate(
+        [ops.equal(ordered[1:], ordered[:-1]), ops.zeros_like(ordered[:1], dtype="bool")], 0)
+    valid = ops.logical_and(ops.equal(rank % 2, 0), next_same)
+    second = ops.concatenate([order[1:], order[:1]], 0)
     return order, second, valid
 
 
 def _gather(x, index, axis=0):
-    return kops.take(x, index, axis=axis)
+    return ops.take(x, index, axis=axis)
 
 
 def _by_sample(first, slot_values, slot_valid):
     """Slot values moved to the index of the pair's first sample: ``[B]``."""
     # ``first`` is a permutation: a scatter without repeated indices.
     columns = first[None, :]
-    values = ops.scatter_rows(kops.zeros_like(slot_values[None, :]), columns,
+    values = dml.scatter_rows(ops.zeros_like(slot_values[None, :]), columns,
                               slot_values[None, :])
-    valid = kops.cast(slot_valid, "int32")[None, :]
-    valid = ops.scatter_rows(kops.zeros_like(valid), columns, valid)
+    valid = ops.cast(slot_valid, "int32")[None, :]
+    valid = dml.scatter_rows(ops.zeros_like(valid), columns, valid)
     return values[0], valid[0] > 0
 
 
@@ -100,38 +101,38 @@ class _Geometry:
     """Distances of a batch, its label pairs and the LoOp distances between pairs."""
 
     def __init__(self, labels, x, normalized):
-        gram = ops.pairwise_similarity(x, x)
-        self.dist = ops.pairwise_distance(x, x)  # x is unit-norm when normalized
-        self.sim = 1.0 - 0.5 * kops.square(self.dist)  # s = 1 - d^2 / 2 (Section 3.3)
+        gram = dml.pairwise_similarity(x, x)
+        self.dist = dml.pairwise_distance(x, x)  # x is unit-norm when normalized
+        self.sim = 1.0 - 0.5 * ops.square(self.dist)  # s = 1 - d^2 / 2 (Section 3.3)
         self.first, self.second, self.valid = label_pairs(labels)
         a, b = self.first, self.second
         pair_labels = _gather(labels, a)
-        self.same_mask = kops.equal(labels[:, None], labels[None, :])  # self-pairs included
-        self.positive_mask, self.negative_mask = ops.label_masks(labels, labels, 0)
+        self.same_mask = ops.equal(labels[:, None], labels[None, :])  # self-pairs included
+        self.positive_mask, self.negative_mask = dml.label_masks(labels, labels, 0)
         # d(a_t, b_t), from the flattened matrix
-        self.pair_dist = _gather(kops.reshape(self.dist, [-1]), a * kops.shape(self.dist)[1] + b)
+        self.pair_dist = _gather(ops.reshape(self.dist, [-1]), a * ops.shape(self.dist)[1] + b)
         rows_a, rows_b = _gather(gram, a), _gather(gram, b)
         aa, ab = _gather(rows_a, a, axis=1), _gather(rows_a, b, axis=1)
         ba, bb = _gather(rows_b, a, axis=1), _gather(rows_b, b, axis=1)
-        x1x2 = kops.diagonal(ab)  # dots within each pair
+        x1x2 = ops.diagonal(ab)  # dots within each pair
         if normalized:
             s = geometry.arc_similarity_from_dots(
                 x1x2[:, None], x1x2[None, :], aa, ab, ba, bb
             )
-            self.loop_dist = ops.safe_sqrt(ops.maximum(2.0 - 2.0 * s, kops.zeros_like(s)))
+            self.loop_dist = dml.safe_sqrt(dml.maximum(2.0 - 2.0 * s, ops.zeros_like(s)))
         else:
-            norms = kops.diagonal(gram)
+            norms = ops.diagonal(gram)
             na, nb = _gather(norms, a), _gather(norms, b)
             squared = geometry.segment_squared_distance_from_dots(
                 na[:, None], nb[:, None], x1x2[:, None], na[None, :], nb[None, :],
                 x1x2[None, :], aa, ab, ba, bb,
             )
-            self.loop_dist = ops.safe_sqrt(ops.maximum(squared, kops.zeros_like(squared)))
-        self.loop_sim = 1.0 - 0.5 * kops.square(self.loop_dist)
+            self.loop_dist = dml.safe_sqrt(dml.maximum(squared, ops.zeros_like(squared)))
+        self.loop_sim = 1.0 - 0.5 * ops.square(self.loop_dist)
         # Slot t against slot u: both real pairs, of different classes.
-        self.loop_mask = kops.logical_and(
-            kops.logical_and(self.valid[:, None], self.valid[None, :]),
-            kops.not_equal(pair_labels[:, None], pair_labels[None, :]),
+        self.loop_mask = ops.logical_and(
+            ops.logical_and(self.valid[:, None], self.valid[None, :]),
+            ops.not_equal(pair_labels[:, None], pair_labels[None, :]),
         )
 
     def by_sample(self, slot_values, slot_valid):
@@ -141,52 +142,52 @@ class _Geometry:
     def hardest_positive(self, index):
         """``max_{c[k] = c[i]} d(i, k)`` for each ``i`` in ``index`` (0 if alone)."""
         same = _gather(self.same_mask, index)
-        return ops.masked_max(_gather(self.dist, index), same)[0]
+        return dml.masked_max(_gather(self.dist, index), same)[0]
 
     def hardest_negative(self, index):
         """``(min_{c[k] != c[i]} d(i, k), found)`` for each ``i`` in ``index``."""
-        return ops.masked_min(_gather(self.dist, index), _gather(self.negative_mask, index))
+        return dml.masked_min(_gather(self.dist, index), _gather(self.negative_mask, index))
 
 
 def _pair_losses(geo: _Geometry, base, margin, loop):
     """Per-slot losses of the triplet, HPHN-triplet and lifted-structure forms."""
-    m = kops.convert_to_tensor(margin, dtype=ops.dtype_name(geo.dist))
+    m = ops.convert_to_tensor(margin, dtype=dml.dtype_name(geo.dist))
     if loop:
         if base == "triplet":
-            hinge = kops.relu(geo.pair_dist[:, None] - geo.loop_dist + m)
-            weights = kops.cast(geo.loop_mask, ops.dtype_name(hinge))
-            values = kops.sum(hinge * weights, axis=1)
-            found = kops.any(geo.loop_mask, axis=1)
+            hinge = ops.relu(geo.pair_dist[:, None] - geo.loop_dist + m)
+            weights = ops.cast(geo.loop_mask, dml.dtype_name(hinge))
+            values = ops.sum(hinge * weights, axis=1)
+            found = ops.any(geo.loop_mask, axis=1)
         else:
-            closest, found = ops.masked_min(geo.loop_dist, geo.loop_mask)
+            closest, found = dml.masked_min(geo.loop_dist, geo.loop_mask)
     else:
         na, found_a = geo.hardest_negative(geo.first)
         nb, found_b = geo.hardest_negative(geo.second)
-        closest = ops.minimum(kops.where(found_a, na, nb), kops.where(found_b, nb, na))
-        found = kops.logical_or(found_a, found_b)
+        closest = dml.minimum(ops.where(found_a, na, nb), ops.where(found_b, nb, na))
+        found = ops.logical_or(found_a, found_b)
     if base == "hphn_triplet":
-        far = ops.maximum(geo.hardest_positive(geo.first), geo.hardest_positive(geo.second))
-        values = kops.relu(far + m - closest)
+        far = dml.maximum(geo.hardest_positive(geo.first), geo.hardest_positive(geo.second))
+        values = ops.relu(far + m - closest)
     elif base == "lifted_structure":
-        values = kops.relu(geo.pair_dist + m - closest)
-    valid = kops.logical_and(geo.valid, found)
-    values = kops.where(valid, values, kops.zeros_like(values))
+        values = ops.relu(geo.pair_dist + m - closest)
+    valid = ops.logical_and(geo.valid, found)
+    values = ops.where(valid, values, ops.zeros_like(values))
     return geo.by_sample(values, valid)
 
 
 def _slot_of(first, second, valid):
     """``(slot_of, paired)``: each sample's label-pair slot, and whether it is in a pair."""
-    size = kops.shape(first)[0]
-    slots = kops.arange(size, dtype="int32")
+    size = ops.shape(first)[0]
+    slots = ops.arange(size, dtype="int32")
     # Scatter the slot index to both members of valid slots (column ``size`` collects the
     # invalid slots).
-    target = kops.pad(kops.full_like(slots, -1), [[0, 1]], constant_values=-1)[None, :]
+    target = ops.pad(ops.full_like(slots, -1), [[0, 1]], constant_values=-1)[None, :]
     for members in (first, second):
-        target = ops.scatter_rows(target, kops.where(valid, members, size)[None, :],
+        target = dml.scatter_rows(target, ops.where(valid, members, size)[None, :],
                                   slots[None, :], mode="max")
     slot_of = target[0, :size]
     paired = slot_of >= 0
-    return ops.maximum(slot_of, kops.zeros_like(slot_of)), paired
+    return dml.maximum(slot_of, ops.zeros_like(slot_of)), paired
 
 
 def _ms_rows(sim, positive_mask, negative_mask, loop_sim, loop_mask, paired, margin, alpha,
@@ -196,20 +197,20 @@ def _ms_rows(sim, positive_mask, negative_mask, loop_sim, loop_mask, paired, mar
     ``sim``, ``positive_mask``, ``negative_mask``: ``[t, B]`` rows of the samples;
     ``loop_sim``, ``loop_mask``: ``[t, S]`` rows of their pair slots; ``paired``: ``[t]``.
     """
-    eps = kops.convert_to_tensor(epsilon, dtype=ops.dtype_name(sim))
-    least_positive, has_positive = ops.masked_min(sim, positive_mask)
-    most_negative, has_negative = ops.masked_max(sim, negative_mask)
-    positive = kops.logical_and(positive_mask, sim - eps < most_negative[:, None])
-    positive = kops.logical_and(positive, has_negative[:, None])
-    negative = kops.logical_and(loop_mask, paired[:, None])
-    negative = kops.logical_and(negative, loop_sim > least_positive[:, None] - eps)
-    negative = kops.logical_and(negative, has_positive[:, None])
-    lam = kops.convert_to_tensor(margin, dtype=ops.dtype_name(sim))
+    eps = ops.convert_to_tensor(epsilon, dtype=dml.dtype_name(sim))
+    least_positive, has_positive = dml.masked_min(sim, positive_mask)
+    most_negative, has_negative = dml.masked_max(sim, negative_mask)
+    positive = ops.logical_and(positive_mask, sim - eps < most_negative[:, None])
+    positive = ops.logical_and(positive, has_negative[:, None])
+    negative = ops.logical_and(loop_mask, paired[:, None])
+    negative = ops.logical_and(negative, loop_sim > least_positive[:, None] - eps)
+    negative = ops.logical_and(negative, has_positive[:, None])
+    lam = ops.convert_to_tensor(margin, dtype=dml.dtype_name(sim))
     pos_term = _log1p_sum_exp(-alpha * (sim - lam), positive) / alpha
     neg_term = _log1p_sum_exp(beta * (loop_sim - lam), negative) / beta
-    valid = kops.logical_and(kops.any(positive, axis=1), kops.any(negative, axis=1))
-    valid = kops.logical_and(valid, paired)
-    return kops.where(valid, pos_term + neg_term, kops.zeros_like(pos_term)), valid
+    valid = ops.logical_and(ops.any(positive, axis=1), ops.any(negative, axis=1))
+    valid = ops.logical_and(valid, paired)
+    return ops.where(valid, pos_term + neg_term, ops.zeros_like(pos_term)), valid
 
 
 def _ms_losses(geo: _Geometry, margin, alpha, beta, epsilon):
@@ -231,35 +232,35 @@ class _LabelPairs:
         self.first, self.second, self.valid = pairs  # label_pairs(labels)
         self.pair_labels = _gather(labels, self.first)
         self.xa, self.xb = _gather(x, self.first), _gather(x, self.second)
-        self.x1x2 = kops.sum(self.xa * self.xb, axis=1)
-        self.na = kops.sum(kops.square(self.xa), axis=1)
-        self.nb = kops.sum(kops.square(self.xb), axis=1)
+        self.x1x2 = ops.sum(self.xa * self.xb, axis=1)
+        self.na = ops.sum(ops.square(self.xa), axis=1)
+        self.nb = ops.sum(ops.square(self.xb), axis=1)
 
     def distance_rows(self, samples):
         """``[t, B]`` distances of the samples ``samples`` to every sample."""
-        return ops.pairwise_distance(_gather(self.x, samples), self.x)
+        return dml.pairwise_distance(_gather(self.x, samples), self.x)
 
     def loop_rows(self, slots):
         """``(loop_dist, loop_mask)``: ``[t, S]`` rows of the slots ``slots``."""
         xa, xb = _gather(self.xa, slots), _gather(self.xb, slots)
-        aa, ab = ops.pairwise_similarity(xa, self.xa), ops.pairwise_similarity(xa, self.xb)
-        ba, bb = ops.pairwise_similarity(xb, self.xa), ops.pairwise_similarity(xb, self.xb)
+        aa, ab = dml.pairwise_similarity(xa, self.xa), dml.pairwise_similarity(xa, self.xb)
+        ba, bb = dml.pairwise_similarity(xb, self.xa), dml.pairwise_similarity(xb, self.xb)
         x1x2 = _gather(self.x1x2, slots)
         if self.normalized:
             s = geometry.arc_similarity_from_dots(x1x2[:, None], self.x1x2[None, :], aa, ab,
                                                   ba, bb)
-            dist = ops.safe_sqrt(ops.maximum(2.0 - 2.0 * s, kops.zeros_like(s)))
+            dist = dml.safe_sqrt(dml.maximum(2.0 - 2.0 * s, ops.zeros_like(s)))
         else:
             squared = geometry.segment_squared_distance_from_dots(
                 _gather(self.na, slots)[:, None], _gather(self.nb, slots)[:, None],
                 x1x2[:, None], self.na[None, :], self.nb[None, :], self.x1x2[None, :],
                 aa, ab, ba, bb,
             )
-            dist = ops.safe_sqrt(ops.maximum(squared, kops.zeros_like(squared)))
+            dist = dml.safe_sqrt(dml.maximum(squared, ops.zeros_like(squared)))
         labels = _gather(self.pair_labels, slots)
-        mask = kops.logical_and(
-            kops.logical_and(_gather(self.valid, slots)[:, None], self.valid[None, :]),
-            kops.not_equal(labels[:, None], self.pair_labels[None, :]),
+        mask = ops.logical_and(
+            ops.logical_and(_gather(self.valid, slots)[:, None], self.valid[None, :]),
+            ops.not_equal(labels[:, None], self.pair_labels[None, :]),
         )
         return dist, mask
 
@@ -271,7 +272,7 @@ class _SlotBlock:
         self.pairs = pairs
         self.first, self.second = _gather(pairs.first, slots), _gather(pairs.second, slots)
         self.valid = _gather(pairs.valid, slots)
-        self.pair_dist = self.dist = ops.paired_distance(
+        self.pair_dist = self.dist = dml.paired_distance(
             _gather(pairs.xa, slots), _gather(pairs.xb, slots), "l2")
         self._slots = slots
         self._loop = None
@@ -295,13 +296,13 @@ class _SlotBlock:
 
     def hardest_positive(self, index):
         labels = self.pairs.labels
-        same = kops.equal(_gather(labels, index)[:, None], labels[None, :])
-        return ops.masked_max(self._distance_rows(index), same)[0]
+        same = ops.equal(_gather(labels, index)[:, None], labels[None, :])
+        return dml.masked_max(self._distance_rows(index), same)[0]
 
     def hardest_negative(self, index):
         labels = self.pairs.labels
-        other = kops.not_equal(_gather(labels, index)[:, None], labels[None, :])
-        return ops.masked_min(self._distance_rows(index), other)
+        other = ops.not_equal(_gather(labels, index)[:, None], labels[None, :])
+        return dml.masked_min(self._distance_rows(index), other)
 
     def by_sample(self, slot_values, slot_valid):
         return slot_values, slot_valid  # moved to the samples once the blocks are together
@@ -311,24 +312,24 @@ def _blocked_per_anchor(labels, embeddings, base, margin, normalized, loop, opti
     """:func:`_per_anchor` in row blocks: blocks of pair slots (of samples for the MS form)."""
     labels, x, _, _, _ = prepare_inputs(labels, embeddings, normalize=normalized)
     blocks = RowBlocks(batch_rows(x), block_size)
-    dtype = ops.dtype_name(x)
+    dtype = dml.dtype_name(x)
     first, second, valid = label_pairs(labels)  # from the labels alone: once per step
     slot_of, paired = _slot_of(first, second, valid)
 
     def block(i, x):
         pairs = _LabelPairs(labels, x, normalized, (first, second, valid))
-        rows = blocks.start(i) + kops.arange(blocks.size, dtype="int32")
+        rows = blocks.start(i) + ops.arange(blocks.size, dtype="int32")
         if base != "multi_similarity":  # rows are pair slots
             values, found = _pair_losses(_SlotBlock(pairs, rows), base, margin, loop)
-            return values, kops.cast(found, dtype)
+            return values, ops.cast(found, dtype)
         dist = pairs.distance_rows(rows)  # the MS form: rows are samples
-        positive, negative = ops.label_masks(_gather(labels, rows), labels, blocks.start(i))
+        positive, negative = dml.label_masks(_gather(labels, rows), labels, blocks.start(i))
         loop_dist, loop_mask = pairs.loop_rows(_gather(slot_of, rows))
-        losses, found = _ms_rows(1.0 - 0.5 * kops.square(dist), positive, negative,
-                                 1.0 - 0.5 * kops.square(loop_dist), loop_mask,
+        losses, found = _ms_rows(1.0 - 0.5 * ops.square(dist), positive, negative,
+                                 1.0 - 0.5 * ops.square(loop_dist), loop_mask,
                                  _gather(paired, rows), margin, options["alpha"],
                                  options["beta"], options["epsilon"])
-        return losses, kops.cast(found, dtype)
+        return losses, ops.cast(found, dtype)
 
     values, found = (blocks.assemble(t) for t in
                      blocks.map(block, (x,), [((None,), dtype)] * 2))
@@ -361,13 +362,13 @@ def _check_base(base, margin, options):
         )
     full = {**allowed, **options}
     for name in ("alpha", "beta"):
-        if name in full and (not ops.is_number(full[name]) or not full[name] > 0):
+        if name in full and (not dml.is_number(full[name]) or not full[name] > 0):
             raise ValueError(f"`{name}` must be a number > 0. Received: {name}={full[name]!r}")
-    if "epsilon" in full and not ops.is_number(full["epsilon"]):
+    if "epsilon" in full and not dml.is_number(full["epsilon"]):
         raise ValueError(f"`epsilon` must be a number. Received: epsilon={full['epsilon']!r}")
     if margin is None:
         margin = _DEFAULT_MARGIN[base]
-    if not ops.is_number(margin) or (base != "multi_similarity" and not margin >= 0):
+    if not dml.is_number(margin) or (base != "multi_similarity" and not margin >= 0):
         raise ValueError(f"`margin` must be a number >= 0. Received: margin={margin!r}")
     return float(margin), {k: float(v) for k, v in full.items()}
 

@@ -6,9 +6,9 @@ import numbers
 
 import keras
 import numpy as np
-from keras import ops as kops
+from keras import ops
 
-from tfdml import ops
+from tfdml import ops as dml
 from tfdml.losses.base import (
     LossState,
     MetricLoss,
@@ -29,9 +29,9 @@ def _distance_weighted():
 
 
 def _check_args(margin, distance):
-    if not ops.is_number(margin) or not margin >= 0:
+    if not dml.is_number(margin) or not margin >= 0:
         raise ValueError(f"`margin` must be a number >= 0. Received: margin={margin!r}")
-    ops.check_distance(distance)
+    dml.check_distance(distance)
 
 
 def _check_beta(beta, num_classes):
@@ -43,7 +43,7 @@ def _check_beta(beta, num_classes):
         raise ValueError(
             f"`num_classes` must be None or an int >= 1. Received: num_classes={num_classes!r}"
         )
-    if ops.is_number(beta):
+    if dml.is_number(beta):
         beta = float(beta)
         if not np.isfinite(beta):
             raise ValueError(f"`beta` must be finite. Received: beta={beta!r}")
@@ -78,7 +78,7 @@ def _check_class_ids(labels, num_classes, given=True):
     else:
         message = (f"With a per-class `beta` of length {num_classes}, class ids (y_true) must "
                    f"be in [0, {num_classes}).")
-    return ops.validate_class_ids(labels, num_classes, message)
+    return dml.validate_class_ids(labels, num_classes, message)
 
 
 def _margin_per_anchor(labels, embeddings, margin, beta, distance, miner, normalize,
@@ -86,14 +86,14 @@ def _margin_per_anchor(labels, embeddings, margin, beta, distance, miner, normal
     labels, x, ref_labels, ref, ref_offset = prepare_inputs(
         labels, embeddings, ref_embeddings, ref_labels, ref_offset, normalize
     )
-    dist = ops.distance_matrix(x, ref, distance)
+    dist = dml.distance_matrix(x, ref, distance)
     mined = miner.mine(-dist, labels, ref_labels, ref_offset, x, ref)
-    dtype = ops.dtype_name(dist)
+    dtype = dml.dtype_name(dist)
     if isinstance(beta, (numbers.Real, np.ndarray, list, tuple)):
         # Rounded once from float64: full precision in float64.
-        beta = kops.convert_to_tensor(np.asarray(beta, np.float64).astype(dtype))
+        beta = ops.convert_to_tensor(np.asarray(beta, np.float64).astype(dtype))
     else:
-        beta = kops.cast(beta, dtype)
+        beta = ops.cast(beta, dtype)
     rank = len(beta.shape)
     if rank == 1:
         valid = True
@@ -104,22 +104,22 @@ def _margin_per_anchor(labels, embeddings, margin, beta, distance, miner, normal
         # Each anchor's own boundary, [B, 1]. Out-of-range ids (which cannot raise when
         # traced) read the nearest valid entry, as XLA's gather does, and make beta (hence
         # the loss) NaN.
-        last = beta.shape[0] - 1 if beta.shape[0] is not None else kops.cast(
-            kops.shape(beta)[0] - 1, ops.dtype_name(labels))
-        beta = ops.nan_unless(kops.take(beta, kops.clip(labels, 0, last), axis=0)[:, None],
+        last = beta.shape[0] - 1 if beta.shape[0] is not None else ops.cast(
+            ops.shape(beta)[0] - 1, dml.dtype_name(labels))
+        beta = dml.nan_unless(ops.take(beta, ops.clip(labels, 0, last), axis=0)[:, None],
                               valid)
     elif rank != 0:
         raise ValueError(f"`beta` must be a scalar or [num_classes]. Received shape {beta.shape}")
-    m = kops.convert_to_tensor(margin, dtype)
+    m = ops.convert_to_tensor(margin, dtype)
     if isinstance(mined, Pairs):
-        return pair_terms(kops.relu(dist - beta + m), kops.relu(beta - dist + m), mined)
+        return pair_terms(ops.relu(dist - beta + m), ops.relu(beta - dist + m), mined)
     # A triplet (a, p, n) is two terms, its positive and its negative pair, as in
     # Wu et al.'s code (a negative drawn for several positives counts once per triplet).
     neg_d_ap, neg_d_an = gather_triplet_scores(-dist, mined)
     if len(beta.shape) == 2:
         beta = beta[:, :, None]
-    return triplet_terms(kops.relu(-neg_d_ap - beta + m), mined.mask).plus(
-        triplet_terms(kops.relu(beta + neg_d_an + m), mined.mask))
+    return triplet_terms(ops.relu(-neg_d_ap - beta + m), mined.mask).plus(
+        triplet_terms(ops.relu(beta + neg_d_an + m), mined.mask))
 
 
 def margin_loss(
@@ -155,8 +155,8 @@ def margin_loss(
     """
     _check_args(margin, distance)
     check_average(average)
-    if ops.is_number(beta) or isinstance(beta, (list, tuple, np.ndarray)):
-        beta = _check_beta(beta, None if ops.is_number(beta) else len(beta))
+    if dml.is_number(beta) or isinstance(beta, (list, tuple, np.ndarray)):
+        beta = _check_beta(beta, None if dml.is_number(beta) else len(beta))
     miner = resolve_miner(miner, _distance_weighted)
     terms = _margin_per_anchor(y_true, y_pred, margin, beta, distance, miner,
                                normalize, ref_embeddings, ref_labels, ref_offset)
@@ -302,7 +302,7 @@ class MarginLoss(MetricLoss):
     ):
         _check_args(margin, distance)
         beta = _check_beta(beta, num_classes)
-        if not ops.is_number(beta_lr_multiplier) or not beta_lr_multiplier > 0:
+        if not dml.is_number(beta_lr_multiplier) or not beta_lr_multiplier > 0:
             raise ValueError(
                 "`beta_lr_multiplier` must be a number > 0. "
                 f"Received: beta_lr_multiplier={beta_lr_multiplier!r}"
@@ -327,7 +327,7 @@ class MarginLoss(MetricLoss):
     def beta(self):
         """The current boundary: a float32 tensor, scalar or ``[num_classes]``."""
         if not self.learn_beta:
-            return kops.convert_to_tensor(np.asarray(self._fixed_beta, np.float32))
+            return ops.convert_to_tensor(np.asarray(self._fixed_beta, np.float32))
         return self.state.beta * self.beta_lr_multiplier
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):

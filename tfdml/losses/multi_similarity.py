@@ -5,9 +5,9 @@ from __future__ import annotations
 import numbers
 
 import keras
-from keras import ops as kops
+from keras import ops
 
-from tfdml import ops
+from tfdml import ops as dml
 from tfdml.losses.base import (
     MetricLoss,
     anchor_terms,
@@ -31,8 +31,8 @@ def _check_args(alpha, beta, base):
 
 def _log1p_sum_exp(z, mask):
     """``log(1 + sum_{mask} exp(z))`` per row, stable; 0 (zero gradient) for an empty row."""
-    z = kops.where(mask, z, kops.convert_to_tensor(-float("inf"), ops.dtype_name(z)))
-    return kops.logsumexp(kops.concatenate([kops.zeros_like(z[:, :1]), z], axis=1), axis=1)
+    z = ops.where(mask, z, ops.convert_to_tensor(-float("inf"), dml.dtype_name(z)))
+    return ops.logsumexp(ops.concatenate([ops.zeros_like(z[:, :1]), z], axis=1), axis=1)
 
 
 def _ms_per_anchor(labels, embeddings, alpha, beta, base, miner, normalize,
@@ -40,14 +40,14 @@ def _ms_per_anchor(labels, embeddings, alpha, beta, base, miner, normalize,
     labels, x, ref_labels, ref, ref_offset = prepare_inputs(
         labels, embeddings, ref_embeddings, ref_labels, ref_offset, normalize
     )
-    scores = ops.pairwise_similarity(x, ref)
+    scores = dml.pairwise_similarity(x, ref)
     pairs = as_pairs(miner.mine(scores, labels, ref_labels, ref_offset, x, ref),
-                     num_ref=kops.shape(scores)[1])
-    shifted = scores - kops.convert_to_tensor(base, ops.dtype_name(scores))
+                     num_ref=ops.shape(scores)[1])
+    shifted = scores - ops.convert_to_tensor(base, dml.dtype_name(scores))
     positive = _log1p_sum_exp(-alpha * shifted, pairs.positive) / alpha
     negative = _log1p_sum_exp(beta * shifted, pairs.negative) / beta
-    active = kops.logical_or(kops.any(pairs.positive, axis=1),
-                             kops.any(pairs.negative, axis=1))
+    active = ops.logical_or(ops.any(pairs.positive, axis=1),
+                             ops.any(pairs.negative, axis=1))
     return anchor_terms(positive + negative, active)
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import keras
-from keras import ops as kops
+from keras import ops
 
-from tfdml import ops
+from tfdml import ops as dml
 from tfdml.losses.base import _scale_for_distribution
 from tfdml.losses.class_weights import (
     ClassWeightLoss,
@@ -22,37 +22,37 @@ __all__ = ["ProxyAnchorLoss", "ProxyNCALoss", "proxy_anchor_loss", "proxy_nca_lo
 
 def _proxy_nca(labels, x, proxies, scale):
     cosines = class_cosines(x, proxies)
-    dtype = ops.dtype_name(cosines)
-    two = kops.convert_to_tensor(2.0, dtype)
-    squared = ops.maximum(two - two * cosines, kops.zeros((), dtype))  # |x - p|^2, unit vectors
+    dtype = dml.dtype_name(cosines)
+    two = ops.convert_to_tensor(2.0, dtype)
+    squared = dml.maximum(two - two * cosines, ops.zeros((), dtype))  # |x - p|^2, unit vectors
     target = class_mask(labels, proxies.shape[0])
-    return softmax_cross_entropy(-kops.convert_to_tensor(scale, dtype) * squared, target)
+    return softmax_cross_entropy(-ops.convert_to_tensor(scale, dtype) * squared, target)
 
 
 def _proxy_anchor_parts(labels, x, proxies, margin, alpha, sample_weight=None):
     """Per proxy: ``(positive_terms, negative_terms, has_positive)``, all ``[C]``."""
     cosines = class_cosines(x, proxies)  # [B, C]
-    dtype = ops.dtype_name(cosines)
-    m = kops.convert_to_tensor(margin, dtype)
-    a = kops.convert_to_tensor(alpha, dtype)
+    dtype = dml.dtype_name(cosines)
+    m = ops.convert_to_tensor(margin, dtype)
+    a = ops.convert_to_tensor(alpha, dtype)
     positive = class_mask(labels, proxies.shape[0])
-    negative = kops.logical_not(positive)
+    negative = ops.logical_not(positive)
     pos_z, neg_z = -a * (cosines - m), a * (cosines + m)
     if sample_weight is not None:  # w * exp(z) = exp(z + log w); a zero weight drops the sample
-        log_w = kops.log(kops.cast(sample_weight, dtype))[:, None]
-        keep = (kops.cast(sample_weight, dtype) > 0)[:, None]
-        positive, negative = kops.logical_and(positive, keep), kops.logical_and(negative, keep)
+        log_w = ops.log(ops.cast(sample_weight, dtype))[:, None]
+        keep = (ops.cast(sample_weight, dtype) > 0)[:, None]
+        positive, negative = ops.logical_and(positive, keep), ops.logical_and(negative, keep)
         pos_z, neg_z = pos_z + log_w, neg_z + log_w
-    pos_terms, has_positive = ops.masked_logsumexp(pos_z, positive, axis=0, add_one=True)
-    neg_terms, _ = ops.masked_logsumexp(neg_z, negative, axis=0, add_one=True)
+    pos_terms, has_positive = dml.masked_logsumexp(pos_z, positive, axis=0, add_one=True)
+    neg_terms, _ = dml.masked_logsumexp(neg_z, negative, axis=0, add_one=True)
     return pos_terms, neg_terms, has_positive
 
 
 def _proxy_anchor_value(pos_terms, neg_terms, has_positive):
-    dtype = ops.dtype_name(pos_terms)
-    count = kops.sum(kops.cast(has_positive, dtype))
-    num_classes = kops.cast(kops.shape(neg_terms)[0], dtype)
-    return ops.divide_no_nan(kops.sum(pos_terms), count) + kops.sum(neg_terms) / num_classes
+    dtype = dml.dtype_name(pos_terms)
+    count = ops.sum(ops.cast(has_positive, dtype))
+    num_classes = ops.cast(ops.shape(neg_terms)[0], dtype)
+    return dml.divide_no_nan(ops.sum(pos_terms), count) + ops.sum(neg_terms) / num_classes
 
 
 def proxy_anchor_loss(y_true, y_pred, proxies, margin: float = 0.1, alpha: float = 32.0):
@@ -80,8 +80,8 @@ def proxy_anchor_loss(y_true, y_pred, proxies, margin: float = 0.1, alpha: float
     alpha = check_positive("alpha", alpha)
     labels, x, p, valid = prepare_class_inputs(y_true, y_pred, proxies, 2, "proxies")
     value = _proxy_anchor_value(*_proxy_anchor_parts(labels, x, p, margin, alpha))
-    value = ops.nan_unless(ops.nan_unless_finite(value, y_pred, p), valid)
-    return kops.cast(value, ops.dtype_name(kops.convert_to_tensor(y_pred)))
+    value = dml.nan_unless(dml.nan_unless_finite(value, y_pred, p), valid)
+    return ops.cast(value, dml.dtype_name(ops.convert_to_tensor(y_pred)))
 
 
 def proxy_nca_loss(y_true, y_pred, proxies, scale: float = 1.0):
@@ -221,11 +221,11 @@ class ProxyAnchorLoss(ClassWeightLoss):
         labels, x, p, valid = prepare_class_inputs(labels, y_pred, self.class_weights, 2,
                                                    "proxies")
         if sample_weight is not None:
-            sample_weight = kops.reshape(kops.cast(sample_weight, ops.dtype_name(x)), (-1,))
-            sample_weight = kops.broadcast_to(sample_weight, kops.shape(labels))
+            sample_weight = ops.reshape(ops.cast(sample_weight, dml.dtype_name(x)), (-1,))
+            sample_weight = ops.broadcast_to(sample_weight, ops.shape(labels))
         value = _proxy_anchor_value(
             *_proxy_anchor_parts(labels, x, p, self.margin, self.alpha, sample_weight))
-        value = ops.nan_unless(ops.nan_unless_finite(value, y_pred, p), valid)
+        value = dml.nan_unless(dml.nan_unless_finite(value, y_pred, p), valid)
         if self.reduction != "sum":
             value = _scale_for_distribution(value)
         return value

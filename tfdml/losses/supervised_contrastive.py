@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import keras
-from keras import ops as kops
+from keras import ops
 
-from tfdml import ops
+from tfdml import ops as dml
 from tfdml.losses.base import (
     MetricLoss,
     anchor_terms,
@@ -34,31 +34,31 @@ __all__ = [
 def _mined_pairs(labels, embeddings, miner, normalize, ref_embeddings, ref_labels, ref_offset):
     labels, x, ref_labels, ref, ref_offset = prepare_inputs(
         labels, embeddings, ref_embeddings, ref_labels, ref_offset, normalize)
-    similarity = ops.pairwise_similarity(x, ref)
+    similarity = dml.pairwise_similarity(x, ref)
     pairs = as_pairs(miner.mine(similarity, labels, ref_labels, ref_offset, x, ref),
-                     num_ref=kops.shape(similarity)[1])
+                     num_ref=ops.shape(similarity)[1])
     return similarity, pairs
 
 
 def _has_both(pairs):
-    return kops.logical_and(kops.any(pairs.positive, axis=1), kops.any(pairs.negative, axis=1))
+    return ops.logical_and(ops.any(pairs.positive, axis=1), ops.any(pairs.negative, axis=1))
 
 
 def _supcon_per_anchor(labels, embeddings, temperature, miner, normalize, ref_embeddings,
                        ref_labels, ref_offset):
     similarity, pairs = _mined_pairs(labels, embeddings, miner, normalize, ref_embeddings,
                                      ref_labels, ref_offset)
-    dtype = ops.dtype_name(similarity)
-    logits = similarity / kops.convert_to_tensor(temperature, dtype)
-    others = kops.logical_or(pairs.positive, pairs.negative)
-    denominator, _ = ops.masked_logsumexp(logits, others, axis=1)
+    dtype = dml.dtype_name(similarity)
+    logits = similarity / ops.convert_to_tensor(temperature, dtype)
+    others = ops.logical_or(pairs.positive, pairs.negative)
+    denominator, _ = dml.masked_logsumexp(logits, others, axis=1)
     active = _has_both(pairs)
     # Finite stand-in where the anchor is inactive (its row is dropped anyway).
-    denominator = kops.where(active, denominator, kops.zeros((), dtype))
+    denominator = ops.where(active, denominator, ops.zeros((), dtype))
     log_prob = logits - denominator[:, None]
-    positives = kops.cast(pairs.positive, dtype)
-    total = -kops.sum(kops.where(pairs.positive, log_prob, kops.zeros((), dtype)), axis=1)
-    losses = ops.divide_no_nan(total, kops.sum(positives, axis=1))
+    positives = ops.cast(pairs.positive, dtype)
+    total = -ops.sum(ops.where(pairs.positive, log_prob, ops.zeros((), dtype)), axis=1)
+    losses = dml.divide_no_nan(total, ops.sum(positives, axis=1))
     return anchor_terms(losses, active)
 
 
@@ -66,13 +66,13 @@ def _ntxent_per_anchor(labels, embeddings, temperature, miner, normalize, ref_em
                        ref_labels, ref_offset):
     similarity, pairs = _mined_pairs(labels, embeddings, miner, normalize, ref_embeddings,
                                      ref_labels, ref_offset)
-    dtype = ops.dtype_name(similarity)
-    logits = similarity / kops.convert_to_tensor(temperature, dtype)
-    negatives, has_negative = ops.masked_logsumexp(logits, pairs.negative, axis=1)
-    negatives = kops.where(has_negative, negatives, kops.zeros((), dtype))
+    dtype = dml.dtype_name(similarity)
+    logits = similarity / ops.convert_to_tensor(temperature, dtype)
+    negatives, has_negative = dml.masked_logsumexp(logits, pairs.negative, axis=1)
+    negatives = ops.where(has_negative, negatives, ops.zeros((), dtype))
     # -log(e^{s_ap} / (e^{s_ap} + sum_n e^{s_an})) = softplus(lse_n s_an - s_ap); 0 without n.
-    values = kops.softplus(negatives[:, None] - logits)
-    values = kops.where(has_negative[:, None], values, kops.zeros((), dtype))
+    values = ops.softplus(negatives[:, None] - logits)
+    values = ops.where(has_negative[:, None], values, ops.zeros((), dtype))
     return triplet_terms(values, pairs.positive)
 
 
@@ -80,36 +80,36 @@ def _circle_per_anchor(labels, embeddings, margin, gamma, miner, normalize, ref_
                        ref_labels, ref_offset):
     similarity, pairs = _mined_pairs(labels, embeddings, miner, normalize, ref_embeddings,
                                      ref_labels, ref_offset)
-    dtype = ops.dtype_name(similarity)
-    zero = kops.zeros((), dtype)
-    m, g = kops.convert_to_tensor(margin, dtype), kops.convert_to_tensor(gamma, dtype)
-    one = kops.ones((), dtype)
-    fixed = kops.stop_gradient(similarity)
-    alpha_p = ops.maximum(one + m - fixed, zero)  # [O_p - s_p]_+, O_p = 1 + m
-    alpha_n = ops.maximum(fixed + m, zero)  # [s_n - O_n]_+, O_n = -m
-    positive, _ = ops.masked_logsumexp(-g * alpha_p * (similarity - (one - m)), pairs.positive,
+    dtype = dml.dtype_name(similarity)
+    zero = ops.zeros((), dtype)
+    m, g = ops.convert_to_tensor(margin, dtype), ops.convert_to_tensor(gamma, dtype)
+    one = ops.ones((), dtype)
+    fixed = ops.stop_gradient(similarity)
+    alpha_p = dml.maximum(one + m - fixed, zero)  # [O_p - s_p]_+, O_p = 1 + m
+    alpha_n = dml.maximum(fixed + m, zero)  # [s_n - O_n]_+, O_n = -m
+    positive, _ = dml.masked_logsumexp(-g * alpha_p * (similarity - (one - m)), pairs.positive,
                                        axis=1)
-    negative, _ = ops.masked_logsumexp(g * alpha_n * (similarity - m), pairs.negative, axis=1)
+    negative, _ = dml.masked_logsumexp(g * alpha_n * (similarity - m), pairs.negative, axis=1)
     active = _has_both(pairs)
-    total = kops.where(active, positive + negative, zero)
-    return anchor_terms(kops.softplus(total), active)
+    total = ops.where(active, positive + negative, zero)
+    return anchor_terms(ops.softplus(total), active)
 
 
 def _snn_per_anchor(labels, embeddings, temperature, distance, miner, normalize, ref_embeddings,
                     ref_labels, ref_offset):
     labels, x, ref_labels, ref, ref_offset = prepare_inputs(
         labels, embeddings, ref_embeddings, ref_labels, ref_offset, normalize)
-    dist = ops.distance_matrix(x, ref, distance)
+    dist = dml.distance_matrix(x, ref, distance)
     pairs = as_pairs(miner.mine(-dist, labels, ref_labels, ref_offset, x, ref),
-                     num_ref=kops.shape(dist)[1])
-    dtype = ops.dtype_name(dist)
-    logits = -dist / kops.convert_to_tensor(temperature, dtype)
-    same, active = ops.masked_logsumexp(logits, pairs.positive, axis=1)
-    everyone, _ = ops.masked_logsumexp(logits, kops.logical_or(pairs.positive, pairs.negative),
+                     num_ref=ops.shape(dist)[1])
+    dtype = dml.dtype_name(dist)
+    logits = -dist / ops.convert_to_tensor(temperature, dtype)
+    same, active = dml.masked_logsumexp(logits, pairs.positive, axis=1)
+    everyone, _ = dml.masked_logsumexp(logits, ops.logical_or(pairs.positive, pairs.negative),
                                        axis=1)
-    zero = kops.zeros((), dtype)
+    zero = ops.zeros((), dtype)
     # An anchor without a same-class neighbour (-inf - -inf) is left out with a finite 0.
-    losses = kops.where(active, everyone, zero) - kops.where(active, same, zero)
+    losses = ops.where(active, everyone, zero) - ops.where(active, same, zero)
     return anchor_terms(losses, active)
 
 
@@ -186,7 +186,7 @@ def soft_nearest_neighbor_loss(y_true, y_pred, temperature: float = 1.0,
         its class in the batch, NaN when an embedding is NaN or Inf.
     """
     temperature = check_positive("temperature", temperature)
-    ops.check_distance(distance)
+    dml.check_distance(distance)
     check_average(average)
     miner = resolve_miner(miner, AllPairsMiner)
     terms = _snn_per_anchor(y_true, y_pred, temperature, distance, miner, normalize,
@@ -236,21 +236,21 @@ def multiple_negatives_ranking_loss(query_embeddings, key_embeddings, scale: flo
         for smart reply", arXiv:1705.00652 (2017).
     """
     scale = check_positive("scale", scale)
-    queries = ops.check_embeddings(query_embeddings, "query_embeddings")
-    keys = ops.check_embeddings(key_embeddings, "key_embeddings")
-    ops.check_batch_sizes(queries, keys, "query_embeddings", "key_embeddings")
-    dtype = ops.compute_dtype(queries.dtype)
-    q, k = kops.cast(queries, dtype), kops.cast(keys, dtype)
+    queries = dml.check_embeddings(query_embeddings, "query_embeddings")
+    keys = dml.check_embeddings(key_embeddings, "key_embeddings")
+    dml.check_batch_sizes(queries, keys, "query_embeddings", "key_embeddings")
+    dtype = dml.compute_dtype(queries.dtype)
+    q, k = ops.cast(queries, dtype), ops.cast(keys, dtype)
     if normalize:
-        q, k = ops.l2_normalize(q), ops.l2_normalize(k)
-    logits = ops.pairwise_similarity(q, k) * kops.convert_to_tensor(scale, dtype)
-    every = kops.ones_like(logits, dtype="bool")
-    total, _ = ops.masked_logsumexp(logits, every, axis=1, add_one=add_one)
+        q, k = dml.l2_normalize(q), dml.l2_normalize(k)
+    logits = dml.pairwise_similarity(q, k) * ops.convert_to_tensor(scale, dtype)
+    every = ops.ones_like(logits, dtype="bool")
+    total, _ = dml.masked_logsumexp(logits, every, axis=1, add_one=add_one)
     # A sum and a division: keras.ops.mean under PyTorch rounds float64 to float32.
-    rows = total - kops.diagonal(logits)
-    value = kops.sum(rows) / kops.cast(kops.shape(rows)[0], dtype)
-    value = ops.nan_unless_finite(value, queries, keys, distances=not normalize)
-    return kops.cast(value, ops.dtype_name(queries))
+    rows = total - ops.diagonal(logits)
+    value = ops.sum(rows) / ops.cast(ops.shape(rows)[0], dtype)
+    value = dml.nan_unless_finite(value, queries, keys, distances=not normalize)
+    return ops.cast(value, dml.dtype_name(queries))
 
 
 class _PairSoftmaxLoss(MetricLoss):
@@ -500,7 +500,7 @@ class SoftNearestNeighborLoss(_PairSoftmaxLoss):
                  reduction="sum_over_batch_size", name: str = "soft_nearest_neighbor_loss",
                  dtype=None, block_size=None):
         self.temperature = check_positive("temperature", temperature)
-        self.distance = ops.check_distance(distance)
+        self.distance = dml.check_distance(distance)
         super().__init__(miner, normalize, average, reduction, name, dtype, block_size)
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):

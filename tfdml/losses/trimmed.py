@@ -6,9 +6,9 @@ import numbers
 
 import keras
 import numpy as np
-from keras import ops as kops
+from keras import ops
 
-from tfdml import ops
+from tfdml import ops as dml
 from tfdml.losses.base import AnchorTerms, MetricLoss, resolve_loss
 
 __all__ = ["TrimmedLoss", "trim_mask"]
@@ -26,16 +26,16 @@ def trim_mask(losses, valid, trim: float):
     Returns:
         ``[B]`` bool. Never differentiated; at least one valid anchor is kept.
     """
-    losses = kops.stop_gradient(kops.convert_to_tensor(losses))
-    valid = kops.convert_to_tensor(valid)
-    count = kops.sum(kops.cast(valid, "int32"))
+    losses = ops.stop_gradient(ops.convert_to_tensor(losses))
+    valid = ops.convert_to_tensor(valid)
+    count = ops.sum(ops.cast(valid, "int32"))
     keep = count - _num_dropped(count, trim, losses.shape[0])
-    inf = kops.convert_to_tensor(float("inf"), ops.dtype_name(losses))
-    ranked = kops.where(valid, losses, inf)
-    order = ops.stable_argsort(ranked)
+    inf = ops.convert_to_tensor(float("inf"), dml.dtype_name(losses))
+    ranked = ops.where(valid, losses, inf)
+    order = dml.stable_argsort(ranked)
     # The inverse permutation of `order`: the rank of each anchor.
-    rank = ops.stable_argsort(order)
-    return kops.logical_and(valid, rank < keep)
+    rank = dml.stable_argsort(order)
+    return ops.logical_and(valid, rank < keep)
 
 
 def _num_dropped(count, trim: float, size):
@@ -47,9 +47,9 @@ def _num_dropped(count, trim: float, size):
     """
     if size is not None:
         table = np.floor(float(trim) * np.arange(size + 1, dtype=np.float64) + 1e-9)
-        return kops.take(kops.convert_to_tensor(table.astype(np.int32)), count)
-    drop = ops.floor(float(trim) * kops.cast(count, "float64") + 1e-9)
-    return kops.cast(drop, "int32")
+        return ops.take(ops.convert_to_tensor(table.astype(np.int32)), count)
+    drop = dml.floor(float(trim) * ops.cast(count, "float64") + 1e-9)
+    return ops.cast(drop, "int32")
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -106,9 +106,9 @@ class TrimmedLoss(MetricLoss):
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
         terms = self.loss.compute_terms(labels, embeddings, ref_embeddings, ref_labels, ref_offset)
-        mean = ops.divide_no_nan(terms.total, terms.count)
+        mean = dml.divide_no_nan(terms.total, terms.count)
         keep = trim_mask(mean, terms.active, self.trim)
-        return AnchorTerms(*(kops.where(keep, t, kops.zeros_like(t)) for t in terms))
+        return AnchorTerms(*(ops.where(keep, t, ops.zeros_like(t)) for t in terms))
 
     def get_config(self):
         config = super().get_config()

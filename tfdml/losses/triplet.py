@@ -5,9 +5,9 @@ from __future__ import annotations
 import numbers
 
 import keras
-from keras import ops as kops
+from keras import ops
 
-from tfdml import ops
+from tfdml import ops as dml
 from tfdml.losses.base import (
     MetricLoss,
     check_average,
@@ -31,21 +31,21 @@ __all__ = [
 def _check_nca_args(order, temperature):
     if not isinstance(order, numbers.Integral) or isinstance(order, bool) or order not in (1, 2):
         raise ValueError(f"`order` must be 1 or 2. Received: order={order!r}")
-    if not ops.is_number(temperature) or not temperature > 0:
+    if not dml.is_number(temperature) or not temperature > 0:
         raise ValueError(f"`temperature` must be a number > 0. Received: temperature={temperature!r}")
 
 
 def _check_margin_args(margin, distance):
-    if not ops.is_number(margin) or not margin >= 0:
+    if not dml.is_number(margin) or not margin >= 0:
         raise ValueError(f"`margin` must be a number >= 0. Received: margin={margin!r}")
-    ops.check_distance(distance)
+    dml.check_distance(distance)
 
 
 def _check_pn_args(margin, distance):
-    if margin is not None and (not ops.is_number(margin) or not margin >= 0):
+    if margin is not None and (not dml.is_number(margin) or not margin >= 0):
         raise ValueError(
             f"`margin` must be None (the soft margin) or a number >= 0. Received: margin={margin!r}")
-    ops.check_distance(distance)
+    dml.check_distance(distance)
 
 
 def _ephn():
@@ -65,14 +65,14 @@ def _nca_per_anchor(labels, embeddings, order, temperature, miner, normalize,
     labels, x, ref_labels, ref, ref_offset = prepare_inputs(
         labels, embeddings, ref_embeddings, ref_labels, ref_offset, normalize
     )
-    scores = ops.pairwise_similarity(x, ref)
+    scores = dml.pairwise_similarity(x, ref)
     triplets = as_triplets(miner.mine(scores, labels, ref_labels, ref_offset, x, ref))
     s_ap, s_an = gather_triplet_scores(scores, triplets)
     if order == 1:
         logits = s_an - s_ap
     else:
-        logits = 0.5 * kops.square(s_an) - (s_ap - 0.5 * kops.square(s_ap))
-    values = kops.softplus(logits / kops.convert_to_tensor(temperature, ops.dtype_name(logits)))
+        logits = 0.5 * ops.square(s_an) - (s_ap - 0.5 * ops.square(s_ap))
+    values = ops.softplus(logits / ops.convert_to_tensor(temperature, dml.dtype_name(logits)))
     return triplet_terms(values, triplets.mask)
 
 
@@ -81,10 +81,10 @@ def _margin_per_anchor(labels, embeddings, margin, distance, miner, normalize,
     labels, x, ref_labels, ref, ref_offset = prepare_inputs(
         labels, embeddings, ref_embeddings, ref_labels, ref_offset, normalize
     )
-    scores = -ops.distance_matrix(x, ref, distance)
+    scores = -dml.distance_matrix(x, ref, distance)
     triplets = as_triplets(miner.mine(scores, labels, ref_labels, ref_offset, x, ref))
     s_ap, s_an = gather_triplet_scores(scores, triplets)
-    values = kops.relu(s_an - s_ap + kops.convert_to_tensor(margin, ops.dtype_name(scores)))
+    values = ops.relu(s_an - s_ap + ops.convert_to_tensor(margin, dml.dtype_name(scores)))
     return triplet_terms(values, triplets.mask)
 
 
@@ -99,24 +99,24 @@ def _between_references(ref, triplets, distance, ref_dist=None):
     the ``[R, R]`` matrix.
     """
     if triplets.negative is not None and triplets.positive is not None and ref_dist is None:
-        positives = kops.take(ref, triplets.positive, axis=0)  # [B, P, D]
-        negatives = kops.take(ref, triplets.negative, axis=0)
-        return ops.paired_distance(positives, negatives, distance)[:, :, None]
+        positives = ops.take(ref, triplets.positive, axis=0)  # [B, P, D]
+        negatives = ops.take(ref, triplets.negative, axis=0)
+        return dml.paired_distance(positives, negatives, distance)[:, :, None]
     if triplets.negative is None and triplets.positive is not None and ref_dist is None:
-        positives = kops.take(ref, triplets.positive[:, 0], axis=0)  # P = 1
-        return ops.distance_matrix(positives, ref, distance)[:, None, :]
+        positives = ops.take(ref, triplets.positive[:, 0], axis=0)  # P = 1
+        return dml.distance_matrix(positives, ref, distance)[:, None, :]
     if ref_dist is None:
-        ref_dist = ops.distance_matrix(ref, ref, distance)
-    num_ref = kops.shape(ref_dist)[0]
+        ref_dist = dml.distance_matrix(ref, ref, distance)
+    num_ref = ops.shape(ref_dist)[0]
     if triplets.positive is None and triplets.negative is None:
         return ref_dist[None, :, :]
     if triplets.negative is None:  # one positive per anchor, every negative
-        return kops.take(ref_dist, triplets.positive, axis=0)
+        return ops.take(ref_dist, triplets.positive, axis=0)
     positive = triplets.positive
     if positive is None:  # every positive j, each with its own negative
-        positive = kops.arange(num_ref, dtype="int32")[None, :]
+        positive = ops.arange(num_ref, dtype="int32")[None, :]
     flat = positive * num_ref + triplets.negative
-    return kops.take(kops.reshape(ref_dist, (-1,)), flat)[:, :, None]
+    return ops.take(ops.reshape(ref_dist, (-1,)), flat)[:, :, None]
 
 
 def _pn_per_anchor(labels, embeddings, margin, distance, miner, normalize, ref_embeddings,
@@ -124,15 +124,15 @@ def _pn_per_anchor(labels, embeddings, margin, distance, miner, normalize, ref_e
     labels, x, ref_labels, ref, ref_offset = prepare_inputs(
         labels, embeddings, ref_embeddings, ref_labels, ref_offset, normalize
     )
-    dist = ops.distance_matrix(x, ref, distance)
+    dist = dml.distance_matrix(x, ref, distance)
     triplets = as_triplets(miner.mine(-dist, labels, ref_labels, ref_offset, x, ref))
     d_ap, d_an = gather_triplet_scores(dist, triplets)
     ref_dist = dist if ref_embeddings is None else None
-    d_n = ops.minimum(d_an, _between_references(ref, triplets, distance, ref_dist))
+    d_n = dml.minimum(d_an, _between_references(ref, triplets, distance, ref_dist))
     if margin is None:
-        values = kops.softplus(d_ap - d_n)
+        values = ops.softplus(d_ap - d_n)
     else:
-        values = kops.relu(d_ap - d_n + kops.convert_to_tensor(margin, ops.dtype_name(dist)))
+        values = ops.relu(d_ap - d_n + ops.convert_to_tensor(margin, dml.dtype_name(dist)))
     return triplet_terms(values, triplets.mask)
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numbers
 
 import keras
-from keras import ops as kops
+from keras import ops
 
-from tfdml import ops
+from tfdml import ops as dml
 from tfdml.losses.base import AnchorTerms, LossState, MetricLoss, resolve_loss
 from tfdml.losses.class_weights import ClassWeightLoss
 
@@ -43,15 +43,15 @@ class MemoryBank(LossState):
     def enqueue(self, embeddings, labels):
         """Writes a batch at ``position`` (wrapping around), oldest rows first out."""
         size = self.memory_size
-        batch = kops.shape(labels)[0]
-        rows = (kops.cast(self.position, "int32") + kops.arange(batch, dtype="int32")) % size
-        self.embeddings.assign(kops.scatter_update(
-            self.embeddings, rows[:, None], kops.cast(kops.stop_gradient(embeddings), "float32")))
-        self.labels.assign(kops.scatter_update(self.labels, rows[:, None],
-                                               kops.cast(labels, "int32")))
-        batch = kops.cast(batch, "int32")
+        batch = ops.shape(labels)[0]
+        rows = (ops.cast(self.position, "int32") + ops.arange(batch, dtype="int32")) % size
+        self.embeddings.assign(ops.scatter_update(
+            self.embeddings, rows[:, None], ops.cast(ops.stop_gradient(embeddings), "float32")))
+        self.labels.assign(ops.scatter_update(self.labels, rows[:, None],
+                                               ops.cast(labels, "int32")))
+        batch = ops.cast(batch, "int32")
         self.position.assign((self.position + batch) % size)
-        self.filled.assign(kops.minimum(self.filled + batch, size))
+        self.filled.assign(ops.minimum(self.filled + batch, size))
         self.steps.assign(self.steps + 1)
 
 
@@ -160,17 +160,17 @@ class CrossBatchMemory(MetricLoss):
         if batch is not None and batch > self.memory_size:
             raise ValueError(
                 f"`memory_size` ({self.memory_size}) must be at least the batch size ({batch}).")
-        labels = ops.cast_labels(labels, "y_true")
-        x = kops.convert_to_tensor(embeddings)
-        dtype = ops.compute_dtype(x.dtype)
-        past = kops.stop_gradient(kops.cast(bank.embeddings, dtype))
-        reference = kops.concatenate([kops.cast(x, dtype), past], axis=0)
-        bank_labels = kops.cast(bank.labels, ops.dtype_name(labels))
-        ref_labels = kops.concatenate([labels, bank_labels], axis=0)
+        labels = dml.cast_labels(labels, "y_true")
+        x = ops.convert_to_tensor(embeddings)
+        dtype = dml.compute_dtype(x.dtype)
+        past = ops.stop_gradient(ops.cast(bank.embeddings, dtype))
+        reference = ops.concatenate([ops.cast(x, dtype), past], axis=0)
+        bank_labels = ops.cast(bank.labels, dml.dtype_name(labels))
+        ref_labels = ops.concatenate([labels, bank_labels], axis=0)
         with_memory = self.loss.compute_terms(labels, x, reference, ref_labels, 0)
         alone = self.loss.compute_terms(labels, x)
-        use = kops.logical_and(bank.filled >= self.memory_size, bank.steps >= self.warmup_steps)
-        terms = AnchorTerms(*(kops.where(use, a, b) for a, b in zip(with_memory, alone,
+        use = ops.logical_and(bank.filled >= self.memory_size, bank.steps >= self.warmup_steps)
+        terms = AnchorTerms(*(ops.where(use, a, b) for a, b in zip(with_memory, alone,
                                                                     strict=True)))
         if self._training:
             bank.enqueue(x, labels)
