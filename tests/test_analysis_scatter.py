@@ -16,11 +16,17 @@ from backends import BACKEND
 
 import tfdml
 from tfdml.analysis.scatter import (
+    DIRECTIONS,
     MovementStatistics,
+    ScatterFiles,
     TripletScatterResult,
     movement_statistics,
+    plot_scatter_grid,
     plot_triplet_scatter,
+    record_scatter,
     rescore_triplets,
+    save_figure,
+    save_scatter,
     triplet_movement,
     triplet_scatter,
 )
@@ -355,3 +361,61 @@ def test_digits_scatter_example_writes_its_figures(tmp_path, capsys):
         "digits_scatter.png", "digits_scatter_order1.png", "digits_scatter_order2.png"]
     assert sorted(runs[1][0].scatters) == [0, 1]
     assert "TripletNCALoss(order=2)" in capsys.readouterr().out
+
+
+# -- the parts of TripletScatter: computing, plotting, writing ----------------------------------
+
+
+@MB
+def test_record_scatter_is_the_scatter_and_its_values():
+    x, y = _data(n=40)
+    points, values = record_scatter(x, y)
+    want = triplet_scatter(x, y)
+    for got, expected in zip(points, want, strict=True):
+        np.testing.assert_array_equal(got, expected)
+    assert values == {"correct": pytest.approx(float(want.correct.mean()))}
+    moved_x = x + 0.3 * np.random.default_rng(5).normal(size=x.shape)
+    _, values = record_scatter(moved_x, y, reference=points)
+    stats = movement_statistics(points, rescore_triplets(moved_x, points))
+    assert list(values) == ["correct"] + [f"move_{d}" for d in DIRECTIONS]
+    assert [values[f"move_{d}"] for d in DIRECTIONS] == pytest.approx(list(stats[:5]))
+    _, values = record_scatter(x[:3], [0, 1, 2])  # no anchor has a positive
+    assert np.isnan(values["correct"])
+
+
+def test_plot_scatter_grid_draws_one_panel_per_epoch():
+    x, y = _data(n=30)
+    points = triplet_scatter(x, y)
+    fig = plot_scatter_grid({0: points, 2: points, 5: points}, "easy", "hard", columns=2)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles[:3] == ["epoch 0", "epoch 2", "epoch 5"] and len(fig.axes) == 4
+    assert not fig.axes[3].axison  # the unused slot of the 2 x 2 grid
+    assert "easy positive, hard negative; 30 samples" in fig.get_suptitle()
+
+
+def test_scatter_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    x, y = _data(n=30)
+    points = triplet_scatter(x, y)
+    files = ScatterFiles(tmp_path / "out", "run", ("npz", "png", "grid"), "easy", "hard")
+    files.write(0, {0: points})
+    files.write(3, {3: points, 0: points})
+    names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert names == ["run.png", "run_epoch000.npz", "run_epoch000.png", "run_epoch003.npz",
+                     "run_epoch003.png"]  # no temporary file left
+    with np.load(files.path(3, "npz")) as saved:
+        assert int(saved["epoch"]) == 3
+        np.testing.assert_array_equal(saved["negatives"], points.negatives)
+    before = (tmp_path / "out" / "run_epoch003.npz").read_bytes()
+
+    def interrupted(file, **arrays):
+        file.write(b"part of an archive")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(np, "savez", interrupted)
+    with pytest.raises(OSError, match="disk full"):
+        files.write(3, {3: points._replace(s_ap=points.s_ap + 1)})
+    assert (tmp_path / "out" / "run_epoch003.npz").read_bytes() == before
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == names
+    monkeypatch.undo()
+    save_scatter(tmp_path / "x.npz", points, 7)  # the writer's parts on their own
+    save_figure(plot_scatter_grid({7: points}, "easy", "hard"), tmp_path / "x.png")

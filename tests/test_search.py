@@ -82,7 +82,8 @@ def test_group_preselection_holds_the_top_k_with_ties_to_the_lower_column(keep):
     k-th place is a tie; the top-k of the candidates must be the top-k of the whole row."""
     from keras import ops
 
-    from tfdml.search import GROUP, _block_candidates, _preselects, _top_k_lower_index_first
+    from tfdml.ops import top_k
+    from tfdml.search import GROUP, _block_candidates, _preselects
 
     rng = np.random.default_rng(keep)
     width = 8 * GROUP * keep + 3 * GROUP
@@ -92,7 +93,7 @@ def test_group_preselection_holds_the_top_k_with_ties_to_the_lower_column(keep):
     scores[5:10, -1] = 9.0  # a unique best in the last column
     values, cols = _block_candidates(ops.convert_to_tensor(scores), keep)
     assert ops.shape(cols) == (40, keep * GROUP)
-    best, pos = _top_k_lower_index_first(values, keep)
+    best, pos = top_k(values, keep)
     got = np.take_along_axis(ops.convert_to_numpy(cols), ops.convert_to_numpy(pos), axis=1)
     want = np.argsort(-scores, axis=1, kind="stable")[:, :keep]
     np.testing.assert_array_equal(got, want)
@@ -154,7 +155,7 @@ def test_errors_name_the_problem():
     with pytest.raises(ValueError, match="`embeddings` contains 1 non-finite row"):
         index.add(bad, labels=[0, 1, 2])
     with pytest.raises(ValueError, match="`metric`"):
-        Index("euclidean")
+        Index("manhattan")
     with pytest.raises(ValueError, match="`chunk_size`"):
         Index(chunk_size=0)
 

@@ -288,7 +288,8 @@ class RecallAtK(_EmbeddingCallback):
             from 1). Defaults to `1`.
         batch_size: batch size for embedding arrays (a dataset keeps its own
             batches). Defaults to `256`.
-        metric: ``"cosine"`` or ``"euclidean"``. Defaults to `"cosine"`.
+        metric: ``"cosine"`` or ``"l2"`` (see :func:`tfdml.metrics.recall_at_k`).
+            Defaults to `"cosine"`.
         prefix: prefix of the log names. Defaults to `"val_"`.
         unmatched: how queries with no other sample of their class count; see
             :func:`tfdml.metrics.recall_at_k`. Defaults to `"miss"`.
@@ -345,7 +346,7 @@ class RecallAtK(_EmbeddingCallback):
         self.every = check_int("every", every)
         self.batch_size = check_int("batch_size", batch_size)
         self.chunk_size = check_int("chunk_size", chunk_size)
-        check_choice("metric", metric, _metrics.METRICS)
+        metric = _metrics.check_metric(metric)
         check_choice("unmatched", unmatched, _metrics.UNMATCHED)
         check_choice("verbose", verbose, ("auto", 0, 1, 2))
         if not isinstance(prefix, str):
@@ -441,6 +442,9 @@ class TripletScatter(_EmbeddingCallback):
     * ``"png"``: ``{name}_epoch{k:03d}.png``, the diagram of that epoch;
     * ``"grid"``: ``{name}.png``, the recorded epochs side by side (wrapped
       after ``grid_columns``), rewritten after every recorded epoch.
+
+    Each file is written whole or not at all (a temporary file renamed over
+    it), so a run killed during a write leaves the previous version.
 
     The share of correct triplets (``S_ap > S_an``) goes into the logs as
     ``{prefix}correct``. With ``movement=True`` the triplets of the previous
@@ -577,6 +581,8 @@ class TripletScatter(_EmbeddingCallback):
         self.seed = seed
         self.verbose = verbose
         self.scatters = {}
+        self._writer = _scatter.ScatterFiles(self.output_dir, name, files, positive, negative,
+                                            region=region, grid_columns=self.grid_columns)
         self._reference = None  # triplets of the previous record, for movement
         self._began = False
         self._warned_nonfinite = False
@@ -590,8 +596,7 @@ class TripletScatter(_EmbeddingCallback):
 
     def path(self, epoch=None, ext="png"):
         """Path of the file of ``epoch`` (``None``: the grid)."""
-        stem = self.name if epoch is None else f"{self.name}_epoch{epoch:03d}"
-        return os.path.join(self.output_dir, f"{stem}.{ext}")
+        return self._writer.path(epoch, ext)
 
     def _due(self, epoch):
         if isinstance(self.every, frozenset):
@@ -610,51 +615,20 @@ class TripletScatter(_EmbeddingCallback):
             if self.verbose:
                 print(f"Triplet scatter, epoch {epoch}: not recorded (non-finite embeddings)")
             return {name: float("nan") for name in self.names()}
-        values = {}
-        if self.movement and self._reference is not None:
-            before = self._reference
-            after = _scatter.rescore_triplets(embeddings, before)
-            stats = _scatter.movement_statistics(before, after)
-            for direction in _scatter.DIRECTIONS:
-                values[f"{self.prefix}move_{direction}"] = getattr(stats, direction)
-        points = _scatter.triplet_scatter(embeddings, labels, self.positive, self.negative,
-                                          chunk_size=self.chunk_size, seed=self.seed)
+        reference = self._reference if self.movement else None
+        points, values = _scatter.record_scatter(
+            embeddings, labels, self.positive, self.negative, chunk_size=self.chunk_size,
+            seed=self.seed, reference=reference)
+        values = {f"{self.prefix}{key}": value for key, value in values.items()}
         self._reference = points
-        correct = float(points.correct.mean()) if len(points.s_ap) else float("nan")
-        values = {f"{self.prefix}correct": correct, **values}
         if "grid" not in self.files:
             self.scatters.clear()
         self.scatters[epoch] = points
-        if self.files:
-            os.makedirs(self.output_dir, exist_ok=True)
-        if "npz" in self.files:
-            np.savez(self.path(epoch, "npz"), epoch=epoch, **points._asdict())
-        if "png" in self.files:
-            self._save_figure([epoch], self.path(epoch, "png"))
-        if "grid" in self.files:
-            self._save_figure(sorted(self.scatters), self.path(None, "png"))
+        self._writer.write(epoch, self.scatters)
         if self.verbose:
             text = " - ".join(f"{k}: {v:.4f}" for k, v in values.items())
             print(f"Triplet scatter, epoch {epoch}: {text}")
         return values
-
-    def _save_figure(self, epochs, path):
-        from matplotlib.figure import Figure
-
-        columns = min(len(epochs), self.grid_columns)
-        rows = -(-len(epochs) // columns)
-        fig = Figure(figsize=(3.2 * columns, 3.4 * rows), layout="constrained")
-        axes = np.atleast_1d(fig.subplots(rows, columns, squeeze=False)).reshape(-1)
-        for ax, epoch in zip(axes, epochs, strict=False):
-            points = self.scatters[epoch]
-            _scatter.plot_triplet_scatter(points.s_ap, points.s_an, ax=ax, region=self.region,
-                                          title=f"epoch {epoch}")
-        for ax in axes[len(epochs):]:
-            ax.set_axis_off()
-        strategy = f"{self.positive} positive, {self.negative} negative"
-        fig.suptitle(f"Triplet scatter ({strategy}; {len(self.scatters[epochs[-1]].used)} "
-                     "samples)")
-        fig.savefig(path, dpi=120)
 
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)

@@ -6,6 +6,8 @@ Exported as :class:`tfdml.models.MetricModel`.
 from __future__ import annotations
 
 import numbers
+import warnings
+import weakref
 
 import keras
 import numpy as np
@@ -14,7 +16,7 @@ from keras import ops
 from tfdml import ops as dml
 from tfdml.losses.base import MetricLoss, resolve_loss
 
-__all__ = ["MetricModel", "plus_model_losses"]
+__all__ = ["MetricModel", "check_loss_state", "claim_loss", "loss_owner", "plus_model_losses"]
 
 
 def _output_dim(model):
@@ -81,6 +83,120 @@ def plus_model_losses(value, losses, scale=1.0):
     return value + (total if scale == 1.0 else total * scale)
 
 
+# -- who owns a loss's state: the model that trains it --------------------------------------------
+
+
+class _Ownership:
+    """What this module knows of a loss: its owner and the warnings given."""
+
+    def __init__(self):
+        self.owner = None  # a weak reference: the model refers to the loss already
+        self.built_in_call = False  # the state was built by a call, not by a model
+        self.warned = False
+
+
+_OWNERSHIP = weakref.WeakKeyDictionary()
+
+
+def _ownership(loss) -> _Ownership:
+    record = _OWNERSHIP.get(loss)
+    if record is None:
+        record = _OWNERSHIP[loss] = _Ownership()
+    return record
+
+
+def loss_owner(loss):
+    """The :class:`MetricModel` that owns ``loss``'s state, or None."""
+    record = _OWNERSHIP.get(loss)
+    return None if record is None or record.owner is None else record.owner()
+
+
+def claim_loss(loss, model):
+    """Makes ``model`` the owner of ``loss``'s state (and of the losses it wraps).
+
+    Raises:
+        ValueError: when another model owns it already.
+    """
+    owner = loss_owner(loss)
+    if owner is not None and owner is not model:
+        raise ValueError(
+            f"Loss {loss.name!r} already belongs to the model {owner.name!r}: a "
+            "loss with state (learned variables, a memory bank or a random miner's seed) "
+            "can train one model at a time. Create another loss for another model."
+        )
+    _ownership(loss).owner = weakref.ref(model)
+    wrapped = getattr(loss, "loss", None)
+    if isinstance(wrapped, MetricLoss):
+        claim_loss(wrapped, model)
+
+
+def _differentiated(y_pred) -> bool:
+    """``y_pred`` is a PyTorch tensor in an autograd graph (a training step runs eagerly)."""
+    if keras.backend.backend() != "torch":
+        return False
+    import torch
+
+    return isinstance(y_pred, torch.Tensor) and y_pred.requires_grad and torch.is_grad_enabled()
+
+
+def _unowned_state_error(loss, what):
+    return ValueError(
+        f"Loss {loss.name!r} {what}. Train with `tfdml.models.MetricModel(model, loss)`, "
+        "which owns them, or call `loss.build_state(embedding_dim)` before the first step "
+        "(and train `loss.trainable_variables` yourself)."
+    )
+
+
+def check_loss_state(loss, y_pred):
+    """Before each call of a loss: builds its state on first use, eagerly; checks its owner.
+
+    Raises:
+        ValueError: for learned variables that would be created inside a
+            compiled step, or, on PyTorch, created by a differentiated call
+            outside any model (no optimizer would train them).
+    """
+    state = loss.state
+    if state is None:
+        return
+    record = _ownership(loss)
+    if not state.built:
+        if dml.is_traced(y_pred) and state.needs_embedding_dim:
+            raise _unowned_state_error(loss, (
+                "has variables (e.g. proxies or a memory bank) that do not exist yet, and "
+                "they cannot be created inside a compiled step"))
+        loss.build_state(y_pred.shape[-1])
+        record.built_in_call = True
+    owner = loss_owner(loss)
+    if (record.built_in_call and state.needs_embedding_dim and owner is None
+            and _differentiated(y_pred) and state.trainable_variables):
+        # PyTorch trains eagerly (Keras builds the loss in a first call without gradients):
+        # variables the loss created itself are in no model's optimizer.
+        raise _unowned_state_error(loss, (
+            "created its learned variables (e.g. proxies) on its first call, outside any "
+            "model, and is trained by a model that does not own them: they would never "
+            "change"))
+    if owner is not None or record.warned or not dml.is_traced(y_pred):
+        return
+    _warn_unowned(loss, state, record)
+
+
+def _warn_unowned(loss, state, record):
+    learned = bool(state.trainable_variables)
+    if learned or (keras.backend.backend() == "jax" and (
+            state.needs_embedding_dim or loss._seed_generators())):
+        record.warned = True
+        what = ("learned variables that no model trains" if learned else
+                "a memory bank that a compiled JAX step does not update" if
+                state.needs_embedding_dim else
+                "a random miner, whose seed state a compiled JAX step does not update: "
+                "the same samples would be drawn at every step")
+        warnings.warn(
+            f"Loss {loss.name!r} has {what}. Train with "
+            "`tfdml.models.MetricModel(model, loss)`, which owns the loss's state.",
+            stacklevel=5,
+        )
+
+
 def _tf_unscale_for_distribution(value):
     """The loss of the global batch from a replica's share (``tf.distribute``)."""
     import tensorflow as tf
@@ -89,6 +205,35 @@ def _tf_unscale_for_distribution(value):
     if replicas > 1:
         value = value * ops.cast(replicas, value.dtype)
     return value
+
+
+class _TFChunks:
+    """The rows of a batch (TensorFlow) in chunks: ``full`` chunks of ``size`` rows (the
+    head, ``head_rows`` rows), then the rest (the tail, maybe empty)."""
+
+    def __init__(self, x, size):
+        import tensorflow as tf
+
+        self.x, self.size = x, size
+        self.batch = tf.shape(_first_input(x))[0]
+        self.full = self.batch // size
+        self.head_rows = self.full * size
+        self.tail_x = _rows(x, lambda t: t[self.head_rows:])
+
+    def rows(self, t, i):
+        """The ``size`` rows of chunk ``i`` of ``t``."""
+        import tensorflow as tf
+
+        # A gather of `size` rows: a static shape, which XLA needs (even when the loop
+        # never runs because the batch is smaller than a chunk).
+        return tf.gather(t, i * self.size + tf.range(self.size))
+
+    def inputs(self, i):
+        """Chunk ``i`` of the (possibly nested) inputs."""
+        return _rows(self.x, lambda t: self.rows(t, i))
+
+    def has_tail(self):
+        return self.head_rows < self.batch
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -205,7 +350,7 @@ class MetricModel(keras.Model):
         self.metric_loss = resolve_loss(loss)
         self.embedding_dim = embedding_dim
         self.chunk_size = chunk_size
-        self.metric_loss._set_owner(self)
+        claim_loss(self.metric_loss, self)
         state = self.metric_loss.state
         if state is not None:
             dim = embedding_dim if embedding_dim is not None else _output_dim(embedder)
@@ -318,40 +463,12 @@ class MetricModel(keras.Model):
         if not self.trainable_weights or (first.shape[0] is not None
                                           and first.shape[0] <= size):
             return super().train_step(data)
-        embedder = self.embedder
-        batch = tf.shape(first)[0]
-        full = batch // size  # chunks of `size` rows, then the rest (maybe none)
-        head_rows = full * size
-        tail_x = _rows(x, lambda t: t[head_rows:])
-
-        def chunk(t, i):
-            # A gather of `size` rows: a static shape, which XLA needs (even when the
-            # loop never runs because the batch is smaller than a chunk).
-            return tf.gather(t, i * size + tf.range(size))
-
-        def embed(inputs):
-            embeddings = embedder(inputs, training=True)
-            self._check_no_call_losses(embedder.losses, embedder)
-            return embeddings
-
-        state = embedder.non_trainable_variables  # seeds, moving statistics
+        chunks = _TFChunks(x, size)
+        state = self.embedder.non_trainable_variables  # seeds, moving statistics
         snapshot = [tf.identity(v) for v in state]
 
         # 1. Embed the chunks without a tape.
-        spec = embedder.compute_output_spec(
-            _rows(x, lambda t: keras.KerasTensor((size,) + tuple(t.shape[1:]),
-                                                 dtype=keras.backend.standardize_dtype(t.dtype))))
-        parts = tf.TensorArray(spec.dtype, size=full,
-                               element_shape=tf.TensorShape(spec.shape))
-
-        def embed_chunk(i, parts):
-            return i + 1, parts.write(i, embed(_rows(x, lambda t: chunk(t, i))))
-
-        _, parts = tf.while_loop(lambda i, _: i < full, embed_chunk, (tf.constant(0), parts),
-                                 parallel_iterations=1)
-        head = parts.concat()
-        tail = tf.cond(head_rows < batch, lambda: embed(tail_x), lambda: head[:0])
-        embeddings = tf.stop_gradient(tf.concat([head, tail], axis=0))
+        embeddings = self._tf_embed_chunks(chunks)
 
         # 2. The loss, its gradient w.r.t. the embeddings and the model's variables (the
         # loss's own, and the embedder's through weight regularization).
@@ -362,7 +479,8 @@ class MetricModel(keras.Model):
                                      training=True)
             tracker = self._loss_tracker_metric()
             if tracker is not None:
-                tracker.update_state(_tf_unscale_for_distribution(loss), sample_weight=batch)
+                tracker.update_state(_tf_unscale_for_distribution(loss),
+                                     sample_weight=chunks.batch)
             if self.optimizer is not None:
                 loss = self.optimizer.scale_loss(loss)
         grad_embeddings, *grads = tape.gradient(loss, [embeddings] + variables)
@@ -371,32 +489,11 @@ class MetricModel(keras.Model):
         grad_embeddings = tf.convert_to_tensor(grad_embeddings)
 
         # 3. Again, chunk by chunk from the same state, back-propagating the chunk's slice.
-        network = list(embedder.trainable_weights)
+        network = list(self.embedder.trainable_weights)
         if network:
             for v, value in zip(state, snapshot, strict=True):
                 v.assign(value)
-
-            def backward(inputs, grad):
-                with tf.GradientTape() as chunk_tape:
-                    out = embedder(inputs, training=True)
-                    surrogate = tf.reduce_sum(tf.cast(out, "float32") * tf.cast(grad, "float32"))
-                chunk_grads = chunk_tape.gradient(
-                    surrogate, network, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-                return [tf.convert_to_tensor(g) for g in chunk_grads]
-
-            def backward_chunk(i, sums):
-                chunk_grads = backward(_rows(x, lambda t: chunk(t, i)),
-                                       chunk(grad_embeddings, i))
-                return i + 1, [a + g for a, g in zip(sums, chunk_grads, strict=True)]
-
-            sums = [tf.zeros(v.shape, v.dtype) for v in network]
-            _, sums = tf.while_loop(lambda i, _: i < full, backward_chunk, (tf.constant(0), sums),
-                                    parallel_iterations=1)
-            sums = tf.cond(
-                head_rows < batch,
-                lambda: [a + g for a, g in zip(
-                    sums, backward(tail_x, grad_embeddings[head_rows:]), strict=True)],
-                lambda: [tf.identity(a) for a in sums])
+            sums = self._tf_embedder_gradients(chunks, grad_embeddings, network)
             position = {id(v): k for k, v in enumerate(network)}
             for k, v in enumerate(variables):
                 if id(v) in position:
@@ -406,6 +503,61 @@ class MetricModel(keras.Model):
         # 4. One update, then the compiled metrics on the embeddings.
         self.optimizer.apply_gradients(zip(grads, variables, strict=True))
         return self.compute_metrics(x, y, embeddings, sample_weight=sample_weight)
+
+    def _tf_embed_chunks(self, chunks):
+        """The embeddings of every row, chunk by chunk, without a gradient."""
+        import tensorflow as tf
+
+        embedder = self.embedder
+
+        def embed(inputs):
+            embeddings = embedder(inputs, training=True)
+            self._check_no_call_losses(embedder.losses, embedder)
+            return embeddings
+
+        size = chunks.size
+        spec = embedder.compute_output_spec(
+            _rows(chunks.x, lambda t: keras.KerasTensor(
+                (size,) + tuple(t.shape[1:]), dtype=keras.backend.standardize_dtype(t.dtype))))
+        parts = tf.TensorArray(spec.dtype, size=chunks.full,
+                               element_shape=tf.TensorShape(spec.shape))
+
+        def embed_chunk(i, parts):
+            return i + 1, parts.write(i, embed(chunks.inputs(i)))
+
+        _, parts = tf.while_loop(lambda i, _: i < chunks.full, embed_chunk,
+                                 (tf.constant(0), parts), parallel_iterations=1)
+        head = parts.concat()
+        tail = tf.cond(chunks.has_tail(), lambda: embed(chunks.tail_x), lambda: head[:0])
+        return tf.stop_gradient(tf.concat([head, tail], axis=0))
+
+    def _tf_embedder_gradients(self, chunks, grad_embeddings, network):
+        """The gradients of ``network`` (the embedder's trainable weights) summed over the
+        chunks, each chunk back-propagating its slice of ``grad_embeddings``."""
+        import tensorflow as tf
+
+        embedder = self.embedder
+
+        def backward(inputs, grad):
+            with tf.GradientTape() as chunk_tape:
+                out = embedder(inputs, training=True)
+                surrogate = tf.reduce_sum(tf.cast(out, "float32") * tf.cast(grad, "float32"))
+            chunk_grads = chunk_tape.gradient(
+                surrogate, network, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            return [tf.convert_to_tensor(g) for g in chunk_grads]
+
+        def backward_chunk(i, sums):
+            chunk_grads = backward(chunks.inputs(i), chunks.rows(grad_embeddings, i))
+            return i + 1, [a + g for a, g in zip(sums, chunk_grads, strict=True)]
+
+        sums = [tf.zeros(v.shape, v.dtype) for v in network]
+        _, sums = tf.while_loop(lambda i, _: i < chunks.full, backward_chunk,
+                                (tf.constant(0), sums), parallel_iterations=1)
+        return tf.cond(
+            chunks.has_tail(),
+            lambda: [a + g for a, g in zip(
+                sums, backward(chunks.tail_x, grad_embeddings[chunks.head_rows:]), strict=True)],
+            lambda: [tf.identity(a) for a in sums])
 
     def _jax_chunked_step(self, state, data):
         import jax
@@ -419,21 +571,12 @@ class MetricModel(keras.Model):
         full, rest = divmod(batch, size)
         head_rows = full * size
         head_x = _rows(x, lambda t: t[:head_rows].reshape((full, size) + tuple(t.shape[1:])))
-        tail_x = _rows(x, lambda t: t[head_rows:])
+        tail_x = _rows(x, lambda t: t[head_rows:]) if rest else None
 
         # 1. Embed the chunks (a forward pass: nothing kept for a gradient).
-        def embed(non_trainable, inputs):
-            out, non_trainable, losses = self.stateless_call(
-                trainable, non_trainable, inputs, training=True, return_losses=True)
-            self._check_no_call_losses(losses, self)
-            return non_trainable, out
-
         before = non_trainable
-        non_trainable, head = jax.lax.scan(embed, non_trainable, head_x)
-        embeddings = head.reshape((head_rows,) + tuple(head.shape[2:]))
-        if rest:
-            non_trainable, tail = embed(non_trainable, tail_x)
-            embeddings = ops.concatenate([embeddings, tail], axis=0)
+        non_trainable, embeddings = self._jax_embed_chunks(trainable, non_trainable,
+                                                           head_x, tail_x)
 
         # 2. The loss and its gradient w.r.t. the variables and the embeddings.
         def loss_fn(trainable, embeddings):
@@ -453,6 +596,47 @@ class MetricModel(keras.Model):
         # 3. The embedder's state back to `before`; each chunk's gradient separately.
         non_trainable = [old if owned else new for old, new, owned in zip(
             before, non_trainable, self._embedder_state_mask(), strict=True)]
+        grads, non_trainable = self._jax_embedder_gradients(
+            trainable, non_trainable, grads, head_x, tail_x, grad_embeddings)
+
+        # 4. One update, then the loss tracker and the compiled metrics.
+        trainable, optimizer_variables = self.optimizer.stateless_apply(
+            optimizer_variables, grads, trainable)
+        mapping = list(zip(self.metrics_variables, metrics_variables, strict=True))
+        with keras.StatelessScope(state_mapping=mapping) as scope:
+            tracker = self._loss_tracker_metric()
+            if tracker is not None:
+                tracker.update_state(unscaled, sample_weight=batch)
+            logs = self.compute_metrics(x, y, embeddings, sample_weight)
+        metrics_variables = [
+            value if (new := scope.get_current_value(v)) is None else new
+            for v, value in zip(self.metrics_variables, metrics_variables, strict=True)]
+        return logs, (trainable, non_trainable, optimizer_variables, metrics_variables)
+
+    def _jax_embed_chunks(self, trainable, non_trainable, head_x, tail_x):
+        """``(non_trainable, embeddings)``: every row embedded, the ``[full, size, ...]``
+        chunks of ``head_x`` in a scan, then ``tail_x`` (None: no rows left)."""
+        import jax
+
+        def embed(non_trainable, inputs):
+            out, non_trainable, losses = self.stateless_call(
+                trainable, non_trainable, inputs, training=True, return_losses=True)
+            self._check_no_call_losses(losses, self)
+            return non_trainable, out
+
+        non_trainable, head = jax.lax.scan(embed, non_trainable, head_x)
+        embeddings = head.reshape((head.shape[0] * head.shape[1],) + tuple(head.shape[2:]))
+        if tail_x is not None:
+            non_trainable, tail = embed(non_trainable, tail_x)
+            embeddings = ops.concatenate([embeddings, tail], axis=0)
+        return non_trainable, embeddings
+
+    def _jax_embedder_gradients(self, trainable, non_trainable, grads, head_x, tail_x,
+                                grad_embeddings):
+        """``(grads, non_trainable)``: ``grads`` plus the gradients of every chunk
+        back-propagating its slice of ``grad_embeddings`` (chunks as in
+        :meth:`_jax_embed_chunks`)."""
+        import jax
 
         def chunk_grads(non_trainable, inputs, grad):
             def surrogate(trainable):
@@ -469,28 +653,17 @@ class MetricModel(keras.Model):
             grads, non_trainable = chunk_grads(non_trainable, *chunk)
             return (jax.tree.map(ops.add, sums, grads), non_trainable), None
 
+        full, size = _first_input(head_x).shape[:2]
+        head_rows = full * size
         head_grad = grad_embeddings[:head_rows].reshape(
             (full, size) + tuple(grad_embeddings.shape[1:]))
         (grads, non_trainable), _ = jax.lax.scan(backward_chunk, (grads, non_trainable),
                                                  (head_x, head_grad))
-        if rest:
+        if tail_x is not None:
             tail_grads, non_trainable = chunk_grads(non_trainable, tail_x,
                                                     grad_embeddings[head_rows:])
             grads = jax.tree.map(ops.add, grads, tail_grads)
-
-        # 4. One update, then the loss tracker and the compiled metrics.
-        trainable, optimizer_variables = self.optimizer.stateless_apply(
-            optimizer_variables, grads, trainable)
-        mapping = list(zip(self.metrics_variables, metrics_variables, strict=True))
-        with keras.StatelessScope(state_mapping=mapping) as scope:
-            tracker = self._loss_tracker_metric()
-            if tracker is not None:
-                tracker.update_state(unscaled, sample_weight=batch)
-            logs = self.compute_metrics(x, y, embeddings, sample_weight)
-        metrics_variables = [
-            value if (new := scope.get_current_value(v)) is None else new
-            for v, value in zip(self.metrics_variables, metrics_variables, strict=True)]
-        return logs, (trainable, non_trainable, optimizer_variables, metrics_variables)
+        return grads, non_trainable
 
     def _torch_chunked_step(self, data):
         import torch

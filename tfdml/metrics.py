@@ -9,8 +9,9 @@ of queries and gallery items (60,000 x 512 embeddings need well under 2 GiB).
 Conventions shared by every retrieval metric:
 
 * **Similarity.** ``metric="cosine"`` (default) ranks by the dot product of
-  L2-normalized embeddings; ``metric="euclidean"`` by the (squared) Euclidean
-  distance. Scores are computed in float32.
+  L2-normalized embeddings; ``metric="l2"`` by the Euclidean distance (the
+  names of :data:`tfdml.ops.DISTANCES`; the old ``"euclidean"`` still means
+  ``"l2"``, with a ``DeprecationWarning``). Scores are computed in float32.
 * **Self-exclusion.** Without a separate gallery every embedding is a query
   against all the others, itself excluded (CUB-200, Cars196, SOP protocol).
   The query is excluded by its index, not by its score, so no score (equal to
@@ -65,7 +66,8 @@ __all__ = [
     "vehicleid_match_rate",
 ]
 
-METRICS = ("cosine", "euclidean")
+#: The values of ``metric`` (names of :data:`tfdml.ops.DISTANCES`).
+METRICS = ("cosine", "l2")
 UNMATCHED = ("exclude", "miss")
 
 
@@ -108,10 +110,17 @@ def _check_finite_labeling(values, name):
             )
 
 
+def check_metric(metric):
+    """``metric`` as one of :data:`METRICS` (``"euclidean"``: ``"l2"``, with a
+    ``DeprecationWarning``); a ValueError naming it and the accepted values otherwise."""
+    return dml.check_distance(metric, METRICS + tuple(dml.DEPRECATED_DISTANCES), "metric")
+
+
 def _prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
              gallery_chunk_size, unmatched, names=("embeddings", "labels")):
-    """Validates the inputs; returns float32 queries/gallery, int64 label arrays, exclude_self."""
-    check_choice("metric", metric, METRICS)
+    """Validates the inputs; returns float32 queries/gallery, int64 label arrays, exclude_self
+    and the metric (:func:`check_metric`)."""
+    metric = check_metric(metric)
     check_choice("unmatched", unmatched, UNMATCHED)
     check_int("chunk_size", chunk_size)
     check_int("gallery_chunk_size", gallery_chunk_size)
@@ -151,16 +160,15 @@ def _prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chu
         queries = dml.l2_normalize(queries)
         gallery = queries if exclude_self else dml.l2_normalize(gallery)
     return (queries, gallery, ops.convert_to_numpy(labels).astype(np.int64),
-            ops.convert_to_numpy(gallery_labels).astype(np.int64), exclude_self)
+            ops.convert_to_numpy(gallery_labels).astype(np.int64), exclude_self, metric)
 
 
 # -- exact nearest neighbours: tfdml.search ------------------------------------------------------
 
 
 def _neighbour_chunks(queries, gallery, k, exclude_self, metric, chunk_size, gallery_chunk_size):
-    """``(start, indices)`` of :func:`tfdml.search.neighbours` (``"euclidean"`` is ``"l2"``)."""
-    search_metric = "l2" if metric == "euclidean" else metric
-    for start, _, idx in neighbours(queries, gallery, k, search_metric, exclude_self,
+    """``(start, indices)`` of :func:`tfdml.search.neighbours`."""
+    for start, _, idx in neighbours(queries, gallery, k, metric, exclude_self,
                                     chunk_size, gallery_chunk_size):
         yield start, idx
 
@@ -214,7 +222,7 @@ def recall_at_k(
         gallery_embeddings: ``[G, D]`` gallery embeddings. Defaults to `None`
             (the queries themselves, self excluded).
         gallery_labels: ``[G]`` class ids of the gallery. Defaults to `None`.
-        metric: ``"cosine"`` or ``"euclidean"``. Defaults to `"cosine"`.
+        metric: ``"cosine"`` or ``"l2"``. Defaults to `"cosine"`.
         chunk_size: queries per matrix product. Defaults to `1024`.
         gallery_chunk_size: gallery items per matrix product. Defaults to `65536`.
         unmatched: what a query with no same-class item in the gallery counts as:
@@ -237,7 +245,7 @@ def recall_at_k(
     {1: 1.0, 2: 1.0}
     >>> tfdml.metrics.recall_at_k(model.predict(x_test), y_test, ks=(1, 10, 100, 1000))
     """
-    queries, gallery, labels, gallery_labels, exclude_self = _prepare(
+    queries, gallery, labels, gallery_labels, exclude_self, metric = _prepare(
         embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
         gallery_chunk_size, unmatched)
     ks = _check_ks(ks, int(gallery.shape[0]) - int(exclude_self))
@@ -256,7 +264,7 @@ def recall_at_k(
 def _r_metrics(embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
                gallery_chunk_size, unmatched):
     """Per-query ``(average precision at R, R-precision)`` and the matched mask."""
-    queries, gallery, labels, gallery_labels, exclude_self = _prepare(
+    queries, gallery, labels, gallery_labels, exclude_self, metric = _prepare(
         embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
         gallery_chunk_size, unmatched)
     r = _match_counts(labels, gallery_labels, exclude_self)
@@ -304,7 +312,7 @@ def map_at_r(
         gallery_embeddings: ``[G, D]`` gallery embeddings. Defaults to `None`
             (the queries themselves, self excluded).
         gallery_labels: ``[G]`` class ids of the gallery. Defaults to `None`.
-        metric: ``"cosine"`` or ``"euclidean"``. Defaults to `"cosine"`.
+        metric: ``"cosine"`` or ``"l2"``. Defaults to `"cosine"`.
         chunk_size: queries per matrix product. Defaults to `1024`.
         gallery_chunk_size: gallery items per matrix product. Defaults to `65536`.
         unmatched: queries with ``R = 0``: ``"exclude"`` or ``"miss"`` (a 0).
@@ -353,7 +361,7 @@ def r_precision(
         labels: ``[Q]`` integer class ids.
         gallery_embeddings: ``[G, D]`` gallery embeddings. Defaults to `None`.
         gallery_labels: ``[G]`` class ids of the gallery. Defaults to `None`.
-        metric: ``"cosine"`` or ``"euclidean"``. Defaults to `"cosine"`.
+        metric: ``"cosine"`` or ``"l2"``. Defaults to `"cosine"`.
         chunk_size: queries per matrix product. Defaults to `1024`.
         gallery_chunk_size: gallery items per matrix product. Defaults to `65536`.
         unmatched: queries with ``R = 0``: ``"exclude"`` or ``"miss"``.
@@ -405,7 +413,7 @@ def cmc(
         gallery_embeddings: ``[G, D]``.
         gallery_labels: ``[G]`` integer identities.
         top_k: length of the curve, at most ``G``. Defaults to `20`.
-        metric: ``"cosine"`` or ``"euclidean"``. Defaults to `"cosine"`.
+        metric: ``"cosine"`` or ``"l2"``. Defaults to `"cosine"`.
         chunk_size: queries per matrix product. Defaults to `1024`.
         gallery_chunk_size: gallery items per matrix product. Defaults to `65536`.
         unmatched: queries whose identity is not in the gallery: ``"miss"``
@@ -426,7 +434,7 @@ def cmc(
     """
     if gallery_embeddings is None:
         raise ValueError("`gallery_embeddings` is required. Received: gallery_embeddings=None")
-    queries, gallery, labels, gallery_labels, _ = _prepare(
+    queries, gallery, labels, gallery_labels, _, metric = _prepare(
         query_embeddings, query_labels, gallery_embeddings, gallery_labels, metric, chunk_size,
         gallery_chunk_size, unmatched, names=("query_embeddings", "query_labels"))
     (top_k,) = _check_ks((top_k,), int(gallery.shape[0]), "top_k")
@@ -467,7 +475,7 @@ def vehicleid_match_rate(
         num_draws: how many random galleries to average over. Defaults to `10`
             (the FAPPY paper repeats the query 10 times).
         seed: seed of the draws. Defaults to `0`.
-        metric: ``"cosine"`` or ``"euclidean"``. Defaults to `"cosine"`.
+        metric: ``"cosine"`` or ``"l2"``. Defaults to `"cosine"`.
         chunk_size: queries per matrix product. Defaults to `1024`.
 
     Returns:
@@ -501,6 +509,7 @@ def vehicleid_match_rate(
     counts = np.bincount(inverse)
     rng = np.random.default_rng(seed)
     totals = np.zeros(len(ks))
+    metric = check_metric(metric)  # once, not once per draw
     for _ in range(num_draws):
         chosen = order[starts + rng.integers(0, counts)]
         is_query = np.ones(len(labels_np), dtype=bool)
@@ -519,7 +528,7 @@ def _kmeans(embeddings, labels, num_clusters, seed, metric):
     """k-means cluster ids of the embeddings (scikit-learn, k-means++, one init)."""
     from sklearn.cluster import KMeans
 
-    check_choice("metric", metric, METRICS)
+    metric = check_metric(metric)
     labels = ops.convert_to_numpy(dml.cast_labels(labels)).astype(np.int64)
     x = ops.cast(dml.check_embeddings(embeddings), "float32")
     dml.check_batch_sizes(labels, x)
@@ -538,7 +547,7 @@ def _kmeans(embeddings, labels, num_clusters, seed, metric):
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
         raise ValueError(f"`seed` must be an integer. Received: seed={seed!r}")
     x = ops.convert_to_numpy(x)
-    if metric == "euclidean":
+    if metric == "l2":
         # Multiplied by a power of two where float32 squared distances (or their sums over the
         # samples) could overflow: the same clusters (tfdml.search.score_scale).
         x = x * np.float32(score_scale(float(np.abs(x).max(initial=0.0)), x.shape[1] * n, "l2"))
@@ -621,7 +630,7 @@ def nmi(embeddings, labels, num_clusters=None, seed: int = 0, metric: str = "cos
             number of classes).
         seed: k-means random state. Defaults to `0`.
         metric: ``"cosine"`` (cluster L2-normalized embeddings) or
-            ``"euclidean"`` (as given). Defaults to `"cosine"`.
+            ``"l2"`` (as given). Defaults to `"cosine"`.
 
     Returns:
         A Python float in [0, 1].
@@ -658,7 +667,7 @@ def f1_clustering(embeddings, labels, num_clusters=None, seed: int = 0,
         num_clusters: number of k-means clusters. Defaults to `None` (the
             number of classes).
         seed: k-means random state. Defaults to `0`.
-        metric: ``"cosine"`` or ``"euclidean"``. Defaults to `"cosine"`.
+        metric: ``"cosine"`` or ``"l2"``. Defaults to `"cosine"`.
 
     Returns:
         A Python float in [0, 1].

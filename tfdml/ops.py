@@ -22,7 +22,10 @@ Conventions:
 
 from __future__ import annotations
 
+import inspect
 import numbers
+import os
+import warnings
 
 import keras
 import numpy as np
@@ -68,6 +71,7 @@ __all__ = [
     "segment_sum",
     "stable_argsort",
     "take_along_axis",
+    "top_k",
     "validate_class_ids",
 ]
 
@@ -131,6 +135,22 @@ def stable_argsort(x, axis: int = -1):
 
         return tf.argsort(x, axis=axis, stable=True)
     return ops.cast(ops.argsort(x, axis=axis), "int32")
+
+
+def top_k(x, k: int):
+    """``(values, indices)`` of the ``k`` largest entries of each row (the last axis) of ``x``,
+    largest first; equal values by increasing index (int32 indices).
+
+    ``keras.ops.top_k`` orders ties so on TensorFlow and JAX, as ``tf.math.top_k`` and
+    ``jax.lax.top_k`` document; ``torch.topk`` makes no such promise, so PyTorch takes the
+    first ``k`` of a stable descending sort (NaN first, as ``jax.lax.top_k``).
+    """
+    if _backend() == "torch":
+        import torch
+
+        values, indices = torch.sort(x, dim=-1, descending=True, stable=True)
+        return values[..., :k], indices[..., :k].int()
+    return ops.top_k(x, k=k)
 
 
 # Float64 on every backend. Keras 3.15's PyTorch backend computes ``matmul``, ``maximum``,
@@ -704,12 +724,17 @@ def pairwise_distance(x, y=None, squared: bool = False):
     """
     x = ops.convert_to_tensor(x)
     y = x if y is None else ops.convert_to_tensor(y)
-    x_sq = ops.sum(ops.square(x), axis=1, keepdims=True)
-    y_sq = ops.sum(ops.square(y), axis=1, keepdims=True)
     # -2 folded into the [B, D] factor (exact, and the same sums in the same order as
     # x_sq + y_sq^T - 2 x.y): one [B, R] temporary fewer.
-    sq = (x_sq + ops.transpose(y_sq)) + matmul(-2.0 * x, ops.transpose(y))
-    sq = maximum(sq, 0.0)
+    return _pairwise_distance_from_products(x, y, matmul(-2.0 * x, ops.transpose(y)), squared)
+
+
+def _pairwise_distance_from_products(x, y, products, squared=False):
+    """:func:`pairwise_distance` from ``products = matmul(-2 x, y^T)``, for a caller that
+    also needs the dot products: ``-products / 2`` is ``x @ y^T`` exactly."""
+    x_sq = ops.sum(ops.square(x), axis=1, keepdims=True)
+    y_sq = ops.sum(ops.square(y), axis=1, keepdims=True)
+    sq = maximum((x_sq + ops.transpose(y_sq)) + products, 0.0)
     return sq if squared else safe_sqrt(sq)
 
 
@@ -730,14 +755,58 @@ def is_number(x) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
-DISTANCES = ("squared_l2", "l2", "cosine")
+#: tfdml's names of distances, the same in losses, miners, metrics, callbacks and search:
+#: ``"cosine"`` (``1 - x.y`` of L2-normalized vectors; as a similarity, ``x.y``), ``"dot"``
+#: (the dot product, a similarity), ``"l2"`` (the Euclidean distance) and ``"squared_l2"``
+#: (its square). Each function takes those it computes.
+DISTANCES = ("cosine", "dot", "l2", "squared_l2")
+
+#: The distances of the losses (:func:`distance_matrix`, :func:`paired_distance`).
+LOSS_DISTANCES = ("squared_l2", "l2", "cosine")
+
+#: Old spellings and their names in :data:`DISTANCES`: where an argument still takes one
+#: (it is in the ``accepted`` of :func:`check_distance`), it means the new name, with a
+#: ``DeprecationWarning``.
+DEPRECATED_DISTANCES = {"euclidean": "l2"}
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
-def check_distance(distance):
-    """``distance`` if it is one of :data:`DISTANCES`; a ValueError naming it otherwise."""
-    if distance not in DISTANCES:
-        raise ValueError(f"`distance` must be one of {DISTANCES}. Received: distance={distance!r}")
-    return distance
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` of a warning raised by the caller of this function that points at
+    the first frame outside tfdml (the user's call, however deep tfdml's own calls are)."""
+    frame = inspect.currentframe().f_back  # the function that warns: stacklevel 1
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def check_distance(value, accepted=LOSS_DISTANCES, name: str = "distance"):
+    """``value`` as a name of :data:`DISTANCES`, if the argument ``name`` takes it.
+
+    Args:
+        value: the name given.
+        accepted: the names the argument takes. An old spelling among them
+            (:data:`DEPRECATED_DISTANCES`: ``"euclidean"``) is returned as its
+            new name (``"l2"``) with a ``DeprecationWarning`` that names it.
+            Defaults to :data:`LOSS_DISTANCES`.
+        name: the argument, for the messages. Defaults to `"distance"`.
+
+    Raises:
+        ValueError: naming ``name`` and the (current) names of ``accepted``,
+            when ``accepted`` does not hold ``value``.
+    """
+    current = tuple(a for a in accepted if a not in DEPRECATED_DISTANCES)
+    if isinstance(value, str) and value in DEPRECATED_DISTANCES and value in accepted:
+        new = DEPRECATED_DISTANCES[value]
+        warnings.warn(f"`{name}={value!r}` is deprecated: use `{name}={new!r}`, the same "
+                      "distance.", DeprecationWarning, stacklevel=_caller_stacklevel())
+        return new
+    if value not in current:
+        raise ValueError(f"`{name}` must be one of {current}. Received: {name}={value!r}")
+    return value
 
 
 def distance_matrix(x, y=None, distance: str = "l2"):

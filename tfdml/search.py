@@ -17,7 +17,9 @@ Conventions:
 
 * **Metrics.** ``"cosine"``: the dot product of L2-normalized vectors, larger
   is nearer; ``"dot"``: the plain dot product, larger is nearer; ``"l2"``:
-  the Euclidean distance, smaller is nearer. Scores are computed in float32.
+  the Euclidean distance, smaller is nearer (the names of
+  :data:`tfdml.ops.DISTANCES`; the old ``"euclidean"`` still means ``"l2"``,
+  with a ``DeprecationWarning``). Scores are computed in float32.
 * **Huge embeddings.** ``"cosine"`` normalizes every finite row exactly
   (:func:`tfdml.ops.l2_normalize`). For ``"l2"`` and ``"dot"``, rows so large
   that a float32 score could overflow (entries of about ``9e18 / sqrt(D)`` and
@@ -49,7 +51,7 @@ from tfdml._files import atomic_path
 __all__ = ["BACKENDS", "METRICS", "Calibration", "Index", "Lookup", "calibrate", "match", "neighbours",
            "plot_calibration", "score_scale"]
 
-#: The metrics an :class:`Index` and :func:`neighbours` take.
+#: The metrics an :class:`Index` and :func:`neighbours` take (names of :data:`tfdml.ops.DISTANCES`).
 METRICS = ("cosine", "dot", "l2")
 
 #: The search backends of an :class:`Index`.
@@ -69,9 +71,9 @@ def _import_faiss():
 
 
 def _check_metric(metric):
-    if metric not in METRICS:
-        raise ValueError(f"`metric` must be one of {METRICS}. Received: metric={metric!r}")
-    return metric
+    """``metric`` as one of :data:`METRICS` (``"euclidean"``: ``"l2"``, with a
+    ``DeprecationWarning``); a ValueError naming it and the accepted values otherwise."""
+    return dml.check_distance(metric, METRICS + tuple(dml.DEPRECATED_DISTANCES), "metric")
 
 
 def _max_abs(x) -> float:
@@ -146,22 +148,6 @@ def _scores(queries, gallery, metric):
     return dml.pairwise_similarity(queries, gallery)
 
 
-def _top_k_lower_index_first(scores, k):
-    """``(values, positions)`` of the ``k`` largest scores of each row, largest first.
-
-    Equal scores are ordered by increasing position, as ``tf.math.top_k`` and
-    ``jax.lax.top_k`` document (``keras.ops.top_k`` on those backends).
-    ``torch.topk`` makes no such promise, so PyTorch takes the first ``k`` of a
-    stable descending sort (NaN first, as ``jax.lax.top_k``).
-    """
-    if keras.backend.backend() == "torch":
-        import torch
-
-        values, positions = torch.sort(scores, dim=1, descending=True, stable=True)
-        return values[:, :k], positions[:, :k]
-    return ops.top_k(scores, k=k)
-
-
 #: Gallery columns per group in the exact pre-selection of :func:`_block_candidates`.
 GROUP = 16
 
@@ -189,7 +175,7 @@ def _block_candidates(scores, keep):
     if not _preselects(width, keep):
         return scores, None
     maxima = ops.max(ops.reshape(scores, (num, width // GROUP, GROUP)), axis=2)
-    _, groups = _top_k_lower_index_first(maxima, keep)
+    _, groups = dml.top_k(maxima, keep)
     groups = ops.sort(groups, axis=1)
     cols = ops.reshape(groups[:, :, None] * GROUP + ops.arange(GROUP, dtype="int32"),
                         (num, keep * GROUP))
@@ -217,7 +203,7 @@ def _merge_block(chunk, block, g_start, best_scores, best_idx, keep, metric):
         kept = 0 if best_scores is None else int(best_scores.shape[1])
         if kept:
             scores = ops.concatenate([best_scores, scores], axis=1)
-        values, pos = _top_k_lower_index_first(scores, min(keep, int(scores.shape[1])))
+        values, pos = dml.top_k(scores, min(keep, int(scores.shape[1])))
         in_block = ops.maximum(pos - kept, 0)
         if cols is not None:
             in_block = dml.take_along_axis(cols, in_block, axis=1)
@@ -254,7 +240,7 @@ def neighbours(queries, gallery, k, metric="cosine", exclude_self=False, chunk_s
     largest absolute entry of ``queries`` and ``gallery`` when the caller knows
     it (computed otherwise).
     """
-    _check_metric(metric)
+    metric = _check_metric(metric)
     num_queries = int(queries.shape[0])
     num_gallery = int(gallery.shape[0])
     keep = k + 1 if exclude_self else k

@@ -183,7 +183,7 @@ def main(argv=None):
     start = time.perf_counter()
     fit_data, held, unseen = load_splits(args.holdout, seed=0)
     eval_sets = {"train": held, "test": unseen}
-    metric = "cosine" if args.normalize or args.distance == "cosine" else "euclidean"
+    metric = "cosine" if args.normalize or args.distance == "cosine" else "l2"
     print(f"tfdml {tfdml.__version__}: {len(fit_data[1])} training images of digits 0-5 "
           f"(even/odd labels), {len(held[1])} held out; {len(unseen[1])} images of digits 6-9")
     print(f"TripletMarginLoss(margin={args.margin}, distance={args.distance!r}, "

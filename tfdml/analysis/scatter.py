@@ -12,10 +12,17 @@ diagonal (``S_ap > S_an``) are correct triplets, drawn blue; the others red.
   embeddings; :func:`movement_statistics` counts in which direction they moved
   (Section 6.1, Figure 3), and :func:`triplet_movement` does both around one
   optimizer step of a model.
+
+What :class:`tfdml.callbacks.TripletScatter` does at a recorded epoch is in three
+parts: :func:`record_scatter` computes the scatter and its values (nothing else),
+:func:`plot_scatter_grid` draws recorded scatters side by side, and
+:class:`ScatterFiles` writes the files (:func:`save_scatter`, :func:`save_figure`),
+each whole or not at all.
 """
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import keras
@@ -24,15 +31,21 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_int
+from tfdml._files import atomic_path
 from tfdml.metric_model import plus_model_losses
 from tfdml.miners import TripletMiner
 
 __all__ = [
     "MovementStatistics",
+    "ScatterFiles",
     "TripletScatterResult",
     "movement_statistics",
+    "plot_scatter_grid",
     "plot_triplet_scatter",
+    "record_scatter",
     "rescore_triplets",
+    "save_figure",
+    "save_scatter",
     "triplet_movement",
     "triplet_scatter",
 ]
@@ -594,3 +607,111 @@ def triplet_movement(
     after = rescore_triplets(_model_embeddings(model, x), template)
     stats = movement_statistics(before, after, tol=tol)
     return (stats, before, after) if return_triplets else stats
+
+
+# -- records during training: computing, plotting and writing (tfdml.callbacks.TripletScatter) --
+
+
+def record_scatter(
+    embeddings,
+    labels,
+    positive: str = "easy",
+    negative: str = "hard",
+    chunk_size: int = 1024,
+    seed: int | None = None,
+    reference: TripletScatterResult | None = None,
+):
+    """The scatter of ``embeddings`` and the values it gives: ``(points, values)``.
+
+    ``points`` is :func:`triplet_scatter` of the embeddings; ``values`` holds
+    ``"correct"``, the share of correct triplets (``nan`` when no anchor has a
+    triplet), and, when ``reference`` (the triplets of an earlier record) is
+    given, ``"move_<direction>"`` for each of :data:`DIRECTIONS`: the
+    :func:`movement_statistics` of the reference's triplets measured again on
+    ``embeddings``. Computation only: nothing is written or drawn.
+    """
+    moves = {}
+    if reference is not None:
+        stats = movement_statistics(reference, rescore_triplets(embeddings, reference))
+        moves = {f"move_{direction}": getattr(stats, direction) for direction in DIRECTIONS}
+    points = triplet_scatter(embeddings, labels, positive, negative, chunk_size=chunk_size,
+                             seed=seed)
+    correct = float(points.correct.mean()) if len(points.s_ap) else float("nan")
+    return points, {"correct": correct, **moves}
+
+
+def plot_scatter_grid(scatters, positive, negative, region="full", columns=5):
+    """A matplotlib ``Figure`` of the scatters ``{epoch: TripletScatterResult}``, one panel
+    per epoch in the order of the dict, wrapped after ``columns`` panels (without pyplot:
+    nothing is shown or kept open)."""
+    from matplotlib.figure import Figure
+
+    epochs = list(scatters)
+    columns = min(len(epochs), columns)
+    rows = -(-len(epochs) // columns)
+    fig = Figure(figsize=(3.2 * columns, 3.4 * rows), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(rows, columns, squeeze=False)).reshape(-1)
+    for ax, epoch in zip(axes, epochs, strict=False):
+        points = scatters[epoch]
+        plot_triplet_scatter(points.s_ap, points.s_an, ax=ax, region=region,
+                             title=f"epoch {epoch}")
+    for ax in axes[len(epochs):]:
+        ax.set_axis_off()
+    strategy = f"{positive} positive, {negative} negative"
+    fig.suptitle(f"Triplet scatter ({strategy}; {len(scatters[epochs[-1]].used)} samples)")
+    return fig
+
+
+def save_scatter(path, points: TripletScatterResult, epoch: int):
+    """Writes ``points`` and ``epoch`` to the ``.npz`` file ``path``, whole or not at all."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, epoch=epoch, **points._asdict())
+
+
+def save_figure(figure, path, dpi: int = 120):
+    """Writes a matplotlib ``figure`` to ``path`` (format from its extension, default PNG),
+    whole or not at all."""
+    file_format = os.path.splitext(os.fspath(path))[1][1:] or "png"
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        figure.savefig(f, dpi=dpi, format=file_format)
+
+
+class ScatterFiles:
+    """The files of a record of scatters in ``output_dir``, each written whole or not at all.
+
+    ``files`` chooses among ``"npz"`` (``{name}_epoch{k:03d}.npz``, :func:`save_scatter`),
+    ``"png"`` (``{name}_epoch{k:03d}.png``, that epoch's diagram) and ``"grid"``
+    (``{name}.png``, every recorded epoch, :func:`plot_scatter_grid`).
+    """
+
+    def __init__(self, output_dir, name, files, positive, negative, region="full",
+                 grid_columns=5):
+        self.output_dir = os.fspath(output_dir)
+        self.name = name
+        self.files = tuple(files)
+        self.positive, self.negative = positive, negative
+        self.region = region
+        self.grid_columns = grid_columns
+
+    def path(self, epoch=None, ext="png"):
+        """Path of the file of ``epoch`` (``None``: the grid)."""
+        stem = self.name if epoch is None else f"{self.name}_epoch{epoch:03d}"
+        return os.path.join(self.output_dir, f"{stem}.{ext}")
+
+    def _figure(self, scatters):
+        return plot_scatter_grid(scatters, self.positive, self.negative, region=self.region,
+                                 columns=self.grid_columns)
+
+    def write(self, epoch, scatters):
+        """Writes the files of ``epoch``; ``scatters`` is ``{epoch: TripletScatterResult}``
+        of the recorded epochs (``epoch`` included), whose grid is written again."""
+        if not self.files:
+            return
+        os.makedirs(self.output_dir, exist_ok=True)
+        if "npz" in self.files:
+            save_scatter(self.path(epoch, "npz"), scatters[epoch], epoch)
+        if "png" in self.files:
+            save_figure(self._figure({epoch: scatters[epoch]}), self.path(epoch, "png"))
+        if "grid" in self.files:
+            grid = {e: scatters[e] for e in sorted(scatters)}
+            save_figure(self._figure(grid), self.path(None, "png"))

@@ -153,15 +153,46 @@ def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="r
     sampler = PKSampler(labels, classes_per_batch, samples_per_class, small_classes=small_classes,
                         min_class_size=min_class_size, steps_per_epoch=steps_per_epoch,
                         drop_remainder=drop_remainder, seed=seed)
-    batch = sampler.batch_size
-    labels = np.asarray(sampler.labels, dtype=np.int64)
-    use_bbox = bool(crop_to_bbox)
-    boxes = np.asarray(bboxes, dtype=np.float32) if use_bbox else np.zeros((1, 4), np.float32)
-    steps = sampler.steps_per_epoch
     if isinstance(initial_epoch, bool) or not isinstance(initial_epoch, (int, np.integer)) \
             or initial_epoch < 0:
         raise ValueError("`initial_epoch` must be a non-negative integer. "
                          f"Received: initial_epoch={initial_epoch!r}")
+    use_bbox = bool(crop_to_bbox)
+    batch, steps = sampler.batch_size, sampler.steps_per_epoch
+    ds = _sampled_batches(sampler, kind, items, name, bboxes if use_bbox else None,
+                          repeat, initial_epoch)
+    if kind == "images" and map_fn is None and not use_bbox:
+        ds = ds.map(lambda x, y, *rest: (_convert_channels(x, channels), y))
+    else:
+        load_one, hint = _image_loader(kind, items, channels, map_fn, use_bbox)
+        if kind == "images":
+            ds = _flat_pipeline(ds, load_one, batch, num_parallel_calls)
+        else:
+            ds = ds.interleave(
+                _decoding_batch_fn(batch, load_one, num_parallel_calls, on_error, hint),
+                cycle_length=2, block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=True)
+    # Tell Keras the length: one epoch of `steps` batches, or endless.
+    ds = ds.apply(tf.data.experimental.assert_cardinality(
+        steps if not repeat else tf.data.INFINITE_CARDINALITY))
+    if prefetch:
+        ds = ds.prefetch(prefetch)
+    return ds
+
+
+def _sampled_batches(sampler, kind, items, name, bboxes, repeat, initial_epoch):
+    """The sampler's batches as a ``tf.data`` dataset of undecoded items.
+
+    Each element is ``(items [B, ...], labels [B] int64, batch seed [2] int64, names [B]
+    string, boxes [B, 4] float32)``: the items as the source holds them (in-memory images,
+    file paths or encoded bytes), the names that error messages give for them, and the
+    bounding boxes (zeros when ``bboxes`` is None).
+    """
+    batch = sampler.batch_size
+    steps = sampler.steps_per_epoch
+    labels = np.asarray(sampler.labels, dtype=np.int64)
+    use_bbox = bboxes is not None
+    boxes = np.asarray(bboxes, dtype=np.float32) if use_bbox else np.zeros((1, 4), np.float32)
     iteration = itertools.count(int(initial_epoch))
     if kind == "paths":
         names = items
@@ -186,11 +217,17 @@ def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="r
         item_spec = tf.TensorSpec([batch], tf.string)
     spec = (item_spec, tf.TensorSpec([batch], tf.int64), tf.TensorSpec([2], tf.int64),
             tf.TensorSpec([batch], tf.string), tf.TensorSpec([batch, 4], tf.float32))
-    ds = tf.data.Dataset.from_generator(generate, output_signature=spec)
-    pass_seed = map_fn is not None and _wants_seed(map_fn)
+    return tf.data.Dataset.from_generator(generate, output_signature=spec)
 
-    # Without map_fn, files are batched as decoded: one of another shape than the first
-    # image fails like a file that cannot be decoded, and the error names it.
+
+def _image_loader(kind, items, channels, map_fn, use_bbox):
+    """``(load_one, hint)``: ``load_one(item, bbox, seed)`` decodes one item, crops it to its
+    box and applies ``map_fn`` (graph code); ``hint`` is what a decoding error adds.
+
+    Without ``map_fn``, files are batched as decoded: one of another shape than the first
+    image fails like a file that cannot be decoded, and the error (with ``hint``) names it.
+    """
+    pass_seed = map_fn is not None and _wants_seed(map_fn)
     first_shape = None
     if kind != "images" and map_fn is None and not use_bbox:
         try:
@@ -214,20 +251,7 @@ def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="r
                 image = tf.identity(image)
         return image
 
-    if kind == "images" and map_fn is None and not use_bbox:
-        ds = ds.map(lambda x, y, *rest: (_convert_channels(x, channels), y))
-    elif kind == "images":
-        ds = _flat_pipeline(ds, load_one, batch, num_parallel_calls)
-    else:
-        ds = ds.interleave(_decoding_batch_fn(batch, load_one, num_parallel_calls, on_error, hint),
-                           cycle_length=2, block_length=1,
-                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    # Tell Keras the length: one epoch of `steps` batches, or endless.
-    ds = ds.apply(tf.data.experimental.assert_cardinality(
-        steps if not repeat else tf.data.INFINITE_CARDINALITY))
-    if prefetch:
-        ds = ds.prefetch(prefetch)
-    return ds
+    return load_one, hint
 
 
 def _flat_pipeline(ds, load_one, batch, num_parallel_calls):

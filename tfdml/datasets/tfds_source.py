@@ -83,6 +83,36 @@ def load_tfds(name, split="train", data_dir=None, download=False, label="charact
         ValueError: unknown `name`, `split` or `label`.
         FileNotFoundError: the data set is not prepared in `data_dir` and `download=False`.
     """
+    split = _check_arguments(name, split, label)
+    cols, features, label_key = _read_columns(name, split, data_dir, download)
+    labels = np.asarray(cols[label_key], dtype=np.int64).reshape(-1) + 1
+    encoded = np.empty(len(labels), dtype=object)
+    encoded[:] = cols["image"]
+    bboxes = None
+    if "bbox" in cols:
+        bboxes = np.asarray(cols["bbox"], dtype=np.float32).reshape(-1, 4)
+    labels, class_names, key = _classes(name, split, label, labels, cols, features, label_key)
+    if name in _NUM_TRAIN_CLASSES:
+        train, test = common.class_range_masks(labels, _NUM_TRAIN_CLASSES[name], first_id=1)
+        keep = train if split == "train" else test
+        labels, encoded = labels[keep], encoded[keep]
+        bboxes = bboxes[keep] if bboxes is not None else None
+        class_names = {c: n for c, n in class_names.items() if c in set(labels.tolist())}
+    out = DatasetSplit(
+        name=name,
+        split=split,
+        labels=labels,
+        encoded=encoded,
+        class_names=class_names,
+        bboxes=bboxes,
+    )
+    common.check_published_counts(out, key)
+    return out
+
+
+def _check_arguments(name, split, label):
+    """``split`` (an Omniglot alias resolved) once ``name``, ``split`` and ``label`` are known
+    to be valid; a ValueError naming the first bad one otherwise."""
     common.check_choice("name", name, TFDS_NAMES)
     if name == "omniglot":
         split = omniglot.SPLIT_ALIASES.get(split, split)
@@ -90,6 +120,13 @@ def load_tfds(name, split="train", data_dir=None, download=False, label="charact
     elif label != "character":
         raise ValueError(f"`label` is an Omniglot option. Received: label={label!r}")
     common.check_choice("split", split, _SPLITS[name])
+    return split
+
+
+def _read_columns(name, split, data_dir, download):
+    """``(columns, features, label_key)``: the split's examples read through TFDS as lists of
+    NumPy values by feature name (images as encoded bytes, boxes in pixels), TFDS's feature
+    descriptions, and the name of the class-id feature."""
     from tfdml._tensorflow import tf  # the ImportError that says what to install
 
     tfds = _import_tfds()
@@ -133,13 +170,12 @@ def load_tfds(name, split="train", data_dir=None, download=False, label="charact
     for ex in tfds.as_numpy(ds.map(select)):
         for k in keys:
             cols[k].append(ex[k])
-    labels = np.asarray(cols[label_key], dtype=np.int64).reshape(-1) + 1
-    encoded = np.empty(len(labels), dtype=object)
-    encoded[:] = cols["image"]
-    bboxes = None
-    if "bbox" in cols:
-        bboxes = np.asarray(cols["bbox"], dtype=np.float32).reshape(-1, 4)
+    return cols, features, label_key
 
+
+def _classes(name, split, label, labels, cols, features, label_key):
+    """``(labels, class_names, key)``: the class ids (Omniglot alphabets with
+    ``label="alphabet"``), their names, and the key of the published counts to check."""
     names_feature = features[label_key] if label_key in features else None
     known = list(getattr(names_feature, "names", []) or [])
     class_names = {
@@ -169,20 +205,4 @@ def load_tfds(name, split="train", data_dir=None, download=False, label="charact
             i: alphabet_names[a] if a < len(alphabet_names) else str(i) for a, i in ids.items()
         }
         key = ("omniglot_alphabet", split)
-
-    if name in _NUM_TRAIN_CLASSES:
-        train, test = common.class_range_masks(labels, _NUM_TRAIN_CLASSES[name], first_id=1)
-        keep = train if split == "train" else test
-        labels, encoded = labels[keep], encoded[keep]
-        bboxes = bboxes[keep] if bboxes is not None else None
-        class_names = {c: n for c, n in class_names.items() if c in set(labels.tolist())}
-    out = DatasetSplit(
-        name=name,
-        split=split,
-        labels=labels,
-        encoded=encoded,
-        class_names=class_names,
-        bboxes=bboxes,
-    )
-    common.check_published_counts(out, key)
-    return out
+    return labels, class_names, key

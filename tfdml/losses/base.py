@@ -1,36 +1,27 @@
-"""The base class of tfdml losses and the plumbing their functional forms share.
+"""The base class of tfdml losses: a loss is a spec, a per-anchor function and its arguments.
 
 A tfdml loss takes ``y_true`` = integer class ids ``[B]`` (or ``[B, 1]``) and
 ``y_pred`` = embeddings ``[B, D]``. Per anchor it computes the *terms* it
-learns from (one per mined triplet, per mined pair, or one per anchor for
-losses such as the multi-similarity loss that are defined per anchor) as an
-:class:`AnchorTerms`: the sum of the anchor's term losses, the number of
-terms and the number of non-zero terms. An anchor without terms (no
-positive, no negative, nothing mined) is *inactive*.
+learns from as an :class:`tfdml.losses.terms.AnchorTerms`, averages them as
+its paper does (``average=``) and reduces them (``reduction=``, Keras' names);
+:mod:`tfdml.losses.terms` defines both, and is the one path from terms to a
+value for the loss classes and their functional forms alike.
 
-**What a loss averages over** (``average=``; each loss's default follows its
-paper and the authors' code, see docs/losses.md):
+**One spec per loss.** A loss class sets
 
-* ``"anchors"``: per anchor the mean over its terms, then the mean over the
-  active anchors;
-* ``"batch"``: per anchor the mean over its terms, then the sum divided by
-  the batch size (inactive anchors count as 0; Wang et al.'s MS loss);
-* ``"terms"``: the sum over all terms divided by their number (the mean over
-  all mined triplets or pairs);
-* ``"nonzero"``: the sum over all terms divided by the number of terms with
-  a non-zero loss (Wu et al.'s margin loss).
+* ``terms``: its per-anchor function, ``terms(inputs, **arguments) ->
+  AnchorTerms``, where ``inputs`` are the checked, cast and (with
+  ``normalize``) L2-normalized embeddings and labels of :func:`prepare_inputs`;
+* ``check_arguments(**arguments) -> dict``: validates its own arguments
+  (a ValueError naming the argument) and returns the values to keep (a miner
+  resolved, numbers as floats);
 
-**Reductions** (``reduction=``, Keras' names). With ``v_a`` the anchor's
-value (its mean for ``"anchors"``/``"batch"``, its sum for
-``"terms"``/``"nonzero"``), ``c_a`` its share of the denominator and ``w_a``
-the sample weight (1 without one):
-
-* ``"sum_over_batch_size"`` / ``"mean"`` (default):
-  ``sum_a w_a v_a / sum_a c_a``;
-* ``"mean_with_sample_weight"``: ``sum_a w_a v_a / sum_a w_a c_a``;
-* ``"sum"``: ``sum_a w_a v_a``;
-* ``"none"`` / ``None``: the ``[B]`` values ``w_a v_a`` (0 for inactive
-  anchors).
+and its ``__init__`` passes its own arguments to ``MetricLoss.__init__`` as
+keywords. The rest comes from the spec: :meth:`MetricLoss.per_anchor`,
+``get_config`` (miners and wrapped losses serialized), blocks of anchors
+(``block_size``) and :meth:`MetricLoss.functional`, which the functional form
+(``tfdml.losses.triplet_nca_loss`` ...) calls, so that both forms validate,
+compute and reduce the same way.
 
 **Why ``MetricLoss`` reduces itself** instead of leaving it to
 ``keras.losses.Loss.__call__``: Keras converts ``y_true`` to the loss's dtype
@@ -49,42 +40,45 @@ distances overflow, for a loss that does not L2-normalize them
 (``normalize=False``: float32 norms above about 9.2e18); normalization itself
 is exact for every finite embedding (:func:`tfdml.ops.l2_normalize`).
 
-**Several replicas** (``tf.distribute.MirroredStrategy``,
-``MultiWorkerMirroredStrategy``): each replica sees a slice of the global
-batch. By default (``loss.cross_replica = None``: whenever more than one
-replica is in sync) a tfdml loss gathers the embeddings, labels and sample
-weights of all replicas (``all_gather``), mines and computes the loss over the
-*global* batch exactly as one device would, and returns that value divided by
-the number of replicas, as Keras' own losses do; the gradient of the gather
-sums the gradients of all replicas and hands each replica the part for its
-own embeddings, so the summed update equals single-device training on the
-global batch. Cost per step: every replica computes the loss (not the model)
-over the global batch, i.e. the loss's time and memory of single-device
-training at the global batch size, plus one all-gather of the ``[B, D]``
-embeddings and one all-reduce of their gradient. With
-``loss.cross_replica = False`` each replica mines within its own slice (the
-mean reductions are then divided by the number of replicas as above).
-Miners that draw at random draw independently on each replica. With
-``reduction="none"`` a replica gets the values of its own anchors.
+Under ``tf.distribute`` a loss mines over the global batch
+(:mod:`tfdml.losses.replicas`). A loss's variables (learned, buffers, the seeds
+of random miners) live in its :class:`tfdml.losses.state.LossState`, which the
+:class:`tfdml.models.MetricModel` training it owns.
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
-import weakref
 from typing import NamedTuple
 
 import keras
-import numpy as np
 from keras import ops
 
 from tfdml import ops as dml
+from tfdml.losses import replicas
 from tfdml.losses.blocks import _random_miners, blocked_terms, check_block_size
-from tfdml.miners import AllPairsMiner, Miner, Pairs
+from tfdml.losses.state import LossState
+from tfdml.losses.terms import (
+    AVERAGES,
+    AnchorTerms,
+    anchor_terms,
+    average_terms,
+    check_average,
+    check_reduction,
+    check_sample_weight,
+    pair_terms,
+    reduce_anchor_losses,
+    reduce_terms,
+    triplet_terms,
+)
+from tfdml.miners import AllPairsMiner, Miner
 
 __all__ = [
     "AVERAGES",
     "AnchorTerms",
+    "Inputs",
+    "LossState",
     "MetricLoss",
     "anchor_terms",
     "average_terms",
@@ -94,39 +88,35 @@ __all__ = [
     "pair_terms",
     "prepare_inputs",
     "reduce_anchor_losses",
+    "reduce_terms",
     "resolve_loss",
     "resolve_miner",
     "triplet_terms",
 ]
 
-_REDUCTIONS = ("sum_over_batch_size", "mean", "mean_with_sample_weight", "sum", "none", None)
 
-#: What a loss can average over; see the module docstring.
-AVERAGES = ("anchors", "batch", "terms", "nonzero")
-
-
-class AnchorTerms(NamedTuple):
-    """Per anchor: the loss terms it learns from, summed and counted.
+class Inputs(NamedTuple):
+    """The checked inputs of a per-anchor function (:func:`prepare_inputs`).
 
     Attributes:
-        total: ``[B]`` sum of the anchor's term losses.
-        count: ``[B]`` number of terms (0: the anchor is inactive). May be
-            fractional where a loss shares a term between two anchors.
-        nonzero: ``[B]`` number of terms with a loss above 0.
+        labels: ``[B]`` integer class ids of the anchors.
+        x: ``[B, D]`` embeddings in the compute dtype.
+        ref_labels: ``[R]`` class ids of the reference set.
+        ref: ``[R, D]`` reference set (``x`` itself without one).
+        ref_offset: anchor ``i`` is row ``i + ref_offset`` of ``ref`` (0 for
+            the batch itself), or None when the anchors are not in it.
     """
 
-    total: object
-    count: object
-    nonzero: object
+    labels: object
+    x: object
+    ref_labels: object
+    ref: object
+    ref_offset: object
 
     @property
-    def active(self):
-        """``[B]`` bool: the anchor has at least one term."""
-        return self.count > 0
-
-    def plus(self, other: AnchorTerms) -> AnchorTerms:
-        """Both sets of terms of each anchor (e.g. its positive and its negative pairs)."""
-        return AnchorTerms(*(a + b for a, b in zip(self, other, strict=True)))
+    def batch_is_reference(self) -> bool:
+        """The reference set is the batch itself (no ``ref_embeddings`` were given)."""
+        return self.ref is self.x
 
 
 def prepare_inputs(
@@ -140,10 +130,11 @@ def prepare_inputs(
     """Validates and casts the inputs of a functional loss.
 
     Returns:
-        ``(labels, x, ref_labels, ref, ref_offset)``: integer labels, the
-        embeddings in the compute dtype (float32, or float64 for float64
-        input), L2-normalized if ``normalize``, and the same for the reference
-        set (the batch itself when ``ref_embeddings`` is None, with offset 0).
+        :class:`Inputs` ``(labels, x, ref_labels, ref, ref_offset)``: integer
+        labels, the embeddings in the compute dtype (float32, or float64 for
+        float64 input), L2-normalized if ``normalize``, and the same for the
+        reference set (the batch itself when ``ref_embeddings`` is None, with
+        offset 0).
 
     Raises:
         ValueError: for embeddings that are not rank 2, labels that are not
@@ -163,7 +154,7 @@ def prepare_inputs(
             raise ValueError(
                 "`ref_labels` was given without `ref_embeddings`. Pass both or neither."
             )
-        return labels, x, labels, x, 0
+        return Inputs(labels, x, labels, x, 0)
     if ref_labels is None:
         raise ValueError("`ref_embeddings` was given without `ref_labels`. Pass both or neither.")
     ref_labels = dml.cast_labels(ref_labels, "ref_labels")
@@ -180,164 +171,7 @@ def prepare_inputs(
     ref = ops.cast(ref, dtype)
     if normalize:
         ref = dml.l2_normalize(ref)
-    return labels, x, ref_labels, ref, ref_offset
-
-
-def _nonzero(values):
-    return values > ops.zeros((), dml.dtype_name(values))
-
-
-def triplet_terms(values, mask) -> AnchorTerms:
-    """Per anchor, the terms ``values`` where ``mask`` is true (one per triplet or pair).
-
-    Args:
-        values: per-term losses, broadcastable to ``mask``, whose first axis
-            is the anchor.
-        mask: boolean, ``[B, ...]``.
-    """
-    values = ops.broadcast_to(values, ops.shape(mask))
-    axes = tuple(range(1, len(mask.shape)))
-    dtype = dml.dtype_name(values)
-    weights = ops.cast(mask, dtype)
-    total = ops.sum(ops.where(mask, values, ops.zeros((), dtype)), axis=axes)
-    nonzero = ops.sum(ops.cast(ops.logical_and(mask, _nonzero(values)), dtype), axis=axes)
-    return AnchorTerms(total, ops.sum(weights, axis=axes), nonzero)
-
-
-def pair_terms(positive_values, negative_values, pairs: Pairs) -> AnchorTerms:
-    """Per anchor, one term per mined positive pair and per mined negative pair.
-
-    Args:
-        positive_values: ``[B, R]`` loss of each pair if it were a positive pair.
-        negative_values: ``[B, R]`` loss of each pair if it were a negative pair.
-        pairs: the mined :class:`tfdml.miners.Pairs`.
-    """
-    return triplet_terms(positive_values, pairs.positive).plus(
-        triplet_terms(negative_values, pairs.negative))
-
-
-def anchor_terms(losses, active) -> AnchorTerms:
-    """One term per active anchor, for losses defined per anchor (MS, histogram, LoOp pairs)."""
-    dtype = dml.dtype_name(losses)
-    count = ops.cast(active, dtype)
-    total = ops.where(active, losses, ops.zeros((), dtype))
-    return AnchorTerms(total, count, ops.cast(ops.logical_and(active, _nonzero(losses)), dtype))
-
-
-def check_average(average):
-    if average not in AVERAGES:
-        raise ValueError(f"`average` must be one of {AVERAGES}. Received: average={average!r}")
-    return average
-
-
-def average_terms(terms: AnchorTerms, average: str):
-    """``(values, shares)``: per anchor ``v_a`` and ``c_a`` of the module docstring."""
-    check_average(average)
-    if average in ("anchors", "batch"):
-        values = dml.divide_no_nan(terms.total, terms.count)
-        if average == "anchors":
-            return values, ops.cast(terms.active, dml.dtype_name(values))
-        return values, ops.ones_like(values)
-    return terms.total, terms.count if average == "terms" else terms.nonzero
-
-
-def functional_value(terms: AnchorTerms, average, y_pred, ref_embeddings=None,
-                     normalized: bool = True):
-    """The scalar a functional loss returns: ``sum v_a / sum c_a`` (0 without active anchor).
-
-    NaN when ``y_pred`` or ``ref_embeddings`` holds a NaN or Inf, and, for a
-    loss that did not L2-normalize them (``normalized=False``), when their
-    distances or dot products could overflow
-    (:func:`tfdml.ops.nan_unless_finite` with ``distances=True``); cast to the
-    dtype of ``y_pred``.
-    """
-    values, shares = average_terms(terms, average)
-    value = dml.divide_no_nan(ops.sum(values), ops.sum(shares))
-    value = dml.nan_unless_finite(value, y_pred, ref_embeddings, distances=not normalized)
-    return ops.cast(value, dml.dtype_name(ops.convert_to_tensor(y_pred)))
-
-
-def _differentiated(y_pred) -> bool:
-    """``y_pred`` is a PyTorch tensor in an autograd graph (a training step runs eagerly)."""
-    if keras.backend.backend() != "torch":
-        return False
-    import torch
-
-    return isinstance(y_pred, torch.Tensor) and y_pred.requires_grad and torch.is_grad_enabled()
-
-
-def _tf_replicas() -> int:
-    """Replicas in sync under a ``tf.distribute`` strategy (1 on other backends)."""
-    if keras.backend.backend() != "tensorflow":
-        return 1
-    import tensorflow as tf
-
-    return tf.distribute.get_strategy().num_replicas_in_sync
-
-
-def _scale_for_distribution(value):
-    replicas = _tf_replicas()
-    if replicas > 1:
-        value = value * ops.cast(1.0 / replicas, dml.dtype_name(value))
-    return value
-
-
-def reduce_anchor_losses(values, shares, sample_weight=None, reduction="sum_over_batch_size"):
-    """Reduces per-anchor values and denominator shares as described in the module docstring."""
-    _check_reduction(reduction)
-    weights = ops.ones_like(values)
-    if sample_weight is not None:
-        sample_weight = ops.cast(sample_weight, dml.dtype_name(values))
-        if len(sample_weight.shape) == 2 and sample_weight.shape[-1] == 1:
-            sample_weight = ops.squeeze(sample_weight, axis=-1)
-        weights = weights * sample_weight
-    weighted = values * weights
-    if reduction in ("none", None):
-        return weighted
-    total = ops.sum(weighted)
-    if reduction == "sum":
-        return total
-    if reduction == "mean_with_sample_weight":
-        denominator = ops.sum(shares * weights)
-    else:
-        denominator = ops.sum(shares)
-    return _scale_for_distribution(dml.divide_no_nan(total, denominator))
-
-
-def check_sample_weight(sample_weight):
-    """``(sample_weight, valid)``: sample weights must be finite and ``>= 0``.
-
-    A weight scales a sample's share of the loss (0 leaves it out); a negative
-    one would turn the loss around. Eagerly a negative weight raises a
-    ValueError; when traced (a compiled step cannot raise) ``valid`` is a
-    scalar bool tensor, false for a negative weight, that the loss value
-    passes through :func:`tfdml.ops.nan_unless`: a NaN loss, which
-    ``keras.callbacks.TerminateOnNaN`` stops. A NaN or Inf weight gives a NaN
-    loss in both cases. ``valid`` is ``True`` for no weights or weights
-    checked eagerly.
-
-    Raises:
-        ValueError: eagerly, for a negative weight.
-    """
-    if sample_weight is None:
-        return None, True
-    sample_weight = ops.convert_to_tensor(sample_weight)
-    if dml.is_traced(sample_weight):
-        return sample_weight, ops.logical_and(ops.all(sample_weight >= 0),
-                                               dml.all_finite(sample_weight))
-    values = ops.convert_to_numpy(sample_weight)
-    if np.any(values < 0):
-        raise ValueError(
-            "`sample_weight` must be >= 0: a weight scales a sample's share of the loss "
-            "(0 leaves it out). Received: sample_weight="
-            f"{np.array2string(np.asarray(values), threshold=8)}"
-        )
-    return sample_weight, True if np.all(np.isfinite(values)) else dml.all_finite(sample_weight)
-
-
-def _check_reduction(reduction):
-    if reduction not in _REDUCTIONS:
-        raise ValueError(f"`reduction` must be one of {_REDUCTIONS}. Received: reduction={reduction!r}")
+    return Inputs(labels, x, ref_labels, ref, ref_offset)
 
 
 def resolve_miner(miner, default_factory):
@@ -377,187 +211,122 @@ def resolve_loss(loss):
     return loss
 
 
-class LossState(keras.layers.Layer):
-    """The variables of a loss, in a layer that a model owns (:class:`tfdml.models.MetricModel`).
+def functional_value(terms: AnchorTerms, average, y_pred, ref_embeddings=None,
+                     normalized: bool = True):
+    """The value a functional form returns: :func:`reduce_terms` with the default reduction.
 
-    A loss's state is everything that changes while it trains: the seed of a
-    random miner (``keras.random.SeedGenerator``, a non-trainable variable),
-    learned variables (:class:`MarginLoss`'s beta, the proxies and class
-    weights of the proxy and classification losses) and buffers
-    (:class:`CrossBatchMemory`'s bank). Each loss keeps them in one
-    ``LossState``, which holds the states of wrapped losses as sublayers. The
-    layer is not part of any computation (``call`` returns its input): it is
-    the one place where the variables live, so that a model that tracks it
-    trains, saves, restores and (under JAX) updates them like its own.
-
-    Subclasses create their variables in ``build_state(embedding_dim)``,
-    called once by :meth:`build` with ``input_shape = (None, embedding_dim)``.
-
-    Args:
-        seed_generators: the ``keras.random.SeedGenerator`` of the loss's
-            miners.
-        children: the ``LossState`` of wrapped losses.
-        needs_embedding_dim: the variables' shapes depend on the embedding
-            size (proxies, memory banks).
+    NaN when ``y_pred`` or ``ref_embeddings`` holds a NaN or Inf (and, for a
+    loss that did not L2-normalize them, when their distances could
+    overflow); cast to the dtype of ``y_pred``.
     """
+    value = reduce_terms(terms, average, (y_pred, ref_embeddings), normalized)
+    return ops.cast(value, dml.dtype_name(ops.convert_to_tensor(y_pred)))
 
-    def __init__(self, seed_generators=(), children=(), needs_embedding_dim=False, **kwargs):
-        kwargs.setdefault("dtype", "float32")
-        super().__init__(**kwargs)
-        self.seed_generators = list(seed_generators)
-        self.wrapped_states = [c for c in children if c is not None]
-        self.needs_embedding_dim = bool(needs_embedding_dim) or any(
-            c.needs_embedding_dim for c in self.wrapped_states)
-        self.embedding_dim = None
 
-    def build(self, input_shape=None):
-        dim = None if input_shape is None else input_shape[-1]
-        if self.needs_embedding_dim:
-            if dim is None:
-                raise ValueError(
-                    f"The state of loss {self.name!r} depends on the embedding size, which "
-                    "is not known: build the embedding model first (give it an Input) or "
-                    "pass `embedding_dim` to the loss."
-                )
-            self.embedding_dim = int(dim)
-        for child in self.wrapped_states:
-            if not child.built:
-                child.build(input_shape)
-        self.build_state(self.embedding_dim)
-        self.built = True
-
-    def build_state(self, embedding_dim):
-        """Creates the variables (subclasses); ``embedding_dim`` may be None."""
-
-    def call(self, inputs):
-        return inputs
-
-    # -- saving and loading: a state loads only into the state of the same loss -------------------
-
-    #: The entry of a saved state that names the class of its loss.
-    LOSS_CLASS_KEY = "loss_class"
-    #: The class name of the loss that owns this state (set by ``MetricLoss.state``).
-    loss_class_name = None
-
-    def save_own_variables(self, store):
-        """Saves the variables as Keras does, and the class name of the loss."""
-        super().save_own_variables(store)
-        if self.loss_class_name:
-            store[self.LOSS_CLASS_KEY] = np.frombuffer(self.loss_class_name.encode(), np.uint8)
-
-    def load_own_variables(self, store):
-        """Loads the variables as Keras does, after checking that they fit.
-
-        Raises:
-            ValueError: when ``store`` holds the state of another loss class
-                (files written since the class is saved), or other variables:
-                another number, or other shapes (e.g. another ``num_classes``
-                or embedding size). The message says what differs; it is also
-                kept in ``load_problem`` (``None`` after a successful load),
-                where :meth:`tfdml.models.MetricModel.load_weights` reads it to
-                name the file.
-        """
-        mine = {}
-        super().save_own_variables(mine)  # this state's variables, keyed as Keras saves them
-        keys = [k for k in store.keys() if k != self.LOSS_CLASS_KEY]
-        if not keys and mine and getattr(self, "load_problem", None):
-            # Keras tries the other paths to this layer after a failure (with nothing there):
-            # keep the first, real, problem.
-            raise ValueError(f"Cannot load the state of loss {self.loss_class_name or self.name}: "
-                             f"{self.load_problem}.")
-        problems = []
-        saved_class = None
-        if self.LOSS_CLASS_KEY in store.keys():
-            saved_class = bytes(np.asarray(store[self.LOSS_CLASS_KEY], np.uint8)).decode(
-                errors="replace")
-        if saved_class and self.loss_class_name and saved_class != self.loss_class_name:
-            problems.append(f"it holds the state of {saved_class}, and this model's loss is "
-                            f"{self.loss_class_name}")
-        if sorted(keys) != sorted(mine):
-            names = [v.name for v in mine.values()]
-            problems.append(f"it holds {len(keys)} variable(s) for the state {self.name!r} of "
-                            f"{saved_class or 'its loss'}, and this model's has {len(mine)} "
-                            f"{names}")
-        else:
-            for key, variable in mine.items():
-                saved, own = tuple(store[key].shape), tuple(variable.shape)
-                if saved != own:
-                    problems.append(f"variable {variable.name!r} of {self.name!r} has shape "
-                                    f"{saved} in the file and {own} in this model"
-                                    f"{self._shape_note(saved, own)}")
-        if problems:
-            self.load_problem = "; ".join(problems)
-            raise ValueError(f"Cannot load the state of loss {self.loss_class_name or self.name}: "
-                             f"{self.load_problem}.")
-        self.load_problem = None
-        super().load_own_variables({k: store[k] for k in keys})
-
-    def _shape_note(self, saved, own):
-        """What a shape difference means: the number of classes or the embedding size."""
-        notes = []
-        num_classes = getattr(self, "num_classes", None)
-        if num_classes is not None and saved[:1] != own[:1] and own[:1] == (num_classes,):
-            notes.append(f"num_classes={saved[0]} in the file, {num_classes} here")
-        if (self.needs_embedding_dim and saved[-1:] != own[-1:]
-                and own[-1:] == (self.embedding_dim,)):
-            notes.append(f"embedding size {saved[-1]} in the file, {self.embedding_dim} here")
-        return f" ({'; '.join(notes)})" if notes else ""
+def _config_value(value):
+    """A loss argument as its config holds it: miners and losses serialized."""
+    if isinstance(value, (Miner, keras.losses.Loss)):
+        return keras.saving.serialize_keras_object(value)
+    return value
 
 
 class MetricLoss(keras.losses.Loss):
     """Base class of tfdml losses: labels + embeddings in, terms per anchor, averaged, reduced.
 
-    Subclasses implement :meth:`per_anchor`. ``__call__`` casts ``y_true`` to
-    integer ids *before* any dtype conversion (Keras' base class converts
-    labels to the loss dtype, which in bfloat16 merges class ids above 256),
-    and computes in float32 whatever the dtype of ``y_pred`` (float64 for
-    float64).
+    A subclass is a spec (module docstring): ``terms``, ``check_arguments``
+    and an ``__init__`` that passes its own arguments on as keywords. Losses
+    that compute their terms otherwise (wrappers, losses with learned class
+    vectors) override :meth:`per_anchor` or :meth:`compute_terms` instead.
+    ``__call__`` casts ``y_true`` to integer ids *before* any dtype conversion
+    (Keras' base class converts labels to the loss dtype, which in bfloat16
+    merges class ids above 256), and computes in float32 whatever the dtype of
+    ``y_pred`` (float64 for float64).
 
     Args:
         normalize: L2-normalize the embeddings first. Defaults to `True`.
-        average: what the loss averages over: ``"anchors"``, ``"batch"``,
-            ``"terms"`` or ``"nonzero"`` (module docstring). Defaults to
-            `"anchors"`; each loss sets its paper's.
-        reduction: see the module docstring. Defaults to
+        reduction: see :mod:`tfdml.losses.terms`. Defaults to
             `"sum_over_batch_size"`.
         name: name of the loss instance.
         dtype: dtype of the returned loss value. Defaults to `None`
             (``keras.config.floatx()``).
+        average: what the loss averages over: ``"anchors"``, ``"batch"``,
+            ``"terms"`` or ``"nonzero"`` (:mod:`tfdml.losses.terms`).
+            Defaults to `"anchors"`; each loss sets its paper's.
         block_size: compute the loss over blocks of this many anchors, each
             against the whole batch, recomputing each block in the backward
             pass (:mod:`tfdml.losses.blocks`): peak memory ``O(block_size x
             B)`` instead of ``O(B^2)``, same values and gradients. `None`
             computes the whole batch at once. Defaults to `None`.
+        **arguments: the loss's own arguments (its spec's), checked by
+            ``check_arguments`` and kept as attributes of the same names.
     """
+
+    #: The per-anchor function of the loss: ``terms(inputs, **arguments) -> AnchorTerms``.
+    terms = None
 
     _miner = None
 
     #: Mine over the global batch under a ``tf.distribute`` strategy: ``None``
     #: (default) whenever more than one replica is in sync, ``True`` the same,
-    #: ``False`` never (each replica mines within its own slice). See the
-    #: module docstring for what it costs.
+    #: ``False`` never (each replica mines within its own slice). See
+    #: :mod:`tfdml.losses.replicas` for what it costs.
     cross_replica = None
 
+    @staticmethod
+    def check_arguments(**arguments) -> dict:
+        """The loss's own arguments, checked, as the loss keeps them (subclasses)."""
+        return arguments
+
     def __init__(self, normalize=True, reduction="sum_over_batch_size", name=None, dtype=None,
-                 average="anchors", block_size=None):
-        _check_reduction(reduction)
+                 average="anchors", block_size=None, **arguments):
+        check_reduction(reduction)
         block_size = check_block_size(block_size)
+        check_average(average)
+        arguments = self.check_arguments(**arguments)
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self.block_size = block_size
         self.normalize = bool(normalize)
-        self.average = check_average(average)
+        self.average = average
         self._config_dtype = dtype
         self._warned_inactive = False
-        self._warned_state = False
-        self._owner_ref = None  # a weak reference: the model refers to the loss already
         self._state = None
         self._state_made = False
-        self._state_built_in_call = False  # by _prepare_state, not by build_state or a model
-        self._training = True
+        self._argument_names = tuple(arguments)
+        for key, value in arguments.items():
+            setattr(self, key, value)
+
+    def check_spec(self):
+        """Checks that need the whole loss (its arguments and ``block_size``); subclasses."""
+
+    @property
+    def arguments(self) -> dict:
+        """The loss's own arguments (those of its spec), as ``terms`` takes them."""
+        return {key: getattr(self, key) for key in self._argument_names}
+
+    @classmethod
+    def functional(cls, y_true, y_pred, ref_embeddings=None, ref_labels=None, ref_offset=None,
+                   *, normalize=True, average="anchors", **arguments):
+        """The loss's functional form: the default reduction, without a loss object.
+
+        The same checks, terms and reduction as the class; the value has the
+        dtype of ``y_pred``. ``ref_embeddings`` (``[R, D]``) and ``ref_labels``
+        (``[R]``) replace the batch as the set positives and negatives are
+        mined from; anchor ``i`` is row ``i + ref_offset`` of it (excluded
+        from its positives), or not in it for ``ref_offset=None``.
+        """
+        check_average(average)
+        arguments = cls.check_arguments(**arguments)
+        inputs = prepare_inputs(y_true, y_pred, ref_embeddings, ref_labels, ref_offset, normalize)
+        return functional_value(cls.terms(inputs, **arguments), average, y_pred, ref_embeddings,
+                                normalize)
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
         """Returns the :class:`AnchorTerms` of each anchor, in the compute dtype."""
-        raise NotImplementedError
+        if type(self).terms is None:
+            raise NotImplementedError(f"{type(self).__name__} sets no `terms` function.")
+        inputs = prepare_inputs(labels, embeddings, ref_embeddings, ref_labels, ref_offset,
+                                self.normalize)
+        return self.terms(inputs, **self.arguments)
 
     @property
     def miner(self):
@@ -574,12 +343,14 @@ class MetricLoss(keras.losses.Loss):
         self._miner = miner
 
     def compute_terms(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
-                      ref_offset=None):
+                      ref_offset=None, training=True):
         """:meth:`per_anchor`, over blocks of ``block_size`` anchors when it is set.
 
         Wrapping losses (:class:`CrossBatchMemory`, :class:`TrimmedLoss`) call
         this on the loss they wrap, so the wrapped loss's ``block_size`` holds.
         A batch no larger than ``block_size`` is one block: :meth:`per_anchor`.
+        ``training=False`` (evaluation) leaves buffers such as a memory bank
+        unchanged; a loss without buffers ignores it.
         """
         rows = getattr(embeddings, "shape", (None,))[0]
         if self.block_size is None or (rows is not None and rows <= self.block_size):
@@ -667,93 +438,7 @@ class MetricLoss(keras.losses.Loss):
         state = self.state
         return [] if state is None or not state.built else list(state.variables)
 
-    def _owner(self):
-        """The :class:`tfdml.models.MetricModel` that owns this loss's state, or None."""
-        return None if self._owner_ref is None else self._owner_ref()
-
-    def _set_owner(self, model):
-        owner = self._owner()
-        if owner is not None and owner is not model:
-            raise ValueError(
-                f"Loss {self.name!r} already belongs to the model {owner.name!r}: a "
-                "loss with state (learned variables, a memory bank or a random miner's seed) "
-                "can train one model at a time. Create another loss for another model."
-            )
-        self._owner_ref = weakref.ref(model)
-        wrapped = getattr(self, "loss", None)
-        if isinstance(wrapped, MetricLoss):
-            wrapped._set_owner(model)
-
-    def _set_training(self, training):
-        self._training = bool(training)
-        wrapped = getattr(self, "loss", None)
-        if isinstance(wrapped, MetricLoss):
-            wrapped._set_training(training)
-
-    def _prepare_state(self, y_pred):
-        """Builds the state on first use eagerly; checks who trains it when traced."""
-        state = self.state
-        if state is None:
-            return
-        if not state.built:
-            if dml.is_traced(y_pred) and state.needs_embedding_dim:
-                raise self._unowned_state_error(
-                    "has variables (e.g. proxies or a memory bank) that do not exist yet, and "
-                    "they cannot be created inside a compiled step")
-            self.build_state(y_pred.shape[-1])
-            self._state_built_in_call = True
-        if (self._state_built_in_call and state.needs_embedding_dim and self._owner() is None
-                and _differentiated(y_pred) and state.trainable_variables):
-            # PyTorch trains eagerly (Keras builds the loss in a first call without gradients):
-            # variables the loss created itself are in no model's optimizer.
-            raise self._unowned_state_error(
-                "created its learned variables (e.g. proxies) on its first call, outside any "
-                "model, and is trained by a model that does not own them: they would never "
-                "change")
-        if self._owner() is not None or self._warned_state or not dml.is_traced(y_pred):
-            return
-        learned = bool(state.trainable_variables)
-        if learned or (keras.backend.backend() == "jax" and (
-                state.needs_embedding_dim or self._seed_generators())):
-            self._warned_state = True
-            what = ("learned variables that no model trains" if learned else
-                    "a memory bank that a compiled JAX step does not update" if
-                    state.needs_embedding_dim else
-                    "a random miner, whose seed state a compiled JAX step does not update: "
-                    "the same samples would be drawn at every step")
-            warnings.warn(
-                f"Loss {self.name!r} has {what}. Train with "
-                "`tfdml.models.MetricModel(model, loss)`, which owns the loss's state.",
-                stacklevel=4,
-            )
-
-    def _unowned_state_error(self, what):
-        return ValueError(
-            f"Loss {self.name!r} {what}. Train with `tfdml.models.MetricModel(model, loss)`, "
-            "which owns them, or call `loss.build_state(embedding_dim)` before the first step "
-            "(and train `loss.trainable_variables` yourself)."
-        )
-
-    def _gathering_context(self):
-        """The replica context to gather over, or None."""
-        if self.cross_replica is not None and not isinstance(self.cross_replica, bool):
-            raise ValueError("`cross_replica` must be None, True or False. Received: "
-                             f"cross_replica={self.cross_replica!r}")
-        if self.cross_replica is False or keras.backend.backend() != "tensorflow":
-            return None
-        import tensorflow as tf
-
-        if not tf.distribute.has_strategy():
-            return None
-        ctx = tf.distribute.get_replica_context()
-        if ctx is None or ctx.num_replicas_in_sync <= 1:
-            return None
-        return ctx
-
-    def _reduce(self, terms, sample_weight, inputs):
-        values, shares = average_terms(terms, self.average)
-        value = reduce_anchor_losses(values, shares, sample_weight, self.reduction)
-        return dml.nan_unless_finite(value, inputs, distances=not self.normalize)
+    # -- the loss value ----------------------------------------------------------------------
 
     def _warn_if_inactive(self, terms):
         """Eagerly, once per loss: say so when no anchor of a batch has anything to learn."""
@@ -766,7 +451,7 @@ class MetricLoss(keras.losses.Loss):
                 "(or nothing was mined), so the loss is 0 and nothing is learned. Batches need "
                 "several samples of each class, e.g. tfdml.data.pk_batches; "
                 "tfdml.metrics.ActiveAnchors logs the fraction of active anchors in fit.",
-                stacklevel=3,
+                stacklevel=5,
             )
 
     def __call__(self, y_true, y_pred, sample_weight=None, training=True):
@@ -784,49 +469,26 @@ class MetricLoss(keras.losses.Loss):
                 differentiated step without a :class:`tfdml.models.MetricModel`
                 to train them.
         """
-        self._prepare_state(y_pred)
-        self._set_training(training)
+        from tfdml.metric_model import check_loss_state  # the model owns the loss's state
+
+        check_loss_state(self, y_pred)
         with keras.name_scope(self.name):
             labels = dml.cast_labels(y_true, "y_true")
             sample_weight, weights_ok = check_sample_weight(sample_weight)
-            ctx = self._gathering_context()
-            if ctx is not None:
-                value = self._cross_replica_call(ctx, labels, y_pred, sample_weight)
-            else:
-                value = ops.cast(self._loss_value(labels, y_pred, sample_weight), self.dtype)
-            return dml.nan_unless(value, weights_ok)
+            value = replicas.call_over_replicas(
+                functools.partial(self.loss_value, training=training), self.cross_replica,
+                labels, y_pred, sample_weight, self.reduction)
+            return dml.nan_unless(ops.cast(value, self.dtype), weights_ok)
 
-    def _loss_value(self, labels, y_pred, sample_weight):
-        """The reduced loss of a batch (the global batch under a strategy)."""
-        terms = self.compute_terms(labels, y_pred)
+    def loss_value(self, labels, y_pred, sample_weight=None, training=True):
+        """The reduced loss of a batch (the global batch under a strategy), not cast."""
+        terms = self.compute_terms(labels, y_pred, training=training)
         self._warn_if_inactive(terms)
-        return self._reduce(terms, sample_weight, y_pred)
-
-    def _cross_replica_call(self, ctx, labels, y_pred, sample_weight):
-        """The loss over the global batch, gathered from all replicas (module docstring)."""
-        import tensorflow as tf  # only reached under a tf.distribute strategy
-
-        labels = tf.reshape(labels, [-1])
-        y_pred = tf.convert_to_tensor(y_pred)
-        local = tf.shape(labels)[0]
-        all_labels = ctx.all_gather(labels, axis=0)
-        all_pred = ctx.all_gather(y_pred, axis=0)  # its gradient: summed, then this slice
-        if sample_weight is not None:
-            sample_weight = tf.cast(tf.convert_to_tensor(sample_weight), y_pred.dtype)
-            if sample_weight.shape.rank == 0:
-                sample_weight = tf.fill([local], sample_weight)
-            sample_weight = ctx.all_gather(tf.reshape(sample_weight, [local]), axis=0)
-        value = self._loss_value(all_labels, all_pred, sample_weight)
-        if self.reduction in ("none", None):
-            sizes = ctx.all_gather(tf.reshape(local, [1]), axis=0)
-            start = tf.reduce_sum(sizes[: ctx.replica_id_in_sync_group])
-            return tf.cast(value[start:start + local], self.dtype)
-        if self.reduction == "sum":  # the mean reductions are divided already
-            value = _scale_for_distribution(value)
-        return tf.cast(value, self.dtype)
+        return reduce_terms(terms, self.average, (y_pred,), self.normalize, sample_weight,
+                            self.reduction)
 
     def call(self, y_true, y_pred):
-        terms = self.compute_terms(dml.cast_labels(y_true, "y_true"), y_pred)
+        terms = self.compute_terms(dml.cast_labels(y_true, "y_true"), y_pred, training=False)
         values, _ = average_terms(terms, self.average)
         return dml.nan_unless_finite(values, y_pred, distances=not self.normalize)
 
@@ -840,6 +502,7 @@ class MetricLoss(keras.losses.Loss):
             config["cross_replica"] = self.cross_replica
         if self.block_size is not None:
             config["block_size"] = self.block_size
+        config.update({key: _config_value(value) for key, value in self.arguments.items()})
         return config
 
     @classmethod

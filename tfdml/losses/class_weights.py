@@ -137,7 +137,7 @@ class ClassWeights(LossState):
         self.initializer = initializer
         self.variable_name = variable_name
 
-    def build_state(self, embedding_dim):
+    def make_variables(self, embedding_dim):
         shape = (self.num_classes, embedding_dim) if self.per_class is None else (
             self.num_classes, self.per_class, embedding_dim)
         initializer = self.initializer
@@ -150,9 +150,12 @@ class ClassWeights(LossState):
 class ClassWeightLoss(MetricLoss):
     """Base class of the losses with learned per-class vectors (proxies, class weights).
 
-    Subclasses set ``_variable_name`` and ``_per_class`` and implement
-    :meth:`sample_losses` (the ``[B]`` loss of each sample given the
-    vectors). The vectors live in the loss's :class:`ClassWeights` state;
+    A subclass is a spec: ``sample_losses`` (``sample_losses(labels, x, w,
+    **arguments)``: the ``[B]`` loss of each sample from integer labels and
+    unit embeddings and vectors) and ``check_arguments``, as
+    :class:`tfdml.losses.MetricLoss`; ``_variable_name``, ``weights_rank``
+    (3 for ``k`` vectors per class) and ``_per_class`` describe the vectors.
+    The vectors live in the loss's :class:`ClassWeights` state;
     train with :class:`tfdml.models.MetricModel`, which owns it. These losses
     compare embeddings with the vectors only: they take no reference set and
     no miner, and every sample is an anchor (``average="anchors"`` is the
@@ -160,15 +163,32 @@ class ClassWeightLoss(MetricLoss):
     """
 
     _variable_name = "weights"
+    #: The rank of the vectors: 2 (``[C, D]``) or 3 (``[C, k, D]``).
+    weights_rank = 2
+    #: ``sample_losses(labels, x, w, **arguments) -> [B]`` losses.
+    sample_losses = None
 
     def __init__(self, num_classes, embedding_dim=None, initializer=None,
-                 reduction="sum_over_batch_size", name=None, dtype=None, average="anchors"):
+                 reduction="sum_over_batch_size", name=None, dtype=None, average="anchors",
+                 **arguments):
         self.num_classes = check_int("num_classes", num_classes)
         self.embedding_dim = None if embedding_dim is None else check_int(
             "embedding_dim", embedding_dim)
         self.initializer = keras.initializers.get(initializer) if initializer is not None else None
         super().__init__(normalize=True, reduction=reduction, name=name, dtype=dtype,
-                         average=average)
+                         average=average, **arguments)
+
+    @classmethod
+    def functional(cls, y_true, y_pred, weights, weights_name=None, **arguments):
+        """The functional form: the mean over the batch, with the vectors given.
+
+        ``weights_name`` names ``weights`` in error messages (the class's
+        variable name by default).
+        """
+        arguments = cls.check_arguments(**arguments)
+        labels, x, w, valid = prepare_class_inputs(y_true, y_pred, weights, cls.weights_rank,
+                                                   weights_name or cls._variable_name)
+        return per_sample_value(cls.sample_losses(labels, x, w, **arguments), y_pred, w, valid)
 
     @property
     def _per_class(self):
@@ -196,10 +216,6 @@ class ClassWeightLoss(MetricLoss):
             self.build_state()
         return state.vectors
 
-    def sample_losses(self, labels, x, w):
-        """``[B]`` losses from integer labels and unit embeddings and vectors."""
-        raise NotImplementedError
-
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
         if ref_embeddings is not None or ref_labels is not None:
             raise ValueError(
@@ -208,8 +224,8 @@ class ClassWeightLoss(MetricLoss):
             )
         w = self.class_weights
         labels, x, w, valid = prepare_class_inputs(
-            labels, embeddings, w, 2 if self._per_class is None else 3, self._variable_name)
-        losses = self.sample_losses(labels, x, w)
+            labels, embeddings, w, self.weights_rank, self._variable_name)
+        losses = self.sample_losses(labels, x, w, **self.arguments)
         losses = dml.nan_unless(dml.nan_unless_finite(losses, w), valid)
         active = ops.ones(ops.shape(losses), "bool")
         return anchor_terms(losses, active)

@@ -28,8 +28,6 @@ from tfdml.losses.class_weights import (
     check_positive,
     class_cosines,
     class_mask,
-    per_sample_value,
-    prepare_class_inputs,
     softmax_cross_entropy,
 )
 
@@ -78,15 +76,20 @@ def _arcface_target(cos_y, margin):
     return ops.where(cos_y >= _constant(-math.cos(margin), cos_y), plus, past)
 
 
+def _check_temperature(temperature):
+    return {"temperature": check_positive("temperature", temperature)}
+
+
 def _check_margin_scale(margin, scale):
-    check_positive("margin", margin, allow_zero=True)
-    check_positive("scale", scale)
+    return {"margin": check_positive("margin", margin, allow_zero=True),
+            "scale": check_positive("scale", scale)}
 
 
-def _check_arc_margin(margin):
+def _check_arc_args(margin, scale):
     if not dml.is_number(margin) or not 0 <= margin < math.pi / 2:
         raise ValueError("`margin` must be an angle in radians in [0, pi/2). "
                          f"Received: margin={margin!r}")
+    return {"margin": float(margin), "scale": check_positive("scale", scale)}
 
 
 # -- the per-sample losses, from unit embeddings and weights ------------------------------------
@@ -116,6 +119,11 @@ def _arcface(labels, x, w, margin, scale):
         _margin_logits(cosines, target, scale, _arcface_target(cos_y, margin)), target)
 
 
+def _check_soft_triple_args(la, gamma, margin):
+    return {"la": check_positive("la", la), "gamma": check_positive("gamma", gamma),
+            "margin": check_positive("margin", margin, allow_zero=True)}
+
+
 def _soft_triple(labels, x, w, la, gamma, margin):
     cosines = class_cosines(x, w)  # [B, C, k]
     weights = ops.softmax(cosines / _constant(gamma, cosines), axis=-1)
@@ -142,9 +150,7 @@ def normalized_softmax_loss(y_true, y_pred, weights, temperature: float = 0.05):
         The mean over the batch, a scalar of the dtype of ``y_pred``; NaN when
         an embedding or a weight is NaN or Inf.
     """
-    temperature = check_positive("temperature", temperature)
-    labels, x, w, valid = prepare_class_inputs(y_true, y_pred, weights, 2)
-    return per_sample_value(_normalized_softmax(labels, x, w, temperature), y_pred, w, valid)
+    return NormalizedSoftmaxLoss.functional(y_true, y_pred, weights, temperature=temperature)
 
 
 def cosface_loss(y_true, y_pred, weights, margin: float = 0.35, scale: float = 64.0):
@@ -160,9 +166,7 @@ def cosface_loss(y_true, y_pred, weights, margin: float = 0.35, scale: float = 6
     Returns:
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
-    _check_margin_scale(margin, scale)
-    labels, x, w, valid = prepare_class_inputs(y_true, y_pred, weights, 2)
-    return per_sample_value(_cosface(labels, x, w, float(margin), float(scale)), y_pred, w, valid)
+    return CosFaceLoss.functional(y_true, y_pred, weights, margin=margin, scale=scale)
 
 
 def arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: float = 64.0):
@@ -183,10 +187,7 @@ def arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: float = 64
     Returns:
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
-    _check_arc_margin(margin)
-    check_positive("scale", scale)
-    labels, x, w, valid = prepare_class_inputs(y_true, y_pred, weights, 2)
-    return per_sample_value(_arcface(labels, x, w, float(margin), float(scale)), y_pred, w, valid)
+    return ArcFaceLoss.functional(y_true, y_pred, weights, margin=margin, scale=scale)
 
 
 def subcenter_arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: float = 64.0):
@@ -204,10 +205,8 @@ def subcenter_arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: 
     Returns:
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
-    _check_arc_margin(margin)
-    check_positive("scale", scale)
-    labels, x, w, valid = prepare_class_inputs(y_true, y_pred, weights, 3)
-    return per_sample_value(_arcface(labels, x, w, float(margin), float(scale)), y_pred, w, valid)
+    return SubCenterArcFaceLoss.functional(y_true, y_pred, weights, weights_name="weights",
+                                           margin=margin, scale=scale)
 
 
 def soft_triple_loss(y_true, y_pred, centers, la: float = 20.0, gamma: float = 0.1,
@@ -231,10 +230,7 @@ def soft_triple_loss(y_true, y_pred, centers, la: float = 20.0, gamma: float = 0
     Returns:
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
-    la, gamma = check_positive("la", la), check_positive("gamma", gamma)
-    margin = check_positive("margin", margin, allow_zero=True)
-    labels, x, w, valid = prepare_class_inputs(y_true, y_pred, centers, 3, "centers")
-    return per_sample_value(_soft_triple(labels, x, w, la, gamma, margin), y_pred, w, valid)
+    return SoftTripleLoss.functional(y_true, y_pred, centers, la=la, gamma=gamma, margin=margin)
 
 
 # -- classes -----------------------------------------------------------------------------------
@@ -293,17 +289,14 @@ class NormalizedSoftmaxLoss(ClassWeightLoss):
         learning", BMVC 2019.
     """
 
+    sample_losses = staticmethod(_normalized_softmax)
+    check_arguments = staticmethod(_check_temperature)
+
     def __init__(self, num_classes, embedding_dim=None, temperature: float = 0.05,
                  initializer=None, reduction="sum_over_batch_size",
                  name="normalized_softmax_loss", dtype=None, average="anchors"):
-        self.temperature = check_positive("temperature", temperature)
-        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average)
-
-    def sample_losses(self, labels, x, w):
-        return _normalized_softmax(labels, x, w, self.temperature)
-
-    def get_config(self):
-        return {**super().get_config(), "temperature": self.temperature}
+        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average,
+                         temperature=temperature)
 
 
 @_doc
@@ -329,20 +322,16 @@ class CosFaceLoss(ClassWeightLoss):
         recognition", CVPR 2018.
     """
 
+    sample_losses = staticmethod(_cosface)
+    check_arguments = staticmethod(_check_margin_scale)
+
     _variable_name = "weights"
 
     def __init__(self, num_classes, embedding_dim=None, margin: float = 0.35,
                  scale: float = 64.0, initializer=None, reduction="sum_over_batch_size",
                  name="cosface_loss", dtype=None, average="anchors"):
-        _check_margin_scale(margin, scale)
-        self.margin, self.scale = float(margin), float(scale)
-        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average)
-
-    def sample_losses(self, labels, x, w):
-        return _cosface(labels, x, w, self.margin, self.scale)
-
-    def get_config(self):
-        return {**super().get_config(), "margin": self.margin, "scale": self.scale}
+        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average,
+                         margin=margin, scale=scale)
 
 
 @_doc
@@ -373,18 +362,14 @@ class ArcFaceLoss(ClassWeightLoss):
         deep face recognition", CVPR 2019.
     """
 
+    sample_losses = staticmethod(_arcface)
+    check_arguments = staticmethod(_check_arc_args)
+
     def __init__(self, num_classes, embedding_dim=None, margin: float = 0.5,
                  scale: float = 64.0, initializer=None, reduction="sum_over_batch_size",
                  name="arcface_loss", dtype=None, average="anchors"):
-        _check_arc_margin(margin)
-        self.margin, self.scale = float(margin), check_positive("scale", scale)
-        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average)
-
-    def sample_losses(self, labels, x, w):
-        return _arcface(labels, x, w, self.margin, self.scale)
-
-    def get_config(self):
-        return {**super().get_config(), "margin": self.margin, "scale": self.scale}
+        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average,
+                         margin=margin, scale=scale)
 
 
 @_doc
@@ -411,6 +396,8 @@ class SubCenterArcFaceLoss(ArcFaceLoss):
         Deng, Guo, Liu, Zafeiriou, "Sub-center ArcFace: Boosting face
         recognition by large-scale noisy web faces", ECCV 2020.
     """
+
+    weights_rank = 3
 
     _variable_name = "centers"
 
@@ -458,6 +445,10 @@ class SoftTripleLoss(ClassWeightLoss):
         without triplet sampling", ICCV 2019.
     """
 
+    sample_losses = staticmethod(_soft_triple)
+    check_arguments = staticmethod(_check_soft_triple_args)
+    weights_rank = 3
+
     _variable_name = "centers"
 
     def __init__(self, num_classes, embedding_dim=None, centers_per_class: int = 10,
@@ -465,17 +456,12 @@ class SoftTripleLoss(ClassWeightLoss):
                  reduction="sum_over_batch_size", name="soft_triple_loss", dtype=None,
                  average="anchors"):
         self.centers_per_class = check_int("centers_per_class", centers_per_class)
-        self.la, self.gamma = check_positive("la", la), check_positive("gamma", gamma)
-        self.margin = check_positive("margin", margin, allow_zero=True)
-        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average)
+        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average,
+                         la=la, gamma=gamma, margin=margin)
 
     @property
     def _per_class(self):
         return self.centers_per_class
 
-    def sample_losses(self, labels, x, w):
-        return _soft_triple(labels, x, w, self.la, self.gamma, self.margin)
-
     def get_config(self):
-        return {**super().get_config(), "centers_per_class": self.centers_per_class,
-                "la": self.la, "gamma": self.gamma, "margin": self.margin}
+        return {**super().get_config(), "centers_per_class": self.centers_per_class}

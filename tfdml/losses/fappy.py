@@ -16,12 +16,12 @@ from __future__ import annotations
 import math
 import numbers
 
-import keras
 from keras import ops
 
 from tfdml import ops as dml
 from tfdml.losses.base import AnchorTerms, MetricLoss, anchor_terms, prepare_inputs
 from tfdml.losses.blocks import RowBlocks, batch_rows
+from tfdml.losses.spec import loss_class
 
 __all__ = ["FAPPYLoss", "HistogramLoss", "false_positive_probability"]
 
@@ -49,8 +49,6 @@ def _interpolate(s, bin_width, num_nodes):
     v = ops.clip(dml.floor(ops.stop_gradient(position)), 0.0, float(num_nodes - 2))
     v = ops.where(ops.isnan(v), ops.zeros_like(v), v)  # a NaN stays in `frac`, not the index
     return ops.cast(v, "int32"), position - v
-
-
 
 
 def _node_histograms(s, mask, bin_width, num_nodes, normalize=True):
@@ -137,8 +135,8 @@ def _scales(min_bin_width):
     return widths
 
 
-def _fappy_per_anchor(labels, embeddings, min_bin_width):
-    labels, x, _, _, _ = prepare_inputs(labels, embeddings)
+def _fappy_terms(inputs, min_bin_width):
+    labels, x = inputs.labels, inputs.x
     sim = _symmetric_similarity(x)
     positive, negative = dml.label_masks(labels, labels, 0)
     pair_weights = ops.zeros_like(sim)
@@ -157,7 +155,7 @@ def _fappy_per_anchor(labels, embeddings, min_bin_width):
 
 
 def _blocked_fappy(labels, embeddings, min_bin_width, block_size):
-    """:func:`_fappy_per_anchor` in row blocks (two passes; see ``FAPPYLoss``)."""
+    """:func:`_fappy_terms` in row blocks (two passes; see ``FAPPYLoss``)."""
     labels, x, _, _, _ = prepare_inputs(labels, embeddings)
     blocks = RowBlocks(batch_rows(x), block_size)
     widths = _scales(min_bin_width)
@@ -203,7 +201,7 @@ def _blocked_fappy(labels, embeddings, min_bin_width, block_size):
 
 
 def _blocked_histogram_loss(labels, embeddings, bin_width, block_size):
-    """:func:`_histogram_loss` in row blocks: the two histograms summed over blocks."""
+    """:func:`_histogram_terms` in row blocks: the two histograms summed over blocks."""
     labels, x, _, _, _ = prepare_inputs(labels, embeddings)
     blocks = RowBlocks(batch_rows(x), block_size)
     n = _num_nodes(bin_width)
@@ -238,8 +236,36 @@ def _blocked_histogram_loss(labels, embeddings, bin_width, block_size):
     return anchor_terms(ops.broadcast_to(value, ops.shape(valid)), valid)
 
 
-@keras.saving.register_keras_serializable(package="tfdml")
-class FAPPYLoss(MetricLoss):
+#: The shared arguments of these losses, in the order of their signatures.
+_BATCH_PAIRS_ARGUMENTS = ("reduction", "name", "dtype", "average", "block_size")
+
+
+class _BatchPairsLoss(MetricLoss):
+    """A loss over the pairs of the batch (histograms of similarities): it takes no reference
+    set, and its blocks (``blocked``) make two passes over the batch."""
+
+    #: ``blocked(labels, embeddings, block_size=..., **arguments) -> AnchorTerms``.
+    blocked = None
+
+    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
+        if ref_embeddings is not None:
+            raise ValueError(f"{type(self).__name__} works on the batch; it takes no reference set.")
+        return super().per_anchor(labels, embeddings)
+
+    def per_anchor_in_blocks(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
+                             ref_offset=None):
+        if ref_embeddings is not None:  # not taken: per_anchor says so
+            return self.per_anchor(labels, embeddings, ref_embeddings, ref_labels, ref_offset)
+        return self.blocked(labels, embeddings, block_size=self.block_size, **self.arguments)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("normalize", None)
+        return config
+
+
+@loss_class("fappy_loss", average="terms", normalize=None, common=_BATCH_PAIRS_ARGUMENTS)
+class FAPPYLoss(_BatchPairsLoss):
     """FAPPY: the false positive probability, fused over bin widths (Algorithm 1).
 
     For each positive pair ``(i, j)`` and bin width ``Delta``, ``P_ij^Delta``
@@ -277,17 +303,6 @@ class FAPPYLoss(MetricLoss):
         min_bin_width: the smallest ``Delta``, in ``(0, 2]``. Defaults to
             `0.01`; the paper reports the same results for 0.01, 0.001 and
             0.0001.
-        average: ``"terms"``, ``"nonzero"``, ``"anchors"`` or ``"batch"``;
-            see :mod:`tfdml.losses.base`. Defaults to `"terms"`.
-        reduction: see :mod:`tfdml.losses.base`. Defaults to
-            `"sum_over_batch_size"` (the paper's ``L``).
-        name: name of the loss. Defaults to `"fappy_loss"`.
-        dtype: dtype of the returned value. Defaults to `None` (floatx).
-        block_size: compute the loss over blocks of this many rows, each
-            against the whole batch, recomputing each block in the backward
-            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
-            values and gradients (docs/losses.md, "Large batches"). Defaults
-            to `None` (the whole batch at once).
 
     Examples:
 
@@ -299,32 +314,16 @@ class FAPPYLoss(MetricLoss):
         Section 3 and Algorithm 1.
     """
 
-    def __init__(self, min_bin_width=0.01, reduction="sum_over_batch_size", name="fappy_loss",
-                 dtype=None, average="terms", block_size=None):
-        self.min_bin_width = _check_width("min_bin_width", min_bin_width)
-        super().__init__(normalize=True, reduction=reduction, name=name, dtype=dtype,
-                         average=average, block_size=block_size)
+    terms = staticmethod(_fappy_terms)
+    blocked = staticmethod(_blocked_fappy)
 
-    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
-        if ref_embeddings is not None:
-            raise ValueError("FAPPYLoss works on the batch; it takes no reference set.")
-        return _fappy_per_anchor(labels, embeddings, self.min_bin_width)
-
-    def per_anchor_in_blocks(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
-                             ref_offset=None):
-        if ref_embeddings is not None:  # not taken: per_anchor says so
-            return self.per_anchor(labels, embeddings, ref_embeddings, ref_labels, ref_offset)
-        return _blocked_fappy(labels, embeddings, self.min_bin_width, self.block_size)
-
-    def get_config(self):
-        config = super().get_config()
-        config.pop("normalize", None)
-        config["min_bin_width"] = self.min_bin_width
-        return config
+    @staticmethod
+    def check_arguments(min_bin_width=0.01):
+        return {"min_bin_width": _check_width("min_bin_width", min_bin_width)}
 
 
-def _histogram_loss(labels, embeddings, bin_width):
-    labels, x, _, _, _ = prepare_inputs(labels, embeddings)
+def _histogram_terms(inputs, bin_width):
+    labels, x = inputs.labels, inputs.x
     sim = dml.pairwise_similarity(x, x)
     positive, negative = dml.label_masks(labels, labels, 0)
     upper = ops.cast(ops.triu(ops.ones_like(sim), k=1), "bool")  # i < j
@@ -343,8 +342,8 @@ def _histogram_loss(labels, embeddings, bin_width):
     return anchor_terms(ops.broadcast_to(value, ops.shape(valid)), valid)
 
 
-@keras.saving.register_keras_serializable(package="tfdml")
-class HistogramLoss(MetricLoss):
+@loss_class("histogram_loss", normalize=None, common=_BATCH_PAIRS_ARGUMENTS)
+class HistogramLoss(_BatchPairsLoss):
     """The histogram loss of Ustinova and Lempitsky (2016), the baseline of FAPPY.
 
     The cosine similarities of all positive pairs and of all negative pairs of
@@ -363,41 +362,16 @@ class HistogramLoss(MetricLoss):
     Args:
         bin_width: node spacing ``Delta`` in ``(0, 2]``. Defaults to `0.01`
             (201 nodes, Ustinova and Lempitsky's setting).
-        average: see :mod:`tfdml.losses.base`. Defaults to `"anchors"`.
-        reduction: see :mod:`tfdml.losses.base`. Defaults to
-            `"sum_over_batch_size"`.
-        name: name of the loss. Defaults to `"histogram_loss"`.
-        dtype: dtype of the returned value. Defaults to `None` (floatx).
-        block_size: compute the loss over blocks of this many rows, each
-            against the whole batch, recomputing each block in the backward
-            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
-            values and gradients (docs/losses.md, "Large batches"). Defaults
-            to `None` (the whole batch at once).
 
     Reference:
         Ustinova, Lempitsky, "Learning deep embeddings with histogram loss",
         NIPS 2016.
     """
 
-    def __init__(self, bin_width=0.01, reduction="sum_over_batch_size", name="histogram_loss",
-                 dtype=None, average="anchors", block_size=None):
-        self.bin_width = _check_width("bin_width", bin_width)
-        super().__init__(normalize=True, reduction=reduction, name=name, dtype=dtype,
-                         average=average, block_size=block_size)
+    terms = staticmethod(_histogram_terms)
+    blocked = staticmethod(_blocked_histogram_loss)
 
-    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
-        if ref_embeddings is not None:
-            raise ValueError("HistogramLoss works on the batch; it takes no reference set.")
-        return _histogram_loss(labels, embeddings, self.bin_width)
+    @staticmethod
+    def check_arguments(bin_width=0.01):
+        return {"bin_width": _check_width("bin_width", bin_width)}
 
-    def per_anchor_in_blocks(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
-                             ref_offset=None):
-        if ref_embeddings is not None:  # not taken: per_anchor says so
-            return self.per_anchor(labels, embeddings, ref_embeddings, ref_labels, ref_offset)
-        return _blocked_histogram_loss(labels, embeddings, self.bin_width, self.block_size)
-
-    def get_config(self):
-        config = super().get_config()
-        config.pop("normalize", None)
-        config["bin_width"] = self.bin_width
-        return config

@@ -28,10 +28,11 @@ def _distance_weighted():
     return TripletMiner("random", "distance_weighted")
 
 
-def _check_args(margin, distance):
+def _check_args(margin, distance, miner):
     if not dml.is_number(margin) or not margin >= 0:
         raise ValueError(f"`margin` must be a number >= 0. Received: margin={margin!r}")
-    dml.check_distance(distance)
+    return {"margin": float(margin), "distance": dml.check_distance(distance),
+            "miner": resolve_miner(miner, _distance_weighted)}
 
 
 def _check_beta(beta, num_classes):
@@ -81,11 +82,8 @@ def _check_class_ids(labels, num_classes, given=True):
     return dml.validate_class_ids(labels, num_classes, message)
 
 
-def _margin_per_anchor(labels, embeddings, margin, beta, distance, miner, normalize,
-                       ref_embeddings, ref_labels, ref_offset, num_classes=None):
-    labels, x, ref_labels, ref, ref_offset = prepare_inputs(
-        labels, embeddings, ref_embeddings, ref_labels, ref_offset, normalize
-    )
+def _margin_terms(inputs, margin, distance, miner, beta, num_classes=None):
+    labels, x, ref_labels, ref, ref_offset = inputs
     dist = dml.distance_matrix(x, ref, distance)
     mined = miner.mine(-dist, labels, ref_labels, ref_offset, x, ref)
     dtype = dml.dtype_name(dist)
@@ -153,14 +151,13 @@ def margin_loss(
         A scalar of the dtype of ``y_pred``; 0 when no pair has a loss, NaN
         when an embedding is NaN or Inf.
     """
-    _check_args(margin, distance)
+    arguments = _check_args(margin, distance, miner)
     check_average(average)
     if dml.is_number(beta) or isinstance(beta, (list, tuple, np.ndarray)):
         beta = _check_beta(beta, None if dml.is_number(beta) else len(beta))
-    miner = resolve_miner(miner, _distance_weighted)
-    terms = _margin_per_anchor(y_true, y_pred, margin, beta, distance, miner,
-                               normalize, ref_embeddings, ref_labels, ref_offset)
-    return functional_value(terms, average, y_pred, ref_embeddings, normalize)
+    inputs = prepare_inputs(y_true, y_pred, ref_embeddings, ref_labels, ref_offset, normalize)
+    return functional_value(_margin_terms(inputs, beta=beta, **arguments), average, y_pred,
+                            ref_embeddings, normalize)
 
 
 class _MarginBeta(LossState):
@@ -171,7 +168,7 @@ class _MarginBeta(LossState):
         self.initial = np.asarray(initial, dtype=np.float32)
         self.build()  # beta's shape does not depend on the embeddings
 
-    def build_state(self, embedding_dim):
+    def make_variables(self, embedding_dim):
         self.beta = self.add_weight(
             shape=self.initial.shape,
             initializer=keras.initializers.Constant(self.initial),
@@ -284,6 +281,8 @@ class MarginLoss(MetricLoss):
         with easy positive sampling" (Section 3 and 5.2).
     """
 
+    check_arguments = staticmethod(_check_args)
+
     def __init__(
         self,
         margin: float = 0.2,
@@ -300,7 +299,6 @@ class MarginLoss(MetricLoss):
         dtype=None,
         block_size=None,
     ):
-        _check_args(margin, distance)
         beta = _check_beta(beta, num_classes)
         if not dml.is_number(beta_lr_multiplier) or not beta_lr_multiplier > 0:
             raise ValueError(
@@ -308,13 +306,11 @@ class MarginLoss(MetricLoss):
                 f"Received: beta_lr_multiplier={beta_lr_multiplier!r}"
             )
         super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
-                         average=average, block_size=block_size)
-        self.margin = float(margin)
+                         average=average, block_size=block_size, margin=margin,
+                         distance=distance, miner=miner)
         self.learn_beta = bool(learn_beta)
         self.num_classes = None if num_classes is None else int(num_classes)
-        self.distance = distance
         self.beta_lr_multiplier = float(beta_lr_multiplier)
-        self.miner = resolve_miner(miner, _distance_weighted)
         self._fixed_beta = beta
 
     def _make_state(self):
@@ -331,21 +327,18 @@ class MarginLoss(MetricLoss):
         return self.state.beta * self.beta_lr_multiplier
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
+        inputs = prepare_inputs(labels, embeddings, ref_embeddings, ref_labels, ref_offset,
+                                self.normalize)
         beta = self.beta if self.learn_beta else self._fixed_beta
-        return _margin_per_anchor(labels, embeddings, self.margin, beta, self.distance,
-                                  self.miner, self.normalize, ref_embeddings, ref_labels,
-                                  ref_offset, self.num_classes)
+        return _margin_terms(inputs, beta=beta, num_classes=self.num_classes, **self.arguments)
 
     def get_config(self):
         config = super().get_config()
         beta = np.asarray(keras.ops.convert_to_numpy(self.beta), np.float64)
         config.update(
-            margin=self.margin,
             beta=float(beta) if beta.ndim == 0 else beta.tolist(),
             learn_beta=self.learn_beta,
             num_classes=self.num_classes,
-            miner=keras.saving.serialize_keras_object(self.miner),
-            distance=self.distance,
             beta_lr_multiplier=self.beta_lr_multiplier,
         )
         return config

@@ -4,29 +4,28 @@ from __future__ import annotations
 
 import numbers
 
-import keras
 from keras import ops
 
 from tfdml import ops as dml
 from tfdml.losses.base import (
     MetricLoss,
     anchor_terms,
-    check_average,
-    functional_value,
-    prepare_inputs,
     resolve_miner,
 )
+from tfdml.losses.spec import functional_form, loss_class
 from tfdml.miners import MultiSimilarityMiner, as_pairs
 
 __all__ = ["MultiSimilarityLoss", "multi_similarity_loss"]
 
 
-def _check_args(alpha, beta, base):
+def _check_args(alpha: float = 2.0, beta: float = 50.0, base: float = 0.5, miner="default"):
     for name, value in (("alpha", alpha), ("beta", beta)):
         if not isinstance(value, numbers.Real) or isinstance(value, bool) or not value > 0:
             raise ValueError(f"`{name}` must be a number > 0. Received: {name}={value!r}")
     if not isinstance(base, numbers.Real) or isinstance(base, bool):
         raise ValueError(f"`base` must be a number. Received: base={base!r}")
+    return {"alpha": float(alpha), "beta": float(beta), "base": float(base),
+            "miner": resolve_miner(miner, MultiSimilarityMiner)}
 
 
 def _log1p_sum_exp(z, mask):
@@ -35,53 +34,31 @@ def _log1p_sum_exp(z, mask):
     return ops.logsumexp(ops.concatenate([ops.zeros_like(z[:, :1]), z], axis=1), axis=1)
 
 
-def _ms_per_anchor(labels, embeddings, alpha, beta, base, miner, normalize,
-                   ref_embeddings, ref_labels, ref_offset):
-    labels, x, ref_labels, ref, ref_offset = prepare_inputs(
-        labels, embeddings, ref_embeddings, ref_labels, ref_offset, normalize
-    )
+def _ms_values(scores, pairs, alpha, beta, base, negative_scores=None):
+    """Per anchor, ``1/alpha log(1 + sum_{p in P} exp(-alpha (S_p - base)))
+    + 1/beta log(1 + sum_{n in N} exp(beta (S'_n - base)))``.
+
+    ``P``, ``N``: the :class:`tfdml.miners.Pairs` ``pairs``; ``S'``: ``negative_scores``
+    (the scores of the negatives when they are not ``scores``' columns, as LoOp's pairs).
+    """
+    base = ops.convert_to_tensor(base, dml.dtype_name(scores))
+    shifted = scores - base
+    negative = shifted if negative_scores is None else negative_scores - base
+    return (_log1p_sum_exp(-alpha * shifted, pairs.positive) / alpha
+            + _log1p_sum_exp(beta * negative, pairs.negative) / beta)
+
+
+def _ms_terms(inputs, alpha, beta, base, miner):
+    labels, x, ref_labels, ref, ref_offset = inputs
     scores = dml.pairwise_similarity(x, ref)
     pairs = as_pairs(miner.mine(scores, labels, ref_labels, ref_offset, x, ref),
                      num_ref=ops.shape(scores)[1])
-    shifted = scores - ops.convert_to_tensor(base, dml.dtype_name(scores))
-    positive = _log1p_sum_exp(-alpha * shifted, pairs.positive) / alpha
-    negative = _log1p_sum_exp(beta * shifted, pairs.negative) / beta
     active = ops.logical_or(ops.any(pairs.positive, axis=1),
                              ops.any(pairs.negative, axis=1))
-    return anchor_terms(positive + negative, active)
+    return anchor_terms(_ms_values(scores, pairs, alpha, beta, base), active)
 
 
-def multi_similarity_loss(
-    y_true,
-    y_pred,
-    alpha: float = 2.0,
-    beta: float = 50.0,
-    base: float = 0.5,
-    miner="default",
-    normalize: bool = True,
-    ref_embeddings=None,
-    ref_labels=None,
-    ref_offset=None,
-    average: str = "batch",
-):
-    """Functional form of :class:`MultiSimilarityLoss`: by default the sum over anchors / batch size.
-
-    Arguments as in :class:`MultiSimilarityLoss`; ``ref_embeddings``,
-    ``ref_labels`` and ``ref_offset`` as in :func:`tfdml.losses.triplet_nca_loss`.
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; 0 when no anchor keeps a pair,
-        NaN when an embedding is NaN or Inf.
-    """
-    _check_args(alpha, beta, base)
-    check_average(average)
-    miner = resolve_miner(miner, MultiSimilarityMiner)
-    terms = _ms_per_anchor(y_true, y_pred, float(alpha), float(beta), float(base), miner,
-                           normalize, ref_embeddings, ref_labels, ref_offset)
-    return functional_value(terms, average, y_pred, ref_embeddings, normalize)
-
-
-@keras.saving.register_keras_serializable(package="tfdml")
+@loss_class("multi_similarity_loss", average="batch")
 class MultiSimilarityLoss(MetricLoss):
     """Multi-similarity loss: soft weighting of the mined positive and negative pairs.
 
@@ -122,19 +99,6 @@ class MultiSimilarityLoss(MetricLoss):
         miner: a :class:`tfdml.miners.Miner`; `"default"` for
             `MultiSimilarityMiner(epsilon=0.1)`; `None` for every pair.
             Defaults to `"default"`.
-        normalize: L2-normalize the embeddings first. Defaults to `True`.
-        average: ``"batch"``, ``"anchors"``, ``"terms"`` or ``"nonzero"``
-            (one term per anchor: the last two equal ``"anchors"``); see
-            :mod:`tfdml.losses.base`. Defaults to `"batch"`.
-        reduction: see :mod:`tfdml.losses.base`. Defaults to
-            `"sum_over_batch_size"`.
-        name: name of the loss. Defaults to `"multi_similarity_loss"`.
-        dtype: dtype of the returned value. Defaults to `None` (floatx).
-        block_size: compute the loss over blocks of this many anchors, each
-            against the whole batch, recomputing each block in the backward
-            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
-            values and gradients (docs/losses.md, "Large batches"). Defaults
-            to `None` (the whole batch at once).
 
     Examples:
 
@@ -148,37 +112,13 @@ class MultiSimilarityLoss(MetricLoss):
         collapse in metric learning with easy positive sampling".
     """
 
-    def __init__(
-        self,
-        alpha: float = 2.0,
-        beta: float = 50.0,
-        base: float = 0.5,
-        miner="default",
-        normalize: bool = True,
-        average: str = "batch",
-        reduction="sum_over_batch_size",
-        name: str = "multi_similarity_loss",
-        dtype=None,
-        block_size=None,
-    ):
-        _check_args(alpha, beta, base)
-        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
-                         average=average, block_size=block_size)
-        self.alpha = float(alpha)
-        self.beta = float(beta)
-        self.base = float(base)
-        self.miner = resolve_miner(miner, MultiSimilarityMiner)
+    terms = staticmethod(_ms_terms)
+    check_arguments = staticmethod(_check_args)
 
-    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
-        return _ms_per_anchor(labels, embeddings, self.alpha, self.beta, self.base, self.miner,
-                              self.normalize, ref_embeddings, ref_labels, ref_offset)
 
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            alpha=self.alpha,
-            beta=self.beta,
-            base=self.base,
-            miner=keras.saving.serialize_keras_object(self.miner),
-        )
-        return config
+multi_similarity_loss = functional_form(
+    MultiSimilarityLoss, "multi_similarity_loss",
+    "Functional form of :class:`MultiSimilarityLoss`: by default the sum over anchors / batch"
+    " size.",
+    "A scalar of the dtype of ``y_pred``; 0 when no anchor has a pair, NaN when an embedding "
+    "is NaN or Inf.")

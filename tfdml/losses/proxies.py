@@ -6,13 +6,11 @@ import keras
 from keras import ops
 
 from tfdml import ops as dml
-from tfdml.losses.base import _scale_for_distribution
 from tfdml.losses.class_weights import (
     ClassWeightLoss,
     check_positive,
     class_cosines,
     class_mask,
-    per_sample_value,
     prepare_class_inputs,
     softmax_cross_entropy,
 )
@@ -27,6 +25,15 @@ def _proxy_nca(labels, x, proxies, scale):
     squared = dml.maximum(two - two * cosines, ops.zeros((), dtype))  # |x - p|^2, unit vectors
     target = class_mask(labels, proxies.shape[0])
     return softmax_cross_entropy(-ops.convert_to_tensor(scale, dtype) * squared, target)
+
+
+def _check_scale(scale):
+    return {"scale": check_positive("scale", scale)}
+
+
+def _check_proxy_anchor_args(margin, alpha):
+    return {"margin": check_positive("margin", margin, allow_zero=True),
+            "alpha": check_positive("alpha", alpha)}
 
 
 def _proxy_anchor_parts(labels, x, proxies, margin, alpha, sample_weight=None):
@@ -76,8 +83,7 @@ def proxy_anchor_loss(y_true, y_pred, proxies, margin: float = 0.1, alpha: float
         A scalar of the dtype of ``y_pred``; NaN when an embedding or a proxy
         is NaN or Inf.
     """
-    margin = check_positive("margin", margin, allow_zero=True)
-    alpha = check_positive("alpha", alpha)
+    margin, alpha = _check_proxy_anchor_args(margin, alpha).values()
     labels, x, p, valid = prepare_class_inputs(y_true, y_pred, proxies, 2, "proxies")
     value = _proxy_anchor_value(*_proxy_anchor_parts(labels, x, p, margin, alpha))
     value = dml.nan_unless(dml.nan_unless_finite(value, y_pred, p), valid)
@@ -103,9 +109,7 @@ def proxy_nca_loss(y_true, y_pred, proxies, scale: float = 1.0):
     Returns:
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
-    scale = check_positive("scale", scale)
-    labels, x, p, valid = prepare_class_inputs(y_true, y_pred, proxies, 2, "proxies")
-    return per_sample_value(_proxy_nca(labels, x, p, scale), y_pred, p, valid)
+    return ProxyNCALoss.functional(y_true, y_pred, proxies, scale=scale)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -142,19 +146,16 @@ class ProxyNCALoss(ClassWeightLoss):
         metric learning using proxies", ICCV 2017.
     """
 
+    sample_losses = staticmethod(_proxy_nca)
+    check_arguments = staticmethod(_check_scale)
+
     _variable_name = "proxies"
 
     def __init__(self, num_classes, embedding_dim=None, scale: float = 1.0, initializer=None,
                  reduction="sum_over_batch_size", name="proxy_nca_loss", dtype=None,
                  average="anchors"):
-        self.scale = check_positive("scale", scale)
-        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average)
-
-    def sample_losses(self, labels, x, w):
-        return _proxy_nca(labels, x, w, self.scale)
-
-    def get_config(self):
-        return {**super().get_config(), "scale": self.scale}
+        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average,
+                         scale=scale)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -203,6 +204,8 @@ class ProxyAnchorLoss(ClassWeightLoss):
         CVPR 2020.
     """
 
+    check_arguments = staticmethod(_check_proxy_anchor_args)
+
     _variable_name = "proxies"
 
     def __init__(self, num_classes, embedding_dim=None, margin: float = 0.1,
@@ -213,11 +216,10 @@ class ProxyAnchorLoss(ClassWeightLoss):
                 "ProxyAnchorLoss is a sum over proxies, with no value per sample: "
                 f"`reduction` cannot be 'none'. Received: reduction={reduction!r}"
             )
-        self.margin = check_positive("margin", margin, allow_zero=True)
-        self.alpha = check_positive("alpha", alpha)
-        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype)
+        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype,
+                         margin=margin, alpha=alpha)
 
-    def _loss_value(self, labels, y_pred, sample_weight):
+    def loss_value(self, labels, y_pred, sample_weight=None, training=True):
         labels, x, p, valid = prepare_class_inputs(labels, y_pred, self.class_weights, 2,
                                                    "proxies")
         if sample_weight is not None:
@@ -225,10 +227,7 @@ class ProxyAnchorLoss(ClassWeightLoss):
             sample_weight = ops.broadcast_to(sample_weight, ops.shape(labels))
         value = _proxy_anchor_value(
             *_proxy_anchor_parts(labels, x, p, self.margin, self.alpha, sample_weight))
-        value = dml.nan_unless(dml.nan_unless_finite(value, y_pred, p), valid)
-        if self.reduction != "sum":
-            value = _scale_for_distribution(value)
-        return value
+        return dml.nan_unless(dml.nan_unless_finite(value, y_pred, p), valid)
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
         raise ValueError(
@@ -241,4 +240,4 @@ class ProxyAnchorLoss(ClassWeightLoss):
     def get_config(self):
         config = super().get_config()
         config.pop("average", None)
-        return {**config, "margin": self.margin, "alpha": self.alpha}
+        return config

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import keras
 from keras import ops
 
 from tfdml import ops as dml
 from tfdml.losses.base import (
     MetricLoss,
     anchor_terms,
-    check_average,
-    functional_value,
-    prepare_inputs,
     resolve_miner,
     triplet_terms,
 )
 from tfdml.losses.class_weights import check_positive
+from tfdml.losses.spec import functional_form, loss_class
 from tfdml.miners import AllPairsMiner, as_pairs
 
 __all__ = [
@@ -31,23 +28,39 @@ __all__ = [
 ]
 
 
-def _mined_pairs(labels, embeddings, miner, normalize, ref_embeddings, ref_labels, ref_offset):
-    labels, x, ref_labels, ref, ref_offset = prepare_inputs(
-        labels, embeddings, ref_embeddings, ref_labels, ref_offset, normalize)
+def _mined_pairs(inputs, miner):
+    labels, x, ref_labels, ref, ref_offset = inputs
     similarity = dml.pairwise_similarity(x, ref)
     pairs = as_pairs(miner.mine(similarity, labels, ref_labels, ref_offset, x, ref),
                      num_ref=ops.shape(similarity)[1])
     return similarity, pairs
 
 
+def _check_supcon_args(temperature: float = 0.1, miner=None):
+    return {"temperature": check_positive("temperature", temperature),
+            "miner": resolve_miner(miner, AllPairsMiner)}
+
+
+def _check_ntxent_args(temperature: float = 0.07, miner=None):
+    return _check_supcon_args(temperature, miner)
+
+
+def _check_circle_args(margin: float = 0.4, gamma: float = 80.0, miner=None):
+    return {"margin": check_positive("margin", margin, allow_zero=True),
+            "gamma": check_positive("gamma", gamma), "miner": resolve_miner(miner, AllPairsMiner)}
+
+
+def _check_snn_args(temperature: float = 1.0, distance: str = "squared_l2", miner=None):
+    return {"temperature": check_positive("temperature", temperature),
+            "distance": dml.check_distance(distance), "miner": resolve_miner(miner, AllPairsMiner)}
+
+
 def _has_both(pairs):
     return ops.logical_and(ops.any(pairs.positive, axis=1), ops.any(pairs.negative, axis=1))
 
 
-def _supcon_per_anchor(labels, embeddings, temperature, miner, normalize, ref_embeddings,
-                       ref_labels, ref_offset):
-    similarity, pairs = _mined_pairs(labels, embeddings, miner, normalize, ref_embeddings,
-                                     ref_labels, ref_offset)
+def _supcon_terms(inputs, temperature, miner):
+    similarity, pairs = _mined_pairs(inputs, miner)
     dtype = dml.dtype_name(similarity)
     logits = similarity / ops.convert_to_tensor(temperature, dtype)
     others = ops.logical_or(pairs.positive, pairs.negative)
@@ -62,10 +75,8 @@ def _supcon_per_anchor(labels, embeddings, temperature, miner, normalize, ref_em
     return anchor_terms(losses, active)
 
 
-def _ntxent_per_anchor(labels, embeddings, temperature, miner, normalize, ref_embeddings,
-                       ref_labels, ref_offset):
-    similarity, pairs = _mined_pairs(labels, embeddings, miner, normalize, ref_embeddings,
-                                     ref_labels, ref_offset)
+def _ntxent_terms(inputs, temperature, miner):
+    similarity, pairs = _mined_pairs(inputs, miner)
     dtype = dml.dtype_name(similarity)
     logits = similarity / ops.convert_to_tensor(temperature, dtype)
     negatives, has_negative = dml.masked_logsumexp(logits, pairs.negative, axis=1)
@@ -76,10 +87,8 @@ def _ntxent_per_anchor(labels, embeddings, temperature, miner, normalize, ref_em
     return triplet_terms(values, pairs.positive)
 
 
-def _circle_per_anchor(labels, embeddings, margin, gamma, miner, normalize, ref_embeddings,
-                       ref_labels, ref_offset):
-    similarity, pairs = _mined_pairs(labels, embeddings, miner, normalize, ref_embeddings,
-                                     ref_labels, ref_offset)
+def _circle_terms(inputs, margin, gamma, miner):
+    similarity, pairs = _mined_pairs(inputs, miner)
     dtype = dml.dtype_name(similarity)
     zero = ops.zeros((), dtype)
     m, g = ops.convert_to_tensor(margin, dtype), ops.convert_to_tensor(gamma, dtype)
@@ -95,10 +104,8 @@ def _circle_per_anchor(labels, embeddings, margin, gamma, miner, normalize, ref_
     return anchor_terms(ops.softplus(total), active)
 
 
-def _snn_per_anchor(labels, embeddings, temperature, distance, miner, normalize, ref_embeddings,
-                    ref_labels, ref_offset):
-    labels, x, ref_labels, ref, ref_offset = prepare_inputs(
-        labels, embeddings, ref_embeddings, ref_labels, ref_offset, normalize)
+def _snn_terms(inputs, temperature, distance, miner):
+    labels, x, ref_labels, ref, ref_offset = inputs
     dist = dml.distance_matrix(x, ref, distance)
     pairs = as_pairs(miner.mine(-dist, labels, ref_labels, ref_offset, x, ref),
                      num_ref=ops.shape(dist)[1])
@@ -111,87 +118,6 @@ def _snn_per_anchor(labels, embeddings, temperature, distance, miner, normalize,
     # An anchor without a same-class neighbour (-inf - -inf) is left out with a finite 0.
     losses = ops.where(active, everyone, zero) - ops.where(active, same, zero)
     return anchor_terms(losses, active)
-
-
-def supcon_loss(y_true, y_pred, temperature: float = 0.1, miner=None, normalize: bool = True,
-                ref_embeddings=None, ref_labels=None, ref_offset=None, average="anchors"):
-    """Functional form of :class:`SupConLoss`: the mean over anchors with a positive and a negative.
-
-    Arguments as in :class:`SupConLoss`; ``ref_embeddings``, ``ref_labels``
-    and ``ref_offset`` as in :func:`tfdml.losses.triplet_nca_loss`.
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; 0 when no anchor has a positive
-        and a negative, NaN when an embedding is NaN or Inf.
-    """
-    temperature = check_positive("temperature", temperature)
-    check_average(average)
-    miner = resolve_miner(miner, AllPairsMiner)
-    terms = _supcon_per_anchor(y_true, y_pred, temperature, miner, normalize, ref_embeddings,
-                               ref_labels, ref_offset)
-    return functional_value(terms, average, y_pred, ref_embeddings, normalize)
-
-
-def ntxent_loss(y_true, y_pred, temperature: float = 0.07, miner=None, normalize: bool = True,
-                ref_embeddings=None, ref_labels=None, ref_offset=None, average="terms"):
-    """Functional form of :class:`NTXentLoss`: the mean over positive pairs.
-
-    Arguments as in :class:`NTXentLoss`; ``ref_embeddings``, ``ref_labels``
-    and ``ref_offset`` as in :func:`tfdml.losses.triplet_nca_loss`.
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; 0 without positive pairs, NaN
-        when an embedding is NaN or Inf.
-    """
-    temperature = check_positive("temperature", temperature)
-    check_average(average)
-    miner = resolve_miner(miner, AllPairsMiner)
-    terms = _ntxent_per_anchor(y_true, y_pred, temperature, miner, normalize, ref_embeddings,
-                               ref_labels, ref_offset)
-    return functional_value(terms, average, y_pred, ref_embeddings, normalize)
-
-
-def circle_loss(y_true, y_pred, margin: float = 0.4, gamma: float = 80.0, miner=None,
-                normalize: bool = True, ref_embeddings=None, ref_labels=None, ref_offset=None,
-                average="anchors"):
-    """Functional form of :class:`CircleLoss`: the mean over anchors with a positive and a negative.
-
-    Arguments as in :class:`CircleLoss`; ``ref_embeddings``, ``ref_labels``
-    and ``ref_offset`` as in :func:`tfdml.losses.triplet_nca_loss`.
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; 0 when no anchor has a positive
-        and a negative, NaN when an embedding is NaN or Inf.
-    """
-    margin = check_positive("margin", margin, allow_zero=True)
-    gamma = check_positive("gamma", gamma)
-    check_average(average)
-    miner = resolve_miner(miner, AllPairsMiner)
-    terms = _circle_per_anchor(y_true, y_pred, margin, gamma, miner, normalize, ref_embeddings,
-                               ref_labels, ref_offset)
-    return functional_value(terms, average, y_pred, ref_embeddings, normalize)
-
-
-def soft_nearest_neighbor_loss(y_true, y_pred, temperature: float = 1.0,
-                               distance: str = "squared_l2", miner=None, normalize: bool = False,
-                               ref_embeddings=None, ref_labels=None, ref_offset=None,
-                               average="anchors"):
-    """Functional form of :class:`SoftNearestNeighborLoss`: the mean over anchors with a positive.
-
-    Arguments as in :class:`SoftNearestNeighborLoss`; ``ref_embeddings``,
-    ``ref_labels`` and ``ref_offset`` as in :func:`tfdml.losses.triplet_nca_loss`.
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; 0 when no sample has another of
-        its class in the batch, NaN when an embedding is NaN or Inf.
-    """
-    temperature = check_positive("temperature", temperature)
-    dml.check_distance(distance)
-    check_average(average)
-    miner = resolve_miner(miner, AllPairsMiner)
-    terms = _snn_per_anchor(y_true, y_pred, temperature, distance, miner, normalize,
-                            ref_embeddings, ref_labels, ref_offset)
-    return functional_value(terms, average, y_pred, ref_embeddings, normalize)
 
 
 def multiple_negatives_ranking_loss(query_embeddings, key_embeddings, scale: float = 20.0,
@@ -253,22 +179,8 @@ def multiple_negatives_ranking_loss(query_embeddings, key_embeddings, scale: flo
     return ops.cast(value, dml.dtype_name(queries))
 
 
-class _PairSoftmaxLoss(MetricLoss):
-    """The arguments and config the three losses share (a miner, default every pair)."""
-
-    def __init__(self, miner, normalize, average, reduction, name, dtype, block_size):
-        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
-                         average=average, block_size=block_size)
-        self.miner = resolve_miner(miner, AllPairsMiner)
-
-    def get_config(self):
-        config = super().get_config()
-        config["miner"] = keras.saving.serialize_keras_object(self.miner)
-        return config
-
-
-@keras.saving.register_keras_serializable(package="tfdml")
-class SupConLoss(_PairSoftmaxLoss):
+@loss_class("supcon_loss")
+class SupConLoss(MetricLoss):
     """Supervised contrastive loss: each positive against all other samples, in one softmax.
 
     With cosine similarities ``s``, ``P(a)`` the positives of anchor ``a``
@@ -288,17 +200,6 @@ class SupConLoss(_PairSoftmaxLoss):
         temperature: ``T > 0``. Defaults to `0.1`.
         miner: a pair miner restricting ``P(a)`` and ``A(a)``. Defaults to
             `None` (every pair).
-        normalize: L2-normalize the embeddings first. Defaults to `True`.
-        average: see :mod:`tfdml.losses.base`. Defaults to `"anchors"`.
-        reduction: see :mod:`tfdml.losses.base`. Defaults to
-            `"sum_over_batch_size"`.
-        name: name of the loss. Defaults to `"supcon_loss"`.
-        dtype: dtype of the returned value. Defaults to `None` (floatx).
-        block_size: compute the loss over blocks of this many anchors, each
-            against the whole batch, recomputing each block in the backward
-            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
-            values and gradients (docs/losses.md, "Large batches"). Defaults
-            to `None` (the whole batch at once).
 
     Examples:
 
@@ -308,22 +209,20 @@ class SupConLoss(_PairSoftmaxLoss):
         Khosla et al., "Supervised contrastive learning", NeurIPS 2020.
     """
 
-    def __init__(self, temperature: float = 0.1, miner=None, normalize: bool = True,
-                 average: str = "anchors", reduction="sum_over_batch_size",
-                 name: str = "supcon_loss", dtype=None, block_size=None):
-        self.temperature = check_positive("temperature", temperature)
-        super().__init__(miner, normalize, average, reduction, name, dtype, block_size)
-
-    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
-        return _supcon_per_anchor(labels, embeddings, self.temperature, self.miner,
-                                  self.normalize, ref_embeddings, ref_labels, ref_offset)
-
-    def get_config(self):
-        return {**super().get_config(), "temperature": self.temperature}
+    terms = staticmethod(_supcon_terms)
+    check_arguments = staticmethod(_check_supcon_args)
 
 
-@keras.saving.register_keras_serializable(package="tfdml")
-class NTXentLoss(_PairSoftmaxLoss):
+supcon_loss = functional_form(
+    SupConLoss, "supcon_loss",
+    "Functional form of :class:`SupConLoss`: the mean over anchors with a positive and a "
+    "negative.",
+    "A scalar of the dtype of ``y_pred``; 0 when no anchor has a positive and a negative, NaN"
+    " when an embedding is NaN or Inf.")
+
+
+@loss_class("ntxent_loss", average="terms")
+class NTXentLoss(MetricLoss):
     """NT-Xent (InfoNCE) loss with same-label pairs as positives: one softmax per positive pair.
 
     For each positive pair ``(a, p)`` with ``N(a)`` the negatives of ``a``::
@@ -339,17 +238,6 @@ class NTXentLoss(_PairSoftmaxLoss):
     Args:
         temperature: ``T > 0``. Defaults to `0.07`.
         miner: a pair miner. Defaults to `None` (every pair).
-        normalize: L2-normalize the embeddings first. Defaults to `True`.
-        average: see :mod:`tfdml.losses.base`. Defaults to `"terms"`.
-        reduction: see :mod:`tfdml.losses.base`. Defaults to
-            `"sum_over_batch_size"`.
-        name: name of the loss. Defaults to `"ntxent_loss"`.
-        dtype: dtype of the returned value. Defaults to `None` (floatx).
-        block_size: compute the loss over blocks of this many anchors, each
-            against the whole batch, recomputing each block in the backward
-            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
-            values and gradients (docs/losses.md, "Large batches"). Defaults
-            to `None` (the whole batch at once).
 
     Examples:
 
@@ -361,22 +249,19 @@ class NTXentLoss(_PairSoftmaxLoss):
         metric learning with multi-class N-pair loss objective", NeurIPS 2016.
     """
 
-    def __init__(self, temperature: float = 0.07, miner=None, normalize: bool = True,
-                 average: str = "terms", reduction="sum_over_batch_size",
-                 name: str = "ntxent_loss", dtype=None, block_size=None):
-        self.temperature = check_positive("temperature", temperature)
-        super().__init__(miner, normalize, average, reduction, name, dtype, block_size)
-
-    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
-        return _ntxent_per_anchor(labels, embeddings, self.temperature, self.miner,
-                                  self.normalize, ref_embeddings, ref_labels, ref_offset)
-
-    def get_config(self):
-        return {**super().get_config(), "temperature": self.temperature}
+    terms = staticmethod(_ntxent_terms)
+    check_arguments = staticmethod(_check_ntxent_args)
 
 
-@keras.saving.register_keras_serializable(package="tfdml")
-class CircleLoss(_PairSoftmaxLoss):
+ntxent_loss = functional_form(
+    NTXentLoss, "ntxent_loss",
+    "Functional form of :class:`NTXentLoss`: the mean over positive pairs.",
+    "A scalar of the dtype of ``y_pred``; 0 when no anchor has a positive and a negative, NaN"
+    " when an embedding is NaN or Inf.")
+
+
+@loss_class("circle_loss")
+class CircleLoss(MetricLoss):
     """Circle loss: pairs re-weighted by how far each is from its optimum.
 
     With cosine similarities ``s``, ``O_p = 1 + m``, ``O_n = -m``,
@@ -401,17 +286,6 @@ class CircleLoss(_PairSoftmaxLoss):
         margin: ``m >= 0``, the relaxation. Defaults to `0.4`.
         gamma: ``gamma > 0``, the scale. Defaults to `80.0`.
         miner: a pair miner. Defaults to `None` (every pair).
-        normalize: L2-normalize the embeddings first. Defaults to `True`.
-        average: see :mod:`tfdml.losses.base`. Defaults to `"anchors"`.
-        reduction: see :mod:`tfdml.losses.base`. Defaults to
-            `"sum_over_batch_size"`.
-        name: name of the loss. Defaults to `"circle_loss"`.
-        dtype: dtype of the returned value. Defaults to `None` (floatx).
-        block_size: compute the loss over blocks of this many anchors, each
-            against the whole batch, recomputing each block in the backward
-            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
-            values and gradients (docs/losses.md, "Large batches"). Defaults
-            to `None` (the whole batch at once).
 
     Examples:
 
@@ -422,23 +296,20 @@ class CircleLoss(_PairSoftmaxLoss):
         optimization", CVPR 2020.
     """
 
-    def __init__(self, margin: float = 0.4, gamma: float = 80.0, miner=None,
-                 normalize: bool = True, average: str = "anchors",
-                 reduction="sum_over_batch_size", name: str = "circle_loss", dtype=None, block_size=None):
-        self.margin = check_positive("margin", margin, allow_zero=True)
-        self.gamma = check_positive("gamma", gamma)
-        super().__init__(miner, normalize, average, reduction, name, dtype, block_size)
-
-    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
-        return _circle_per_anchor(labels, embeddings, self.margin, self.gamma, self.miner,
-                                  self.normalize, ref_embeddings, ref_labels, ref_offset)
-
-    def get_config(self):
-        return {**super().get_config(), "margin": self.margin, "gamma": self.gamma}
+    terms = staticmethod(_circle_terms)
+    check_arguments = staticmethod(_check_circle_args)
 
 
-@keras.saving.register_keras_serializable(package="tfdml")
-class SoftNearestNeighborLoss(_PairSoftmaxLoss):
+circle_loss = functional_form(
+    CircleLoss, "circle_loss",
+    "Functional form of :class:`CircleLoss`: the mean over anchors with a positive and a "
+    "negative.",
+    "A scalar of the dtype of ``y_pred``; 0 when no anchor has a positive and a negative, NaN"
+    " when an embedding is NaN or Inf.")
+
+
+@loss_class("soft_nearest_neighbor_loss", normalize=False)
+class SoftNearestNeighborLoss(MetricLoss):
     """Soft nearest neighbour loss: how much of a sample's neighbourhood is its own class.
 
     With squared Euclidean distances ``d`` and temperature ``T``, for an
@@ -472,17 +343,6 @@ class SoftNearestNeighborLoss(_PairSoftmaxLoss):
             `"squared_l2"`.
         miner: a pair miner restricting ``P(a)`` and ``A(a)``. Defaults to
             `None` (every pair).
-        normalize: L2-normalize the embeddings first. Defaults to `False`.
-        average: see :mod:`tfdml.losses.base`. Defaults to `"anchors"`.
-        reduction: see :mod:`tfdml.losses.base`. Defaults to
-            `"sum_over_batch_size"`.
-        name: name of the loss. Defaults to `"soft_nearest_neighbor_loss"`.
-        dtype: dtype of the returned value. Defaults to `None` (floatx).
-        block_size: compute the loss over blocks of this many anchors, each
-            against the whole batch, recomputing each block in the backward
-            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
-            values and gradients (docs/losses.md, "Large batches"). Defaults
-            to `None` (the whole batch at once).
 
     Examples:
 
@@ -495,18 +355,13 @@ class SoftNearestNeighborLoss(_PairSoftmaxLoss):
         and Hinton, AISTATS 2007.
     """
 
-    def __init__(self, temperature: float = 1.0, distance: str = "squared_l2", miner=None,
-                 normalize: bool = False, average: str = "anchors",
-                 reduction="sum_over_batch_size", name: str = "soft_nearest_neighbor_loss",
-                 dtype=None, block_size=None):
-        self.temperature = check_positive("temperature", temperature)
-        self.distance = dml.check_distance(distance)
-        super().__init__(miner, normalize, average, reduction, name, dtype, block_size)
+    terms = staticmethod(_snn_terms)
+    check_arguments = staticmethod(_check_snn_args)
 
-    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
-        return _snn_per_anchor(labels, embeddings, self.temperature, self.distance, self.miner,
-                               self.normalize, ref_embeddings, ref_labels, ref_offset)
 
-    def get_config(self):
-        return {**super().get_config(), "temperature": self.temperature,
-                "distance": self.distance}
+soft_nearest_neighbor_loss = functional_form(
+    SoftNearestNeighborLoss, "soft_nearest_neighbor_loss",
+    "Functional form of :class:`SoftNearestNeighborLoss`: the mean over anchors with a "
+    "positive.",
+    "A scalar of the dtype of ``y_pred``; 0 when no anchor has a positive, NaN when an "
+    "embedding is NaN or Inf.")

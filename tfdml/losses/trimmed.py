@@ -104,11 +104,17 @@ class TrimmedLoss(MetricLoss):
     def _make_state(self):
         return self.loss.state
 
-    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
-        terms = self.loss.compute_terms(labels, embeddings, ref_embeddings, ref_labels, ref_offset)
+    def compute_terms(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
+                      ref_offset=None, training=True):
+        """The wrapped loss's terms (its blocks, its buffers) on the anchors kept."""
+        terms = self.loss.compute_terms(labels, embeddings, ref_embeddings, ref_labels, ref_offset,
+                                        training=training)
         mean = dml.divide_no_nan(terms.total, terms.count)
         keep = trim_mask(mean, terms.active, self.trim)
         return AnchorTerms(*(ops.where(keep, t, ops.zeros_like(t)) for t in terms))
+
+    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
+        return self.compute_terms(labels, embeddings, ref_embeddings, ref_labels, ref_offset)
 
     def get_config(self):
         config = super().get_config()

@@ -4,18 +4,11 @@ from __future__ import annotations
 
 import numbers
 
-import keras
 from keras import ops
 
 from tfdml import ops as dml
-from tfdml.losses.base import (
-    MetricLoss,
-    check_average,
-    functional_value,
-    prepare_inputs,
-    resolve_miner,
-    triplet_terms,
-)
+from tfdml.losses.base import MetricLoss, resolve_miner, triplet_terms
+from tfdml.losses.spec import functional_form, loss_class
 from tfdml.miners import TripletMiner, as_triplets, gather_triplet_scores
 
 __all__ = [
@@ -28,24 +21,28 @@ __all__ = [
 ]
 
 
-def _check_nca_args(order, temperature):
+def _check_nca_args(order: int = 1, temperature: float = 1.0, miner="default"):
     if not isinstance(order, numbers.Integral) or isinstance(order, bool) or order not in (1, 2):
         raise ValueError(f"`order` must be 1 or 2. Received: order={order!r}")
     if not dml.is_number(temperature) or not temperature > 0:
         raise ValueError(f"`temperature` must be a number > 0. Received: temperature={temperature!r}")
+    return {"order": int(order), "temperature": float(temperature),
+            "miner": resolve_miner(miner, _ephn)}
 
 
-def _check_margin_args(margin, distance):
+def _check_margin_args(margin: float = 0.2, distance: str = "squared_l2", miner="default"):
     if not dml.is_number(margin) or not margin >= 0:
         raise ValueError(f"`margin` must be a number >= 0. Received: margin={margin!r}")
-    dml.check_distance(distance)
+    return {"margin": float(margin), "distance": dml.check_distance(distance),
+            "miner": resolve_miner(miner, _facenet)}
 
 
-def _check_pn_args(margin, distance):
+def _check_pn_args(margin: float | None = None, distance: str = "cosine", miner="default"):
     if margin is not None and (not dml.is_number(margin) or not margin >= 0):
         raise ValueError(
             f"`margin` must be None (the soft margin) or a number >= 0. Received: margin={margin!r}")
-    dml.check_distance(distance)
+    return {"margin": None if margin is None else float(margin),
+            "distance": dml.check_distance(distance), "miner": resolve_miner(miner, _hard_semihard)}
 
 
 def _ephn():
@@ -60,11 +57,8 @@ def _hard_semihard():
     return TripletMiner("hard", "semihard")
 
 
-def _nca_per_anchor(labels, embeddings, order, temperature, miner, normalize,
-                    ref_embeddings, ref_labels, ref_offset):
-    labels, x, ref_labels, ref, ref_offset = prepare_inputs(
-        labels, embeddings, ref_embeddings, ref_labels, ref_offset, normalize
-    )
+def _nca_terms(inputs, order, temperature, miner):
+    labels, x, ref_labels, ref, ref_offset = inputs
     scores = dml.pairwise_similarity(x, ref)
     triplets = as_triplets(miner.mine(scores, labels, ref_labels, ref_offset, x, ref))
     s_ap, s_an = gather_triplet_scores(scores, triplets)
@@ -76,11 +70,8 @@ def _nca_per_anchor(labels, embeddings, order, temperature, miner, normalize,
     return triplet_terms(values, triplets.mask)
 
 
-def _margin_per_anchor(labels, embeddings, margin, distance, miner, normalize,
-                       ref_embeddings, ref_labels, ref_offset):
-    labels, x, ref_labels, ref, ref_offset = prepare_inputs(
-        labels, embeddings, ref_embeddings, ref_labels, ref_offset, normalize
-    )
+def _margin_terms(inputs, margin, distance, miner):
+    labels, x, ref_labels, ref, ref_offset = inputs
     scores = -dml.distance_matrix(x, ref, distance)
     triplets = as_triplets(miner.mine(scores, labels, ref_labels, ref_offset, x, ref))
     s_ap, s_an = gather_triplet_scores(scores, triplets)
@@ -119,15 +110,12 @@ def _between_references(ref, triplets, distance, ref_dist=None):
     return ops.take(ops.reshape(ref_dist, (-1,)), flat)[:, :, None]
 
 
-def _pn_per_anchor(labels, embeddings, margin, distance, miner, normalize, ref_embeddings,
-                   ref_labels, ref_offset):
-    labels, x, ref_labels, ref, ref_offset = prepare_inputs(
-        labels, embeddings, ref_embeddings, ref_labels, ref_offset, normalize
-    )
+def _pn_terms(inputs, margin, distance, miner):
+    labels, x, ref_labels, ref, ref_offset = inputs
     dist = dml.distance_matrix(x, ref, distance)
     triplets = as_triplets(miner.mine(-dist, labels, ref_labels, ref_offset, x, ref))
     d_ap, d_an = gather_triplet_scores(dist, triplets)
-    ref_dist = dist if ref_embeddings is None else None
+    ref_dist = dist if inputs.batch_is_reference else None
     d_n = dml.minimum(d_an, _between_references(ref, triplets, distance, ref_dist))
     if margin is None:
         values = ops.softplus(d_ap - d_n)
@@ -136,93 +124,7 @@ def _pn_per_anchor(labels, embeddings, margin, distance, miner, normalize, ref_e
     return triplet_terms(values, triplets.mask)
 
 
-def triplet_nca_loss(
-    y_true,
-    y_pred,
-    order: int = 1,
-    temperature: float = 1.0,
-    miner="default",
-    normalize: bool = True,
-    ref_embeddings=None,
-    ref_labels=None,
-    ref_offset=None,
-    average: str = "anchors",
-):
-    """Functional form of :class:`TripletNCALoss`: by default the mean over anchors with a triplet.
-
-    Args:
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
-        y_pred: ``[B, D]`` embeddings.
-        order, temperature, miner, normalize, average: as in
-            :class:`TripletNCALoss`.
-        ref_embeddings: ``[R, D]`` embeddings to mine positives and negatives
-            from instead of the batch. Defaults to `None` (the batch).
-        ref_labels: ``[R]`` class ids of ``ref_embeddings``.
-        ref_offset: anchor ``i`` is row ``i + ref_offset`` of the reference
-            set (excluded from its positives); `None` when the anchors are not
-            in it. Ignored without ``ref_embeddings``.
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; 0 when no anchor has a triplet,
-        NaN when an embedding is NaN or Inf.
-    """
-    _check_nca_args(order, temperature)
-    check_average(average)
-    miner = resolve_miner(miner, _ephn)
-    terms = _nca_per_anchor(y_true, y_pred, order, temperature, miner, normalize,
-                            ref_embeddings, ref_labels, ref_offset)
-    return functional_value(terms, average, y_pred, ref_embeddings, normalize)
-
-
-def triplet_margin_loss(
-    y_true,
-    y_pred,
-    margin: float = 0.2,
-    distance: str = "squared_l2",
-    miner="default",
-    normalize: bool = True,
-    ref_embeddings=None,
-    ref_labels=None,
-    ref_offset=None,
-    average: str = "anchors",
-):
-    """Functional form of :class:`TripletMarginLoss`: by default the mean over anchors with a triplet.
-
-    Arguments as in :func:`triplet_nca_loss` and :class:`TripletMarginLoss`.
-    """
-    _check_margin_args(margin, distance)
-    check_average(average)
-    miner = resolve_miner(miner, _facenet)
-    terms = _margin_per_anchor(y_true, y_pred, margin, distance, miner, normalize,
-                               ref_embeddings, ref_labels, ref_offset)
-    return functional_value(terms, average, y_pred, ref_embeddings, normalize)
-
-
-def pn_loss(
-    y_true,
-    y_pred,
-    margin: float | None = None,
-    distance: str = "cosine",
-    miner="default",
-    normalize: bool = True,
-    ref_embeddings=None,
-    ref_labels=None,
-    ref_offset=None,
-    average: str = "anchors",
-):
-    """Functional form of :class:`PNLoss`: by default the mean over anchors with a triplet.
-
-    Arguments as in :func:`triplet_nca_loss` and :class:`PNLoss`.
-    """
-    _check_pn_args(margin, distance)
-    check_average(average)
-    miner = resolve_miner(miner, _hard_semihard)
-    terms = _pn_per_anchor(y_true, y_pred, margin, distance, miner, normalize, ref_embeddings,
-                           ref_labels, ref_offset)
-    return functional_value(terms, average, y_pred, ref_embeddings, normalize)
-
-
-@keras.saving.register_keras_serializable(package="tfdml")
+@loss_class("triplet_nca_loss")
 class TripletNCALoss(MetricLoss):
     """Triplet NCA loss (1st order) and the 2nd-order loss of "Extreme triplet learning".
 
@@ -254,19 +156,6 @@ class TripletNCALoss(MetricLoss):
             `TripletMiner("easy", "hard")` (EPHN); `None` for no mining
             (every triplet of the batch, :class:`tfdml.miners.AllPairsMiner`).
             Defaults to `"default"`.
-        normalize: L2-normalize the embeddings first. Defaults to `True`.
-        average: ``"anchors"``, ``"batch"``, ``"terms"`` (the mean over all
-            triplets) or ``"nonzero"`` (over the triplets with a non-zero
-            loss); see :mod:`tfdml.losses.base`. Defaults to `"anchors"`.
-        reduction: see :mod:`tfdml.losses.base`. Defaults to
-            `"sum_over_batch_size"`.
-        name: name of the loss. Defaults to `"triplet_nca_loss"`.
-        dtype: dtype of the returned value. Defaults to `None` (floatx).
-        block_size: compute the loss over blocks of this many anchors, each
-            against the whole batch, recomputing each block in the backward
-            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
-            values and gradients (docs/losses.md, "Large batches"). Defaults
-            to `None` (the whole batch at once).
 
     Examples:
 
@@ -280,40 +169,19 @@ class TripletNCALoss(MetricLoss):
         components analysis", NIPS 2005.
     """
 
-    def __init__(
-        self,
-        order: int = 1,
-        temperature: float = 1.0,
-        miner="default",
-        normalize: bool = True,
-        average: str = "anchors",
-        reduction="sum_over_batch_size",
-        name: str = "triplet_nca_loss",
-        dtype=None,
-        block_size=None,
-    ):
-        _check_nca_args(order, temperature)
-        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
-                         average=average, block_size=block_size)
-        self.order = int(order)
-        self.temperature = float(temperature)
-        self.miner = resolve_miner(miner, _ephn)
-
-    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
-        return _nca_per_anchor(labels, embeddings, self.order, self.temperature, self.miner,
-                               self.normalize, ref_embeddings, ref_labels, ref_offset)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            order=self.order,
-            temperature=self.temperature,
-            miner=keras.saving.serialize_keras_object(self.miner),
-        )
-        return config
+    terms = staticmethod(_nca_terms)
+    check_arguments = staticmethod(_check_nca_args)
 
 
-@keras.saving.register_keras_serializable(package="tfdml")
+triplet_nca_loss = functional_form(
+    TripletNCALoss, "triplet_nca_loss",
+    "Functional form of :class:`TripletNCALoss`: by default the mean over anchors with a "
+    "triplet.",
+    "A scalar of the dtype of ``y_pred``; 0 when no anchor has a triplet, NaN when an "
+    "embedding is NaN or Inf.")
+
+
+@loss_class("triplet_margin_loss")
 class TripletMarginLoss(MetricLoss):
     """The vanilla margin triplet loss (appendix E of "Extreme triplet learning").
 
@@ -345,18 +213,6 @@ class TripletMarginLoss(MetricLoss):
             semi-hard negative, as in FaceNet); `None` for no mining (every
             triplet, :class:`tfdml.miners.AllPairsMiner`). Defaults to
             `"default"`.
-        normalize: L2-normalize the embeddings first. Defaults to `True`.
-        average: ``"anchors"``, ``"batch"``, ``"terms"`` or ``"nonzero"``;
-            see :mod:`tfdml.losses.base`. Defaults to `"anchors"`.
-        reduction: see :mod:`tfdml.losses.base`. Defaults to
-            `"sum_over_batch_size"`.
-        name: name of the loss. Defaults to `"triplet_margin_loss"`.
-        dtype: dtype of the returned value. Defaults to `None` (floatx).
-        block_size: compute the loss over blocks of this many anchors, each
-            against the whole batch, recomputing each block in the backward
-            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
-            values and gradients (docs/losses.md, "Large batches"). Defaults
-            to `None` (the whole batch at once).
 
     Examples:
 
@@ -368,40 +224,19 @@ class TripletMarginLoss(MetricLoss):
         "Extreme triplet learning".
     """
 
-    def __init__(
-        self,
-        margin: float = 0.2,
-        distance: str = "squared_l2",
-        miner="default",
-        normalize: bool = True,
-        average: str = "anchors",
-        reduction="sum_over_batch_size",
-        name: str = "triplet_margin_loss",
-        dtype=None,
-        block_size=None,
-    ):
-        _check_margin_args(margin, distance)
-        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
-                         average=average, block_size=block_size)
-        self.margin = float(margin)
-        self.distance = distance
-        self.miner = resolve_miner(miner, _facenet)
-
-    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
-        return _margin_per_anchor(labels, embeddings, self.margin, self.distance, self.miner,
-                                  self.normalize, ref_embeddings, ref_labels, ref_offset)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            margin=self.margin,
-            distance=self.distance,
-            miner=keras.saving.serialize_keras_object(self.miner),
-        )
-        return config
+    terms = staticmethod(_margin_terms)
+    check_arguments = staticmethod(_check_margin_args)
 
 
-@keras.saving.register_keras_serializable(package="tfdml")
+triplet_margin_loss = functional_form(
+    TripletMarginLoss, "triplet_margin_loss",
+    "Functional form of :class:`TripletMarginLoss`: by default the mean over anchors with a "
+    "triplet.",
+    "A scalar of the dtype of ``y_pred``; 0 when no anchor has a triplet, NaN when an "
+    "embedding is NaN or Inf.")
+
+
+@loss_class("pn_loss")
 class PNLoss(MetricLoss):
     """PN triplet loss: the negative must be far from the anchor *and* from the positive.
 
@@ -440,18 +275,6 @@ class PNLoss(MetricLoss):
         miner: a :class:`tfdml.miners.Miner`; `"default"` for
             `TripletMiner("hard", "semihard")`; `None` for every triplet.
             Defaults to `"default"`.
-        normalize: L2-normalize the embeddings first. Defaults to `True`.
-        average: ``"anchors"``, ``"batch"``, ``"terms"`` or ``"nonzero"``;
-            see :mod:`tfdml.losses.base`. Defaults to `"anchors"`.
-        reduction: see :mod:`tfdml.losses.base`. Defaults to
-            `"sum_over_batch_size"`.
-        name: name of the loss. Defaults to `"pn_loss"`.
-        dtype: dtype of the returned value. Defaults to `None` (floatx).
-        block_size: compute the loss over blocks of this many anchors, each
-            against the whole batch, recomputing each block in the backward
-            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
-            values and gradients (docs/losses.md, "Large batches"). Defaults
-            to `None` (the whole batch at once).
 
     Examples:
 
@@ -467,24 +290,10 @@ class PNLoss(MetricLoss):
         8914 (2019).
     """
 
-    def __init__(
-        self,
-        margin: float | None = None,
-        distance: str = "cosine",
-        miner="default",
-        normalize: bool = True,
-        average: str = "anchors",
-        reduction="sum_over_batch_size",
-        name: str = "pn_loss",
-        dtype=None,
-        block_size=None,
-    ):
-        _check_pn_args(margin, distance)
-        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
-                         average=average, block_size=block_size)
-        self.margin = None if margin is None else float(margin)
-        self.distance = distance
-        self.miner = resolve_miner(miner, _hard_semihard)
+    terms = staticmethod(_pn_terms)
+    check_arguments = staticmethod(_check_pn_args)
+
+    def check_spec(self):
         if (self.block_size is not None and isinstance(self.miner, TripletMiner)
                 and self.miner.positive == "all" and self.miner.negative != "all"):
             raise ValueError(
@@ -492,15 +301,9 @@ class PNLoss(MetricLoss):
                 "d(p, n) would need the [B, B] distances of the batch. Remove `block_size` or "
                 f"use another miner. Received: block_size={self.block_size!r}, miner={self.miner!r}")
 
-    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
-        return _pn_per_anchor(labels, embeddings, self.margin, self.distance, self.miner,
-                              self.normalize, ref_embeddings, ref_labels, ref_offset)
 
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            margin=self.margin,
-            distance=self.distance,
-            miner=keras.saving.serialize_keras_object(self.miner),
-        )
-        return config
+pn_loss = functional_form(
+    PNLoss, "pn_loss",
+    "Functional form of :class:`PNLoss`: by default the mean over anchors with a triplet.",
+    "A scalar of the dtype of ``y_pred``; 0 when no anchor has a triplet, NaN when an "
+    "embedding is NaN or Inf.")

@@ -28,7 +28,7 @@ class MemoryBank(LossState):
         super().__init__(children=children, needs_embedding_dim=True, **kwargs)
         self.memory_size = memory_size
 
-    def build_state(self, embedding_dim):
+    def make_variables(self, embedding_dim):
         def variable(name, shape, dtype):
             return self.add_weight(shape=shape, initializer="zeros", dtype=dtype,
                                    trainable=False, name=name,
@@ -149,7 +149,11 @@ class CrossBatchMemory(MetricLoss):
         """The :class:`MemoryBank` (built on first use)."""
         return self.state
 
-    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
+    def compute_terms(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
+                      ref_offset=None, training=True):
+        """The wrapped loss's terms against the batch and the bank (once the bank is in use:
+        full and past ``warmup_steps``), else against the batch; ``training`` enqueues the
+        batch."""
         if ref_embeddings is not None or ref_labels is not None:
             raise ValueError("CrossBatchMemory provides the reference set itself; "
                              "`ref_embeddings` cannot be given.")
@@ -167,14 +171,17 @@ class CrossBatchMemory(MetricLoss):
         reference = ops.concatenate([ops.cast(x, dtype), past], axis=0)
         bank_labels = ops.cast(bank.labels, dml.dtype_name(labels))
         ref_labels = ops.concatenate([labels, bank_labels], axis=0)
-        with_memory = self.loss.compute_terms(labels, x, reference, ref_labels, 0)
-        alone = self.loss.compute_terms(labels, x)
         use = ops.logical_and(bank.filled >= self.memory_size, bank.steps >= self.warmup_steps)
-        terms = AnchorTerms(*(ops.where(use, a, b) for a, b in zip(with_memory, alone,
-                                                                    strict=True)))
-        if self._training:
+        terms = AnchorTerms(*ops.cond(
+            use,
+            lambda: tuple(self.loss.compute_terms(labels, x, reference, ref_labels, 0)),
+            lambda: tuple(self.loss.compute_terms(labels, x))))
+        if training:
             bank.enqueue(x, labels)
         return terms
+
+    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
+        return self.compute_terms(labels, embeddings, ref_embeddings, ref_labels, ref_offset)
 
     def get_config(self):
         config = super().get_config()
