@@ -30,15 +30,6 @@ __all__ = [
 ]
 
 
-def check_positive(name, value, allow_zero=False):
-    """A float ``> 0`` (``>= 0`` with ``allow_zero``), else a ValueError naming the argument."""
-    ok = dml.is_number(value) and (value >= 0 if allow_zero else value > 0)
-    if not ok or value != value or value == float("inf"):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"`{name}` must be a finite number {bound}. Received: {name}={value!r}")
-    return float(value)
-
-
 def prepare_class_inputs(y_true, y_pred, weights, rank, name="weights"):
     """Validates and casts the inputs of a class-weight loss.
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import numbers
-
 from keras import ops
 
 from tfdml import ops as dml
+from tfdml._checks import check_number
 from tfdml.losses.base import (
     MetricLoss,
     pair_terms,
@@ -20,10 +19,8 @@ __all__ = ["ContrastiveLoss", "contrastive_loss"]
 
 def _check_args(positive_margin: float = 0.0, negative_margin: float = 0.5, distance: str = "l2",
                 miner="default"):
-    for name, value in (("positive_margin", positive_margin), ("negative_margin", negative_margin)):
-        if not isinstance(value, numbers.Real) or isinstance(value, bool) or not value >= 0:
-            raise ValueError(f"`{name}` must be a number >= 0. Received: {name}={value!r}")
-    return {"positive_margin": float(positive_margin), "negative_margin": float(negative_margin),
+    return {"positive_margin": check_number("positive_margin", positive_margin, low=0),
+            "negative_margin": check_number("negative_margin", negative_margin, low=0),
             "distance": dml.check_distance(distance), "miner": resolve_miner(miner, AllPairsMiner)}
 
 

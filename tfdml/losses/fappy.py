@@ -14,11 +14,11 @@ Cost: one ``[B, n]`` histogram per anchor and scale, and ``[B, B]`` gathers:
 from __future__ import annotations
 
 import math
-import numbers
 
 from keras import ops
 
 from tfdml import ops as dml
+from tfdml._checks import check_number
 from tfdml.losses.base import AnchorTerms, MetricLoss, anchor_terms, prepare_inputs
 from tfdml.losses.blocks import RowBlocks, batch_rows
 from tfdml.losses.spec import loss_class
@@ -27,10 +27,7 @@ __all__ = ["FAPPYLoss", "HistogramLoss", "false_positive_probability"]
 
 
 def _check_width(name, value, upper=2.0):
-    if (not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value)
-            or not 0 < value <= upper):
-        raise ValueError(f"`{name}` must be a number in (0, {upper:g}]. Received: {name}={value!r}")
-    return float(value)
+    return check_number(name, value, low=0, high=upper, low_open=True)
 
 
 def _num_nodes(bin_width):

@@ -9,6 +9,7 @@ import numpy as np
 from keras import ops
 
 from tfdml import ops as dml
+from tfdml._checks import check_number
 from tfdml.losses.base import (
     LossState,
     MetricLoss,
@@ -29,9 +30,8 @@ def _distance_weighted():
 
 
 def _check_args(margin, distance, miner):
-    if not dml.is_number(margin) or not margin >= 0:
-        raise ValueError(f"`margin` must be a number >= 0. Received: margin={margin!r}")
-    return {"margin": float(margin), "distance": dml.check_distance(distance),
+    return {"margin": check_number("margin", margin, low=0),
+            "distance": dml.check_distance(distance),
             "miner": resolve_miner(miner, _distance_weighted)}
 
 

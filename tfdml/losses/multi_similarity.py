@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import numbers
-
 from keras import ops
 
 from tfdml import ops as dml
+from tfdml._checks import check_number
 from tfdml.losses.base import (
     MetricLoss,
     anchor_terms,
@@ -19,12 +18,9 @@ __all__ = ["MultiSimilarityLoss", "multi_similarity_loss"]
 
 
 def _check_args(alpha: float = 2.0, beta: float = 50.0, base: float = 0.5, miner="default"):
-    for name, value in (("alpha", alpha), ("beta", beta)):
-        if not isinstance(value, numbers.Real) or isinstance(value, bool) or not value > 0:
-            raise ValueError(f"`{name}` must be a number > 0. Received: {name}={value!r}")
-    if not isinstance(base, numbers.Real) or isinstance(base, bool):
-        raise ValueError(f"`base` must be a number. Received: base={base!r}")
-    return {"alpha": float(alpha), "beta": float(beta), "base": float(base),
+    return {"alpha": check_number("alpha", alpha, low=0, low_open=True),
+            "beta": check_number("beta", beta, low=0, low_open=True),
+            "base": check_number("base", base),
             "miner": resolve_miner(miner, MultiSimilarityMiner)}
 
 

@@ -6,9 +6,9 @@ import keras
 from keras import ops
 
 from tfdml import ops as dml
+from tfdml._checks import check_positive
 from tfdml.losses.class_weights import (
     ClassWeightLoss,
-    check_positive,
     class_cosines,
     class_mask,
     prepare_class_inputs,

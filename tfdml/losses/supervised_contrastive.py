@@ -5,13 +5,13 @@ from __future__ import annotations
 from keras import ops
 
 from tfdml import ops as dml
+from tfdml._checks import check_positive
 from tfdml.losses.base import (
     MetricLoss,
     anchor_terms,
     resolve_miner,
     triplet_terms,
 )
-from tfdml.losses.class_weights import check_positive
 from tfdml.losses.spec import functional_form, loss_class
 from tfdml.miners import AllPairsMiner, as_pairs
 

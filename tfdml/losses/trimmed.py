@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import numbers
-
 import keras
 import numpy as np
 from keras import ops
 
 from tfdml import ops as dml
+from tfdml._checks import check_number
 from tfdml.losses.base import AnchorTerms, MetricLoss, resolve_loss
 
 __all__ = ["TrimmedLoss", "trim_mask"]
@@ -93,8 +92,7 @@ class TrimmedLoss(MetricLoss):
     def __init__(self, loss, trim: float = 0.2, reduction="sum_over_batch_size", name=None,
                  dtype=None, average=None):
         loss = resolve_loss(loss)
-        if not isinstance(trim, numbers.Real) or isinstance(trim, bool) or not 0 <= trim < 1:
-            raise ValueError(f"`trim` must be a number in [0, 1). Received: trim={trim!r}")
+        trim = check_number("trim", trim, low=0, high=1, high_open=True)
         super().__init__(normalize=loss.normalize, reduction=reduction,
                          name=name or f"trimmed_{loss.name}", dtype=dtype,
                          average=loss.average if average is None else average)

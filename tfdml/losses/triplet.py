@@ -7,6 +7,7 @@ import numbers
 from keras import ops
 
 from tfdml import ops as dml
+from tfdml._checks import check_number
 from tfdml.losses.base import MetricLoss, resolve_miner, triplet_terms
 from tfdml.losses.spec import functional_form, loss_class
 from tfdml.miners import TripletMiner, as_triplets, gather_triplet_scores
@@ -24,16 +25,14 @@ __all__ = [
 def _check_nca_args(order: int = 1, temperature: float = 1.0, miner="default"):
     if not isinstance(order, numbers.Integral) or isinstance(order, bool) or order not in (1, 2):
         raise ValueError(f"`order` must be 1 or 2. Received: order={order!r}")
-    if not dml.is_number(temperature) or not temperature > 0:
-        raise ValueError(f"`temperature` must be a number > 0. Received: temperature={temperature!r}")
-    return {"order": int(order), "temperature": float(temperature),
+    return {"order": int(order),
+            "temperature": check_number("temperature", temperature, low=0, low_open=True),
             "miner": resolve_miner(miner, _ephn)}
 
 
 def _check_margin_args(margin: float = 0.2, distance: str = "squared_l2", miner="default"):
-    if not dml.is_number(margin) or not margin >= 0:
-        raise ValueError(f"`margin` must be a number >= 0. Received: margin={margin!r}")
-    return {"margin": float(margin), "distance": dml.check_distance(distance),
+    return {"margin": check_number("margin", margin, low=0),
+            "distance": dml.check_distance(distance),
             "miner": resolve_miner(miner, _facenet)}
 
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import numbers
-
 import keras
 from keras import ops
 
 from tfdml import ops as dml
+from tfdml._checks import check_int
 from tfdml.losses.base import AnchorTerms, LossState, MetricLoss, resolve_loss
 from tfdml.losses.class_weights import ClassWeightLoss
 
@@ -125,11 +124,8 @@ class CrossBatchMemory(MetricLoss):
                 f"CrossBatchMemory cannot wrap {type(loss).__name__}: it needs a loss that "
                 "takes a reference set (`ref_embeddings`)."
             )
-        for arg, value, least in (("memory_size", memory_size, 1),
-                                  ("warmup_steps", warmup_steps, 0)):
-            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < least:
-                raise ValueError(f"`{arg}` must be an integer >= {least}. "
-                                 f"Received: {arg}={value!r}")
+        memory_size = check_int("memory_size", memory_size)
+        warmup_steps = check_int("warmup_steps", warmup_steps, minimum=0)
         super().__init__(normalize=loss.normalize, reduction=reduction,
                          name=name or f"xbm_{loss.name}", dtype=dtype, average=loss.average)
         self.loss = loss
