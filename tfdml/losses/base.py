@@ -497,7 +497,8 @@ class MetricLoss(keras.losses.Loss):
         config["normalize"] = self.normalize
         config["average"] = self.average
         if self._config_dtype is not None:
-            config["dtype"] = keras.dtype_policies.serialize(self._dtype_policy)
+            config["dtype"] = keras.dtype_policies.serialize(
+                keras.dtype_policies.get(self._config_dtype))
         if self.cross_replica is not None:
             config["cross_replica"] = self.cross_replica
         if self.block_size is not None:
