@@ -556,10 +556,7 @@ class TripletScatter(_EmbeddingCallback):
             raise ValueError(
                 f"`files` must be a subset of {_FILES}. Received: files={files!r}"
             )
-        if region not in _scatter.REGIONS:
-            raise ValueError(
-                f"`region` must be one of {_scatter.REGIONS}. Received: region={region!r}"
-            )
+        check_choice("region", region, _scatter.REGIONS)
         for arg, value in (("output_dir", output_dir), ("name", name), ("prefix", prefix)):
             if not isinstance(value, (str, os.PathLike)) or (arg == "name" and not value):
                 raise ValueError(f"`{arg}` must be a non-empty string. Received: {arg}={value!r}")

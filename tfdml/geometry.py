@@ -95,6 +95,7 @@ import numpy as np
 from keras import ops
 
 from tfdml import ops as dml
+from tfdml._docs import fill_doc
 
 __all__ = [
     "arc_distance",
@@ -119,6 +120,27 @@ _ARC_CASES = (
 _ARC_DOT_NAMES = ("x1x2", "y1y2", "x1y1", "x1y2", "x2y1", "x2y2")
 # Segments: the four edges (s = 0, s = 1, t = 0, t = 1; corners included) and the interior.
 _SEGMENT_CASES = ("edge_x1", "edge_x2", "edge_y1", "edge_y2", "interior")
+_SEGMENT_DOT_NAMES = ("x1x1", "x2x2", "x1x2", "y1y1", "y2y2", "y1y2", "x1y1", "x1y2", "x2y1",
+                      "x2y2")
+
+
+def _dots_doc(names):
+    """The ``Args`` entries of the dot products ``names`` (``"x1y2"``: ``x1 . y2``)."""
+    lines = [f"{name}: dot product `{name[:2]} . {name[2:]}`." for name in names]
+    lines[0] += " Any shape; all arguments broadcast."
+    return "\n".join(lines)
+
+
+# The Returns and Raises of the functions that take the vectors.
+_POINTS_DOC = """\
+Returns:
+    The distances, of the broadcast leading shape; with
+    `return_points=True`, `(distance, (p1, p2))` with `p1`, `p2` of shape
+    `[..., D]`.
+
+Raises:
+    ValueError: if an argument is not a floating tensor of rank >= 1, or
+        its last dimension differs from that of `x1`."""
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -299,6 +321,14 @@ def _check_vectors(values, names):
     return tensors, dtype
 
 
+def _endpoints(x1, x2, y1, y2):
+    """The four ``[..., D]`` endpoints checked (:func:`_check_vectors`) and cast to the
+    compute dtype; and the dtype of the results."""
+    tensors, dtype = _check_vectors((x1, x2, y1, y2), ("x1", "x2", "y1", "y2"))
+    cdtype = dml.compute_dtype(dtype)
+    return tuple(ops.cast(t, cdtype) for t in tensors), dtype
+
+
 def _dot(a, b):
     return ops.sum(a * b, axis=-1)
 
@@ -460,6 +490,7 @@ def _arc_solve(g, h, c11, c12, c21, c22, return_candidates=False):
     return best.value, a1, a2, b1, b2, best.case
 
 
+@fill_doc(DOTS=_dots_doc(_ARC_DOT_NAMES))
 def arc_similarity_from_dots(x1x2, y1y2, x1y1, x1y2, x2y1, x2y2, return_coefficients=False):
     """Largest dot product between a point on the arc ``x1 -> x2`` and one on ``y1 -> y2``.
 
@@ -484,12 +515,7 @@ def arc_similarity_from_dots(x1x2, y1y2, x1y1, x1y2, x2y1, x2y2, return_coeffici
     (geodesic undefined) the better of `x1` and `x2`.
 
     Args:
-        x1x2: dot product `x1 . x2`. Any shape; all arguments broadcast.
-        y1y2: dot product `y1 . y2`.
-        x1y1: dot product `x1 . y1`.
-        x1y2: dot product `x1 . y2`.
-        x2y1: dot product `x2 . y1`.
-        x2y2: dot product `x2 . y2`.
+        {DOTS}
         return_coefficients: also return the coefficients of the optimal
             points. Defaults to `False`.
 
@@ -644,6 +670,7 @@ def _on_arcs(a1, a2, b1, b2):
     return ops.logical_and(ok, ops.logical_and(a1 + a2 > 0, b1 + b2 > 0))
 
 
+@fill_doc(POINTS=_POINTS_DOC)
 def arc_distance(x1, x2, y1, y2, return_points=False):
     """Minimum Euclidean distance between the great-circle arcs ``x1 -> x2`` and ``y1 -> y2``.
 
@@ -701,22 +728,13 @@ def arc_distance(x1, x2, y1, y2, return_points=False):
         y2: `[..., D]` unit vectors, second endpoint of the second arc.
         return_points: also return the closest points. Defaults to `False`.
 
-    Returns:
-        The distances, of the broadcast leading shape; with
-        `return_points=True`, `(distance, (p1, p2))` with `p1`, `p2` of shape
-        `[..., D]`.
-
-    Raises:
-        ValueError: if an argument is not a floating tensor of rank >= 1, or
-            its last dimension differs from that of `x1`.
+    {POINTS}
 
     Reference:
         Vasudeva et al., "LoOp: Looking for Optimal Hard Negative Embeddings
         for Deep Metric Learning", ICCV 2021.
     """
-    (x1, x2, y1, y2), dtype = _check_vectors((x1, x2, y1, y2), ("x1", "x2", "y1", "y2"))
-    cdtype = dml.compute_dtype(dtype)
-    x1, x2, y1, y2 = (ops.cast(t, cdtype) for t in (x1, x2, y1, y2))
+    (x1, x2, y1, y2), dtype = _endpoints(x1, x2, y1, y2)
     dots, _ = _prepare_dots((_dot(x1, x2), _dot(y1, y2), _dot(x1, y1), _dot(x1, y2),
                              _dot(x2, y1), _dot(x2, y2)), _ARC_DOT_NAMES)
     *_, candidates = _arc_solve(*dots, return_candidates=True)
@@ -846,6 +864,7 @@ def _segment_solve(uu, vv, uv, uw, vw, ww):
     return dml.maximum(best.value, zero), s, t, best.case
 
 
+@fill_doc(DOTS=_dots_doc(_SEGMENT_DOT_NAMES))
 def segment_squared_distance_from_dots(
     x1x1, x2x2, x1x2, y1y1, y2y2, y1y2, x1y1, x1y2, x2y1, x2y2, return_coefficients=False
 ):
@@ -866,16 +885,7 @@ def segment_squared_distance_from_dots(
     :func:`segment_distance` works from the vectors and avoids it.
 
     Args:
-        x1x1: dot product `x1 . x1`. Any shape; all arguments broadcast.
-        x2x2: dot product `x2 . x2`.
-        x1x2: dot product `x1 . x2`.
-        y1y1: dot product `y1 . y1`.
-        y2y2: dot product `y2 . y2`.
-        y1y2: dot product `y1 . y2`.
-        x1y1: dot product `x1 . y1`.
-        x1y2: dot product `x1 . y2`.
-        x2y1: dot product `x2 . y1`.
-        x2y2: dot product `x2 . y2`.
+        {DOTS}
         return_coefficients: also return the coefficients of the closest
             points. Defaults to `False`.
 
@@ -889,9 +899,8 @@ def segment_squared_distance_from_dots(
         Vasudeva et al., "LoOp: Looking for Optimal Hard Negative Embeddings
         for Deep Metric Learning", ICCV 2021 (supplementary, Section 4.2).
     """
-    names = ("x1x1", "x2x2", "x1x2", "y1y1", "y2y2", "y1y2", "x1y1", "x1y2", "x2y1", "x2y2")
     tensors, dtype = _prepare_dots(
-        (x1x1, x2x2, x1x2, y1y1, y2y2, y1y2, x1y1, x1y2, x2y1, x2y2), names
+        (x1x1, x2x2, x1x2, y1y1, y2y2, y1y2, x1y1, x1y2, x2y1, x2y2), _SEGMENT_DOT_NAMES
     )
     x1x1, x2x2, x1x2, y1y1, y2y2, y1y2, x1y1, x1y2, x2y1, x2y2 = tensors
     uu = x2x2 - 2.0 * x1x2 + x1x1
@@ -907,6 +916,7 @@ def segment_squared_distance_from_dots(
     return sq, tuple(ops.cast(c, dtype) for c in (1.0 - s, s, 1.0 - t, t))
 
 
+@fill_doc(POINTS=_POINTS_DOC)
 def segment_distance(x1, x2, y1, y2, return_points=False):
     """Minimum Euclidean distance between the segments ``[x1, x2]`` and ``[y1, y2]``.
 
@@ -927,22 +937,13 @@ def segment_distance(x1, x2, y1, y2, return_points=False):
         y2: `[..., D]` vectors, second endpoint of the second segment.
         return_points: also return the closest points. Defaults to `False`.
 
-    Returns:
-        The distances, of the broadcast leading shape; with
-        `return_points=True`, `(distance, (p1, p2))` with `p1`, `p2` of shape
-        `[..., D]`.
-
-    Raises:
-        ValueError: if an argument is not a floating tensor of rank >= 1, or
-            its last dimension differs from that of `x1`.
+    {POINTS}
 
     Reference:
         Vasudeva et al., "LoOp: Looking for Optimal Hard Negative Embeddings
         for Deep Metric Learning", ICCV 2021 (supplementary, Section 4.2).
     """
-    (x1, x2, y1, y2), dtype = _check_vectors((x1, x2, y1, y2), ("x1", "x2", "y1", "y2"))
-    cdtype = dml.compute_dtype(dtype)
-    x1, x2, y1, y2 = (ops.cast(t, cdtype) for t in (x1, x2, y1, y2))
+    (x1, x2, y1, y2), dtype = _endpoints(x1, x2, y1, y2)
     u = x2 - x1
     v = y2 - y1
     w = x1 - y1

@@ -41,6 +41,7 @@ anchors of the training batches that a tfdml loss learns from.
 
 from __future__ import annotations
 
+import textwrap
 import warnings
 
 import keras
@@ -49,6 +50,7 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_choice, check_int
+from tfdml._docs import fill_doc
 from tfdml.search import at_indices as _at_indices
 from tfdml.search import check_finite as _check_finite
 from tfdml.search import neighbours, score_scale
@@ -69,6 +71,34 @@ __all__ = [
 #: The values of ``metric`` (names of :data:`tfdml.ops.DISTANCES`).
 METRICS = ("cosine", "l2")
 UNMATCHED = ("exclude", "miss")
+
+# -- docstring text shared by the metrics --------------------------------------------------------
+
+_QUERIES = """\
+embeddings: ``[Q, D]`` query embeddings.
+labels: ``[Q]`` integer class ids."""
+
+_GALLERY = """\
+gallery_embeddings: ``[G, D]`` gallery embeddings. Defaults to `None`
+    (the queries themselves, self excluded).
+gallery_labels: ``[G]`` class ids of the gallery. Defaults to `None`."""
+
+_SEARCH = """\
+metric: ``"cosine"`` or ``"l2"``. Defaults to `"cosine"`.
+chunk_size: queries per matrix product. Defaults to `1024`.
+gallery_chunk_size: gallery items per matrix product. Defaults to `65536`."""
+
+
+def _nonfinite_raises(*names):
+    """The ``Raises`` entry of a metric that refuses non-finite rows of ``names``."""
+    rows = " or ".join(f"``{name}``" for name in names)
+    return textwrap.fill(f"ValueError: bad arguments, or a row of {rows} that holds a NaN or an "
+                         "Inf (the message names the argument and the rows).", width=70,
+                         subsequent_indent="    ")
+
+
+_RETRIEVAL_DOCS = {"QUERIES": _QUERIES, "GALLERY": _GALLERY, "SEARCH": _SEARCH,
+                   "RAISES": _nonfinite_raises("embeddings", "gallery_embeddings")}
 
 
 # -- validation ---------------------------------------------------------------------------------
@@ -196,6 +226,7 @@ def _match_counts(labels, gallery_labels, exclude_self):
 # -- retrieval metrics ---------------------------------------------------------------------------
 
 
+@fill_doc(**_RETRIEVAL_DOCS)
 def recall_at_k(
     embeddings,
     labels,
@@ -216,15 +247,10 @@ def recall_at_k(
     sets are distinct and nothing is excluded (In-shop).
 
     Args:
-        embeddings: ``[Q, D]`` query embeddings.
-        labels: ``[Q]`` integer class ids.
+        {QUERIES}
         ks: the values of K. Defaults to `(1, 2, 4, 8)`.
-        gallery_embeddings: ``[G, D]`` gallery embeddings. Defaults to `None`
-            (the queries themselves, self excluded).
-        gallery_labels: ``[G]`` class ids of the gallery. Defaults to `None`.
-        metric: ``"cosine"`` or ``"l2"``. Defaults to `"cosine"`.
-        chunk_size: queries per matrix product. Defaults to `1024`.
-        gallery_chunk_size: gallery items per matrix product. Defaults to `65536`.
+        {GALLERY}
+        {SEARCH}
         unmatched: what a query with no same-class item in the gallery counts as:
             ``"miss"`` (a 0) or ``"exclude"`` (left out of the average).
             Defaults to `"miss"` (all queries count).
@@ -234,9 +260,7 @@ def recall_at_k(
         excluded).
 
     Raises:
-        ValueError: bad arguments, or a row of ``embeddings`` or
-            ``gallery_embeddings`` that holds a NaN or an Inf (the message
-            names the argument and the rows).
+        {RAISES}
 
     Examples:
 
@@ -261,9 +285,10 @@ def recall_at_k(
     return {k: float(v) for k, v in zip(ks, values, strict=True)}
 
 
-def _r_metrics(embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
-               gallery_chunk_size, unmatched):
-    """Per-query ``(average precision at R, R-precision)`` and the matched mask."""
+def _r_metric(value, embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
+              gallery_chunk_size, unmatched):
+    """The mean over queries of ``value``: ``"ap"`` (average precision at R, for MAP@R) or
+    ``"rp"`` (R-precision)."""
     queries, gallery, labels, gallery_labels, exclude_self, metric = _prepare(
         embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
         gallery_chunk_size, unmatched)
@@ -284,19 +309,39 @@ def _r_metrics(embeddings, labels, gallery_embeddings, gallery_labels, metric, c
             denom = np.maximum(r[start:stop], 1)
             ap[start:stop] = (precision * rel).sum(axis=1) / denom
             rp[start:stop] = rel.sum(axis=1) / denom
-    return ap, rp, matched
+    return float(_average(ap if value == "ap" else rp, matched, unmatched))
 
 
-def map_at_r(
-    embeddings,
-    labels,
-    gallery_embeddings=None,
-    gallery_labels=None,
-    metric: str = "cosine",
-    chunk_size: int = 1024,
-    gallery_chunk_size: int = 65536,
-    unmatched: str = "exclude",
-) -> float:
+def _r_doc(name):
+    """The arguments, results and example of :func:`map_at_r` and :func:`r_precision`."""
+    return f"""\
+Args:
+    {{QUERIES}}
+    {{GALLERY}}
+    {{SEARCH}}
+    unmatched: queries with ``R = 0``: ``"exclude"`` or ``"miss"`` (a 0).
+        Defaults to `"exclude"`.
+
+Returns:
+    A Python float in [0, 1] (``nan`` if every query is excluded).
+
+Raises:
+    {{RAISES}}
+
+Examples:
+
+>>> x = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.2, 0.9], [0.7, 0.7]])
+>>> tfdml.metrics.{name}(x, [0, 0, 1, 1, 1])
+0.9
+
+Reference:
+    Musgrave, Belongie, Lim. A Metric Learning Reality Check. ECCV 2020."""
+
+
+@fill_doc(R_DOC=_r_doc("map_at_r"), **_RETRIEVAL_DOCS)
+def map_at_r(embeddings, labels, gallery_embeddings=None, gallery_labels=None,
+             metric: str = "cosine", chunk_size: int = 1024, gallery_chunk_size: int = 65536,
+             unmatched: str = "exclude") -> float:
     """MAP@R, the mean average precision at R of Musgrave et al. (2020).
 
     For a query with ``R`` same-class items in the gallery (itself excluded
@@ -306,89 +351,29 @@ def map_at_r(
     Neighbours as in :func:`recall_at_k` (exact, ties to the lower gallery
     index). Memory grows with the largest ``R`` (``chunk_size x max R``).
 
-    Args:
-        embeddings: ``[Q, D]`` query embeddings.
-        labels: ``[Q]`` integer class ids.
-        gallery_embeddings: ``[G, D]`` gallery embeddings. Defaults to `None`
-            (the queries themselves, self excluded).
-        gallery_labels: ``[G]`` class ids of the gallery. Defaults to `None`.
-        metric: ``"cosine"`` or ``"l2"``. Defaults to `"cosine"`.
-        chunk_size: queries per matrix product. Defaults to `1024`.
-        gallery_chunk_size: gallery items per matrix product. Defaults to `65536`.
-        unmatched: queries with ``R = 0``: ``"exclude"`` or ``"miss"`` (a 0).
-            Defaults to `"exclude"`.
-
-    Returns:
-        A Python float in [0, 1] (``nan`` if every query is excluded).
-
-    Raises:
-        ValueError: bad arguments, or a row of ``embeddings`` or
-            ``gallery_embeddings`` that holds a NaN or an Inf (the message
-            names the argument and the rows).
-
-    Examples:
-
-    >>> x = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.2, 0.9], [0.7, 0.7]])
-    >>> tfdml.metrics.map_at_r(x, [0, 0, 1, 1, 1])
-    0.9
-
-    Reference:
-        Musgrave, Belongie, Lim. A Metric Learning Reality Check. ECCV 2020.
+    {R_DOC}
     """
-    ap, _, matched = _r_metrics(embeddings, labels, gallery_embeddings, gallery_labels, metric,
-                                chunk_size, gallery_chunk_size, unmatched)
-    return float(_average(ap, matched, unmatched))
+    return _r_metric("ap", embeddings, labels, gallery_embeddings, gallery_labels, metric,
+                     chunk_size, gallery_chunk_size, unmatched)
 
 
-def r_precision(
-    embeddings,
-    labels,
-    gallery_embeddings=None,
-    gallery_labels=None,
-    metric: str = "cosine",
-    chunk_size: int = 1024,
-    gallery_chunk_size: int = 65536,
-    unmatched: str = "exclude",
-) -> float:
+@fill_doc(R_DOC=_r_doc("r_precision"), **_RETRIEVAL_DOCS)
+def r_precision(embeddings, labels, gallery_embeddings=None, gallery_labels=None,
+                metric: str = "cosine", chunk_size: int = 1024, gallery_chunk_size: int = 65536,
+                unmatched: str = "exclude") -> float:
     """R-precision: the share of same-class items among a query's R nearest neighbours.
 
     ``R`` is the number of same-class items in the gallery for that query (itself
     excluded when the queries are the gallery), as in Musgrave et al. (2020).
     The result is the mean over queries. Arguments as in :func:`map_at_r`.
 
-    Args:
-        embeddings: ``[Q, D]`` query embeddings.
-        labels: ``[Q]`` integer class ids.
-        gallery_embeddings: ``[G, D]`` gallery embeddings. Defaults to `None`.
-        gallery_labels: ``[G]`` class ids of the gallery. Defaults to `None`.
-        metric: ``"cosine"`` or ``"l2"``. Defaults to `"cosine"`.
-        chunk_size: queries per matrix product. Defaults to `1024`.
-        gallery_chunk_size: gallery items per matrix product. Defaults to `65536`.
-        unmatched: queries with ``R = 0``: ``"exclude"`` or ``"miss"``.
-            Defaults to `"exclude"`.
-
-    Returns:
-        A Python float in [0, 1] (``nan`` if every query is excluded).
-
-    Raises:
-        ValueError: bad arguments, or a row of ``embeddings`` or
-            ``gallery_embeddings`` that holds a NaN or an Inf (the message
-            names the argument and the rows).
-
-    Examples:
-
-    >>> x = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.2, 0.9], [0.7, 0.7]])
-    >>> tfdml.metrics.r_precision(x, [0, 0, 1, 1, 1])
-    0.9
-
-    Reference:
-        Musgrave, Belongie, Lim. A Metric Learning Reality Check. ECCV 2020.
+    {R_DOC}
     """
-    _, rp, matched = _r_metrics(embeddings, labels, gallery_embeddings, gallery_labels, metric,
-                                chunk_size, gallery_chunk_size, unmatched)
-    return float(_average(rp, matched, unmatched))
+    return _r_metric("rp", embeddings, labels, gallery_embeddings, gallery_labels, metric,
+                     chunk_size, gallery_chunk_size, unmatched)
 
 
+@fill_doc(SEARCH=_SEARCH, RAISES=_nonfinite_raises("query_embeddings", "gallery_embeddings"))
 def cmc(
     query_embeddings,
     query_labels,
@@ -413,9 +398,7 @@ def cmc(
         gallery_embeddings: ``[G, D]``.
         gallery_labels: ``[G]`` integer identities.
         top_k: length of the curve, at most ``G``. Defaults to `20`.
-        metric: ``"cosine"`` or ``"l2"``. Defaults to `"cosine"`.
-        chunk_size: queries per matrix product. Defaults to `1024`.
-        gallery_chunk_size: gallery items per matrix product. Defaults to `65536`.
+        {SEARCH}
         unmatched: queries whose identity is not in the gallery: ``"miss"``
             or ``"exclude"``. Defaults to `"miss"`.
 
@@ -423,9 +406,7 @@ def cmc(
         A float64 NumPy array of shape ``[top_k]``, non-decreasing.
 
     Raises:
-        ValueError: bad arguments, or a row of ``query_embeddings`` or
-            ``gallery_embeddings`` that holds a NaN or an Inf (the message
-            names the argument and the rows).
+        {RAISES}
 
     Examples:
 
@@ -448,6 +429,7 @@ def cmc(
     return _average(curve, matched, unmatched)
 
 
+@fill_doc(RAISES=_nonfinite_raises("embeddings"))
 def vehicleid_match_rate(
     embeddings,
     labels,
@@ -482,8 +464,7 @@ def vehicleid_match_rate(
         ``{k: mean match rate}`` with Python floats in [0, 1].
 
     Raises:
-        ValueError: bad arguments, or a row of ``embeddings`` that holds a
-            NaN or an Inf (the message names the argument and the rows).
+        {RAISES}
 
     Examples:
 
@@ -612,6 +593,32 @@ def pairwise_f1_score(labels, clusters) -> float:
     return 2.0 * precision * recall / (precision + recall)
 
 
+def _clustering_doc(name):
+    """The arguments, results and example of :func:`nmi` and :func:`f1_clustering`."""
+    return f"""\
+Args:
+    embeddings: ``[N, D]`` embeddings.
+    labels: ``[N]`` integer class ids.
+    num_clusters: number of k-means clusters. Defaults to `None` (the
+        number of classes).
+    seed: k-means random state. Defaults to `0`.
+    metric: ``"cosine"`` (cluster L2-normalized embeddings) or
+        ``"l2"`` (as given). Defaults to `"cosine"`.
+
+Returns:
+    A Python float in [0, 1].
+
+Raises:
+    {{RAISES}}
+
+Examples:
+
+>>> x = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
+>>> tfdml.metrics.{name}(x, [0, 0, 1, 1])
+1.0"""
+
+
+@fill_doc(CLUSTERING_DOC=_clustering_doc("nmi"), RAISES=_nonfinite_raises("embeddings"))
 def nmi(embeddings, labels, num_clusters=None, seed: int = 0, metric: str = "cosine") -> float:
     """Normalized mutual information between k-means clusters and classes.
 
@@ -623,33 +630,14 @@ def nmi(embeddings, labels, num_clusters=None, seed: int = 0, metric: str = "cos
     (Levi et al. 2021), which does not penalize classes split into
     sub-clusters as heavily. Singleton classes are ordinary classes here.
 
-    Args:
-        embeddings: ``[N, D]`` embeddings.
-        labels: ``[N]`` integer class ids.
-        num_clusters: number of k-means clusters. Defaults to `None` (the
-            number of classes).
-        seed: k-means random state. Defaults to `0`.
-        metric: ``"cosine"`` (cluster L2-normalized embeddings) or
-            ``"l2"`` (as given). Defaults to `"cosine"`.
-
-    Returns:
-        A Python float in [0, 1].
-
-    Raises:
-        ValueError: bad arguments, or a row of ``embeddings`` that holds a
-            NaN or an Inf (the message names the argument and the rows).
-
-    Examples:
-
-    >>> x = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
-    >>> tfdml.metrics.nmi(x, [0, 0, 1, 1])
-    1.0
+    {CLUSTERING_DOC}
     >>> nmi_plus = tfdml.metrics.nmi(emb, y, num_clusters=30 * len(np.unique(y)))
     """
     labels, clusters = _kmeans(embeddings, labels, num_clusters, seed, metric)
     return nmi_score(labels, clusters)
 
 
+@fill_doc(CLUSTERING_DOC=_clustering_doc("f1_clustering"), RAISES=_nonfinite_raises("embeddings"))
 def f1_clustering(embeddings, labels, num_clusters=None, seed: int = 0,
                   metric: str = "cosine") -> float:
     """Pairwise F1 of k-means clusters against classes (the F1 of LoOp and lifted structure).
@@ -661,26 +649,7 @@ def f1_clustering(embeddings, labels, num_clusters=None, seed: int = 0,
     (Manning et al. 2008, Section 16.3, cited by the LoOp paper). It is 0.0 when
     no pair shares both class and cluster (e.g. every class a singleton).
 
-    Args:
-        embeddings: ``[N, D]`` embeddings.
-        labels: ``[N]`` integer class ids.
-        num_clusters: number of k-means clusters. Defaults to `None` (the
-            number of classes).
-        seed: k-means random state. Defaults to `0`.
-        metric: ``"cosine"`` or ``"l2"``. Defaults to `"cosine"`.
-
-    Returns:
-        A Python float in [0, 1].
-
-    Raises:
-        ValueError: bad arguments, or a row of ``embeddings`` that holds a
-            NaN or an Inf (the message names the argument and the rows).
-
-    Examples:
-
-    >>> x = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
-    >>> tfdml.metrics.f1_clustering(x, [0, 0, 1, 1])
-    1.0
+    {CLUSTERING_DOC}
     """
     labels, clusters = _kmeans(embeddings, labels, num_clusters, seed, metric)
     return pairwise_f1_score(labels, clusters)

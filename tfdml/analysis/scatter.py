@@ -30,7 +30,7 @@ import numpy as np
 from keras import ops
 
 from tfdml import ops as dml
-from tfdml._checks import check_int
+from tfdml._checks import check_choice, check_int
 from tfdml._files import atomic_path
 from tfdml.metric_model import plus_model_losses
 from tfdml.miners import TripletMiner
@@ -120,8 +120,7 @@ def _check_strategies(positive, negative):
                 f"The triplet scatter needs one triplet per anchor: `{name}='all'` is not "
                 f"supported. Use one of {allowed}. Received: {name}={value!r}"
             )
-        if value not in allowed:
-            raise ValueError(f"`{name}` must be one of {allowed}. Received: {name}={value!r}")
+        check_choice(name, value, allowed)
 
 
 def _normalized(embeddings, name="embeddings"):
@@ -334,8 +333,7 @@ def plot_triplet_scatter(
             "`s_ap` and `s_an` must have the same length. "
             f"Received: s_ap.shape={s_ap.shape}, s_an.shape={s_an.shape}"
         )
-    if region not in REGIONS:
-        raise ValueError(f"`region` must be one of {REGIONS}. Received: region={region!r}")
+    check_choice("region", region, REGIONS)
     if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin < 1:
         raise ValueError(f"`margin` must be a number in [0, 1). Received: margin={margin!r}")
     if ax is None:

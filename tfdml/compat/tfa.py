@@ -476,11 +476,19 @@ def npairs_multilabel_loss(y_true, y_pred):
 
 
 class _TFALoss(keras.losses.Loss):
-    """A scalar batch loss with TFA's reduction (none: the function's value itself)."""
+    """A scalar batch loss with TFA's reduction (none: the function's value itself).
 
-    def __init__(self, name, **kwargs):
+    A subclass names its ``_function`` and the ``_arguments`` that follow ``(y_true, y_pred)``
+    in its calls: they are attributes of the loss and its config. The default name is the
+    function's (TFA's names).
+    """
+
+    _function = None
+    _arguments = ()
+
+    def __init__(self, name=None, **kwargs):
         kwargs.pop("reduction", None)
-        super().__init__(name=name, reduction="none", **kwargs)
+        super().__init__(name=name or self._function.__name__, reduction="none", **kwargs)
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         with tf.name_scope(self.name):
@@ -488,6 +496,15 @@ class _TFALoss(keras.losses.Loss):
             if sample_weight is not None:
                 value = value * tf.reduce_mean(tf.cast(sample_weight, value.dtype))
             return value
+
+    def call(self, y_true, y_pred):
+        return self._function(y_true, y_pred, *(getattr(self, a) for a in self._arguments))
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("reduction", None)
+        config.update({a: getattr(self, a) for a in self._arguments})
+        return config
 
 
 @keras.saving.register_keras_serializable(package="Addons")
@@ -503,20 +520,14 @@ class TripletSemiHardLoss(_TFALoss):
     A ``sample_weight`` scales the batch value by its mean.
     """
 
+    _function = staticmethod(triplet_semihard_loss)
+    _arguments = ("margin", "distance_metric")
+
     def __init__(self, margin=1.0, distance_metric="L2", name=None, **kwargs):
         _check(margin, distance_metric)
-        super().__init__(name=name or "triplet_semihard_loss", **kwargs)
+        super().__init__(name=name, **kwargs)
         self.margin = margin
         self.distance_metric = distance_metric
-
-    def call(self, y_true, y_pred):
-        return triplet_semihard_loss(y_true, y_pred, self.margin, self.distance_metric)
-
-    def get_config(self):
-        config = super().get_config()
-        config.pop("reduction", None)
-        config.update(margin=self.margin, distance_metric=self.distance_metric)
-        return config
 
 
 @keras.saving.register_keras_serializable(package="Addons")
@@ -530,21 +541,15 @@ class TripletHardLoss(_TFALoss):
         name: Defaults to `"triplet_hard_loss"`.
     """
 
+    _function = staticmethod(triplet_hard_loss)
+    _arguments = ("margin", "soft", "distance_metric")
+
     def __init__(self, margin=1.0, soft=False, distance_metric="L2", name=None, **kwargs):
         _check(margin, distance_metric)
-        super().__init__(name=name or "triplet_hard_loss", **kwargs)
+        super().__init__(name=name, **kwargs)
         self.margin = margin
         self.soft = bool(soft)
         self.distance_metric = distance_metric
-
-    def call(self, y_true, y_pred):
-        return triplet_hard_loss(y_true, y_pred, self.margin, self.soft, self.distance_metric)
-
-    def get_config(self):
-        config = super().get_config()
-        config.pop("reduction", None)
-        config.update(margin=self.margin, soft=self.soft, distance_metric=self.distance_metric)
-        return config
 
 
 @keras.saving.register_keras_serializable(package="Addons")
@@ -556,19 +561,13 @@ class LiftedStructLoss(_TFALoss):
         name: Defaults to `"lifted_struct_loss"`.
     """
 
+    _function = staticmethod(lifted_struct_loss)
+    _arguments = ("margin",)
+
     def __init__(self, margin=1.0, name=None, **kwargs):
         _check(margin, "L2")
-        super().__init__(name=name or "lifted_struct_loss", **kwargs)
+        super().__init__(name=name, **kwargs)
         self.margin = margin
-
-    def call(self, y_true, y_pred):
-        return lifted_struct_loss(y_true, y_pred, self.margin)
-
-    def get_config(self):
-        config = super().get_config()
-        config.pop("reduction", None)
-        config["margin"] = self.margin
-        return config
 
 
 @keras.saving.register_keras_serializable(package="Addons")
@@ -579,16 +578,7 @@ class NpairsLoss(_TFALoss):
         name: Defaults to `"npairs_loss"`.
     """
 
-    def __init__(self, name=None, **kwargs):
-        super().__init__(name=name or "npairs_loss", **kwargs)
-
-    def call(self, y_true, y_pred):
-        return npairs_loss(y_true, y_pred)
-
-    def get_config(self):
-        config = super().get_config()
-        config.pop("reduction", None)
-        return config
+    _function = staticmethod(npairs_loss)
 
 
 @keras.saving.register_keras_serializable(package="Addons")
@@ -599,16 +589,7 @@ class NpairsMultilabelLoss(_TFALoss):
         name: Defaults to `"npairs_multilabel_loss"`.
     """
 
-    def __init__(self, name=None, **kwargs):
-        super().__init__(name=name or "npairs_multilabel_loss", **kwargs)
-
-    def call(self, y_true, y_pred):
-        return npairs_multilabel_loss(y_true, y_pred)
-
-    def get_config(self):
-        config = super().get_config()
-        config.pop("reduction", None)
-        return config
+    _function = staticmethod(npairs_multilabel_loss)
 
 
 @keras.saving.register_keras_serializable(package="Addons")
@@ -637,20 +618,14 @@ class ContrastiveLoss(keras.losses.Loss):
         return config
 
 
-losses = types.SimpleNamespace(
-    ContrastiveLoss=ContrastiveLoss,
-    LiftedStructLoss=LiftedStructLoss,
-    NpairsLoss=NpairsLoss,
-    NpairsMultilabelLoss=NpairsMultilabelLoss,
-    TripletHardLoss=TripletHardLoss,
-    TripletSemiHardLoss=TripletSemiHardLoss,
-    contrastive_loss=contrastive_loss,
-    lifted_struct_loss=lifted_struct_loss,
-    npairs_loss=npairs_loss,
-    npairs_multilabel_loss=npairs_multilabel_loss,
-    triplet_hard_loss=triplet_hard_loss,
-    triplet_semihard_loss=triplet_semihard_loss,
-    metric_learning=types.SimpleNamespace(
-        pairwise_distance=pairwise_distance, angular_distance=angular_distance
-    ),
+def _namespace(*objects, **more):
+    """A namespace of ``objects`` under their own names (``tfa.losses.X``), and ``more``."""
+    return types.SimpleNamespace(**{obj.__name__: obj for obj in objects}, **more)
+
+
+losses = _namespace(
+    ContrastiveLoss, LiftedStructLoss, NpairsLoss, NpairsMultilabelLoss, TripletHardLoss,
+    TripletSemiHardLoss, contrastive_loss, lifted_struct_loss, npairs_loss,
+    npairs_multilabel_loss, triplet_hard_loss, triplet_semihard_loss,
+    metric_learning=_namespace(pairwise_distance, angular_distance),
 )

@@ -15,20 +15,12 @@ derived from the pipeline seed.
 from __future__ import annotations
 
 from tfdml._checks import check_int as _check_size
+from tfdml._docs import fill_doc
 from tfdml._tensorflow import tf
-from tfdml.data.numpy_augment import check_crop_and_resize as _check_crop_and_resize
+from tfdml.data import numpy_augment as _numpy_augment
 
-__all__ = [
-    "center_crop",
-    "crop_to_bbox",
-    "eval_transform",
-    "get_preprocess",
-    "pad_crop_transform",
-    "random_crop",
-    "random_flip",
-    "resize",
-    "train_transform",
-]
+# The transforms of tfdml.data.numpy_augment, as tf.data map functions.
+__all__ = list(_numpy_augment.__all__)
 
 def _as_float(image):
     image = tf.convert_to_tensor(image)
@@ -125,11 +117,7 @@ def get_preprocess(preprocess):
         try:
             normalize = models.get_preprocess(preprocess)
         except ValueError:
-            raise ValueError(
-                "`preprocess` must be None, a callable, a backbone name from "
-                "tfdml.models.BACKBONES or one of the modes "
-                f"{models.PREPROCESS_MODES}. Received: preprocess={preprocess!r}"
-            ) from None
+            raise _numpy_augment.unknown_preprocess(preprocess) from None
     if not _needs_rgb(preprocess):
         return normalize
 
@@ -142,17 +130,11 @@ def get_preprocess(preprocess):
     return rgb_normalize
 
 
+@fill_doc(**_numpy_augment.DOCS)
 def resize(image, size, keep_aspect_ratio=False):
     """Resizes an image (bilinear) and returns it as float32 in its original value range.
 
-    Args:
-        image: `[H, W, C]` image, any numeric dtype.
-        size: target size in pixels. With `keep_aspect_ratio=False` the output is
-            `size x size`; otherwise the shorter side becomes `size`.
-        keep_aspect_ratio: whether to keep the aspect ratio. Defaults to `False`.
-
-    Returns:
-        float32 `[size, size, C]` (or `[h, w, C]` with the shorter side `size`).
+    {RESIZE}
 
     Examples:
 
@@ -169,15 +151,11 @@ def resize(image, size, keep_aspect_ratio=False):
     return tf.image.resize(image, new)
 
 
+@fill_doc(**_numpy_augment.DOCS)
 def center_crop(image, size):
     """Crops the central `size x size` window of an image (padding with zeros if smaller).
 
-    Args:
-        image: `[H, W, C]` image.
-        size: side of the crop in pixels.
-
-    Returns:
-        `[size, size, C]` image of the input dtype.
+    {CENTER_CROP}
 
     Examples:
 
@@ -295,7 +273,7 @@ def train_transform(crop_size=224, resize_size=256, flip=True, preprocess=None,
     >>> fn(tf.zeros([8, 8, 1]), seed=(0, 1)).shape  # grayscale digits: RGB for ResNet50
     TensorShape([32, 32, 3])
     """
-    _check_crop_and_resize(crop_size, resize_size)
+    _numpy_augment.check_crop_and_resize(crop_size, resize_size)
     normalize = get_preprocess(preprocess)
 
     def fn(image, seed=None):
@@ -333,7 +311,7 @@ def eval_transform(crop_size=224, resize_size=256, preprocess=None, keep_aspect_
     >>> fn(tf.zeros([300, 400, 3], tf.uint8)).shape
     TensorShape([224, 224, 3])
     """
-    _check_crop_and_resize(crop_size, resize_size)
+    _numpy_augment.check_crop_and_resize(crop_size, resize_size)
     normalize = get_preprocess(preprocess)
 
     def fn(image, seed=None):
@@ -368,11 +346,7 @@ def pad_crop_transform(size=256, padding=10, flip=True, preprocess=None):
     >>> fn(tf.zeros([80, 90, 3], tf.uint8), seed=(3, 4)).shape
     TensorShape([64, 64, 3])
     """
-    _check_size("size", size)
-    if isinstance(padding, bool) or not isinstance(padding, int) or padding < 0:
-        raise ValueError(
-            f"`padding` must be a non-negative integer. Received: padding={padding!r}"
-        )
+    _numpy_augment.check_pad_crop(size, padding)
     normalize = get_preprocess(preprocess)
 
     def fn(image, seed=None):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from tfdml._checks import check_int as _check_size
+from tfdml._docs import fill_doc
 
 __all__ = [
     "center_crop",
@@ -31,6 +32,27 @@ __all__ = [
 ]
 
 
+#: Docstring text of the transforms that this module and `tfdml.data.augment` share.
+DOCS = {
+    "RESIZE": """\
+Args:
+    image: `[H, W, C]` image, any numeric dtype.
+    size: target size in pixels. With `keep_aspect_ratio=False` the output is
+        `size x size`; otherwise the shorter side becomes `size`.
+    keep_aspect_ratio: whether to keep the aspect ratio. Defaults to `False`.
+
+Returns:
+    float32 `[size, size, C]` (or `[h, w, C]` with the shorter side `size`).""",
+    "CENTER_CROP": """\
+Args:
+    image: `[H, W, C]` image.
+    size: side of the crop in pixels.
+
+Returns:
+    `[size, size, C]` image of the input dtype.""",
+}
+
+
 def check_crop_and_resize(crop_size, resize_size):
     """Both sizes positive integers, the crop at most the resize (a ValueError otherwise)."""
     _check_size("crop_size", crop_size)
@@ -40,6 +62,26 @@ def check_crop_and_resize(crop_size, resize_size):
             "`crop_size` must be at most `resize_size`. "
             f"Received: crop_size={crop_size}, resize_size={resize_size}"
         )
+
+
+def check_pad_crop(size, padding):
+    """The size a positive integer and the padding a non-negative one (a ValueError otherwise)."""
+    _check_size("size", size)
+    if isinstance(padding, bool) or not isinstance(padding, int) or padding < 0:
+        raise ValueError(
+            f"`padding` must be a non-negative integer. Received: padding={padding!r}"
+        )
+
+
+def unknown_preprocess(preprocess):
+    """The ValueError of a `preprocess` that is neither None, a callable, a backbone nor a mode."""
+    from tfdml import models
+
+    return ValueError(
+        "`preprocess` must be None, a callable, a backbone name from "
+        "tfdml.models.BACKBONES or one of the modes "
+        f"{models.PREPROCESS_MODES}. Received: preprocess={preprocess!r}"
+    )
 
 
 def _image(image):
@@ -64,17 +106,11 @@ def _axis_weights(out_size, in_size):
     return np.clip(low, 0, in_size - 1), high, frac
 
 
+@fill_doc(**DOCS)
 def resize(image, size, keep_aspect_ratio=False):
     """Resizes an image (bilinear, half-pixel centres) to float32 in its value range.
 
-    Args:
-        image: `[H, W, C]` image, any numeric dtype.
-        size: target size in pixels. With `keep_aspect_ratio=False` the output is
-            `size x size`; otherwise the shorter side becomes `size`.
-        keep_aspect_ratio: whether to keep the aspect ratio. Defaults to `False`.
-
-    Returns:
-        float32 `[size, size, C]` (or `[h, w, C]` with the shorter side `size`).
+    {RESIZE}
 
     Examples:
 
@@ -98,15 +134,11 @@ def resize(image, size, keep_aspect_ratio=False):
     return (top + (bottom - top) * fy).astype(np.float32)
 
 
+@fill_doc(**DOCS)
 def center_crop(image, size):
     """The central `size x size` window of an image (padded with zeros if smaller).
 
-    Args:
-        image: `[H, W, C]` image.
-        size: side of the crop in pixels.
-
-    Returns:
-        `[size, size, C]` image of the input dtype.
+    {CENTER_CROP}
     """
     _check_size("size", size)
     image = _image(image)
@@ -188,11 +220,7 @@ def get_preprocess(preprocess):
     try:
         mode = models.resolve_preprocess_mode(preprocess)
     except ValueError:
-        raise ValueError(
-            "`preprocess` must be None, a callable, a backbone name from "
-            "tfdml.models.BACKBONES or one of the modes "
-            f"{models.PREPROCESS_MODES}. Received: preprocess={preprocess!r}"
-        ) from None
+        raise unknown_preprocess(preprocess) from None
     if mode == "none":
         return lambda image: np.asarray(image, np.float32)
     keras_fn = models.keras_preprocess_input(mode)
@@ -270,11 +298,7 @@ def pad_crop_transform(size=256, padding=10, flip=True, preprocess=None):
     Returns:
         A function `fn(image, rng=None)` returning a float32 `[size, size, C]` image.
     """
-    _check_size("size", size)
-    if isinstance(padding, bool) or not isinstance(padding, int) or padding < 0:
-        raise ValueError(
-            f"`padding` must be a non-negative integer. Received: padding={padding!r}"
-        )
+    check_pad_crop(size, padding)
     normalize = get_preprocess(preprocess)
 
     def fn(image, rng=None):

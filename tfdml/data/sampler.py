@@ -49,6 +49,23 @@ def _wants_seed(fn):
         return False
 
 
+def _check_source(source, map_fn, channels, crop_to_bbox):
+    """The arguments about the images, checked: ``(channels, kind, items, labels, bboxes,
+    name)`` with the arrays of :func:`tfdml.data.source.source_arrays`."""
+    if map_fn is not None and not callable(map_fn):
+        raise ValueError(f"`map_fn` must be callable or None. Received: map_fn={map_fn!r}")
+    channels = check_channels(channels)
+    kind, items, labels, bboxes, name = source_arrays(source)
+    if kind == "images":
+        check_in_memory_channels(items, channels)
+    if crop_to_bbox and bboxes is None:
+        raise ValueError(
+            "`crop_to_bbox=True` needs a DatasetSplit with `bboxes`. Received: source "
+            "without bounding boxes"
+        )
+    return channels, kind, items, labels, bboxes, name
+
+
 def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="replace",
                min_class_size=2, steps_per_epoch=None, repeat=True, drop_remainder=False,
                seed=None, map_fn=None, crop_to_bbox=False, channels=None, on_error="raise",
@@ -139,17 +156,8 @@ def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="r
     """
     if on_error not in _ON_ERROR:
         raise ValueError(f"`on_error` must be one of {_ON_ERROR}. Received: on_error={on_error!r}")
-    if map_fn is not None and not callable(map_fn):
-        raise ValueError(f"`map_fn` must be callable or None. Received: map_fn={map_fn!r}")
-    channels = check_channels(channels)
-    kind, items, labels, bboxes, name = source_arrays(source)
-    if kind == "images":
-        check_in_memory_channels(items, channels)
-    if crop_to_bbox and bboxes is None:
-        raise ValueError(
-            "`crop_to_bbox=True` needs a DatasetSplit with `bboxes`. Received: source "
-            "without bounding boxes"
-        )
+    channels, kind, items, labels, bboxes, name = _check_source(source, map_fn, channels,
+                                                                crop_to_bbox)
     sampler = PKSampler(labels, classes_per_batch, samples_per_class, small_classes=small_classes,
                         min_class_size=min_class_size, steps_per_epoch=steps_per_epoch,
                         drop_remainder=drop_remainder, seed=seed)
@@ -386,17 +394,8 @@ def eval_batches(source, batch_size=256, *, map_fn=None, crop_to_bbox=False, cha
     True
     """
     batch_size = check_int("batch_size", batch_size)
-    channels = check_channels(channels)
-    if map_fn is not None and not callable(map_fn):
-        raise ValueError(f"`map_fn` must be callable or None. Received: map_fn={map_fn!r}")
-    kind, items, labels, bboxes, _ = source_arrays(source)
-    if kind == "images":
-        check_in_memory_channels(items, channels)
-    if crop_to_bbox and bboxes is None:
-        raise ValueError(
-            "`crop_to_bbox=True` needs a DatasetSplit with `bboxes`. Received: source "
-            "without bounding boxes"
-        )
+    channels, kind, items, labels, bboxes, _ = _check_source(source, map_fn, channels,
+                                                             crop_to_bbox)
     labels = np.asarray(labels, dtype=np.int64)
     if kind != "images":
         items = np.asarray(items, dtype=object).astype(bytes)

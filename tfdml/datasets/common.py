@@ -31,27 +31,31 @@ HOMEPAGES = {
 
 # Published (classes, images) per split, with where each number comes from. `load` warns
 # when a full split read from disk differs from these (None: not checked).
-PUBLISHED_COUNTS = {
-    ("cub200", "train"): (100, 5864, "FAPPY paper sec. 4.1; LoOp paper sec. 4"),
-    ("cub200", "test"): (100, 5924, "FAPPY paper sec. 4.1; LoOp paper sec. 4"),
-    ("cars196", "train"): (98, 8054, "LoOp paper sec. 4"),
-    ("cars196", "test"): (98, 8131, "LoOp paper sec. 4"),
-    ("sop", "train"): (11318, 59551, "FAPPY paper sec. 4.1; LoOp paper sec. 4"),
-    ("sop", "test"): (11316, 60502, "FAPPY paper sec. 4.1; LoOp paper sec. 4"),
-    ("inshop", "train"): (3997, 25882, "DeepFashion In-shop benchmark description"),
-    ("inshop", "query"): (3985, 14218, "DeepFashion In-shop benchmark description"),
-    ("inshop", "gallery"): (3985, 12612, "DeepFashion In-shop benchmark description"),
+_PUBLISHED = (
+    # (data set, source, {split: (classes, images)})
+    ("cub200", "FAPPY paper sec. 4.1; LoOp paper sec. 4",
+     {"train": (100, 5864), "test": (100, 5924)}),
+    ("cars196", "LoOp paper sec. 4", {"train": (98, 8054), "test": (98, 8131)}),
+    ("sop", "FAPPY paper sec. 4.1; LoOp paper sec. 4",
+     {"train": (11318, 59551), "test": (11316, 60502)}),
+    ("inshop", "DeepFashion In-shop benchmark description",
+     {"train": (3997, 25882), "query": (3985, 14218), "gallery": (3985, 12612)}),
     # train_list.txt as distributed: 13,164 vehicles (documented by several VehicleID reader
     # codebases). Its image count is not checked: no primary source was found for it, and
     # the paper's 13,134 vehicles / 110,178 images do not describe the distributed list.
-    ("vehicleid", "train"): (13164, None, "the distributed train_list.txt"),
-    ("vehicleid", "test_small"): (800, 7332, "FAPPY paper sec. 4.1 (after Liu et al. 2016)"),
-    ("vehicleid", "test_medium"): (1600, 12995, "FAPPY paper sec. 4.1 (after Liu et al. 2016)"),
-    ("vehicleid", "test_large"): (2400, 20038, "FAPPY paper sec. 4.1 (after Liu et al. 2016)"),
-    ("omniglot", "train"): (964, 19280, "Omniglot repository README (Lake et al. 2015)"),
-    ("omniglot", "test"): (659, 13180, "Omniglot repository README (Lake et al. 2015)"),
-    ("omniglot_alphabet", "train"): (30, 19280, "Omniglot repository README"),
-    ("omniglot_alphabet", "test"): (20, 13180, "Omniglot repository README"),
+    ("vehicleid", "the distributed train_list.txt", {"train": (13164, None)}),
+    ("vehicleid", "FAPPY paper sec. 4.1 (after Liu et al. 2016)",
+     {"test_small": (800, 7332), "test_medium": (1600, 12995), "test_large": (2400, 20038)}),
+    ("omniglot", "Omniglot repository README (Lake et al. 2015)",
+     {"train": (964, 19280), "test": (659, 13180)}),
+    ("omniglot_alphabet", "Omniglot repository README",
+     {"train": (30, 19280), "test": (20, 13180)}),
+)
+#: `{(data set, split): (classes, images, source)}`.
+PUBLISHED_COUNTS = {
+    (name, split): (classes, images, source)
+    for name, source, splits in _PUBLISHED
+    for split, (classes, images) in splits.items()
 }
 
 
@@ -133,6 +137,35 @@ def read_rows(path, name, ncols, skip=0):
                 )
             rows.append(fields[:ncols])
     return rows
+
+
+def read_boxes(path, name, ncols, corners=False, skip=0, what="numbers"):
+    """Reads a bounding-box list file: `{first field: (ymin, xmin, ymax, xmax)}` in pixels.
+
+    Args:
+        path: the file.
+        name: data set name, for the error messages.
+        ncols: the fields of a row; its last four are the box.
+        corners: the box is `x1 y1 x2 y2` (else `x y width height`). Defaults to `False`.
+        skip: number of header lines to skip. Defaults to `0`.
+        what: what the four fields are called in the error message. Defaults to
+            `"numbers"`.
+
+    Raises:
+        FileNotFoundError: `path` does not exist.
+        ValueError: a row is too short or its box is not four numbers.
+    """
+    boxes = {}
+    for r in read_rows(path, name, ncols, skip=skip):
+        try:
+            x, y, a, b = (float(v) for v in r[-4:])
+        except ValueError:
+            raise ValueError(
+                f"{name}: malformed {path}: expected 4 {what}. Received: {r!r}"
+            ) from None
+        # (a, b): the corner (x2, y2) with `corners`, else the width and height
+        boxes[r[0]] = (y, x, b, a) if corners else (y, x, y + b, x + a)
+    return boxes
 
 
 def to_int(value, path, name):

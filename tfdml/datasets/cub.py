@@ -66,15 +66,7 @@ def load_cub200(data_dir, split="train"):
     box_path = os.path.join(root, "bounding_boxes.txt")
     boxes = None
     if os.path.isfile(box_path):
-        boxes = {}
-        for r in common.read_rows(box_path, NAME, 5):
-            try:
-                x, y, w, h = (float(v) for v in r[1:5])
-            except ValueError:
-                raise ValueError(
-                    f"{NAME}: malformed {box_path}: expected 4 numbers. Received: {r!r}"
-                ) from None
-            boxes[r[0]] = (y, x, y + h, x + w)
+        boxes = common.read_boxes(box_path, NAME, 5)  # <image id> <x> <y> <width> <height>
     else:
         common.logger.info("%s: no %s, bboxes=None", NAME, box_path)
 

@@ -16,20 +16,6 @@ _PARTITION = os.path.join("Eval", "list_eval_partition.txt")
 _BBOXES = os.path.join("Anno", "list_bbox_inshop.txt")
 
 
-def _read_bboxes(path):
-    """`{image_name: (ymin, xmin, ymax, xmax)}` from `Anno/list_bbox_inshop.txt`."""
-    boxes = {}
-    for r in common.read_rows(path, NAME, 7, skip=2):
-        try:
-            x1, y1, x2, y2 = (float(v) for v in r[3:7])
-        except ValueError:
-            raise ValueError(
-                f"{NAME}: malformed {path}: expected 4 box numbers. Received: {r!r}"
-            ) from None
-        boxes[r[0]] = (y1, x1, y2, x2)
-    return boxes
-
-
 def load_inshop(data_dir, split="train"):
     """Reads a split of the In-shop Clothes Retrieval benchmark from its published layout.
 
@@ -98,7 +84,9 @@ def load_inshop(data_dir, split="train"):
     common.check_paths_exist(paths, NAME)
     bboxes = None
     if os.path.isfile(os.path.join(root, _BBOXES)):
-        boxes = _read_bboxes(os.path.join(root, _BBOXES))
+        # <image_name> <clothes type> <pose> x_1 y_1 x_2 y_2, after a count and a header
+        boxes = common.read_boxes(os.path.join(root, _BBOXES), NAME, 7, corners=True, skip=2,
+                                  what="box numbers")
         missing = [r[0] for r in rows if r[0] not in boxes]
         if missing:
             raise ValueError(
