@@ -138,6 +138,11 @@ class ClassWeights(LossState):
                                        name=self.variable_name)
 
 
+#: The arguments of a class-weight loss before its own, and after them (:func:`loss_class`).
+CLASS_HEAD = ("num_classes", "embedding_dim")
+CLASS_COMMON = ("initializer", "reduction", "name", "dtype", "average")
+
+
 class ClassWeightLoss(MetricLoss):
     """Base class of the losses with learned per-class vectors (proxies, class weights).
 

@@ -24,11 +24,14 @@ from keras import ops
 from tfdml import ops as dml
 from tfdml._checks import check_int, check_positive
 from tfdml.losses.class_weights import (
+    CLASS_COMMON,
+    CLASS_HEAD,
     ClassWeightLoss,
     class_cosines,
     class_mask,
     softmax_cross_entropy,
 )
+from tfdml.losses.spec import loss_class
 
 __all__ = [
     "ArcFaceLoss",
@@ -75,16 +78,16 @@ def _arcface_target(cos_y, margin):
     return ops.where(cos_y >= _constant(-math.cos(margin), cos_y), plus, past)
 
 
-def _check_temperature(temperature):
+def _check_temperature(temperature: float = 0.05):
     return {"temperature": check_positive("temperature", temperature)}
 
 
-def _check_margin_scale(margin, scale):
+def _check_margin_scale(margin: float = 0.35, scale: float = 64.0):
     return {"margin": check_positive("margin", margin, allow_zero=True),
             "scale": check_positive("scale", scale)}
 
 
-def _check_arc_args(margin, scale):
+def _check_arc_args(margin: float = 0.5, scale: float = 64.0):
     if not dml.is_number(margin) or not 0 <= margin < math.pi / 2:
         raise ValueError("`margin` must be an angle in radians in [0, pi/2). "
                          f"Received: margin={margin!r}")
@@ -118,7 +121,7 @@ def _arcface(labels, x, w, margin, scale):
         _margin_logits(cosines, target, scale, _arcface_target(cos_y, margin)), target)
 
 
-def _check_soft_triple_args(la, gamma, margin):
+def _check_soft_triple_args(la: float = 20.0, gamma: float = 0.1, margin: float = 0.01):
     return {"la": check_positive("la", la), "gamma": check_positive("gamma", gamma),
             "margin": check_positive("margin", margin, allow_zero=True)}
 
@@ -266,7 +269,7 @@ def _doc(cls):
 
 
 @_doc
-@keras.saving.register_keras_serializable(package="tfdml")
+@loss_class("normalized_softmax_loss", head=CLASS_HEAD, common=CLASS_COMMON, document=False)
 class NormalizedSoftmaxLoss(ClassWeightLoss):
     """Normalized softmax loss: cross-entropy of cosines over a temperature.
 
@@ -279,8 +282,8 @@ class NormalizedSoftmaxLoss(ClassWeightLoss):
 
     Examples:
 
-    >>> loss = tfdml.losses.NormalizedSoftmaxLoss(num_classes=100)
-    >>> model = tfdml.models.MetricModel(embedder, loss)
+    >>> model = tfdml.models.MetricModel(
+    ...     embedder, tfdml.losses.NormalizedSoftmaxLoss(num_classes=100, temperature=0.05))
     >>> model.compile(optimizer="adam")
 
     Reference:
@@ -291,15 +294,9 @@ class NormalizedSoftmaxLoss(ClassWeightLoss):
     sample_losses = staticmethod(_normalized_softmax)
     check_arguments = staticmethod(_check_temperature)
 
-    def __init__(self, num_classes, embedding_dim=None, temperature: float = 0.05,
-                 initializer=None, reduction="sum_over_batch_size",
-                 name="normalized_softmax_loss", dtype=None, average="anchors"):
-        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average,
-                         temperature=temperature)
-
 
 @_doc
-@keras.saving.register_keras_serializable(package="tfdml")
+@loss_class("cosface_loss", head=CLASS_HEAD, common=CLASS_COMMON, document=False)
 class CosFaceLoss(ClassWeightLoss):
     """CosFace (large margin cosine) loss: the target logit is ``s (cos_y - m)``.
 
@@ -326,15 +323,9 @@ class CosFaceLoss(ClassWeightLoss):
 
     _variable_name = "weights"
 
-    def __init__(self, num_classes, embedding_dim=None, margin: float = 0.35,
-                 scale: float = 64.0, initializer=None, reduction="sum_over_batch_size",
-                 name="cosface_loss", dtype=None, average="anchors"):
-        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average,
-                         margin=margin, scale=scale)
-
 
 @_doc
-@keras.saving.register_keras_serializable(package="tfdml")
+@loss_class("arcface_loss", head=CLASS_HEAD, common=CLASS_COMMON, document=False)
 class ArcFaceLoss(ClassWeightLoss):
     """ArcFace (additive angular margin) loss: the target logit is ``s cos(theta_y + m)``.
 
@@ -363,12 +354,6 @@ class ArcFaceLoss(ClassWeightLoss):
 
     sample_losses = staticmethod(_arcface)
     check_arguments = staticmethod(_check_arc_args)
-
-    def __init__(self, num_classes, embedding_dim=None, margin: float = 0.5,
-                 scale: float = 64.0, initializer=None, reduction="sum_over_batch_size",
-                 name="arcface_loss", dtype=None, average="anchors"):
-        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average,
-                         margin=margin, scale=scale)
 
 
 @_doc

@@ -8,12 +8,15 @@ from keras import ops
 from tfdml import ops as dml
 from tfdml._checks import check_positive
 from tfdml.losses.class_weights import (
+    CLASS_COMMON,
+    CLASS_HEAD,
     ClassWeightLoss,
     class_cosines,
     class_mask,
     prepare_class_inputs,
     softmax_cross_entropy,
 )
+from tfdml.losses.spec import loss_class
 
 __all__ = ["ProxyAnchorLoss", "ProxyNCALoss", "proxy_anchor_loss", "proxy_nca_loss"]
 
@@ -27,11 +30,11 @@ def _proxy_nca(labels, x, proxies, scale):
     return softmax_cross_entropy(-ops.convert_to_tensor(scale, dtype) * squared, target)
 
 
-def _check_scale(scale):
+def _check_scale(scale: float = 1.0):
     return {"scale": check_positive("scale", scale)}
 
 
-def _check_proxy_anchor_args(margin, alpha):
+def _check_proxy_anchor_args(margin: float = 0.1, alpha: float = 32.0):
     return {"margin": check_positive("margin", margin, allow_zero=True),
             "alpha": check_positive("alpha", alpha)}
 
@@ -112,7 +115,7 @@ def proxy_nca_loss(y_true, y_pred, proxies, scale: float = 1.0):
     return ProxyNCALoss.functional(y_true, y_pred, proxies, scale=scale)
 
 
-@keras.saving.register_keras_serializable(package="tfdml")
+@loss_class("proxy_nca_loss", head=CLASS_HEAD, common=CLASS_COMMON, document=False)
 class ProxyNCALoss(ClassWeightLoss):
     """Proxy-NCA loss: softmax over negative squared distances to one proxy per class.
 
@@ -150,12 +153,6 @@ class ProxyNCALoss(ClassWeightLoss):
     check_arguments = staticmethod(_check_scale)
 
     _variable_name = "proxies"
-
-    def __init__(self, num_classes, embedding_dim=None, scale: float = 1.0, initializer=None,
-                 reduction="sum_over_batch_size", name="proxy_nca_loss", dtype=None,
-                 average="anchors"):
-        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average,
-                         scale=scale)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")

@@ -21,8 +21,6 @@ import textwrap
 
 import keras
 
-from tfdml.losses.base import MetricLoss
-
 __all__ = ["COMMON_ARGUMENTS", "functional_form", "loss_class"]
 
 #: The arguments every loss of this family takes after its own, in this order.
@@ -76,7 +74,8 @@ def _document(cls, defaults, common):
     cls.__doc__ = doc[:end] + "\n" + "\n".join(lines) + doc[end:]
 
 
-def loss_class(name, average="anchors", normalize=True, common=COMMON_ARGUMENTS, package="tfdml"):
+def loss_class(name, average="anchors", normalize=True, common=COMMON_ARGUMENTS, head=(),
+               document=True, package="tfdml"):
     """Class decorator: a loss class from its spec (module docstring).
 
     Args:
@@ -86,17 +85,25 @@ def loss_class(name, average="anchors", normalize=True, common=COMMON_ARGUMENTS,
             normalizes (no ``normalize`` argument).
         common: the shared arguments it takes, in the order of its
             signature after its own.
+        head: arguments of its base class before its own (``num_classes``,
+            ``embedding_dim`` for the class-weight losses; ``num_classes``
+            without a default).
+        document: append the shared arguments to its docstring (the
+            class-weight losses document theirs themselves).
         package: the package it is registered under for Keras
             serialization (``keras.saving.register_keras_serializable``).
     """
     defaults = {"normalize": normalize, "average": average, "reduction": "sum_over_batch_size",
-                "name": name, "dtype": None, "block_size": None}
+                "name": name, "dtype": None, "block_size": None, "embedding_dim": None,
+                "initializer": None, "num_classes": inspect.Parameter.empty}
 
     def decorate(cls):
         own = _own_parameters(cls)
+        first = [_parameter(key, defaults[key]) for key in head]
         tail = [_parameter(key, defaults[key]) for key in common]
         signature = inspect.Signature(
-            [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *own, *tail])
+            [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *first, *own,
+             *tail])
         own_names = [p.name for p in own]
 
         def __init__(self, *args, **kwargs):
@@ -104,14 +111,14 @@ def loss_class(name, average="anchors", normalize=True, common=COMMON_ARGUMENTS,
             bound.apply_defaults()
             values = dict(bound.arguments)
             values.pop("self")
-            MetricLoss.__init__(self, **values)
+            super(cls, self).__init__(**values)  # noqa: UP008 (cls is the decorated class)
             self.check_spec()
 
         __init__.__signature__ = signature
-        __init__.__doc__ = f"Arguments: {', '.join(own_names + list(common))}."
+        __init__.__doc__ = f"Arguments: {', '.join([*head, *own_names, *common])}."
         __init__.__qualname__ = f"{cls.__qualname__}.__init__"
         cls.__init__ = __init__
-        if cls.__doc__:
+        if cls.__doc__ and document:
             _document(cls, defaults, common)
         return keras.saving.register_keras_serializable(package=package)(cls)
 
