@@ -258,3 +258,53 @@ def test_options_and_config():
 def test_bad_input(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+# -- the computation: pair layout, envelope gradient ---------------------------------------------
+
+
+@MB
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_pair_layout_puts_each_label_pair_at_t_and_s_plus_t(seed):
+    from tfdml.losses.loop import _pair_layout
+
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 5, size=int(rng.integers(2, 17)))
+    perm, valid = to_numpy(_pair_layout(ops.convert_to_tensor(labels)))
+    half = len(labels) // 2
+    assert sorted(perm.tolist()) == list(range(len(labels)))  # a permutation
+    assert valid.shape == (half,) and not np.any(valid[1:] & ~valid[:-1])  # valid ones first
+    got = sorted((int(perm[t]), int(perm[half + t])) for t in np.flatnonzero(valid))
+    assert got == sorted(ref.label_pairs(labels))
+
+
+@MB
+def test_envelope_gradient_is_the_solvers_own():
+    """LoOp differentiates the arc solver by the envelope theorem (a few products of the
+    optimal points' coefficients): the same value and, up to rounding, the same gradient
+    as differentiating the solver itself."""
+    from tfdml.geometry import arc_similarity_from_dots
+    from tfdml.losses.loop import _arc_similarity
+
+    rng = np.random.default_rng(21)
+
+    def unit(v):
+        return v / np.linalg.norm(v, axis=-1, keepdims=True)
+
+    x1, y1 = unit(rng.normal(size=(7, 5))), unit(rng.normal(size=(6, 5)))
+    x2 = unit(x1 + rng.uniform(0.2, 1.5, size=(7, 1)) * rng.normal(size=(7, 5)))
+    y2 = unit(y1 + rng.uniform(0.2, 1.5, size=(6, 1)) * rng.normal(size=(6, 5)))
+    shape = (7, 6)
+    dots = np.stack([np.broadcast_to(np.sum(x1 * x2, -1)[:, None], shape),
+                     np.broadcast_to(np.sum(y1 * y2, -1)[None, :], shape),
+                     x1 @ y1.T, x1 @ y2.T, x2 @ y1.T, x2 @ y2.T])
+    weights = ops.convert_to_tensor(rng.uniform(0.5, 1.5, size=shape))
+
+    def total(solve):
+        return lambda d: ops.sum(weights * solve(*(d[k] for k in range(6))))
+
+    value, grad = _value_and_grad(total(_arc_similarity), dots)
+    want_value, want_grad = _value_and_grad(total(arc_similarity_from_dots), dots)
+    assert value == want_value
+    assert np.abs(grad).max() > 0.1
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-9, atol=1e-12)

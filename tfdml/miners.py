@@ -275,6 +275,20 @@ def negatives_at_or_below(values, negative_mask):
 # -- selection and sampling: what TripletMiner is built from -------------------------------------
 
 
+class _Strategy(NamedTuple):
+    """How a :class:`TripletMiner` strategy chooses.
+
+    A single choice is the masked arg-max of ``key`` over the candidates: ``"scores"``,
+    ``"-scores"`` or ``"noise"``, which ``noise`` draws once per mining call (``[B, R]``).
+    ``per_pair``: with ``positive="all"``, a negative is chosen for every (anchor, positive)
+    pair (:func:`_pick_per_pair`), not once per anchor.
+    """
+
+    key: str
+    noise: Any = None
+    per_pair: bool = False
+
+
 def _uniform(shape, dtype, seed):
     return keras.random.uniform(shape, dtype=dtype, seed=seed)
 
@@ -284,25 +298,50 @@ def _gumbel(shape, dtype, seed):
     return -ops.log(-ops.log(u))
 
 
-def _pick(strategy, scores, mask, noise=None):
-    """Single choice along the last axis, ``(index, found)``: a masked arg-max of a key.
+#: The single-choice strategies of :class:`TripletMiner`, by role (``"all"`` is no choice).
+_STRATEGIES = {
+    ("positive", "easy"): _Strategy("scores"),
+    ("positive", "hard"): _Strategy("-scores"),
+    ("positive", "random"): _Strategy("noise", _uniform),
+    ("negative", "hard"): _Strategy("scores"),
+    ("negative", "semihard"): _Strategy("scores", per_pair=True),
+    ("negative", "easy"): _Strategy("-scores"),
+    ("negative", "random"): _Strategy("noise", _uniform, per_pair=True),
+    ("negative", "distance_weighted"): _Strategy("noise", _gumbel, per_pair=True),
+}
 
-    Every single-choice strategy is the arg-max of a key over its
-    candidates (:func:`tfdml.ops.masked_argmax`, ties to the lowest
-    index): the scores ``S`` for ``"easy_positive"``, ``"hard_negative"``
-    and ``"semihard_negative"`` (whose ``mask`` holds only the negatives
-    at most as similar as the positive), ``-S`` for ``"hard_positive"``
-    and ``"easy_negative"``, and ``noise`` for the random strategies:
-    uniform noise for ``"random_*"``, log-weights plus Gumbel noise for
-    ``"distance_weighted_negative"`` (Gumbel-max sampling).
+
+def _pick(role, strategy, scores, candidates, noise=None, s_ap=None, weights=None):
+    """One choice per row of the scores by ``strategy``: ``(index, found)``.
+
+    The masked arg-max (:func:`tfdml.ops.masked_argmax`, ties to the lowest index) of the
+    strategy's key (:data:`_STRATEGIES`) over the candidates. ``"semihard"`` keeps the
+    candidates at most as similar as the positive (``s_ap``, ``[B, 1]``);
+    ``"distance_weighted"`` keeps those within reach and adds their log-weights
+    (``weights = (log_w, within)``) to its Gumbel noise (Gumbel-max sampling).
     """
-    if strategy in ("easy_positive", "hard_negative", "semihard_negative"):
-        key = scores
-    elif strategy in ("hard_positive", "easy_negative"):
-        key = -scores
-    else:  # random_positive, random_negative, distance_weighted_negative
-        key = noise
-    return dml.masked_argmax(key, mask)
+    if strategy == "semihard":
+        candidates = ops.logical_and(candidates, scores <= s_ap)
+    elif strategy == "distance_weighted":
+        log_w, candidates = _distance_candidates(*weights, candidates)
+        noise = log_w + noise
+    key = _STRATEGIES[role, strategy].key
+    if key != "noise":
+        noise = scores if key == "scores" else -scores
+    return dml.masked_argmax(noise, candidates)
+
+
+def _pick_per_pair(strategy, scores, candidates, seed, weights=None):
+    """The negative of every (anchor, positive ``j``) pair by a ``per_pair`` strategy:
+    ``(index, found)``, ``[B, R]`` (semi-hard from one sort per anchor, random and
+    distance-weighted by inverse CDF)."""
+    if strategy == "semihard":
+        return _semihard_all(scores, candidates)
+    if strategy == "distance_weighted":
+        log_w, candidates = _distance_candidates(*weights, candidates)
+    else:  # random: uniform weights
+        log_w = ops.zeros_like(scores)
+    return _draw_per_pair(log_w, candidates, seed)
 
 
 def distance_log_weights(embeddings, ref_embeddings, lower_cutoff, upper_cutoff):
@@ -372,12 +411,6 @@ def _draw_per_pair(log_w, candidates, seed):
     index = ops.where(count >= width, last[:, None], count)
     found = ops.broadcast_to(found, ops.shape(index))
     return ops.where(found, index, ops.zeros_like(index)), found
-
-
-def _semihard_single(scores, negative_mask, s_ap):
-    """Semi-hard negative for one positive per anchor. ``s_ap`` has shape [B, 1]."""
-    candidates = ops.logical_and(negative_mask, scores <= s_ap)
-    return _pick("semihard_negative", scores, candidates)
 
 
 def _semihard_all(scores, negative_mask):
@@ -518,7 +551,8 @@ class TripletMiner(Miner):
         self.lower_cutoff = float(lower_cutoff)
         self.upper_cutoff = None if upper_cutoff is None else float(upper_cutoff)
         self._seed_generator = None
-        if "random" in (positive, negative) or negative == "distance_weighted":
+        if any(_STRATEGIES.get((role, name), _Strategy("")).noise is not None
+               for role, name in (("positive", positive), ("negative", negative))):
             self._seed_generator = keras.random.SeedGenerator(seed)
 
     def get_config(self):
@@ -538,68 +572,49 @@ class TripletMiner(Miner):
         scores = ops.stop_gradient(ops.convert_to_tensor(scores))
         dtype = dml.dtype_name(scores)
         positive_mask, negative_mask = dml.label_masks(labels, ref_labels, ref_offset)
-        log_w = None
+        weights = None
         if self.negative == "distance_weighted":
             log_w, within = distance_log_weights(embeddings, ref_embeddings, self.lower_cutoff,
                                                  self.upper_cutoff)
-            log_w = ops.cast(log_w, dtype)
+            weights = (ops.cast(log_w, dtype), within)
         if self.disjoint:
-            if log_w is not None:
-                log_w = (log_w, within)
-            return self._mine_disjoint(scores, positive_mask, negative_mask, ref_offset, log_w)
+            return self._mine_disjoint(scores, positive_mask, negative_mask, ref_offset, weights)
         shape = ops.shape(scores)
 
         if self.positive == "all":
-            positive = None
-            s_ap = scores
-            pair_found = positive_mask
+            positive, s_ap, pair_found = None, scores, positive_mask
         else:
-            noise = _uniform(shape, dtype, self._seed_generator) if self.positive == "random" else None
-            index, pair_found = _pick(self.positive + "_positive", scores, positive_mask, noise)
+            index, found = _pick("positive", self.positive, scores, positive_mask,
+                                 self._draw("positive", shape, dtype))
             positive = index[:, None]
             s_ap = dml.take_along_axis(scores, positive, axis=1)
-            pair_found = pair_found[:, None]
+            pair_found = found[:, None]
 
         if self.negative == "all":
             mask = ops.logical_and(pair_found[:, :, None], negative_mask[:, None, :])
             return Triplets(positive, None, mask)
-
-        if self.negative == "semihard":
-            if positive is None:
-                negative, found = _semihard_all(scores, negative_mask)
-            else:
-                negative, found = _semihard_single(scores, negative_mask, s_ap)
-                negative, found = negative[:, None], found[:, None]
-        elif self.negative in ("random", "distance_weighted") and positive is None:
-            # One draw per (anchor, positive) pair: inverse CDF, uniform weights for "random".
-            if self.negative == "random":
-                log_w, candidates = ops.zeros_like(scores), negative_mask
-            else:
-                log_w, candidates = _distance_candidates(log_w, within, negative_mask)
-            negative, found = _draw_per_pair(log_w, candidates, self._seed_generator)
-        else:
-            candidates = negative_mask
-            noise = None
-            if self.negative == "random":
-                noise = _uniform(shape, dtype, self._seed_generator)
-            elif self.negative == "distance_weighted":
-                log_w, candidates = _distance_candidates(log_w, within, negative_mask)
-                noise = log_w + _gumbel(shape, dtype, self._seed_generator)
-            negative, found = _pick(self.negative + "_negative", scores, candidates, noise)
+        if positive is None and _STRATEGIES["negative", self.negative].per_pair:
+            negative, found = _pick_per_pair(self.negative, scores, negative_mask,
+                                             self._seed_generator, weights)
+        else:  # one negative per anchor
+            negative, found = _pick("negative", self.negative, scores, negative_mask,
+                                    self._draw("negative", shape, dtype), s_ap, weights)
             negative = ops.broadcast_to(negative[:, None], ops.shape(pair_found))
             found = ops.broadcast_to(found[:, None], ops.shape(pair_found))
         mask = ops.logical_and(pair_found, found)[:, :, None]
         return Triplets(positive, negative, mask)
 
-    def _mine_disjoint(self, scores, positive_mask, negative_mask, ref_offset, distance_weights):
+    def _draw(self, role, shape, dtype):
+        """The noise of the ``role`` strategy (:data:`_STRATEGIES`), or None."""
+        noise = _STRATEGIES[role, getattr(self, role)].noise
+        return None if noise is None else noise(shape, dtype, self._seed_generator)
+
+    def _mine_disjoint(self, scores, positive_mask, negative_mask, ref_offset, weights):
         shape = ops.shape(scores)
         batch, num_ref = shape[0], shape[1]
         dtype = dml.dtype_name(scores)
-        noise_p = _uniform(shape, dtype, self._seed_generator) if self.positive == "random" else None
-        noise_n = _uniform(shape, dtype, self._seed_generator) if self.negative == "random" else None
-        if distance_weights is not None:
-            log_w, within = distance_weights
-            gumbel = _gumbel(shape, dtype, self._seed_generator)
+        noise_p = self._draw("positive", shape, dtype)
+        noise_n = self._draw("negative", shape, dtype)
         ref_columns = ops.arange(num_ref, dtype="int32")
         batch_rows = ops.arange(batch, dtype="int32")
         offset = None if ref_offset is None else ops.cast(ref_offset, "int32")
@@ -608,23 +623,16 @@ class TripletMiner(Miner):
             used, positive, negative, valid = state
 
             def row(x):  # row i of a [B, R] tensor, as [1, R]
-                return x[i][None, :]
+                return None if x is None else x[i][None, :]
 
             scores_i = row(scores)
             free = ops.logical_not(used)[None, :]
-            p_mask = ops.logical_and(row(positive_mask), free)
-            p, p_found = _pick(self.positive + "_positive", scores_i, p_mask,
-                                    None if noise_p is None else row(noise_p))
-            n_mask = ops.logical_and(row(negative_mask), free)
-            if self.negative == "semihard":
-                s_ap = dml.take_along_axis(scores_i, p[:, None], axis=1)
-                n, n_found = _semihard_single(scores_i, n_mask, s_ap)
-            else:
-                noise = None if noise_n is None else row(noise_n)
-                if self.negative == "distance_weighted":
-                    w_row, n_mask = _distance_candidates(row(log_w), row(within), n_mask)
-                    noise = w_row + row(gumbel)
-                n, n_found = _pick(self.negative + "_negative", scores_i, n_mask, noise)
+            p, p_found = _pick("positive", self.positive, scores_i,
+                               ops.logical_and(row(positive_mask), free), row(noise_p))
+            s_ap = dml.take_along_axis(scores_i, p[:, None], axis=1)
+            n, n_found = _pick("negative", self.negative, scores_i,
+                               ops.logical_and(row(negative_mask), free), row(noise_n), s_ap,
+                               None if weights is None else tuple(row(w) for w in weights))
             ok = ops.logical_and(p_found[0], n_found[0])
             taken = ops.logical_or(ops.equal(ref_columns, p[0]), ops.equal(ref_columns, n[0]))
             if offset is not None:
@@ -711,13 +719,13 @@ class MultiSimilarityMiner(Miner):
 
     Examples:
 
-    >>> loss = tfdml.losses.MultiSimilarityLoss(
-    ...     miner=tfdml.miners.MultiSimilarityMiner(positive="easy"))
+    >>> miner = tfdml.miners.MultiSimilarityMiner(epsilon=0.05, positive="easy")
+    >>> loss = tfdml.losses.ContrastiveLoss(miner=miner)  # any pair loss
 
     Reference:
-        Wang, Han, Huang, Dong, Scott, "Multi-similarity loss with general
-        pair weighting for deep metric learning", CVPR 2019; "Reducing class
-        collapse in metric learning with easy positive sampling".
+        The pair mining of Wang et al.'s multi-similarity loss (CVPR 2019) and
+        the easy positives of the class-collapse paper; see
+        :class:`tfdml.losses.MultiSimilarityLoss`.
     """
 
     def __init__(self, epsilon: float = 0.1, positive: str = "hard"):
@@ -734,17 +742,34 @@ class MultiSimilarityMiner(Miner):
              ref_embeddings=None) -> Pairs:
         scores = ops.stop_gradient(ops.convert_to_tensor(scores))
         positive_mask, negative_mask = dml.label_masks(labels, ref_labels, ref_offset)
-        epsilon = ops.convert_to_tensor(self.epsilon, dml.dtype_name(scores))
-        least_positive, has_positive = dml.masked_min(scores, positive_mask)
-        negative = ops.logical_and(negative_mask, scores + epsilon > least_positive[:, None])
-        negative = ops.logical_and(negative, has_positive[:, None])
-        if self.positive == "hard":
-            most_negative, _ = dml.masked_max(scores, negative_mask)
-            positive = ops.logical_and(positive_mask, scores - epsilon < most_negative[:, None])
-        elif self.positive == "easy":
-            index, found = dml.masked_argmax(scores, positive_mask)
-            positive = _scatter_columns(index[:, None], found[:, None], ops.shape(scores)[1])
-        else:
-            positive = positive_mask
-        has_negative = ops.any(negative_mask, axis=1, keepdims=True)
-        return Pairs(ops.logical_and(positive, has_negative), negative)
+        return _multi_similarity_pairs(scores, positive_mask, negative_mask, self.epsilon,
+                                       self.positive)
+
+
+def _multi_similarity_pairs(scores, positive_mask, negative_mask, epsilon, positive="hard",
+                            negatives=None) -> Pairs:
+    """The pair mining of :class:`MultiSimilarityMiner` on ``[B, R]`` scores and label masks.
+
+    Args:
+        epsilon: the mining margin, in the units of the scores (any sign).
+        positive: ``"hard"``, ``"easy"`` or ``"all"``.
+        negatives: ``(scores, candidates)``, ``[B, N]`` each: other negatives, kept
+            against the same threshold (the least similar positive of ``scores``), as
+            LoOp's negative pairs of samples. Defaults to `None` (the negatives of
+            ``scores``).
+    """
+    epsilon = ops.convert_to_tensor(epsilon, dml.dtype_name(scores))
+    least_positive, has_positive = dml.masked_min(scores, positive_mask)
+    negative_scores, candidates = (scores, negative_mask) if negatives is None else negatives
+    negative = ops.logical_and(candidates, negative_scores + epsilon > least_positive[:, None])
+    negative = ops.logical_and(negative, has_positive[:, None])
+    if positive == "hard":
+        most_negative, _ = dml.masked_max(scores, negative_mask)
+        positive = ops.logical_and(positive_mask, scores - epsilon < most_negative[:, None])
+    elif positive == "easy":
+        index, found = dml.masked_argmax(scores, positive_mask)
+        positive = _scatter_columns(index[:, None], found[:, None], ops.shape(scores)[1])
+    else:
+        positive = positive_mask
+    has_negative = ops.any(negative_mask, axis=1, keepdims=True)
+    return Pairs(ops.logical_and(positive, has_negative), negative)

@@ -17,6 +17,8 @@ tensor, and it compiles under XLA.
 
 from __future__ import annotations
 
+import functools
+
 import keras
 from keras import ops
 
@@ -24,7 +26,8 @@ from tfdml import geometry
 from tfdml import ops as dml
 from tfdml.losses.base import MetricLoss, anchor_terms, functional_value, prepare_inputs
 from tfdml.losses.blocks import RowBlocks, batch_rows
-from tfdml.losses.multi_similarity import _log1p_sum_exp
+from tfdml.losses.multi_similarity import _ms_values
+from tfdml.miners import TripletMiner, _multi_similarity_pairs
 
 __all__ = [
     "HPHNTripletLoss",
@@ -82,92 +85,263 @@ def _gather(x, index, axis=0):
     return ops.take(x, index, axis=axis)
 
 
-def _by_sample(first, slot_values, slot_valid):
-    """Slot values moved to the index of the pair's first sample: ``[B]``."""
-    # ``first`` is a permutation: a scatter without repeated indices.
-    columns = first[None, :]
-    values = dml.scatter_rows(ops.zeros_like(slot_values[None, :]), columns,
-                              slot_values[None, :])
-    valid = ops.cast(slot_valid, "int32")[None, :]
-    valid = dml.scatter_rows(ops.zeros_like(valid), columns, valid)
+def _pair_layout(labels):
+    """A batch order with the label pairs in two blocks: ``(perm, valid)``.
+
+    With ``S = B // 2`` (there are at most ``S`` pairs), ``labels[perm]`` has pair ``t`` of
+    :func:`label_pairs` (in their order) at positions ``t`` and ``S + t`` where ``valid[t]``
+    (``[S]``, the valid ones first); the unpaired samples fill the other positions. In that
+    order the products of the pairs' samples are blocks of the batch's ``[B, B]`` matrices.
+    """
+    order, _, starts = label_pairs(labels)  # a pair (order[p], order[p + 1]) where starts[p]
+    size = ops.shape(order)[0]
+    num_slots = size // 2
+    starts_i = ops.cast(starts, "int32")
+    pair = ops.cumsum(starts_i) - 1
+    seconds = ops.concatenate([ops.zeros_like(starts[:1]), starts[:-1]], 0)
+    num_pairs = ops.sum(starts_i)
+    alone = ops.cumsum(ops.cast(ops.logical_not(ops.logical_or(starts, seconds)), "int32")) - 1
+    skip = ops.where(alone >= num_slots - num_pairs, num_pairs, 0)  # past the second block
+    position = ops.where(starts, pair, ops.where(seconds, num_slots + pair,
+                                                 num_pairs + alone + skip))
+    perm = dml.scatter_rows(ops.zeros((1, size), "int32"), position[None, :], order[None, :])
+    return perm[0], ops.arange(num_slots, dtype="int32") < num_pairs
+
+
+def _permuted(x, perm):
+    """``x[perm]`` for a permutation ``perm``, as a scatter: its gradient is a dense tensor
+    (a gather's is TensorFlow's ``IndexedSlices``, which would reach the loss's caller)."""
+    inverse = ops.scatter_update(ops.zeros_like(perm), perm[:, None],
+                                 ops.arange(ops.shape(perm)[0], dtype="int32"))
+    return ops.scatter_update(ops.zeros_like(x), inverse[:, None], x)
+
+
+def _by_sample(samples, values, valid, size):
+    """``values`` (and ``valid``) moved to the indices ``samples``: ``[size]``, 0 elsewhere."""
+    columns = samples[None, :]  # distinct samples: a scatter without repeated indices
+    values = dml.scatter_rows(ops.zeros((1, size), dml.dtype_name(values)), columns,
+                              values[None, :])
+    valid = dml.scatter_rows(ops.zeros((1, size), "int32"), columns,
+                             ops.cast(valid, "int32")[None, :])
     return values[0], valid[0] > 0
 
 
+def _arc_similarity(x1x2, y1y2, x1y1, x1y2, x2y1, x2y2):
+    """:func:`tfdml.geometry.arc_similarity_from_dots`, differentiated by the envelope theorem.
+
+    At the optimum ``s = sum_ij a_i b_j (x_i . y_j)`` for the unit vectors
+    ``p1 = a1 x1 + a2 x2`` and ``p2 = b1 y1 + b2 y2``, so
+    ``ds = sum_ij a_i b_j d(x_i . y_j) - s (a1 a2 d(x1 . x2) + b1 b2 d(y1 . y2))``: the
+    gradient of the solver's winning candidate, as a few products of the coefficients
+    instead of a backward pass through all nine candidates. The value is the solver's.
+    The arguments go to the solver unbroadcast (``x1x2`` is ``[t, 1]`` for rows of arcs),
+    so that an arc's own terms are computed once per arc, not once per pair of arcs.
+    """
+    dots = (x1x2, y1y2, x1y1, x1y2, x2y1, x2y2)
+    fixed = [ops.stop_gradient(d) for d in dots]
+    s, a1, a2, b1, b2, _ = geometry._arc_solve(*fixed)
+    g, h, c11, c12, c21, c22 = (d - f for d, f in zip(dots, fixed, strict=True))  # zeros
+    first_order = a1 * (b1 * c11 + b2 * c12) + a2 * (b1 * c21 + b2 * c22)
+    return s + (first_order - s * (a1 * a2 * g + b1 * b2 * h))
 
 
+def _loop_squared_distance(normalized, own, dots):
+    """``[t, S]`` squared LoOp distances between pairs ``(x1, x2)`` and ``(y1, y2)``.
+
+    ``own``: ``(x1 . x2, |x1|^2, |x2|^2)`` of the ``t`` row pairs and of the ``S`` column
+    pairs (``([t], [S])`` each); ``dots``: ``(x1 . y1, x1 . y2, x2 . y1, x2 . y2)``, ``[t, S]``.
+    """
+    rows = [r[:, None] for r, _ in own]
+    columns = [c[None, :] for _, c in own]
+    if normalized:
+        s = _arc_similarity(rows[0], columns[0], *dots)
+        return dml.maximum(2.0 - 2.0 * s, ops.zeros_like(s))
+    squared = geometry.segment_squared_distance_from_dots(
+        rows[1], rows[2], rows[0], columns[1], columns[2], columns[0], *dots)
+    return dml.maximum(squared, ops.zeros_like(squared))
+
+
+def _negative_pairs(valid_rows, labels_rows, valid, labels):
+    """``[t, S]``: row pair and column pair both real, and of different classes."""
+    both = ops.logical_and(valid_rows[:, None], valid[None, :])
+    return ops.logical_and(both, ops.not_equal(labels_rows[:, None], labels[None, :]))
+
+
+_HARD_MINER = TripletMiner("hard", "hard")
+
+
+def _hardest(dist, row_labels, labels):
+    """``(farthest positive, closest negative, has a negative)`` of rows of distances.
+
+    ``TripletMiner("hard", "hard")`` on ``-dist``; ``ref_offset=None`` counts each sample
+    among its own positives, as ``max_{c[k] = c[i]} d_ik`` does.
+    """
+    mined = _HARD_MINER.mine(-dist, row_labels, labels, ref_offset=None)
+    far = dml.take_along_axis(dist, mined.positive, axis=1)[:, 0]
+    near = dml.take_along_axis(dist, mined.negative, axis=1)[:, 0]
+    return far, near, mined.mask[:, 0, 0]
+
+
+def _head(x, n, axes):
+    """The first ``n`` rows (and columns, ``axes=2``) of ``x``; ``x`` itself when it has ``n``
+    (an even batch: no slice, whose gradient would be a padded copy)."""
+    if isinstance(n, int) and x.shape[0] == n:
+        return x
+    return x[:n, :n] if axes == 2 else x[:n]
+
+
+def _rows(x, rows):
+    """The rows ``rows`` of ``x``: a slice, or int indices."""
+    return x[rows] if isinstance(rows, slice) else _gather(x, rows)
+
+
+def _ordered(labels, x, layout):
+    """``(labels, x, perm, valid, ends)`` of a batch and its :func:`_pair_layout`.
+
+    ``layout``: the batch put in that order, the rows of the pairs' first samples and of their
+    second ones two slices (``ends``); otherwise the batch as it is and ``ends`` their indices.
+    """
+    perm, valid = _pair_layout(labels)
+    num_slots = ops.shape(valid)[0]
+    if layout:
+        return (_gather(labels, perm), _permuted(x, perm), perm, valid,
+                (slice(0, num_slots), slice(num_slots, 2 * num_slots)))
+    return labels, x, perm, valid, (perm[:num_slots], perm[num_slots:2 * num_slots])
 
 
 class _Geometry:
-    """Distances of a batch, its label pairs and the LoOp distances between pairs."""
+    """A whole batch: its ``[B, B]`` distances and the ``[S, S]`` LoOp distances between its
+    pairs (``S = B // 2``), from one matrix product. ``layout``: in the order of
+    :func:`_pair_layout` (for the LoOp distances); otherwise in the batch's order."""
 
-    def __init__(self, labels, x, normalized):
-        gram = dml.pairwise_similarity(x, x)
-        self.dist = dml.pairwise_distance(x, x)  # x is unit-norm when normalized
-        self.sim = 1.0 - 0.5 * ops.square(self.dist)  # s = 1 - d^2 / 2 (Section 3.3)
-        self.first, self.second, self.valid = label_pairs(labels)
-        a, b = self.first, self.second
-        pair_labels = _gather(labels, a)
-        self.same_mask = ops.equal(labels[:, None], labels[None, :])  # self-pairs included
-        self.positive_mask, self.negative_mask = dml.label_masks(labels, labels, 0)
-        # d(a_t, b_t), from the flattened matrix
-        self.pair_dist = _gather(ops.reshape(self.dist, [-1]), a * ops.shape(self.dist)[1] + b)
-        rows_a, rows_b = _gather(gram, a), _gather(gram, b)
-        aa, ab = _gather(rows_a, a, axis=1), _gather(rows_a, b, axis=1)
-        ba, bb = _gather(rows_b, a, axis=1), _gather(rows_b, b, axis=1)
-        x1x2 = ops.diagonal(ab)  # dots within each pair
-        if normalized:
-            s = geometry.arc_similarity_from_dots(
-                x1x2[:, None], x1x2[None, :], aa, ab, ba, bb
-            )
-            self.loop_dist = dml.safe_sqrt(dml.maximum(2.0 - 2.0 * s, ops.zeros_like(s)))
-        else:
-            norms = ops.diagonal(gram)
-            na, nb = _gather(norms, a), _gather(norms, b)
-            squared = geometry.segment_squared_distance_from_dots(
-                na[:, None], nb[:, None], x1x2[:, None], na[None, :], nb[None, :],
-                x1x2[None, :], aa, ab, ba, bb,
-            )
-            self.loop_dist = dml.safe_sqrt(dml.maximum(squared, ops.zeros_like(squared)))
-        self.loop_sim = 1.0 - 0.5 * ops.square(self.loop_dist)
-        # Slot t against slot u: both real pairs, of different classes.
-        self.loop_mask = ops.logical_and(
-            ops.logical_and(self.valid[:, None], self.valid[None, :]),
-            ops.not_equal(pair_labels[:, None], pair_labels[None, :]),
-        )
+    def __init__(self, labels, x, normalized, layout=True):
+        self.labels, self.x, self.perm, self.valid, self.ends = _ordered(labels, x, layout)
+        self.normalized, self.layout, self.size = normalized, layout, ops.shape(labels)[0]
+
+    @functools.cached_property
+    def gram(self):
+        return dml.pairwise_similarity(self.x, self.x)
+
+    @functools.cached_property
+    def squared(self):
+        if not self.layout:  # no LoOp distances, no dot products
+            return dml.pairwise_distance(self.x, self.x, squared=True)
+        # -2 x @ x^T is exactly -2 times the dot products: one product for both.
+        return dml._pairwise_distance_from_products(self.x, self.x, -2.0 * self.gram,
+                                                    squared=True)
+
+    @functools.cached_property
+    def dist(self):
+        return dml.safe_sqrt(self.squared)
+
+    @functools.cached_property
+    def sim(self):
+        """``s = 1 - d^2 / 2`` (the dot products of unit vectors)."""
+        return 1.0 - 0.5 * self.squared
+
+    @functools.cached_property
+    def pair_dist(self):
+        """The distances within the pairs, read off the flattened matrix."""
+        first, second = (ops.arange(end.start, end.stop, dtype="int32")
+                         if isinstance(end, slice) else end for end in self.ends)
+        return _gather(ops.reshape(self.dist, [-1]), first * self.size + second)
+
+    def loop_rows(self):
+        """``(squared loop distances, negative pairs)``, ``[S, S]``."""
+        a, b = self.ends
+        # The four [S, S] blocks of the pairs' samples, by splits (whose gradients are
+        # concatenations, not four [B, B] paddings).
+        dots = tuple(block for half in ops.split(_head(self.gram, b.stop, 2), 2, axis=0)
+                     for block in ops.split(half, 2, axis=1))
+        own = [(d, d) for d in (ops.diagonal(dots[1]), ops.diagonal(dots[0]),
+                                ops.diagonal(dots[3]))]
+        labels = self.labels[a]
+        return (_loop_squared_distance(self.normalized, own, dots),
+                _negative_pairs(self.valid, labels, self.valid, labels))
+
+    def hardest(self, end):
+        rows = self.ends[end]
+        return _hardest(_rows(self.dist, rows), _rows(self.labels, rows), self.labels)
 
     def by_sample(self, slot_values, slot_valid):
-        """Slot values moved to the index of the pair's first sample: ``[B]``."""
-        return _by_sample(self.first, slot_values, slot_valid)
-
-    def hardest_positive(self, index):
-        """``max_{c[k] = c[i]} d(i, k)`` for each ``i`` in ``index`` (0 if alone)."""
-        same = _gather(self.same_mask, index)
-        return dml.masked_max(_gather(self.dist, index), same)[0]
-
-    def hardest_negative(self, index):
-        """``(min_{c[k] != c[i]} d(i, k), found)`` for each ``i`` in ``index``."""
-        return dml.masked_min(_gather(self.dist, index), _gather(self.negative_mask, index))
+        return _by_sample(self.perm[: ops.shape(self.valid)[0]], slot_values, slot_valid,
+                          self.size)
 
 
-def _pair_losses(geo: _Geometry, base, margin, loop):
-    """Per-slot losses of the triplet, HPHN-triplet and lifted-structure forms."""
-    m = ops.convert_to_tensor(margin, dtype=dml.dtype_name(geo.dist))
+class _LabelPairs:
+    """A batch, its pairs (``ends``: the indices of their samples) and rows of distances.
+
+    ``O(B D)`` here; :meth:`loop_rows` is ``O(t S)`` for ``t`` rows, no ``[B, B]`` matrix.
+    """
+
+    def __init__(self, labels, x, normalized, valid, ends):
+        self.labels, self.x, self.normalized, self.valid = labels, x, normalized, valid
+        self.first, self.second = ends
+        self.pair_labels = _gather(labels, self.first)
+        self.xa, self.xb = _gather(x, self.first), _gather(x, self.second)
+
+    def distance_rows(self, samples):
+        """``[t, B]`` distances of the samples ``samples`` to every sample."""
+        return dml.pairwise_distance(_gather(self.x, samples), self.x)
+
+    def similarity_rows(self, samples):
+        """``[t, B]`` similarities ``s = 1 - d^2 / 2`` (:attr:`_Geometry.sim`)."""
+        return 1.0 - 0.5 * dml.pairwise_distance(_gather(self.x, samples), self.x, squared=True)
+
+    def loop_rows(self, slots):
+        """``(squared loop distances, negative pairs)`` of the pairs ``slots``: ``[t, S]``."""
+        xa, xb = _gather(self.xa, slots), _gather(self.xb, slots)
+        dots = tuple(dml.pairwise_similarity(u, v) for u in (xa, xb) for v in (self.xa, self.xb))
+        own = [(_gather(c, slots), c) for c in (
+            ops.sum(self.xa * self.xb, axis=1), ops.sum(ops.square(self.xa), axis=1),
+            ops.sum(ops.square(self.xb), axis=1))]
+        mask = _negative_pairs(_gather(self.valid, slots), _gather(self.pair_labels, slots),
+                               self.valid, self.pair_labels)
+        return _loop_squared_distance(self.normalized, own, dots), mask
+
+
+class _SlotBlock:
+    """What :func:`_pair_losses` reads, for a block of the pairs of a :class:`_LabelPairs`."""
+
+    def __init__(self, pairs: _LabelPairs, slots):
+        self.pairs, self._slots = pairs, slots
+        self.ends = (_gather(pairs.first, slots), _gather(pairs.second, slots))
+        self.valid = _gather(pairs.valid, slots)
+        self.pair_dist = dml.paired_distance(
+            _gather(pairs.xa, slots), _gather(pairs.xb, slots), "l2")
+
+    def loop_rows(self):
+        return self.pairs.loop_rows(self._slots)
+
+    def hardest(self, end):
+        labels, rows = self.pairs.labels, self.ends[end]
+        return _hardest(self.pairs.distance_rows(rows), _gather(labels, rows), labels)
+
+    def by_sample(self, slot_values, slot_valid):
+        return slot_values, slot_valid  # moved to the samples once the blocks are together
+
+
+def _pair_losses(geo, base, margin, loop):
+    """Per-pair losses of the triplet, HPHN-triplet and lifted-structure forms."""
+    m = ops.convert_to_tensor(margin, dtype=dml.dtype_name(geo.pair_dist))
     if loop:
+        loop_squared, loop_mask = geo.loop_rows()
+        loop_dist = dml.safe_sqrt(loop_squared)
         if base == "triplet":
-            hinge = ops.relu(geo.pair_dist[:, None] - geo.loop_dist + m)
-            weights = ops.cast(geo.loop_mask, dml.dtype_name(hinge))
-            values = ops.sum(hinge * weights, axis=1)
-            found = ops.any(geo.loop_mask, axis=1)
+            hinge = ops.relu(geo.pair_dist[:, None] - loop_dist + m)
+            values = ops.sum(hinge * ops.cast(loop_mask, dml.dtype_name(hinge)), axis=1)
+            found = ops.any(loop_mask, axis=1)
         else:
-            closest, found = dml.masked_min(geo.loop_dist, geo.loop_mask)
-    else:
-        na, found_a = geo.hardest_negative(geo.first)
-        nb, found_b = geo.hardest_negative(geo.second)
-        closest = dml.minimum(ops.where(found_a, na, nb), ops.where(found_b, nb, na))
+            closest, found = dml.masked_min(loop_dist, loop_mask)
+    if base == "hphn_triplet" or not loop:
+        far_a, near_a, found_a = geo.hardest(0)
+        far_b, near_b, found_b = geo.hardest(1)
+    if not loop:
+        closest = dml.minimum(ops.where(found_a, near_a, near_b),
+                              ops.where(found_b, near_b, near_a))
         found = ops.logical_or(found_a, found_b)
     if base == "hphn_triplet":
-        far = dml.maximum(geo.hardest_positive(geo.first), geo.hardest_positive(geo.second))
-        values = ops.relu(far + m - closest)
+        values = ops.relu(dml.maximum(far_a, far_b) + m - closest)
     elif base == "lifted_structure":
         values = ops.relu(geo.pair_dist + m - closest)
     valid = ops.logical_and(geo.valid, found)
@@ -175,176 +349,83 @@ def _pair_losses(geo: _Geometry, base, margin, loop):
     return geo.by_sample(values, valid)
 
 
-def _slot_of(first, second, valid):
-    """``(slot_of, paired)``: each sample's label-pair slot, and whether it is in a pair."""
-    size = ops.shape(first)[0]
-    slots = ops.arange(size, dtype="int32")
-    # Scatter the slot index to both members of valid slots (column ``size`` collects the
-    # invalid slots).
-    target = ops.pad(ops.full_like(slots, -1), [[0, 1]], constant_values=-1)[None, :]
-    for members in (first, second):
-        target = dml.scatter_rows(target, ops.where(valid, members, size)[None, :],
-                                  slots[None, :], mode="max")
-    slot_of = target[0, :size]
-    paired = slot_of >= 0
-    return dml.maximum(slot_of, ops.zeros_like(slot_of)), paired
-
-
-def _ms_rows(sim, positive_mask, negative_mask, loop_sim, loop_mask, paired, margin, alpha,
-             beta, epsilon):
+def _ms_rows(sim, positive_mask, negative_mask, loop_sim, loop_mask, paired, margin, options):
     """Per-sample losses of the LoOp multi-similarity loss, for rows of samples.
 
     ``sim``, ``positive_mask``, ``negative_mask``: ``[t, B]`` rows of the samples;
-    ``loop_sim``, ``loop_mask``: ``[t, S]`` rows of their pair slots; ``paired``: ``[t]``.
+    ``loop_sim``, ``loop_mask``: ``[t, S]`` rows of their pairs; ``paired``: ``[t]``.
+    The multi-similarity miner's thresholds, from the samples, select the negative pairs.
     """
-    eps = ops.convert_to_tensor(epsilon, dtype=dml.dtype_name(sim))
-    least_positive, has_positive = dml.masked_min(sim, positive_mask)
-    most_negative, has_negative = dml.masked_max(sim, negative_mask)
-    positive = ops.logical_and(positive_mask, sim - eps < most_negative[:, None])
-    positive = ops.logical_and(positive, has_negative[:, None])
-    negative = ops.logical_and(loop_mask, paired[:, None])
-    negative = ops.logical_and(negative, loop_sim > least_positive[:, None] - eps)
-    negative = ops.logical_and(negative, has_positive[:, None])
-    lam = ops.convert_to_tensor(margin, dtype=dml.dtype_name(sim))
-    pos_term = _log1p_sum_exp(-alpha * (sim - lam), positive) / alpha
-    neg_term = _log1p_sum_exp(beta * (loop_sim - lam), negative) / beta
-    valid = ops.logical_and(ops.any(positive, axis=1), ops.any(negative, axis=1))
+    pairs = _multi_similarity_pairs(
+        sim, positive_mask, negative_mask, options["epsilon"],
+        negatives=(loop_sim, ops.logical_and(loop_mask, paired[:, None])))
+    values = _ms_values(sim, pairs, options["alpha"], options["beta"], margin,
+                        negative_scores=loop_sim)
+    valid = ops.logical_and(ops.any(pairs.positive, axis=1), ops.any(pairs.negative, axis=1))
     valid = ops.logical_and(valid, paired)
-    return ops.where(valid, pos_term + neg_term, ops.zeros_like(pos_term)), valid
+    return ops.where(valid, values, ops.zeros_like(values)), valid
 
 
-def _ms_losses(geo: _Geometry, margin, alpha, beta, epsilon):
-    """Per-sample losses of the LoOp multi-similarity loss."""
-    slot_of, paired = _slot_of(geo.first, geo.second, geo.valid)
-    return _ms_rows(geo.sim, geo.positive_mask, geo.negative_mask,
-                    _gather(geo.loop_sim, slot_of), _gather(geo.loop_mask, slot_of), paired,
-                    margin, alpha, beta, epsilon)
+def _paired(positions, valid):
+    """Whether the samples at ``positions`` (of :func:`_pair_layout`'s order) are in a pair."""
+    num_slots, num_pairs = ops.shape(valid)[0], ops.sum(ops.cast(valid, "int32"))
+    slot = ops.where(positions < num_slots, positions, positions - num_slots)
+    return ops.logical_and(slot < num_pairs, positions < 2 * num_slots)
 
 
-class _LabelPairs:
-    """The label pairs of a batch, and rows of its distances without any ``[B, B]`` matrix.
-
-    The blocked form of :class:`_Geometry`: ``O(B D)`` here, ``O(t B)`` per block of rows.
-    """
-
-    def __init__(self, labels, x, normalized, pairs):
-        self.labels, self.x, self.normalized = labels, x, normalized
-        self.first, self.second, self.valid = pairs  # label_pairs(labels)
-        self.pair_labels = _gather(labels, self.first)
-        self.xa, self.xb = _gather(x, self.first), _gather(x, self.second)
-        self.x1x2 = ops.sum(self.xa * self.xb, axis=1)
-        self.na = ops.sum(ops.square(self.xa), axis=1)
-        self.nb = ops.sum(ops.square(self.xb), axis=1)
-
-    def distance_rows(self, samples):
-        """``[t, B]`` distances of the samples ``samples`` to every sample."""
-        return dml.pairwise_distance(_gather(self.x, samples), self.x)
-
-    def loop_rows(self, slots):
-        """``(loop_dist, loop_mask)``: ``[t, S]`` rows of the slots ``slots``."""
-        xa, xb = _gather(self.xa, slots), _gather(self.xb, slots)
-        aa, ab = dml.pairwise_similarity(xa, self.xa), dml.pairwise_similarity(xa, self.xb)
-        ba, bb = dml.pairwise_similarity(xb, self.xa), dml.pairwise_similarity(xb, self.xb)
-        x1x2 = _gather(self.x1x2, slots)
-        if self.normalized:
-            s = geometry.arc_similarity_from_dots(x1x2[:, None], self.x1x2[None, :], aa, ab,
-                                                  ba, bb)
-            dist = dml.safe_sqrt(dml.maximum(2.0 - 2.0 * s, ops.zeros_like(s)))
-        else:
-            squared = geometry.segment_squared_distance_from_dots(
-                _gather(self.na, slots)[:, None], _gather(self.nb, slots)[:, None],
-                x1x2[:, None], self.na[None, :], self.nb[None, :], self.x1x2[None, :],
-                aa, ab, ba, bb,
-            )
-            dist = dml.safe_sqrt(dml.maximum(squared, ops.zeros_like(squared)))
-        labels = _gather(self.pair_labels, slots)
-        mask = ops.logical_and(
-            ops.logical_and(_gather(self.valid, slots)[:, None], self.valid[None, :]),
-            ops.not_equal(labels[:, None], self.pair_labels[None, :]),
-        )
-        return dist, mask
-
-
-class _SlotBlock:
-    """What :func:`_pair_losses` reads of a :class:`_Geometry`, for a block of slots."""
-
-    def __init__(self, pairs: _LabelPairs, slots):
-        self.pairs = pairs
-        self.first, self.second = _gather(pairs.first, slots), _gather(pairs.second, slots)
-        self.valid = _gather(pairs.valid, slots)
-        self.pair_dist = self.dist = dml.paired_distance(
-            _gather(pairs.xa, slots), _gather(pairs.xb, slots), "l2")
-        self._slots = slots
-        self._loop = None
-        self._rows = {}
-
-    @property
-    def loop_dist(self):
-        if self._loop is None:
-            self._loop = self.pairs.loop_rows(self._slots)
-        return self._loop[0]
-
-    @property
-    def loop_mask(self):
-        self.loop_dist  # noqa: B018  (computes both)
-        return self._loop[1]
-
-    def _distance_rows(self, index):
-        if id(index) not in self._rows:
-            self._rows[id(index)] = self.pairs.distance_rows(index)
-        return self._rows[id(index)]
-
-    def hardest_positive(self, index):
-        labels = self.pairs.labels
-        same = ops.equal(_gather(labels, index)[:, None], labels[None, :])
-        return dml.masked_max(self._distance_rows(index), same)[0]
-
-    def hardest_negative(self, index):
-        labels = self.pairs.labels
-        other = ops.not_equal(_gather(labels, index)[:, None], labels[None, :])
-        return dml.masked_min(self._distance_rows(index), other)
-
-    def by_sample(self, slot_values, slot_valid):
-        return slot_values, slot_valid  # moved to the samples once the blocks are together
+def _ms_losses(geo: _Geometry, margin, options):
+    """Per-sample losses of the LoOp multi-similarity loss (0 for the unpaired samples)."""
+    loop_squared, loop_mask = geo.loop_rows()
+    loop_sim = 1.0 - 0.5 * loop_squared
+    halves = []  # the pairs' first samples, then their second ones: both rows of their pair
+    rows = ops.split(_head(geo.sim, geo.ends[1].stop, 1), 2, axis=0)
+    for sim, end, start in zip(rows, geo.ends, (0, ops.shape(geo.valid)[0]), strict=True):
+        positive, negative = dml.label_masks(geo.labels[end], geo.labels, start)
+        halves.append(_ms_rows(sim, positive, negative, loop_sim, loop_mask, geo.valid,
+                               margin, options))
+    losses, valid = (ops.concatenate(parts, axis=0) for parts in zip(*halves, strict=True))
+    return _by_sample(geo.perm[:ops.shape(losses)[0]], losses, valid, geo.size)
 
 
 def _blocked_per_anchor(labels, embeddings, base, margin, normalized, loop, options, block_size):
-    """:func:`_per_anchor` in row blocks: blocks of pair slots (of samples for the MS form)."""
+    """:func:`_per_anchor` in row blocks: blocks of pairs (of samples for the MS form)."""
     labels, x, _, _, _ = prepare_inputs(labels, embeddings, normalize=normalized)
-    blocks = RowBlocks(batch_rows(x), block_size)
+    size = batch_rows(x)
+    labels, x, perm, valid, ends = _ordered(labels, x, loop)  # once per step
+    num_slots = size // 2
+    ends = tuple(ops.arange(e.start, e.stop, dtype="int32") if isinstance(e, slice) else e
+                 for e in ends)
+    ms = base == "multi_similarity"
+    blocks = RowBlocks(size if ms else num_slots, block_size)
     dtype = dml.dtype_name(x)
-    first, second, valid = label_pairs(labels)  # from the labels alone: once per step
-    slot_of, paired = _slot_of(first, second, valid)
 
     def block(i, x):
-        pairs = _LabelPairs(labels, x, normalized, (first, second, valid))
+        batch_pairs = _LabelPairs(labels, x, normalized, valid, ends)
         rows = blocks.start(i) + ops.arange(blocks.size, dtype="int32")
-        if base != "multi_similarity":  # rows are pair slots
-            values, found = _pair_losses(_SlotBlock(pairs, rows), base, margin, loop)
+        if not ms:  # rows are pairs
+            values, found = _pair_losses(_SlotBlock(batch_pairs, rows), base, margin, loop)
             return values, ops.cast(found, dtype)
-        dist = pairs.distance_rows(rows)  # the MS form: rows are samples
+        sim = batch_pairs.similarity_rows(rows)  # the MS form: rows are samples
         positive, negative = dml.label_masks(_gather(labels, rows), labels, blocks.start(i))
-        loop_dist, loop_mask = pairs.loop_rows(_gather(slot_of, rows))
-        losses, found = _ms_rows(1.0 - 0.5 * ops.square(dist), positive, negative,
-                                 1.0 - 0.5 * ops.square(loop_dist), loop_mask,
-                                 _gather(paired, rows), margin, options["alpha"],
-                                 options["beta"], options["epsilon"])
+        slots = ops.where(rows < num_slots, rows, ops.minimum(rows - num_slots, num_slots - 1))
+        loop_squared, loop_mask = batch_pairs.loop_rows(slots)
+        losses, found = _ms_rows(sim, positive, negative,
+                                 1.0 - 0.5 * loop_squared, loop_mask,
+                                 _paired(rows, valid), margin, options)
         return losses, ops.cast(found, dtype)
 
     values, found = (blocks.assemble(t) for t in
                      blocks.map(block, (x,), [((None,), dtype)] * 2))
-    found = found > 0
-    if base != "multi_similarity":  # each slot's value at its pair's first sample
-        values, found = _by_sample(first, values, found)
+    # Back to the batch order; each pair's value at its first sample.
+    values, found = _by_sample(perm if ms else perm[:num_slots], values, found > 0, size)
     return anchor_terms(values, found)
 
 
 def _per_anchor(labels, embeddings, base, margin, normalized, loop, options):
     labels, x, _, _, _ = prepare_inputs(labels, embeddings, normalize=normalized)
-    geo = _Geometry(labels, x, normalized)
+    geo = _Geometry(labels, x, normalized, layout=loop)
     if base == "multi_similarity":
-        losses, valid = _ms_losses(geo, margin, options["alpha"], options["beta"],
-                                   options["epsilon"])
+        losses, valid = _ms_losses(geo, margin, options)
     else:
         losses, valid = _pair_losses(geo, base, margin, loop)
     return anchor_terms(losses, valid)
@@ -448,11 +529,12 @@ class LoOpLoss(MetricLoss):
         name: name of the loss. Defaults to `"loop_loss"`.
         average: see :mod:`tfdml.losses.base`. Defaults to `"anchors"`.
         dtype: dtype of the returned value. Defaults to `None` (floatx).
-        block_size: compute the loss over blocks of this many rows, each
-            against the whole batch, recomputing each block in the backward
-            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
-            values and gradients (docs/losses.md, "Large batches"). Defaults
-            to `None` (the whole batch at once).
+        block_size: compute the loss over blocks of this many pairs (of
+            samples for ``"multi_similarity"``), each against every pair of
+            the batch, recomputing each block in the backward pass: memory
+            ``O(block_size x B)`` instead of ``O(B^2)``, the same values and
+            gradients up to rounding (docs/losses.md, "Large batches").
+            Defaults to `None` (the whole batch at once).
 
     Examples:
 
@@ -544,17 +626,11 @@ class HPHNTripletLoss(_PairBaseline):
     its LoOp form.
 
     Args:
-        margin: ``m >= 0``. Defaults to `0.2`.
+        margin: ``m >= 0``, the gap between the hardest positive and the
+            closest negative. Defaults to `0.2`.
         normalize: L2-normalize the embeddings first. Defaults to `True`.
-        reduction: see :mod:`tfdml.losses.base`. Defaults to
-            `"sum_over_batch_size"`.
         name: name of the loss. Defaults to `"hphn_triplet_loss"`.
-        dtype: dtype of the returned value. Defaults to `None` (floatx).
-        block_size: compute the loss over blocks of this many rows, each
-            against the whole batch, recomputing each block in the backward
-            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
-            values and gradients (docs/losses.md, "Large batches"). Defaults
-            to `None` (the whole batch at once).
+        reduction, dtype, average, block_size: as for :class:`LoOpLoss`.
 
     Reference:
         Xuan, Stylianou, Pless, "Improved embeddings with easy positive
@@ -583,17 +659,11 @@ class LiftedStructureLoss(_PairBaseline):
     LoOp form.
 
     Args:
-        margin: ``m >= 0``. Defaults to `0.2`.
+        margin: ``m >= 0``, the gap between ``d_ij`` and the closest
+            negative. Defaults to `0.2`.
         normalize: L2-normalize the embeddings first. Defaults to `True`.
-        reduction: see :mod:`tfdml.losses.base`. Defaults to
-            `"sum_over_batch_size"`.
         name: name of the loss. Defaults to `"lifted_structure_loss"`.
-        dtype: dtype of the returned value. Defaults to `None` (floatx).
-        block_size: compute the loss over blocks of this many rows, each
-            against the whole batch, recomputing each block in the backward
-            pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same
-            values and gradients (docs/losses.md, "Large batches"). Defaults
-            to `None` (the whole batch at once).
+        reduction, dtype, average, block_size: as for :class:`LoOpLoss`.
 
     Reference:
         Oh Song, Xiang, Jegelka, Savarese, "Deep metric learning via lifted
