@@ -24,6 +24,11 @@ Such tests use ``keras.ops`` and the helpers below, never ``tf.*``.
 * :func:`central_differences`: the finite-difference gradient of a NumPy function.
 * :func:`gradient_check`: the backend's gradient of a scalar function and its central
   finite differences (as ``tf.test.compute_gradient``), in float64.
+
+The ``tf.function`` s made here trace without AutoGraph (``autograph=False``): the core is
+``keras.ops`` code that ``jax.jit`` traces as it is, so AutoGraph has nothing to convert,
+and its source conversion makes tracing several times slower. Code that did need it (a
+Python ``if`` or ``for`` on a tensor) fails to trace, as it does under ``jax.jit``.
 """
 
 from __future__ import annotations
@@ -152,7 +157,7 @@ def value_and_grad_function(fn, argnums=0, jit_compile=False):
     if BACKEND == "tensorflow":
         import tensorflow as tf
 
-        return tf.function(step, jit_compile=jit_compile)
+        return tf.function(step, jit_compile=jit_compile, autograph=False)
     if BACKEND == "jax" and jit_compile:
         import jax
 
@@ -225,7 +230,7 @@ def traced(fn):
     if BACKEND == "tensorflow":
         import tensorflow as tf
 
-        return tf.function(fn)
+        return tf.function(fn, autograph=False)
     if BACKEND == "jax":
         import jax
 
@@ -238,7 +243,7 @@ def compiled(fn):
     if BACKEND == "tensorflow":
         import tensorflow as tf
 
-        return tf.function(fn, jit_compile=True)
+        return tf.function(fn, jit_compile=True, autograph=False)
     if BACKEND == "jax":
         import jax
 

@@ -243,6 +243,7 @@ class LossProbe:
                     tf.TensorSpec([None], tf.int32),
                     tf.TensorSpec([None, None], tf.float32),
                 ],
+                autograph=False,  # as in backends.py: nothing to convert, faster tracing
             )
         elif BACKEND == "jax" and is_deterministic(self.loss):
             import jax

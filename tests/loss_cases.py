@@ -1,5 +1,5 @@
-"""The one list of loss configurations the contract suite runs (``tests/test_loss_base.py``)
-and the recorded values and gradients check (``tests/test_recorded_losses.py``).
+"""The one list of loss configurations the contract suite runs (``tests/losses/test_loss_base.py``)
+and the recorded values and gradients check (``tests/losses/test_recorded_losses.py``).
 
 To cover a new loss (or loss + miner configuration), add one line to ``LOSS_CASES``.
 """

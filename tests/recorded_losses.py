@@ -1,7 +1,7 @@
 """Values and gradients of every loss on fixed batches, to be compared with a recorded copy.
 
 ``tests/fixtures/make_recorded_losses.py`` writes ``tests/fixtures/recorded_losses.npz``
-from :func:`record_all`; ``tests/test_recorded_losses.py`` computes them again and
+from :func:`record_all`; ``tests/losses/test_recorded_losses.py`` computes them again and
 compares. A refactoring of the losses (how a loss is declared, reduced or mined) must
 leave every number unchanged.
 

@@ -262,7 +262,7 @@ class PNLoss(MetricLoss):
     TensorFlow Similarity falls back to the anchor's farthest negative; an
     anchor without a positive is left out too (TensorFlow Similarity gives it
     a value); and ``reduction="none"`` gives ``[B]`` values (TensorFlow
-    Similarity: ``[B, 1]``). ``tests/test_tfsim_parity.py`` checks both
+    Similarity: ``[B, 1]``). ``tests/losses/test_tfsim_parity.py`` checks both
     differences against TensorFlow Similarity's recorded values. With :class:`CrossBatchMemory` the positive-negative
     distances come from an ``[R, R]`` matrix of the reference set.
 

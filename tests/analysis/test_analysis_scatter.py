@@ -350,7 +350,7 @@ def test_digits_scatter_example_writes_its_figures(tmp_path, capsys):
     import importlib.util
     import pathlib
 
-    path = (pathlib.Path(__file__).resolve().parents[1] / "examples" / "extreme_triplet"
+    path = (pathlib.Path(__file__).resolve().parents[2] / "examples" / "extreme_triplet"
             / "digits_scatter.py")
     spec = importlib.util.spec_from_file_location("digits_scatter", path)
     module = importlib.util.module_from_spec(spec)

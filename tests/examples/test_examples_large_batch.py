@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "examples" / "large_batch_digits.py"
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "examples" / "large_batch_digits.py"
 
 pytestmark = pytest.mark.multibackend
 

@@ -20,7 +20,7 @@ from tfdml.analysis.vector_field import (
     similarity_change,
 )
 
-EXAMPLE = (pathlib.Path(__file__).resolve().parents[1]
+EXAMPLE = (pathlib.Path(__file__).resolve().parents[2]
            / "examples" / "extreme_triplet" / "vector_field.py")
 
 

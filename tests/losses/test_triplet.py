@@ -351,7 +351,7 @@ def test_random_miner_same_seed_same_loss():
 def test_compiled_equals_eager():
     """Under XLA (tf.function(jit_compile=True) or jax.jit): the eager values.
 
-    (Not marked multibackend: tests/test_loss_base.py compares jax.jit with eager JAX.)"""
+    (Not marked multibackend: tests/losses/test_loss_base.py compares jax.jit with eager JAX.)"""
     labels, x = BATCH_A
     x = np.asarray(x, np.float32)
     y = ops.convert_to_tensor(labels)

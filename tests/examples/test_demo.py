@@ -3,7 +3,7 @@
 import importlib.util
 import pathlib
 
-DEMO = pathlib.Path(__file__).resolve().parents[1] / "examples" / "digits_demo.py"
+DEMO = pathlib.Path(__file__).resolve().parents[2] / "examples" / "digits_demo.py"
 
 
 def _load_demo():

@@ -1,5 +1,5 @@
 """The classification losses (tfdml.losses.classification): what the shared class-vector
-tests of tests/test_class_weights.py do not cover, on its data and cases."""
+tests of tests/losses/test_class_weights.py do not cover, on its data and cases."""
 
 from __future__ import annotations
 

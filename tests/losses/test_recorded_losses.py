@@ -21,7 +21,7 @@ from recorded_losses import FUNCTIONAL, cases, record_case, record_functional
 
 pytestmark = pytest.mark.skipif(BACKEND != "tensorflow", reason="recorded with TensorFlow")
 
-RECORD = os.path.join(os.path.dirname(__file__), "fixtures", "recorded_losses.npz")
+RECORD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "recorded_losses.npz")
 EXACT = os.environ.get("TFDML_EXACT_RECORD") == "1"
 
 

@@ -216,7 +216,7 @@ def test_probability_matches_reference(batch, delta):
 
 
 def test_probability_rescaling_invariant_and_float64():
-    """(float64: TensorFlow only, see tests/test_triplet.py.)"""
+    """(float64: TensorFlow only, see tests/losses/test_triplet.py.)"""
     labels, x = BATCHES["mixed"]
     p64 = to_numpy(false_positive_probability(*tensors(labels, x), 0.1))
     assert p64.dtype == np.float64
@@ -304,7 +304,7 @@ def test_loss_matches_reference(batch, min_bin_width):
 
 
 def test_loss_float64_matches_reference():
-    """(float64: TensorFlow only, see tests/test_triplet.py.)"""
+    """(float64: TensorFlow only, see tests/losses/test_triplet.py.)"""
     labels, x = BATCHES["wide"]
     got = to_numpy(FAPPYLoss(min_bin_width=1e-3, dtype="float64")(*tensors(labels, x)))
     assert got.dtype == np.float64
@@ -620,7 +620,7 @@ def test_invalid_bin_width(value):
 def test_compiled_equals_eager():
     """Under XLA (tf.function(jit_compile=True) or jax.jit): the eager values.
 
-    (Not marked multibackend: tests/test_loss_base.py compares jax.jit with eager JAX.)"""
+    (Not marked multibackend: tests/losses/test_loss_base.py compares jax.jit with eager JAX.)"""
     labels, x = BATCHES["mixed"]
     x32, _ = f32(x)
     for fn in (FAPPYLoss(min_bin_width=0.25), HistogramLoss(bin_width=0.05)):

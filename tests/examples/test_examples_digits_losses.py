@@ -4,7 +4,7 @@ import importlib.util
 import math
 import pathlib
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "examples" / "digits_losses.py"
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "examples" / "digits_losses.py"
 
 
 def _load_script():

@@ -261,7 +261,7 @@ def test_invalid_arguments(kwargs, match):
 def test_compiled_equals_eager():
     """Under XLA (tf.function(jit_compile=True) or jax.jit): the eager values.
 
-    (Not marked multibackend: tests/test_loss_base.py compares jax.jit with eager JAX.)"""
+    (Not marked multibackend: tests/losses/test_loss_base.py compares jax.jit with eager JAX.)"""
     labels, x = BATCH_A
     x = np.asarray(x, np.float32)
     losses = [ContrastiveLoss(positive_margin=0.1, negative_margin=1.2),

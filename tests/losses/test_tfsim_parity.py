@@ -35,7 +35,7 @@ from tfdml.losses import (
 )
 from tfdml.miners import TripletMiner
 
-FIXTURES = np.load(os.path.join(os.path.dirname(__file__), "fixtures", "tfsim_0.17.npz"))
+FIXTURES = np.load(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "tfsim_0.17.npz"))
 
 
 def _case(case):

@@ -15,7 +15,7 @@ import pytest
 
 from tfdml.experiments import saved_arrays
 
-FOLDER = pathlib.Path(__file__).resolve().parents[1] / "examples" / "class_collapse"
+FOLDER = pathlib.Path(__file__).resolve().parents[2] / "examples" / "class_collapse"
 # One epoch of two steps per run keeps the four subprocesses (seven runs) near a minute.
 SMOKE = ["--smoke", "--no-export", "--verbose", "0", "--epochs", "1"]
 

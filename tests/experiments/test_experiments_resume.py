@@ -16,7 +16,7 @@ import pytest
 from tfdml._files import remove_temporaries
 from tfdml.experiments import saved_arrays
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "extreme_triplet" / "train.py"
 EPOCHS = 3
 

@@ -258,7 +258,7 @@ def test_invalid_arguments(kwargs, match):
 def test_compiled_equals_eager():
     """Under XLA (tf.function(jit_compile=True) or jax.jit): the eager values.
 
-    (Not marked multibackend: tests/test_loss_base.py compares jax.jit with eager JAX.)"""
+    (Not marked multibackend: tests/losses/test_loss_base.py compares jax.jit with eager JAX.)"""
     labels, x = BATCH_C
     x = np.asarray(x, np.float32)
     for loss in (MultiSimilarityLoss(),

@@ -23,7 +23,7 @@ import tfdml.losses as L
 from tfdml.losses import ContrastiveLoss, MarginLoss, MultiSimilarityLoss, TripletMarginLoss
 from tfdml.miners import AllPairsMiner, MultiSimilarityMiner, TripletMiner
 
-FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "pml_2.9.npz")
+FIXTURE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "pml_2.9.npz")
 DATA = np.load(FIXTURE)
 BATCHES = [
     pytest.param(batch, marks=pytest.mark.skipif(

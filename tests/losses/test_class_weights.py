@@ -8,8 +8,8 @@ central differences of the reference (Richardson-extrapolated, about 1e-11 relat
 float64 to 1e-9 and in float32 to about 1e-5. The inputs are exactly representable in
 float32, so both dtypes share one reference.
 
-The tests specific to one family are in tests/test_proxies.py and
-tests/test_classification.py, on the data and cases defined here. Every test also runs
+The tests specific to one family are in tests/losses/test_proxies.py and
+tests/losses/test_classification.py, on the data and cases defined here. Every test also runs
 under JAX and PyTorch. Under JAX the losses run under ``jax.jit``
 (eager JAX compiles every op once per shape).
 """

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-SCRIPT = (pathlib.Path(__file__).resolve().parents[1] / "examples" / "class_collapse"
+SCRIPT = (pathlib.Path(__file__).resolve().parents[2] / "examples" / "class_collapse"
           / "digits_even_odd.py")
 
 

@@ -15,7 +15,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
 INDEX_PATH = os.path.join(FIXTURES, "tfa_0.23.json")
 NPZ_PATH = os.path.join(FIXTURES, "tfa_0.23.npz")
 

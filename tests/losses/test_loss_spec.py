@@ -2,7 +2,7 @@
 
 The loss written here is the example of docs/losses.md ("Writing a loss"); NumPy computes
 its reference value. The library's own losses are covered by the contract suite
-(tests/test_loss_base.py) and the recorded values (tests/test_recorded_losses.py).
+(tests/losses/test_loss_base.py) and the recorded values (tests/losses/test_recorded_losses.py).
 """
 
 from __future__ import annotations
