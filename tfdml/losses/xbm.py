@@ -168,10 +168,16 @@ class CrossBatchMemory(MetricLoss):
         bank_labels = ops.cast(bank.labels, dml.dtype_name(labels))
         ref_labels = ops.concatenate([labels, bank_labels], axis=0)
         use = ops.logical_and(bank.filled >= self.memory_size, bank.steps >= self.warmup_steps)
-        terms = AnchorTerms(*ops.cond(
-            use,
-            lambda: tuple(self.loss.compute_terms(labels, x, reference, ref_labels, 0)),
-            lambda: tuple(self.loss.compute_terms(labels, x))))
+        if not dml.is_traced(use):  # eagerly: only the terms in use
+            terms = (self.loss.compute_terms(labels, x, reference, ref_labels, 0)
+                     if bool(ops.convert_to_numpy(use)) else self.loss.compute_terms(labels, x))
+        else:
+            # Traced, both: a cond would keep both branches' intermediates for the gradient,
+            # whose shapes differ (batch, batch + bank), which XLA refuses.
+            with_memory = self.loss.compute_terms(labels, x, reference, ref_labels, 0)
+            alone = self.loss.compute_terms(labels, x)
+            terms = AnchorTerms(*(ops.where(use, a, b)
+                                  for a, b in zip(with_memory, alone, strict=True)))
         if training:
             bank.enqueue(x, labels)
         return terms
