@@ -812,6 +812,8 @@ def masked_max(x, mask, axis: int = -1):
     x = ops.convert_to_tensor(x)
     dtype = dtype_name(x)
     found = ops.any(mask, axis=axis)
+    if any(size == 0 for size in x.shape):  # nothing to take: PyTorch's max refuses it
+        return ops.zeros(ops.shape(found), dtype), found
     values = ops.max(ops.where(mask, x, ops.cast(-float("inf"), dtype)), axis=axis)
     return ops.where(found, values, ops.zeros((), dtype)), found
 
