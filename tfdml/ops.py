@@ -50,6 +50,7 @@ __all__ = [
     "distance_matrix",
     "divide_no_nan",
     "floor",
+    "gather_replicas",
     "graph_assert",
     "dtype_name",
     "is_number",
@@ -61,15 +62,19 @@ __all__ = [
     "masked_logsumexp",
     "masked_max",
     "masked_min",
+    "map_indices",
     "map_row_blocks",
     "matmul",
     "maximum",
     "minimum",
     "nan_unless",
+    "num_replicas",
     "nan_unless_finite",
     "paired_distance",
     "pairwise_distance",
     "pairwise_similarity",
+    "replica_context",
+    "replica_rows",
     "safe_sqrt",
     "same_label_dtype",
     "scatter_rows",
@@ -81,285 +86,33 @@ __all__ = [
 ]
 
 
-# -- backend shims: one small function per piece Keras lacks on some backend --------------------
-
-
-def _backend() -> str:
-    return keras.backend.backend()
-
-
-def dtype_name(x) -> str:
-    """The standardized dtype name of a tensor (``"float32"``, ``"int64"``, ...)."""
-    return keras.backend.standardize_dtype(x.dtype)
-
-
-def _is_tensor(x) -> bool:
-    return keras.ops.is_tensor(x) or isinstance(x, keras.KerasTensor)
-
-
-def is_traced(x=None) -> bool:
-    """Whether ``x`` is symbolic: its values cannot be read in Python.
-
-    True inside ``tf.function`` (TensorFlow), for a JAX tracer (``jax.jit``,
-    ``jax.grad``), while ``torch.compile`` traces or for a tensor on PyTorch's
-    ``"meta"`` device (PyTorch), and for a ``keras.KerasTensor``. Eager checks
-    (a ValueError naming the bad value) run only where this is false; traced
-    code skips them (XLA would not evaluate an assertion either).
-    """
-    if isinstance(x, keras.KerasTensor):
-        return True
-    backend = _backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return not tf.executing_eagerly() or (x is not None and not hasattr(x, "numpy")
-                                              and tf.is_tensor(x))
-    if backend == "jax":
-        import jax
-
-        return isinstance(x, jax.core.Tracer)
-    if backend == "torch":
-        import torch
-
-        # A "meta" tensor has a shape and no values (Keras' symbolic build of a model).
-        on_meta = isinstance(x, torch.Tensor) and x.device.type == "meta"
-        return on_meta or bool(torch.compiler.is_compiling())
-    return False
-
-
-def stable_argsort(x, axis: int = -1):
-    """int32 indices sorting ``x`` ascending along ``axis``; equal values keep their order.
-
-    ``keras.ops.argsort`` is stable on JAX and PyTorch but not on TensorFlow.
-    """
-    x = ops.convert_to_tensor(x)
-    if dtype_name(x) == "bool":
-        x = ops.cast(x, "int32")
-    if _backend() == "tensorflow":
-        import tensorflow as tf
-
-        return tf.argsort(x, axis=axis, stable=True)
-    return ops.cast(ops.argsort(x, axis=axis), "int32")
-
-
-def top_k(x, k: int):
-    """``(values, indices)`` of the ``k`` largest entries of each row (the last axis) of ``x``,
-    largest first; equal values by increasing index (int32 indices).
-
-    ``keras.ops.top_k`` orders ties so on TensorFlow and JAX, as ``tf.math.top_k`` and
-    ``jax.lax.top_k`` document; ``torch.topk`` makes no such promise, so PyTorch takes the
-    first ``k`` of a stable descending sort (NaN first, as ``jax.lax.top_k``).
-    """
-    if _backend() == "torch":
-        import torch
-
-        values, indices = torch.sort(x, dim=-1, descending=True, stable=True)
-        return values[..., :k], indices[..., :k].int()
-    return ops.top_k(x, k=k)
-
-
-# Float64 on every backend. Keras 3.15's PyTorch backend computes ``matmul``, ``maximum``,
-# ``minimum``, ``divide_no_nan``, ``cumsum``, ``floor`` and ``segment_sum`` of float64 tensors
-# in float32, and its JAX backend ``floor``, ``cos`` and ``sin`` (with ``jax_enable_x64``);
-# these keep the input dtype.
-
-
-def _as_tensor_like(value, x):
-    """``value`` as a tensor of ``x``'s dtype (a Python number becomes a scalar)."""
-    if _is_tensor(value):
-        return value
-    return ops.convert_to_tensor(value, dtype=dtype_name(x))
-
-
-def _torch_float64(*tensors) -> bool:
-    return _backend() == "torch" and any(dtype_name(t) == "float64" for t in tensors)
-
-
-def matmul(x, y):
-    """``keras.ops.matmul(x, y)`` in the inputs' dtype."""
-    if _torch_float64(x, y):
-        return x @ y
-    return ops.matmul(x, y)
-
-
-def maximum(x, y):
-    """``max(x, y)`` in ``x``'s dtype; at ties the gradient goes to ``x``; a NaN ``x`` stays NaN.
-
-    ``tf.maximum``'s gradient at ties (TensorFlow uses it: one pass); JAX and PyTorch would
-    split it evenly, so there it is a ``where``.
-    """
-    y = _as_tensor_like(y, x)
-    if _backend() == "tensorflow":
-        return ops.maximum(x, y)
-    return ops.where(x < y, y, x)
-
-
-def minimum(x, y):
-    """``min(x, y)`` in ``x``'s dtype; at ties the gradient goes to ``x`` (see :func:`maximum`)."""
-    y = _as_tensor_like(y, x)
-    if _backend() == "tensorflow":
-        return ops.minimum(x, y)
-    return ops.where(y < x, y, x)
-
-
-def clip(x, low, high):
-    """``x`` clipped to ``[low, high]``, NaN kept; the gradient passes on the bounds.
-
-    Written with ``where`` so that every backend has ``tf.clip_by_value``'s gradient at
-    the bounds (``jnp.clip`` halves it there).
-    """
-    return maximum(minimum(x, high), low)
-
-
-def divide_no_nan(x, y):
-    """``x / y``, and 0 where ``y == 0`` (``keras.ops.divide_no_nan``) in the inputs' dtype."""
-    if _torch_float64(x, y):
-        zero = y == 0
-        return ops.where(zero, ops.zeros_like(x), x / ops.where(zero, ops.ones_like(y), y))
-    return ops.divide_no_nan(x, y)
-
-
-def cumsum(x, axis=None):
-    """``keras.ops.cumsum(x, axis)`` in ``x``'s dtype."""
-    if _torch_float64(x):
-        import torch
-
-        return torch.cumsum(x.reshape(-1), dim=0) if axis is None else torch.cumsum(x, dim=axis)
-    return ops.cumsum(x, axis=axis)
-
-
-def segment_sum(data, segment_ids, num_segments):
-    """``keras.ops.segment_sum`` of 1-D ``data`` in its dtype; ids in ``[0, num_segments)``."""
-    if _torch_float64(data):
-        import torch
-
-        total = torch.zeros(num_segments, dtype=data.dtype, device=data.device)
-        return total.index_add(0, segment_ids.long(), data)
-    return ops.segment_sum(data, segment_ids, num_segments=num_segments)
-
-
-def _native_float64(name, x):
-    """The backend's own ``name`` op applied to a float64 ``x`` (None when Keras' keeps it).
-
-    Keras 3.15 computes ``floor`` of float64 in float32 under JAX and PyTorch, and ``cos``
-    and ``sin`` under JAX; ``jax.numpy`` and ``torch`` keep float64.
-    """
-    if dtype_name(x) != "float64" or _backend() not in ("jax", "torch"):
-        return None
-    if _backend() == "jax":
-        import jax.numpy as module
-    else:
-        import torch as module
-    return getattr(module, name)(x)
-
-
-def floor(x):
-    """``keras.ops.floor(x)`` in ``x``'s dtype."""
-    native = _native_float64("floor", x)
-    return ops.floor(x) if native is None else native
-
-
-def cos_sin(x):
-    """``(cos(x), sin(x))`` in ``x``'s dtype."""
-    if _backend() == "jax" and dtype_name(x) == "float64":
-        return _native_float64("cos", x), _native_float64("sin", x)
-    return ops.cos(x), ops.sin(x)
-
-
-def take_along_axis(x, indices, axis: int = -1):
-    """``keras.ops.take_along_axis(x, indices, axis)`` for indices in ``[0, x.shape[axis])``.
-
-    Under TensorFlow, for ``indices`` of ``x``'s rank taken along the last axis, one batched
-    ``tf.gather``: Keras' version also wraps negative indices and broadcasts, a handful of
-    extra passes over the output that made eager mining about 15 % slower.
-    """
-    rank = len(x.shape)
-    if (_backend() == "tensorflow" and len(indices.shape) == rank
-            and axis in (-1, rank - 1)):
-        import tensorflow as tf
-
-        lead_x, lead_i = tuple(x.shape[:-1]), tuple(indices.shape[:-1])
-        if lead_x != lead_i or None in lead_x:
-            indices = tf.broadcast_to(
-                indices, tf.concat([tf.shape(x)[:-1], tf.shape(indices)[-1:]], axis=0))
-        return tf.gather(x, indices, axis=rank - 1, batch_dims=rank - 1)
-    return ops.take_along_axis(x, indices, axis=axis)
-
-
-_SCATTER_MODES = ("update", "max", "add")
-
-
-def scatter_rows(target, columns, updates, mode: str = "update"):
-    """Row-wise scatter: ``target[b, columns[b, t]]`` combined with ``updates[b, t]``.
-
-    Args:
-        target: ``[B, W]`` tensor.
-        columns: ``[B, T]`` integer column indices in ``[0, W)``.
-        updates: ``[B, T]`` tensor of the dtype of ``target``.
-        mode: ``"update"`` (set; a column must not repeat within a row),
-            ``"max"`` (keep the maximum) or ``"add"`` (sum). Defaults to
-            `"update"`.
-
-    Returns:
-        A new ``[B, W]`` tensor (``target`` is not modified).
-    """
-    if mode not in _SCATTER_MODES:
-        raise ValueError(f"`mode` must be one of {_SCATTER_MODES}. Received: mode={mode!r}")
-    target = ops.convert_to_tensor(target)
-    columns = ops.cast(columns, "int32")
-    updates = ops.cast(updates, dtype_name(target))
-    backend = _backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        rows = tf.broadcast_to(tf.range(tf.shape(columns)[0])[:, None], tf.shape(columns))
-        index = tf.stack([rows, columns], axis=-1)
-        scatter = {"update": tf.tensor_scatter_nd_update, "max": tf.tensor_scatter_nd_max,
-                   "add": tf.tensor_scatter_nd_add}[mode]
-        return scatter(target, index, updates)
-    if backend == "jax":
-        import jax.numpy as jnp
-
-        rows = jnp.arange(columns.shape[0])[:, None]
-        at = target.at[rows, columns]
-        return {"update": at.set, "max": at.max, "add": at.add}[mode](updates)
-    if backend == "torch":
-        index = columns.long()
-        if mode == "update":
-            return target.scatter(1, index, updates)
-        if mode == "add":
-            return target.scatter_add(1, index, updates)
-        return target.scatter_reduce(1, index, updates, reduce="amax", include_self=True)
-    raise NotImplementedError(f"scatter_rows is not implemented for the {backend} backend")
-
-
-def graph_assert(value, ok, message):
-    """``value``, with an assertion that ``ok`` holds where the backend can attach one.
-
-    A TensorFlow graph (``tf.function`` without XLA) evaluates it and raises
-    ``InvalidArgumentError``; XLA, JAX and PyTorch tracing have no runtime
-    assertions, so there the value passes unchecked.
-    """
-    if _backend() != "tensorflow":
-        return value
-    import tensorflow as tf
-
-    with tf.control_dependencies([tf.debugging.Assert(ok, [message])]):
-        return tf.identity(value)
-
-
-def _bitcast_to_int64(x):
-    backend = _backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return tf.bitcast(x, tf.int64)
-    if backend == "jax":
-        import jax
-
-        return jax.lax.bitcast_convert_type(x, "int64")
-    return x.view(__import__("torch").int64)
-
+# The backend shims (tfdml._shims), part of this module's API.
+from tfdml._shims import (  # noqa: E402, F401
+    _backend,
+    _bitcast_to_int64,
+    _is_tensor,
+    clip,
+    cos_sin,
+    cumsum,
+    divide_no_nan,
+    dtype_name,
+    floor,
+    gather_replicas,
+    graph_assert,
+    is_traced,
+    map_indices,
+    matmul,
+    maximum,
+    minimum,
+    num_replicas,
+    replica_context,
+    replica_rows,
+    scatter_rows,
+    segment_sum,
+    stable_argsort,
+    take_along_axis,
+    top_k,
+)
 
 # -- labels and inputs ------------------------------------------------------------------------
 
@@ -904,24 +657,13 @@ def masked_argmin(x, mask, axis: int = -1):
 ROW_BLOCK_ELEMENTS = 1 << 22
 
 
-def _map_blocks(one_block, num_blocks, block, width, output_dtypes):
-    """``[one_block(i) for i in range(num_blocks)]`` stacked, as a loop the compiler keeps."""
-    if _backend() == "tensorflow":
-        import tensorflow as tf
-
-        block_dim = block if isinstance(block, int) else None
-        signature = tuple(tf.TensorSpec([block_dim, width], dtype) for dtype in output_dtypes)
-        return tf.map_fn(one_block, tf.range(num_blocks), fn_output_signature=signature)
-    return ops.map(one_block, ops.arange(num_blocks, dtype="int32"))
-
-
 def map_row_blocks(fn, tensors, output_dtypes, max_elements: int | None = None):
     """Applies a row-wise ``fn`` to blocks of rows, bounding its temporaries.
 
     ``fn`` maps ``[b, R]`` slices of ``tensors`` to a tuple of ``[b, R]``
     tensors and must treat rows independently. When ``B * R`` is larger than
     ``max_elements``, the rows are processed ``max(1, max_elements // R)`` at
-    a time in a loop (``keras.ops.map``: a while loop under XLA), so the
+    a time in a loop (:func:`map_indices`: a while loop under XLA), so the
     temporaries of ``fn`` (sorts, scatters) take ``O(max_elements)`` memory
     instead of ``O(B R)``. Meant for index computations without gradients
     (sorting, counting); the outputs have no gradient path to ``tensors``.
@@ -961,5 +703,7 @@ def map_row_blocks(fn, tensors, output_dtypes, max_elements: int | None = None):
                              ops.maximum(n - 1, 0))
         return tuple(fn(*[ops.take(t, index, axis=0) for t in tensors]))
 
-    blocks = _map_blocks(one_block, num_blocks, block, width, output_dtypes)
+    block_dim = block if isinstance(block, int) else None
+    blocks = map_indices(one_block, num_blocks,
+                         [((block_dim, width), dtype) for dtype in output_dtypes])
     return tuple(ops.reshape(b, (-1, r))[:n] for b in blocks)

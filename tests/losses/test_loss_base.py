@@ -308,7 +308,7 @@ DEGENERATE_EXAMPLES = degenerate_examples() + _one_shape_examples()
 
 
 @pytest.mark.parametrize("case", ALL_REPRESENTATIVE)
-@fuzz_settings(20, 3)
+@fuzz_settings(10, 3)
 @given(batch=degenerate_batches())
 @with_examples(fuzz_examples(DEGENERATE_EXAMPLES))
 def test_degenerate_batches_finite(case, batch):

@@ -143,20 +143,9 @@ class RowBlocks:
         def one(i):
             return keras.remat(lambda *a: tuple(fn(i, *a)))(*args)
 
-        backend = keras.backend.backend()
-        if backend == "tensorflow":
-            import tensorflow as tf
-
-            size = self.size if isinstance(self.size, int) else None
-            specs = tuple(tf.TensorSpec([size if d is None else d for d in shape], dtype)
-                          for shape, dtype in signature)
-            return tf.map_fn(one, tf.range(self.count), fn_output_signature=specs)
-        if backend == "jax":
-            import jax
-
-            return jax.lax.map(one, ops.arange(self.count, dtype="int32"))
-        results = [one(ops.convert_to_tensor(i, "int32")) for i in range(self.count)]
-        return tuple(ops.stack(parts) for parts in zip(*results, strict=True))
+        size = self.size if isinstance(self.size, int) else None
+        return dml.map_indices(one, self.count, [
+            (tuple(size if d is None else d for d in shape), dtype) for shape, dtype in signature])
 
     def assemble(self, stacked):
         """The ``[n, ...]`` rows of ``[count, size, ...]`` per-block rows (shared rows once)."""

@@ -18,12 +18,13 @@ Miners that draw at random draw independently on each replica. With
 ``reduction="none"`` a replica gets the values of its own anchors.
 
 Only TensorFlow has replicas in sync; on the other backends :func:`context`
-is None and :func:`num_replicas` is 1.
+is None and :func:`num_replicas` is 1. The TensorFlow calls (the replica
+context, ``all_gather``) are shims of :mod:`tfdml.ops`; this module holds
+the policy.
 """
 
 from __future__ import annotations
 
-import keras
 from keras import ops
 
 from tfdml import ops as dml
@@ -33,11 +34,7 @@ __all__ = ["call_over_replicas", "context", "num_replicas", "scale"]
 
 def num_replicas() -> int:
     """Replicas in sync under a ``tf.distribute`` strategy (1 on other backends)."""
-    if keras.backend.backend() != "tensorflow":
-        return 1
-    import tensorflow as tf
-
-    return tf.distribute.get_strategy().num_replicas_in_sync
+    return dml.num_replicas()
 
 
 def scale(value):
@@ -53,16 +50,7 @@ def context(cross_replica):
     if cross_replica is not None and not isinstance(cross_replica, bool):
         raise ValueError("`cross_replica` must be None, True or False. Received: "
                          f"cross_replica={cross_replica!r}")
-    if cross_replica is False or keras.backend.backend() != "tensorflow":
-        return None
-    import tensorflow as tf
-
-    if not tf.distribute.has_strategy():
-        return None
-    ctx = tf.distribute.get_replica_context()
-    if ctx is None or ctx.num_replicas_in_sync <= 1:
-        return None
-    return ctx
+    return None if cross_replica is False else dml.replica_context()
 
 
 def call_over_replicas(loss_value, cross_replica, labels, y_pred, sample_weight, reduction):
@@ -77,21 +65,9 @@ def call_over_replicas(loss_value, cross_replica, labels, y_pred, sample_weight,
     if ctx is None:
         value = loss_value(labels, y_pred, sample_weight)
         return value if reduction in ("sum", "none", None) else scale(value)
-    import tensorflow as tf  # only reached under a tf.distribute strategy
-
-    labels = tf.reshape(labels, [-1])
-    y_pred = tf.convert_to_tensor(y_pred)
-    local = tf.shape(labels)[0]
-    all_labels = ctx.all_gather(labels, axis=0)
-    all_pred = ctx.all_gather(y_pred, axis=0)  # its gradient: summed, then this slice
-    if sample_weight is not None:
-        sample_weight = tf.cast(tf.convert_to_tensor(sample_weight), y_pred.dtype)
-        if sample_weight.shape.rank == 0:
-            sample_weight = tf.fill([local], sample_weight)
-        sample_weight = ctx.all_gather(tf.reshape(sample_weight, [local]), axis=0)
-    value = loss_value(all_labels, all_pred, sample_weight)
+    all_labels, all_pred, all_weights, local = dml.gather_replicas(ctx, labels, y_pred,
+                                                                   sample_weight)
+    value = loss_value(all_labels, all_pred, all_weights)
     if reduction in ("none", None):
-        sizes = ctx.all_gather(tf.reshape(local, [1]), axis=0)
-        start = tf.reduce_sum(sizes[: ctx.replica_id_in_sync_group])
-        return value[start:start + local]
+        return dml.replica_rows(ctx, value, local)
     return scale(value)
