@@ -27,6 +27,7 @@ from tfdml import ops as dml
 from tfdml.losses.base import MetricLoss, anchor_terms, functional_value, prepare_inputs
 from tfdml.losses.blocks import RowBlocks, batch_rows
 from tfdml.losses.multi_similarity import _ms_values
+from tfdml.losses.spec import loss_class
 from tfdml.miners import TripletMiner, _multi_similarity_pairs
 
 __all__ = [
@@ -461,16 +462,21 @@ def loop_loss(y_true, y_pred, base="triplet", margin=None, normalized=True, **ba
     return functional_value(terms, "anchors", y_pred, normalized=bool(normalized))
 
 
+def _check_pair_margin(margin):
+    """The margin of the pair baselines (HPHN, lifted structure): a number >= 0."""
+    return _check_base("hphn_triplet", margin, {})[0]
+
+
 def hphn_triplet_loss(y_true, y_pred, margin=0.2, normalize=True):
     """Functional form of :class:`HPHNTripletLoss`."""
-    margin, _ = _check_base("hphn_triplet", margin, {})
+    margin = _check_pair_margin(margin)
     terms = _per_anchor(y_true, y_pred, "hphn_triplet", margin, bool(normalize), False, {})
     return functional_value(terms, "anchors", y_pred, normalized=bool(normalize))
 
 
 def lifted_structure_loss(y_true, y_pred, margin=0.2, normalize=True):
     """Functional form of :class:`LiftedStructureLoss`."""
-    margin, _ = _check_base("lifted_structure", margin, {})
+    margin = _check_pair_margin(margin)
     terms = _per_anchor(y_true, y_pred, "lifted_structure", margin, bool(normalize), False, {})
     return functional_value(terms, "anchors", y_pred, normalized=bool(normalize))
 
@@ -582,15 +588,19 @@ class LoOpLoss(MetricLoss):
         return config
 
 
+#: The shared arguments of the pair baselines, in the order of their signatures.
+_PAIR_COMMON = ("normalize", "reduction", "name", "dtype", "average", "block_size")
+
+
 class _PairBaseline(MetricLoss):
+    """A loss over the disjoint same-class pairs of the batch, hardest positive and negative
+    per pair (spec: ``check_arguments``; ``_base`` names its form in :func:`_per_anchor`)."""
+
     _base = None
 
-    def __init__(self, margin=0.2, normalize=True, reduction="sum_over_batch_size", name=None,
-                 dtype=None, average="anchors", block_size=None):
-        margin, _ = _check_base(self._base, margin, {})
-        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
-                         average=average, block_size=block_size)
-        self.margin = margin
+    @staticmethod
+    def check_arguments(margin=0.2):
+        return {"margin": _check_pair_margin(margin)}
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
         if ref_embeddings is not None:
@@ -605,13 +615,8 @@ class _PairBaseline(MetricLoss):
         return _blocked_per_anchor(labels, embeddings, self._base, self.margin, self.normalize,
                                    False, {}, self.block_size)
 
-    def get_config(self):
-        config = super().get_config()
-        config["margin"] = self.margin
-        return config
 
-
-@keras.saving.register_keras_serializable(package="tfdml")
+@loss_class("hphn_triplet_loss", common=_PAIR_COMMON)
 class HPHNTripletLoss(_PairBaseline):
     """Hard-positive hard-negative triplet loss over label pairs (LoOp paper, Section 3.3.2).
 
@@ -623,14 +628,12 @@ class HPHNTripletLoss(_PairBaseline):
 
     averaged over the pairs that have a negative. With two samples per class
     it equals :class:`LiftedStructureLoss`. ``LoOpLoss("hphn_triplet")`` is
-    its LoOp form.
+    its LoOp form. It pairs the samples of the batch and takes no reference
+    set.
 
     Args:
         margin: ``m >= 0``, the gap between the hardest positive and the
             closest negative. Defaults to `0.2`.
-        normalize: L2-normalize the embeddings first. Defaults to `True`.
-        name: name of the loss. Defaults to `"hphn_triplet_loss"`.
-        reduction, dtype, average, block_size: as for :class:`LoOpLoss`.
 
     Reference:
         Xuan, Stylianou, Pless, "Improved embeddings with easy positive
@@ -639,13 +642,8 @@ class HPHNTripletLoss(_PairBaseline):
 
     _base = "hphn_triplet"
 
-    def __init__(self, margin=0.2, normalize=True, reduction="sum_over_batch_size",
-                 name="hphn_triplet_loss", dtype=None, average="anchors",
-                 block_size=None):
-        super().__init__(margin, normalize, reduction, name, dtype, average, block_size)
 
-
-@keras.saving.register_keras_serializable(package="tfdml")
+@loss_class("lifted_structure_loss", common=_PAIR_COMMON)
 class LiftedStructureLoss(_PairBaseline):
     """The lifted structure loss in the hinge form of the LoOp paper's eq. 16.
 
@@ -656,14 +654,11 @@ class LiftedStructureLoss(_PairBaseline):
     averaged over the pairs that have a negative. (Song et al.'s original,
     and the LoOp authors' released code, use a log-sum-exp over the negatives
     instead of the hard minimum.) ``LoOpLoss("lifted_structure")`` is its
-    LoOp form.
+    LoOp form. It pairs the samples of the batch and takes no reference set.
 
     Args:
         margin: ``m >= 0``, the gap between ``d_ij`` and the closest
             negative. Defaults to `0.2`.
-        normalize: L2-normalize the embeddings first. Defaults to `True`.
-        name: name of the loss. Defaults to `"lifted_structure_loss"`.
-        reduction, dtype, average, block_size: as for :class:`LoOpLoss`.
 
     Reference:
         Oh Song, Xiang, Jegelka, Savarese, "Deep metric learning via lifted
@@ -671,8 +666,3 @@ class LiftedStructureLoss(_PairBaseline):
     """
 
     _base = "lifted_structure"
-
-    def __init__(self, margin=0.2, normalize=True, reduction="sum_over_batch_size",
-                 name="lifted_structure_loss", dtype=None, average="anchors",
-                 block_size=None):
-        super().__init__(margin, normalize, reduction, name, dtype, average, block_size)
