@@ -150,16 +150,8 @@ def test_blocks_compiled_equal_the_dense_loss(name):
                   _dense(name), 1e-5)
 
 
-# Open: under PyTorch the blocked LoOp triplet loss's float64 gradient differs from the
-# dense one on one anchor of this batch (TensorFlow and JAX agree to 1e-12).
-_TORCH_LOOP_BLOCKS = pytest.mark.xfail(
-    BACKEND == "torch", strict=False,
-    reason="PyTorch: blocked LoOp triplet gradient differs from dense on one anchor (open)")
-
-
 @pytest.mark.parametrize("name", ["ephn_order2", "pn", "multi_similarity", "ntxent",
-                                  "soft_nearest_neighbor", "fappy", "histogram",
-                                  pytest.param("loop_triplet", marks=_TORCH_LOOP_BLOCKS),
+                                  "soft_nearest_neighbor", "fappy", "histogram", "loop_triplet",
                                   "loop_multi_similarity"])
 def test_blocks_in_float64_equal_up_to_summation_order(name):
     with enable_float64():
@@ -167,7 +159,21 @@ def test_blocks_in_float64_equal_up_to_summation_order(name):
         dense = _value_and_grad(BLOCKABLE[name](), labels, x)
         blocked = _value_and_grad(BLOCKABLE[name](block_size=4), labels, x)
         assert blocked[1].dtype == np.float64
+        if BACKEND == "torch" and name.startswith("loop_"):
+            # Rows 5 and 9 are one embedding: their pair is a zero-length arc, whose closest
+            # point to another arc is any point of it. PyTorch's CPU matrix products round a
+            # block of rows and the whole batch differently, so the gradient is split between
+            # the two rows differently; their sum, and every other row, agree.
+            dense, blocked = (_merge_duplicate_rows(g) for g in (dense, blocked))
         _assert_close(blocked, dense, 1e-12)
+
+
+def _merge_duplicate_rows(value_and_grad, rows=(5, 9)):
+    value, grad = value_and_grad
+    grad = grad.copy()
+    grad[rows[0]] = grad[list(rows)].sum(axis=0)
+    grad[rows[1]] = 0.0
+    return value, grad
 
 
 @pytest.mark.parametrize("reduction", ["none", "sum", "mean_with_sample_weight"])
