@@ -12,6 +12,7 @@ from tfdml.losses import (
     CircleLoss,
     ContrastiveLoss,
     FAPPYLoss,
+    GeneralizedLiftedStructureLoss,
     HistogramLoss,
     HPHNTripletLoss,
     LiftedStructureLoss,
@@ -94,6 +95,9 @@ LOSS_CASES = [
     LossCase("fappy_0.003", lambda: FAPPYLoss(0.003)),
     LossCase("histogram", lambda: HistogramLoss()),
     LossCase("histogram_0.05", lambda: HistogramLoss(0.05)),
+    LossCase("generalized_lifted", lambda: GeneralizedLiftedStructureLoss()),
+    LossCase("generalized_lifted_ms_pairs",
+             lambda: GeneralizedLiftedStructureLoss(0.6, 0.1, MSMiner(positive="easy"))),
 ]
 
 CASES = {case.id: case for case in LOSS_CASES}

@@ -1625,3 +1625,33 @@ def pn_loss(labels, embeddings, margin=None, distance_kind="cosine",
         z = -s[a, p] - min(-s[a, n], -s[p, n])
         terms.setdefault(a, []).append(softplus(z) if margin is None else max(z + margin, 0.0))
     return average_terms(terms, average, len(labels)), terms
+
+
+def generalized_lifted_structure_loss(labels, embeddings, neg_margin=1.0, pos_margin=0.0,
+                                      empty="paper", average="anchors"):
+    """Hermans et al.'s generalized lifted structure loss, by loops over anchors.
+
+    ``empty="paper"``: a log-sum-exp over no positive (or no negative) is ``-inf``, so
+    the anchor costs 0 and is not averaged over (``average="anchors"``; ``"batch"``
+    divides by every anchor). ``empty="pml"``: pytorch-metric-learning's reading, the
+    empty log-sum-exp is 0 and the mean is over every anchor.
+    """
+    x = l2_normalize(np.asarray(embeddings, np.float64))
+    labels = np.asarray(labels)
+    d = pairwise_distance(x)
+    n = len(labels)
+    total, count = 0.0, 0
+    for a in range(n):
+        pos = [d[a, p] - pos_margin for p in range(n) if p != a and labels[p] == labels[a]]
+        neg = [neg_margin - d[a, k] for k in range(n) if labels[k] != labels[a]]
+        if empty == "paper" and not (pos and neg):
+            continue
+
+        def lse(v):
+            return float(np.log(np.sum(np.exp(v)))) if v else 0.0
+
+        total += max(lse(pos) + lse(neg), 0.0)
+        count += 1
+    if empty == "pml" or average == "batch":
+        return total / n
+    return total / count if count else 0.0

@@ -20,6 +20,7 @@ from tfdml.losses.classification import (
 )
 from tfdml.losses.contrastive import ContrastiveLoss, contrastive_loss
 from tfdml.losses.fappy import FAPPYLoss, HistogramLoss, false_positive_probability
+from tfdml.losses.lifted import GeneralizedLiftedStructureLoss, generalized_lifted_structure_loss
 from tfdml.losses.loop import (
     HPHNTripletLoss,
     LiftedStructureLoss,
@@ -62,6 +63,7 @@ __all__ = [
     "CosFaceLoss",
     "CrossBatchMemory",
     "FAPPYLoss",
+    "GeneralizedLiftedStructureLoss",
     "HPHNTripletLoss",
     "HistogramLoss",
     "LiftedStructureLoss",
@@ -88,6 +90,7 @@ __all__ = [
     "contrastive_loss",
     "cosface_loss",
     "false_positive_probability",
+    "generalized_lifted_structure_loss",
     "hphn_triplet_loss",
     "lifted_structure_loss",
     "loop_loss",

@@ -1,0 +1,87 @@
+"""The generalized lifted structure loss of Hermans, Beyer and Leibe ("In defense of the triplet loss")."""
+
+from __future__ import annotations
+
+from keras import ops
+
+from tfdml import ops as dml
+from tfdml._checks import check_number
+from tfdml.losses.base import MetricLoss, anchor_terms, resolve_miner
+from tfdml.losses.spec import functional_form, loss_class
+from tfdml.miners import AllPairsMiner, Miner, as_pairs
+
+__all__ = ["GeneralizedLiftedStructureLoss", "generalized_lifted_structure_loss"]
+
+
+def _check_args(neg_margin: float = 1.0, pos_margin: float = 0.0, miner="default"):
+    return {"neg_margin": check_number("neg_margin", neg_margin, finite=True),
+            "pos_margin": check_number("pos_margin", pos_margin, finite=True),
+            "miner": resolve_miner(miner, AllPairsMiner)}
+
+
+def _generalized_lifted_terms(inputs, neg_margin, pos_margin, miner: Miner):
+    labels, x, ref_labels, ref, ref_offset = inputs
+    dist = dml.distance_matrix(x, ref, "l2")
+    pairs = as_pairs(miner.mine(-dist, labels, ref_labels, ref_offset, x, ref),
+                     num_ref=ops.shape(dist)[1])
+    dtype = dml.dtype_name(dist)
+    positive, has_positive = dml.masked_logsumexp(
+        dist - ops.convert_to_tensor(pos_margin, dtype), pairs.positive)
+    negative, has_negative = dml.masked_logsumexp(
+        ops.convert_to_tensor(neg_margin, dtype) - dist, pairs.negative)
+    active = ops.logical_and(has_positive, has_negative)
+    zero = ops.zeros((), dtype)
+    losses = ops.relu(ops.where(active, positive, zero) + ops.where(active, negative, zero))
+    return anchor_terms(losses, active)
+
+
+@loss_class("generalized_lifted_structure_loss")
+class GeneralizedLiftedStructureLoss(MetricLoss):
+    """Generalized lifted structure loss: a soft hardest positive against a soft hardest negative.
+
+    With ``d`` the Euclidean distance (between L2-normalized embeddings by
+    default), per anchor ``a`` with a positive and a negative::
+
+        L_a = max(log sum_p exp(d_ap - pos_margin) + log sum_n exp(neg_margin - d_an), 0)
+
+    over its positives ``p`` and negatives ``n`` (all of them, or those a
+    miner keeps). The log-sum-exps are smooth upper bounds of the largest
+    positive and the smallest negative distance, so the loss is a smooth
+    batch-hard triplet loss with margin ``neg_margin - pos_margin``.
+
+    **Averaged over** the anchors that have a positive and a negative
+    (``average="anchors"``). The paper sums over anchors, and a log over an
+    empty set of positives (or negatives) is ``-inf``, so such an anchor
+    costs 0. pytorch-metric-learning reads that empty log-sum-exp as 0 (a
+    singleton anchor then costs ``max(log sum_n exp(neg_margin - d_an), 0)``)
+    and averages over all anchors: on batches where every anchor has a
+    positive and a negative (P x K batches), the two agree.
+
+    Args:
+        neg_margin: the margin of the negatives. Defaults to `1.0`.
+        pos_margin: subtracted from the positive distances. Defaults to
+            `0.0` (the paper's form).
+        miner: a :class:`tfdml.miners.Miner` selecting the pairs; `None` or
+            `"default"` for every pair (:class:`tfdml.miners.AllPairsMiner`).
+            Defaults to `"default"`.
+
+    Examples:
+
+    >>> loss = tfdml.losses.GeneralizedLiftedStructureLoss(neg_margin=1.0)
+    >>> model.compile(optimizer="adam", loss=loss)
+
+    Reference:
+        Hermans, Beyer, Leibe, "In defense of the triplet loss for person
+        re-identification", arXiv:1703.07737, 2017 (Section 2, the
+        generalized lifted embedding).
+    """
+
+    terms = staticmethod(_generalized_lifted_terms)
+    check_arguments = staticmethod(_check_args)
+
+
+generalized_lifted_structure_loss = functional_form(
+    GeneralizedLiftedStructureLoss, "generalized_lifted_structure_loss",
+    "Functional form of :class:`GeneralizedLiftedStructureLoss`: the mean over anchors.",
+    "A scalar of the dtype of ``y_pred``; 0 when no anchor has a positive and a negative, NaN "
+    "when an embedding is NaN or Inf.")
