@@ -9,6 +9,7 @@ from __future__ import annotations
 from harness import LossCase
 
 from tfdml.losses import (
+    AngularLoss,
     CircleLoss,
     ContrastiveLoss,
     FAPPYLoss,
@@ -26,6 +27,7 @@ from tfdml.losses import (
     TrimmedLoss,
     TripletMarginLoss,
     TripletNCALoss,
+    TupletMarginLoss,
 )
 from tfdml.miners import MultiSimilarityMiner, TripletMiner
 
@@ -96,6 +98,10 @@ LOSS_CASES = [
     LossCase("histogram", lambda: HistogramLoss()),
     LossCase("histogram_0.05", lambda: HistogramLoss(0.05)),
     LossCase("generalized_lifted", lambda: GeneralizedLiftedStructureLoss()),
+    LossCase("angular", lambda: AngularLoss()),
+    LossCase("angular_hard_pairs", lambda: AngularLoss(0.8, Miner("hard", "hard"))),
+    LossCase("tuplet_margin", lambda: TupletMarginLoss()),
+    LossCase("tuplet_margin_ms_pairs", lambda: TupletMarginLoss(0.2, 32.0, MSMiner())),
     LossCase("generalized_lifted_ms_pairs",
              lambda: GeneralizedLiftedStructureLoss(0.6, 0.1, MSMiner(positive="easy"))),
 ]

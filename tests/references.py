@@ -1655,3 +1655,46 @@ def generalized_lifted_structure_loss(labels, embeddings, neg_margin=1.0, pos_ma
     if empty == "pml" or average == "batch":
         return total / n
     return total / count if count else 0.0
+
+
+def _positive_pair_softplus(labels, embeddings, logit, raw_negatives=False):
+    """The mean over positive pairs ``(a, p)`` of ``log(1 + sum_n exp(logit(s_ap, s_an,
+    s_pn)))`` over the negatives ``n`` of ``a`` (cosine similarities ``s``), by loops.
+    ``raw_negatives``: ``s_an`` and ``s_pn`` are dot products with the embeddings of the
+    negatives as given (not normalized)."""
+    raw = np.asarray(embeddings, np.float64)
+    x = l2_normalize(raw)
+    labels = np.asarray(labels)
+    s = x @ x.T
+    to_negatives = x @ (raw if raw_negatives else x).T
+    n = len(labels)
+    values = []
+    for a in range(n):
+        for p in range(n):
+            if p == a or labels[p] != labels[a]:
+                continue
+            z = [logit(s[a, p], to_negatives[a, k], to_negatives[p, k])
+                 for k in range(n) if labels[k] != labels[a]]
+            values.append(float(np.log1p(np.sum(np.exp(z)))) if z else 0.0)
+    return float(np.mean(values)) if values else 0.0
+
+
+ANGULAR_ALPHA = math.radians(40)
+TUPLET_MARGIN = math.radians(5.73)
+
+
+def angular_loss(labels, embeddings, alpha=ANGULAR_ALPHA, raw_negatives=False):
+    """Wang et al.'s angular loss (eq. 8), averaged over the positive pairs.
+    ``raw_negatives``: pytorch-metric-learning 2.9's reading, whose negatives enter
+    ``(x_a + x_p)^T x_n`` without being L2-normalized."""
+    t2 = math.tan(alpha) ** 2
+    return _positive_pair_softplus(
+        labels, embeddings,
+        lambda ap, an, pn: 4 * t2 * (an + pn) - 2 * (1 + t2) * ap, raw_negatives)
+
+
+def tuplet_margin_loss(labels, embeddings, margin=TUPLET_MARGIN, scale=64.0):
+    """Yu & Tao's tuplet margin loss, averaged over the positive pairs."""
+    return _positive_pair_softplus(
+        labels, embeddings,
+        lambda ap, an, pn: scale * (an - math.cos(math.acos(min(ap, 1.0)) - margin)))

@@ -4,6 +4,7 @@ Every loss has a functional form (same arguments, returns the scalar mean over
 anchors that have something to learn from) and a class for ``model.compile``.
 """
 
+from tfdml.losses.angular import AngularLoss, TupletMarginLoss, angular_loss, tuplet_margin_loss
 from tfdml.losses.base import LossState, MetricLoss
 from tfdml.losses.class_weights import ClassWeightLoss, ClassWeights
 from tfdml.losses.classification import (
@@ -55,6 +56,7 @@ from tfdml.losses.triplet import (
 from tfdml.losses.xbm import CrossBatchMemory, MemoryBank
 
 __all__ = [
+    "AngularLoss",
     "ArcFaceLoss",
     "CircleLoss",
     "ClassWeightLoss",
@@ -85,6 +87,8 @@ __all__ = [
     "TrimmedLoss",
     "TripletMarginLoss",
     "TripletNCALoss",
+    "TupletMarginLoss",
+    "angular_loss",
     "arcface_loss",
     "circle_loss",
     "contrastive_loss",
@@ -108,4 +112,5 @@ __all__ = [
     "supcon_loss",
     "triplet_margin_loss",
     "triplet_nca_loss",
+    "tuplet_margin_loss",
 ]
