@@ -1698,3 +1698,27 @@ def tuplet_margin_loss(labels, embeddings, margin=TUPLET_MARGIN, scale=64.0):
     return _positive_pair_softplus(
         labels, embeddings,
         lambda ap, an, pn: scale * (an - math.cos(math.acos(min(ap, 1.0)) - margin)))
+
+
+def snr_contrastive_loss(labels, embeddings, pos_margin=0.0, neg_margin=1.0, average="terms",
+                         halves=False):
+    """The contrastive loss on the SNR distance ``var(x_j - x_i) / var(x_i)`` (Yuan et al.)
+    of L2-normalized embeddings, by loops. ``average``: ``"terms"`` (every pair) or
+    ``"nonzero"``. ``halves``: pytorch-metric-learning's reduction, the positive and the
+    negative pairs each averaged over their non-zero terms, and the two means added."""
+    x = l2_normalize(np.asarray(embeddings, np.float64))
+    labels = np.asarray(labels)
+    # d[i, j] = var(x_j - x_i) / var(x_i), each pair by its definition (broadcast over pairs).
+    d = np.var(x[None, :, :] - x[:, None, :], axis=2, ddof=1) / np.var(x, axis=1, ddof=1)[:, None]
+    same = labels[:, None] == labels[None, :]
+    off_diagonal = ~np.eye(len(labels), dtype=bool)
+    positive = list(np.maximum(d[same & off_diagonal] - pos_margin, 0.0))
+    negative = list(np.maximum(neg_margin - d[~same], 0.0))
+
+    def mean(values, nonzero):
+        kept = [v for v in values if v > 0] if nonzero else values
+        return float(np.sum(values) / len(kept)) if kept else 0.0
+
+    if halves:
+        return mean(positive, True) + mean(negative, True)
+    return mean(positive + negative, average == "nonzero")

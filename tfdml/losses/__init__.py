@@ -19,7 +19,12 @@ from tfdml.losses.classification import (
     soft_triple_loss,
     subcenter_arcface_loss,
 )
-from tfdml.losses.contrastive import ContrastiveLoss, contrastive_loss
+from tfdml.losses.contrastive import (
+    ContrastiveLoss,
+    SNRContrastiveLoss,
+    contrastive_loss,
+    snr_contrastive_loss,
+)
 from tfdml.losses.fappy import FAPPYLoss, HistogramLoss, false_positive_probability
 from tfdml.losses.lifted import GeneralizedLiftedStructureLoss, generalized_lifted_structure_loss
 from tfdml.losses.loop import (
@@ -80,6 +85,7 @@ __all__ = [
     "PNLoss",
     "ProxyAnchorLoss",
     "ProxyNCALoss",
+    "SNRContrastiveLoss",
     "SoftNearestNeighborLoss",
     "SoftTripleLoss",
     "SubCenterArcFaceLoss",
@@ -106,6 +112,7 @@ __all__ = [
     "pn_loss",
     "proxy_anchor_loss",
     "proxy_nca_loss",
+    "snr_contrastive_loss",
     "soft_nearest_neighbor_loss",
     "soft_triple_loss",
     "subcenter_arcface_loss",

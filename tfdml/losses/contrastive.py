@@ -1,4 +1,5 @@
-"""The contrastive (pair) loss of Hadsell, Chopra and LeCun, in the form of the class-collapse paper."""
+"""Contrastive (pair) losses: Hadsell, Chopra and LeCun's, in the form of the class-collapse
+paper, and its signal-to-noise ratio form (Yuan et al.)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from tfdml.losses.base import (
 from tfdml.losses.spec import functional_form, loss_class
 from tfdml.miners import AllPairsMiner, Miner, as_pairs
 
-__all__ = ["ContrastiveLoss", "contrastive_loss"]
+__all__ = ["ContrastiveLoss", "SNRContrastiveLoss", "contrastive_loss", "snr_contrastive_loss"]
 
 
 def _check_args(positive_margin: float = 0.0, negative_margin: float = 0.5, distance: str = "l2",
@@ -24,14 +25,20 @@ def _check_args(positive_margin: float = 0.0, negative_margin: float = 0.5, dist
             "distance": dml.check_distance(distance), "miner": resolve_miner(miner, AllPairsMiner)}
 
 
-def _contrastive_terms(inputs, positive_margin, negative_margin, distance, miner: Miner):
+def _hinge_terms(inputs, dist, positive_margin, negative_margin, miner: Miner):
+    """Per pair ``max(d - positive_margin, 0)`` (positive) or ``max(negative_margin - d, 0)``
+    (negative), over the pairs the miner keeps (mined on ``-dist``)."""
     labels, x, ref_labels, ref, ref_offset = inputs
-    dist = dml.distance_matrix(x, ref, distance)
     pairs = as_pairs(miner.mine(-dist, labels, ref_labels, ref_offset, x, ref),
                      num_ref=ops.shape(dist)[1])
     positive = ops.relu(dist - ops.convert_to_tensor(positive_margin, dml.dtype_name(dist)))
     negative = ops.relu(ops.convert_to_tensor(negative_margin, dml.dtype_name(dist)) - dist)
     return pair_terms(positive, negative, pairs)
+
+
+def _contrastive_terms(inputs, positive_margin, negative_margin, distance, miner: Miner):
+    dist = dml.distance_matrix(inputs.x, inputs.ref, distance)
+    return _hinge_terms(inputs, dist, positive_margin, negative_margin, miner)
 
 
 @loss_class("contrastive_loss", average="terms")
@@ -93,5 +100,86 @@ class ContrastiveLoss(MetricLoss):
 contrastive_loss = functional_form(
     ContrastiveLoss, "contrastive_loss",
     "Functional form of :class:`ContrastiveLoss`: by default the mean over all pairs.",
+    "A scalar of the dtype of ``y_pred``; 0 when no anchor has a pair, NaN when an embedding "
+    "is NaN or Inf.")
+
+
+# -- signal-to-noise ratio ----------------------------------------------------------------------
+
+#: The smallest anchor variance (times D - 1) the SNR distance divides by.
+SNR_MIN_VARIANCE = 1e-12
+
+
+def snr_distance(x, y=None):
+    """``[B, R]`` signal-to-noise ratio distances ``var(y_j - x_i) / var(x_i)`` (Yuan et al.).
+
+    Computed from the row-centred vectors ``c``: ``|c_i - c_j|^2 / |c_i|^2`` (the
+    ``1 / (D - 1)`` of both variances cancels), with no ``[B, R, D]`` tensor. An anchor of
+    (near) zero variance, a constant vector, divides by ``SNR_MIN_VARIANCE`` instead of 0.
+    """
+    x = ops.convert_to_tensor(x)
+    y = x if y is None else ops.convert_to_tensor(y)
+    centred_x = x - ops.mean(x, axis=1, keepdims=True)
+    centred_y = centred_x if y is x else y - ops.mean(y, axis=1, keepdims=True)
+    noise = dml.pairwise_distance(centred_x, centred_y, squared=True)
+    signal = ops.sum(ops.square(centred_x), axis=1, keepdims=True)
+    return noise / dml.maximum(signal, SNR_MIN_VARIANCE)
+
+
+def _check_snr(pos_margin: float = 0.0, neg_margin: float = 1.0, miner="default"):
+    return {"pos_margin": check_number("pos_margin", pos_margin, low=0, finite=True),
+            "neg_margin": check_number("neg_margin", neg_margin, low=0, finite=True),
+            "miner": resolve_miner(miner, AllPairsMiner)}
+
+
+def _snr_terms(inputs, pos_margin, neg_margin, miner: Miner):
+    return _hinge_terms(inputs, snr_distance(inputs.x, inputs.ref), pos_margin, neg_margin,
+                        miner)
+
+
+@loss_class("snr_contrastive_loss", average="terms")
+class SNRContrastiveLoss(MetricLoss):
+    """The contrastive loss on the signal-to-noise ratio distance of Yuan et al.
+
+    The SNR distance from an anchor ``x_i`` to ``x_j`` is the variance of the
+    "noise" ``x_j - x_i`` over the variance of the "signal" ``x_i`` (over the
+    embedding's entries; asymmetric)::
+
+        d_ij = var(x_j - x_i) / var(x_i)
+
+    and the pairs are hinged as in :class:`ContrastiveLoss`: positive pairs
+    ``max(d - pos_margin, 0)``, negative pairs ``max(neg_margin - d, 0)``.
+
+    **Averaged over** the pairs (``average="terms"``), as
+    :class:`ContrastiveLoss`. pytorch-metric-learning averages the positive
+    and the negative pairs separately over their non-zero terms and adds the
+    two means (docs/losses.md, "Coming from pytorch-metric-learning"). The
+    paper's regularizer on the mean of the embeddings is not applied (nor is
+    it in pytorch-metric-learning).
+
+    Args:
+        pos_margin: ``>= 0``. Defaults to `0.0`.
+        neg_margin: ``>= 0``. Defaults to `1.0`.
+        miner: a :class:`tfdml.miners.Miner`; `None` or `"default"` for
+            every pair (:class:`tfdml.miners.AllPairsMiner`). Defaults to
+            `"default"`.
+
+    Examples:
+
+    >>> loss = tfdml.losses.SNRContrastiveLoss(neg_margin=1.0)
+    >>> model.compile(optimizer="adam", loss=loss)
+
+    Reference:
+        Yuan, Chen, Wang, Yu, Shi, Zhang, "Signal-to-noise ratio: a robust
+        distance metric for deep metric learning", CVPR 2019.
+    """
+
+    terms = staticmethod(_snr_terms)
+    check_arguments = staticmethod(_check_snr)
+
+
+snr_contrastive_loss = functional_form(
+    SNRContrastiveLoss, "snr_contrastive_loss",
+    "Functional form of :class:`SNRContrastiveLoss`: by default the mean over all pairs.",
     "A scalar of the dtype of ``y_pred``; 0 when no anchor has a pair, NaN when an embedding "
     "is NaN or Inf.")

@@ -1,0 +1,102 @@
+"""SNRContrastiveLoss against a NumPy reference and pytorch-metric-learning 2.9.
+
+The contract tests (config, .keras round trip, compiled = eager, degenerate and non-finite
+batches, mixed precision) come from its entries in tests/loss_cases.py.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import references as ref
+from backends import BACKEND, enable_float64, reference_gradient, to_numpy, value_and_grad
+
+from tfdml.losses import SNRContrastiveLoss, snr_contrastive_loss
+from tfdml.losses.contrastive import snr_distance
+from tfdml.miners import TripletMiner
+
+pytestmark = pytest.mark.multibackend
+
+FIXTURE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures",
+                       "pml_2.9.npz")
+DATA = np.load(FIXTURE)
+
+
+@pytest.fixture(autouse=True)
+def _float64():
+    with enable_float64():
+        yield
+
+
+def _batch(seed=0):
+    labels = np.array([0, 0, 0, 1, 1, 2, 2, 2, 2, 5, 3, 3], np.int64)
+    return labels, np.random.default_rng(seed).normal(size=(12, 7))
+
+
+def test_snr_distance_is_the_ratio_of_variances():
+    x, y = (np.random.default_rng(s).normal(size=(n, 6)) for s, n in ((1, 4), (2, 5)))
+    want = np.array([[np.var(b - a, ddof=1) / np.var(a, ddof=1) for b in y] for a in x])
+    np.testing.assert_allclose(to_numpy(snr_distance(x, y)), want, rtol=1e-12)
+    # A constant anchor (zero variance) gives large finite distances, not NaN.
+    got = to_numpy(snr_distance(np.ones((2, 6)), y))
+    assert np.all(np.isfinite(got)) and np.all(got > 1e6)
+
+
+@pytest.mark.parametrize("pos_margin,neg_margin,average", [
+    (0.0, 1.0, "terms"), (0.3, 1.5, "terms"), (0.0, 1.0, "nonzero")])
+def test_values_and_gradients_match_the_reference(pos_margin, neg_margin, average):
+    labels, x = _batch()
+    loss = SNRContrastiveLoss(pos_margin, neg_margin, average=average, dtype="float64")
+    value, grad = value_and_grad(lambda e: loss(labels, e), x)
+
+    def want(e):
+        return ref.snr_contrastive_loss(labels, e, pos_margin, neg_margin, average)
+
+    np.testing.assert_allclose(value, want(x), rtol=1e-12)
+    np.testing.assert_allclose(grad, reference_gradient(want, x), rtol=1e-7, atol=1e-9)
+
+
+def test_functional_form_equals_the_class():
+    labels, x = _batch(1)
+    np.testing.assert_allclose(
+        to_numpy(snr_contrastive_loss(labels, x, 0.1, 0.9)),
+        to_numpy(SNRContrastiveLoss(0.1, 0.9, dtype="float64")(labels, x)), rtol=1e-12)
+
+
+@pytest.mark.parametrize("batch", [pytest.param(b, marks=pytest.mark.skipif(
+    BACKEND == "jax" and b != "uneven", reason="JAX: one batch (each shape compiles every op)"))
+    for b in ("uneven", "pk", "pairs")])
+def test_pytorch_metric_learning_adds_separately_averaged_halves(batch):
+    """pml averages the positive and the negative pairs each over their non-zero terms and
+    adds the means; tfdml averages all pairs. The reference with pml's reduction gives pml's
+    value and gradient; tfdml gives the reference's own."""
+    labels, x = DATA[f"{batch}/labels"], DATA[f"{batch}/embeddings"]
+    want_value, want_grad = (DATA[f"snr_contrastive/{batch}/{k}"] for k in ("value", "grad"))
+
+    def pml_reading(e):
+        return ref.snr_contrastive_loss(labels, e, halves=True)
+
+    np.testing.assert_allclose(pml_reading(x), want_value, rtol=1e-9)
+    np.testing.assert_allclose(reference_gradient(pml_reading, x), want_grad, rtol=1e-6,
+                               atol=1e-9)
+    value = to_numpy(SNRContrastiveLoss(dtype="float64")(labels, x))
+    np.testing.assert_allclose(value, ref.snr_contrastive_loss(labels, x), rtol=1e-12)
+    assert abs(float(value) - float(want_value)) > 1e-3
+
+
+def test_a_miner_restricts_the_pairs():
+    labels, x = _batch(3)
+    every = to_numpy(SNRContrastiveLoss(dtype="float64")(labels, x))
+    mined = to_numpy(SNRContrastiveLoss(miner=TripletMiner("hard", "hard"),
+                                        dtype="float64")(labels, x))
+    assert np.isfinite(mined) and mined != every
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"pos_margin": -0.1}, "pos_margin"), ({"neg_margin": float("inf")}, "neg_margin"),
+    ({"neg_margin": None}, "neg_margin"), ({"miner": 3}, "miner")])
+def test_bad_arguments_are_value_errors_naming_them(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        SNRContrastiveLoss(**kwargs)
