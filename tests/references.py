@@ -1722,3 +1722,12 @@ def snr_contrastive_loss(labels, embeddings, pos_margin=0.0, neg_margin=1.0, ave
     if halves:
         return mean(positive, True) + mean(negative, True)
     return mean(positive + negative, average == "nonzero")
+
+
+def p2s_grad_loss(labels, embeddings, weights):
+    """P2SGrad as a loss: per sample ``1/2 sum_c (cos_c - [c = y])^2``."""
+    labels = _class_ids(labels)
+    cos = class_cosines(embeddings, weights)
+    per_sample = [0.5 * sum((cos[b][c] - (1.0 if c == labels[b] else 0.0)) ** 2
+                            for c in range(len(cos[b]))) for b in range(len(labels))]
+    return _mean_of_samples(per_sample)

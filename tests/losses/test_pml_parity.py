@@ -179,3 +179,32 @@ def test_loss_classes_with_the_recorded_weights_equal_pml(case):
     np.testing.assert_allclose(value, float(to_numpy(WEIGHTED[case](labels, x, rounded))),
                                rtol=1e-9)
     np.testing.assert_allclose(value, DATA[f"{case}/uneven/value"], rtol=1e-5)
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+def test_p2s_grad_is_pml_mean_squared_error_times_half_the_classes(batch):
+    """pml takes the mean squared error over the batch and the C classes; tfdml's loss is
+    ``1/2 sum_c``, whose gradient is the paper's update: C/2 times pml's value and
+    embedding gradient. pml renormalizes its weights in place with ``torch.renorm``, which
+    divides by the norm plus 1e-7 (columns of norm ``|w| / (|w| + 1e-7)``, checked exactly
+    below), so the two agree to about 1e-7 relative, not 1e-9. Its weight gradient is taken
+    at those weights as constants; tfdml differentiates through the normalization: pml's
+    gradient, times C/2, projected off each weight's direction and divided by its norm."""
+    labels, x = DATA[f"{batch}/labels"], DATA[f"{batch}/embeddings"]
+    weights = DATA[f"p2s_grad/{batch}/weights"]
+    norms = np.linalg.norm(weights, axis=1, keepdims=True)
+    pml_cosines = (x / np.linalg.norm(x, axis=1, keepdims=True)) @ (weights / (norms + 1e-7)).T
+    one_hot = np.eye(weights.shape[0])[labels]
+    np.testing.assert_allclose(np.mean((pml_cosines - one_hot) ** 2),
+                               DATA[f"p2s_grad/{batch}/value"], rtol=1e-12)
+    half_classes = weights.shape[0] / 2.0
+    value, (grad, weights_grad) = value_and_grad(L.p2s_grad_loss, labels, x, weights,
+                                                 argnums=(1, 2))
+    np.testing.assert_allclose(value, half_classes * DATA[f"p2s_grad/{batch}/value"],
+                               rtol=1e-6)
+    np.testing.assert_allclose(grad, half_classes * DATA[f"p2s_grad/{batch}/grad"], rtol=1e-6,
+                               atol=1e-8)
+    unit = weights / norms
+    g = half_classes * DATA[f"p2s_grad/{batch}/weights_grad"]
+    projected = (g - np.sum(g * unit, axis=1, keepdims=True) * unit) / norms
+    np.testing.assert_allclose(weights_grad, projected, rtol=1e-6, atol=1e-8)

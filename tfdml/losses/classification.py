@@ -1,5 +1,5 @@
 """Classification losses on cosines: normalized softmax, CosFace, ArcFace, sub-centre ArcFace,
-SoftTriple.
+SoftTriple, and P2SGrad's squared cosine error.
 
 Each compares the unit embedding ``x`` of a sample of class ``y`` with ``C``
 unit class vectors ``w_c`` (``k`` per class for sub-centre ArcFace and
@@ -10,7 +10,7 @@ scaled, margin-adjusted cosines:
 
 with ``f(cos) = cos`` (normalized softmax, ``s = 1 / temperature``),
 ``cos - m`` (CosFace) or ``cos(theta + m)`` (ArcFace). The loss is the mean
-over the batch. Computed in float32 (float64 for float64 embeddings) whatever
+over the batch. P2SGrad instead regresses the cosines onto the one-hot target. Computed in float32 (float64 for float64 embeddings) whatever
 the dtype policy, so the large scales (``s = 64``) never overflow float16.
 """
 
@@ -37,11 +37,13 @@ __all__ = [
     "ArcFaceLoss",
     "CosFaceLoss",
     "NormalizedSoftmaxLoss",
+    "P2SGradLoss",
     "SoftTripleLoss",
     "SubCenterArcFaceLoss",
     "arcface_loss",
     "cosface_loss",
     "normalized_softmax_loss",
+    "p2s_grad_loss",
     "soft_triple_loss",
     "subcenter_arcface_loss",
 ]
@@ -136,7 +138,34 @@ def _soft_triple(labels, x, w, la, gamma, margin):
     return softmax_cross_entropy(logits * _constant(la, logits), target)
 
 
+def _check_p2s():
+    return {}
+
+
+def _p2s_grad(labels, x, w):
+    """``1/2 sum_c (cos_c - [c = y])^2``: its gradient is P2SGrad's update (eq. 11)."""
+    cosines = class_cosines(x, w)
+    target = ops.cast(class_mask(labels, w.shape[0]), dml.dtype_name(cosines))
+    return 0.5 * ops.sum(ops.square(cosines - target), axis=-1)
+
+
 # -- functional forms --------------------------------------------------------------------------
+
+
+def p2s_grad_loss(y_true, y_pred, weights):
+    """P2SGrad (Zhang et al. 2019) as a loss: ``1/2 sum_c (cos(x, w_c) - [c = y])^2``.
+
+    Its gradient is the paper's update (eq. 11), ``sum_c (cos_c - [c = y]) grad cos_c``.
+
+    Args:
+        y_true: ``[B]`` integer class ids in ``[0, C)``.
+        y_pred: ``[B, D]`` embeddings (normalized here).
+        weights: ``[C, D]`` class weights (normalized here).
+
+    Returns:
+        The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
+    """
+    return P2SGradLoss.functional(y_true, y_pred, weights)
 
 
 def normalized_softmax_loss(y_true, y_pred, weights, temperature: float = 0.05):
@@ -449,3 +478,34 @@ class SoftTripleLoss(ClassWeightLoss):
 
     def get_config(self):
         return {**super().get_config(), "centers_per_class": self.centers_per_class}
+
+
+@_doc
+@loss_class("p2s_grad_loss", head=CLASS_HEAD, common=CLASS_COMMON, document=False)
+class P2SGradLoss(ClassWeightLoss):
+    """P2SGrad: the cosines to the class weights regressed onto the one-hot target.
+
+    ``L = 1/2 sum_c (cos(x, w_c) - [c = y])^2``, the mean over the batch. Zhang
+    et al. define P2SGrad by its update (eq. 11), ``sum_c (cos_c - [c = y])
+    grad cos_c``, free of the scale and margin hyperparameters of the
+    margin-softmax losses; this loss has exactly that gradient.
+    pytorch-metric-learning takes the mean squared error over the batch and
+    the classes instead, ``2 / C`` times this loss (and its gradients).
+    {STATE}
+    Args:
+{ARGS}
+        name: name of the loss. Defaults to `"p2s_grad_loss"`.
+
+    Examples:
+
+    >>> loss = tfdml.losses.P2SGradLoss(num_classes=10_000)
+    >>> model = tfdml.models.MetricModel(embedder, loss)
+    >>> model.compile(optimizer="sgd")
+
+    Reference:
+        Zhang, Zhao, Qiao, Wang, Li, Liu, "P2SGrad: Refined gradients for
+        optimizing deep face models", CVPR 2019.
+    """
+
+    sample_losses = staticmethod(_p2s_grad)
+    check_arguments = staticmethod(_check_p2s)
