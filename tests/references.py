@@ -1731,3 +1731,35 @@ def p2s_grad_loss(labels, embeddings, weights):
     per_sample = [0.5 * sum((cos[b][c] - (1.0 if c == labels[b] else 0.0)) ** 2
                             for c in range(len(cos[b]))) for b in range(len(labels))]
     return _mean_of_samples(per_sample)
+
+
+def _psi(cos, margin):
+    """L-Softmax's ``(-1)^k cos(m theta) - 2k`` for ``theta`` in ``[k pi/m, (k+1) pi/m]``."""
+    theta = math.acos(min(max(cos, -1.0), 1.0))
+    k = math.floor(theta * margin / math.pi)
+    return (-1) ** k * math.cos(margin * theta) - 2 * k
+
+
+def large_margin_softmax_loss(labels, embeddings, weights, margin=4, scale=1.0,
+                              weight_norms=True):
+    """L-Softmax (Liu et al. 2016): logits ``scale |w_c| |x| cos``, the target's with
+    ``psi`` instead of ``cos``. ``weight_norms=False``: SphereFace (unit weights)."""
+    labels = _class_ids(labels)
+    x = np.asarray(embeddings, np.float64)
+    w = np.asarray(weights, np.float64)
+    cos = class_cosines(x, w)
+    per_sample = []
+    for b in range(len(labels)):
+        logits = []
+        for c in range(w.shape[0]):
+            magnitude = np.linalg.norm(x[b]) * (np.linalg.norm(w[c]) if weight_norms else 1.0)
+            f = _psi(cos[b][c], margin) if c == labels[b] else cos[b][c]
+            logits.append(scale * magnitude * f)
+        per_sample.append(cross_entropy(logits, labels[b]))
+    return _mean_of_samples(per_sample)
+
+
+def sphereface_loss(labels, embeddings, weights, margin=4, scale=1.0):
+    """SphereFace (Liu et al. 2017): L-Softmax with unit class weights."""
+    return large_margin_softmax_loss(labels, embeddings, weights, margin, scale,
+                                     weight_norms=False)

@@ -1,8 +1,8 @@
 """The losses with class vectors (tfdml.losses.class_weights) against tests/references.py.
 
-The eight losses with learned class vectors (proxies, class weights, sub-centres,
+The ten losses with learned class vectors (proxies, class weights, sub-centres,
 SoftTriple centres): normalized softmax, CosFace, ArcFace, sub-centre ArcFace, SoftTriple,
-P2SGrad, Proxy-NCA and Proxy Anchor. Values and gradients (w.r.t. the embeddings and the class
+P2SGrad, large-margin softmax, SphereFace, Proxy-NCA and Proxy Anchor. Values and gradients (w.r.t. the embeddings and the class
 vectors) are compared with the float64 loops of tests/references.py, the gradients with
 central differences of the reference (Richardson-extrapolated, about 1e-11 relative), in
 float64 to 1e-9 and in float32 to about 1e-5. The inputs are exactly representable in
@@ -43,19 +43,23 @@ from keras import ops
 from tfdml.losses import (
     ArcFaceLoss,
     CosFaceLoss,
+    LargeMarginSoftmaxLoss,
     NormalizedSoftmaxLoss,
     P2SGradLoss,
     ProxyAnchorLoss,
     ProxyNCALoss,
     SoftTripleLoss,
+    SphereFaceLoss,
     SubCenterArcFaceLoss,
     arcface_loss,
     cosface_loss,
+    large_margin_softmax_loss,
     normalized_softmax_loss,
     p2s_grad_loss,
     proxy_anchor_loss,
     proxy_nca_loss,
     soft_triple_loss,
+    sphereface_loss,
     subcenter_arcface_loss,
 )
 
@@ -142,6 +146,9 @@ CASES = [
     Case("proxy_anchor", proxy_anchor_loss, ProxyAnchorLoss, ref.proxy_anchor_loss, 2,
          "proxies", per_sample=False),
     Case("p2s_grad", p2s_grad_loss, P2SGradLoss, ref.p2s_grad_loss, 2, "weights"),
+    Case("large_margin_softmax", large_margin_softmax_loss, LargeMarginSoftmaxLoss,
+         ref.large_margin_softmax_loss, 2, "weights", dict(margin=3, scale=0.5)),
+    Case("sphereface", sphereface_loss, SphereFaceLoss, ref.sphereface_loss, 2, "weights"),
 ]
 BY_ID = {case.id: case for case in CASES}
 IDS = [case.id for case in CASES]

@@ -139,6 +139,9 @@ WEIGHTED = {
                                                                   scale=64.0),
     "soft_triple": lambda y, x, w: L.soft_triple_loss(y, x, w, la=20.0, gamma=0.1,
                                                       margin=0.01),
+    "large_margin_softmax": lambda y, x, w: L.large_margin_softmax_loss(y, x, w, margin=4,
+                                                                        scale=1.0),
+    "sphereface": lambda y, x, w: L.sphereface_loss(y, x, w, margin=4, scale=1.0),
 }
 
 

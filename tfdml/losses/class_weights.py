@@ -163,6 +163,9 @@ class ClassWeightLoss(MetricLoss):
     weights_rank = 2
     #: ``sample_losses(labels, x, w, **arguments) -> [B]`` losses.
     sample_losses = None
+    #: ``sample_losses`` also takes ``norms``: the norms of the raw embeddings ``[B]`` and
+    #: vectors ``[C]`` (losses whose logits keep them: large-margin softmax, SphereFace).
+    uses_norms = False
 
     def __init__(self, num_classes, embedding_dim=None, initializer=None,
                  reduction="sum_over_batch_size", name=None, dtype=None, average="anchors",
@@ -184,7 +187,18 @@ class ClassWeightLoss(MetricLoss):
         arguments = cls.check_arguments(**arguments)
         labels, x, w, valid = prepare_class_inputs(y_true, y_pred, weights, cls.weights_rank,
                                                    weights_name or cls._variable_name)
-        return per_sample_value(cls.sample_losses(labels, x, w, **arguments), y_pred, w, valid)
+        losses = cls.sample_losses(labels, x, w, **arguments,
+                                   **cls._norms(y_pred, weights, dml.dtype_name(x)))
+        return per_sample_value(losses, y_pred, w, valid)
+
+    @classmethod
+    def _norms(cls, y_pred, weights, dtype):
+        """``{"norms": (|y_pred_b| [B], |weights_c| [C])}`` for ``uses_norms``, else ``{}``."""
+        if not cls.uses_norms:
+            return {}
+        return {"norms": tuple(
+            dml.safe_sqrt(ops.sum(ops.square(ops.cast(t, dtype)), axis=-1), epsilon=0.0)
+            for t in (y_pred, weights))}
 
     @property
     def _per_class(self):
@@ -218,10 +232,11 @@ class ClassWeightLoss(MetricLoss):
                 f"Loss {self.name!r} compares embeddings with its learned class vectors and "
                 "takes no reference set (`ref_embeddings`)."
             )
-        w = self.class_weights
+        raw_w = self.class_weights
         labels, x, w, valid = prepare_class_inputs(
-            labels, embeddings, w, self.weights_rank, self._variable_name)
-        losses = self.sample_losses(labels, x, w, **self.arguments)
+            labels, embeddings, raw_w, self.weights_rank, self._variable_name)
+        losses = self.sample_losses(labels, x, w, **self.arguments,
+                                    **self._norms(embeddings, raw_w, dml.dtype_name(x)))
         losses = dml.nan_unless(dml.nan_unless_finite(losses, w), valid)
         active = ops.ones(ops.shape(losses), "bool")
         return anchor_terms(losses, active)

@@ -36,15 +36,19 @@ from tfdml.losses.spec import loss_class
 __all__ = [
     "ArcFaceLoss",
     "CosFaceLoss",
+    "LargeMarginSoftmaxLoss",
     "NormalizedSoftmaxLoss",
     "P2SGradLoss",
     "SoftTripleLoss",
+    "SphereFaceLoss",
     "SubCenterArcFaceLoss",
     "arcface_loss",
     "cosface_loss",
+    "large_margin_softmax_loss",
     "normalized_softmax_loss",
     "p2s_grad_loss",
     "soft_triple_loss",
+    "sphereface_loss",
     "subcenter_arcface_loss",
 ]
 
@@ -138,6 +142,53 @@ def _soft_triple(labels, x, w, la, gamma, margin):
     return softmax_cross_entropy(logits * _constant(la, logits), target)
 
 
+def _check_large_margin(margin: int = 4, scale: float = 1.0):
+    return {"margin": check_int("margin", margin), "scale": check_positive("scale", scale)}
+
+
+def _multiple_angle_target(cos_y, margin):
+    """``psi(theta) = (-1)^k cos(m theta) - 2k`` for ``theta`` in ``[k pi/m, (k+1) pi/m]``
+    (Liu et al. 2016, eq. 6), ``cos(m theta)`` from ``cos theta`` by the multiple-angle
+    formula (eq. 7): a polynomial, with no ``arccos`` in the gradient."""
+    one = _constant(1.0, cos_y)
+    cos_y = dml.clip(cos_y, -one, one)
+    sin_squared = one - ops.square(cos_y)
+    # Powers by products (a pow op's gradient at 0 ** 0 is NaN on some backends).
+    cos_powers, sin_powers = [ops.ones_like(cos_y)], [ops.ones_like(cos_y)]
+    for _ in range(margin):
+        cos_powers.append(cos_powers[-1] * cos_y)
+        sin_powers.append(sin_powers[-1] * sin_squared)
+    cos_m = ops.zeros_like(cos_y)
+    for n in range(margin // 2 + 1):
+        cos_m = cos_m + _constant((-1) ** n * math.comb(margin, 2 * n), cos_y) * (
+            cos_powers[margin - 2 * n] * sin_powers[n])
+    theta = ops.arccos(ops.stop_gradient(cos_y))
+    k = ops.stop_gradient(dml.floor(theta * _constant(margin / math.pi, cos_y)))
+    sign = one - 2.0 * (k - 2.0 * dml.floor(k / 2.0))  # (-1)^k
+    return sign * cos_m - 2.0 * k
+
+
+def _large_margin_logits(labels, x, w, margin, scale, magnitudes):
+    """``scale * magnitudes * [cos_c, psi(theta_y) at the target]`` and the target mask."""
+    cosines = class_cosines(x, w)
+    target = class_mask(labels, w.shape[0])
+    modified = _multiple_angle_target(_target_cosine(cosines, target), margin)
+    logits = ops.where(target, modified[:, None], cosines)
+    return logits * magnitudes * _constant(scale, cosines), target
+
+
+def _large_margin(labels, x, w, margin, scale, norms):
+    x_norm, w_norm = norms
+    logits, target = _large_margin_logits(labels, x, w, margin, scale,
+                                          x_norm[:, None] * w_norm[None, :])
+    return softmax_cross_entropy(logits, target)
+
+
+def _sphereface(labels, x, w, margin, scale, norms):
+    logits, target = _large_margin_logits(labels, x, w, margin, scale, norms[0][:, None])
+    return softmax_cross_entropy(logits, target)
+
+
 def _check_p2s():
     return {}
 
@@ -150,6 +201,41 @@ def _p2s_grad(labels, x, w):
 
 
 # -- functional forms --------------------------------------------------------------------------
+
+
+def large_margin_softmax_loss(y_true, y_pred, weights, margin: int = 4, scale: float = 1.0):
+    """Large-margin softmax (L-Softmax, Liu et al. 2016): the target logit
+    ``|w_y| |x| psi(theta_y)``, the others ``|w_c| |x| cos(theta_c)``, times ``scale``.
+
+    Args:
+        y_true: ``[B]`` integer class ids in ``[0, C)``.
+        y_pred: ``[B, D]`` embeddings (their norms enter the logits).
+        weights: ``[C, D]`` class weights (their norms enter the logits).
+        margin: the integer angle multiplier ``m >= 1``. Defaults to `4`.
+        scale: ``s > 0``. Defaults to `1.0`.
+
+    Returns:
+        The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
+    """
+    return LargeMarginSoftmaxLoss.functional(y_true, y_pred, weights, margin=margin,
+                                             scale=scale)
+
+
+def sphereface_loss(y_true, y_pred, weights, margin: int = 4, scale: float = 1.0):
+    """SphereFace / A-Softmax (Liu et al. 2017): L-Softmax with unit class weights, the
+    logits ``|x| psi(theta_y)`` and ``|x| cos(theta_c)``, times ``scale``.
+
+    Args:
+        y_true: ``[B]`` integer class ids in ``[0, C)``.
+        y_pred: ``[B, D]`` embeddings (their norms enter the logits).
+        weights: ``[C, D]`` class weights (normalized here).
+        margin: the integer angle multiplier ``m >= 1``. Defaults to `4`.
+        scale: ``s > 0``. Defaults to `1.0`.
+
+    Returns:
+        The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
+    """
+    return SphereFaceLoss.functional(y_true, y_pred, weights, margin=margin, scale=scale)
 
 
 def p2s_grad_loss(y_true, y_pred, weights):
@@ -291,9 +377,22 @@ _COMMON_ARGS = """
         dtype: dtype of the returned value. Defaults to `None` (floatx)."""
 
 
+_LARGE_MARGIN_DOC = """
+    With ``theta_c`` the angle between the embedding ``x`` and the class
+    vector ``w_c`` and ``m`` the integer margin, the target class's cosine is
+    replaced by
+
+        psi(theta) = (-1)^k cos(m theta) - 2k,   theta in [k pi / m, (k + 1) pi / m]
+
+    (monotonically decreasing on ``[0, pi]``; ``cos(m theta)`` by the
+    multiple-angle formula, so no ``arccos`` enters the gradient). Then the
+    softmax cross-entropy, the mean over the batch.
+"""
+
+
 def _doc(cls):
     cls.__doc__ = cls.__doc__.replace("    {STATE}\n", _STATE_DOC).replace(
-        "{ARGS}", _COMMON_ARGS.strip("\n"))
+        "{ARGS}", _COMMON_ARGS.strip("\n")).replace("    {MARGIN}\n", _LARGE_MARGIN_DOC)
     return cls
 
 
@@ -509,3 +608,74 @@ class P2SGradLoss(ClassWeightLoss):
 
     sample_losses = staticmethod(_p2s_grad)
     check_arguments = staticmethod(_check_p2s)
+
+
+
+
+@_doc
+@loss_class("large_margin_softmax_loss", head=CLASS_HEAD, common=CLASS_COMMON, document=False)
+class LargeMarginSoftmaxLoss(ClassWeightLoss):
+    """Large-margin softmax (L-Softmax): an angular margin by an angle multiplier.
+
+    The logits are ``s |w_c| |x| cos(theta_c)``, and ``s |w_y| |x| psi(theta_y)``
+    for the target: the norms of the embeddings and of the class weights stay
+    in the logits (eq. 5 of the paper), so the weights' scale matters here.
+    {MARGIN}
+    Liu et al. anneal from the softmax to this loss during training (logit
+    ``(lambda |w||x| cos + |w||x| psi) / (1 + lambda)``, ``lambda`` decreasing);
+    pytorch-metric-learning leaves that out, and so does this loss.
+    {STATE}
+    Args:
+{ARGS}
+        margin: the integer multiplier ``m >= 1`` (1 is the softmax).
+            Defaults to `4`.
+        scale: ``s > 0``. Defaults to `1.0`.
+        name: name of the loss. Defaults to `"large_margin_softmax_loss"`.
+
+    Examples:
+
+    >>> loss = tfdml.losses.LargeMarginSoftmaxLoss(num_classes=100, margin=2)
+    >>> model = tfdml.models.MetricModel(embedder, loss)
+
+    Reference:
+        Liu, Wen, Yu, Yang, "Large-margin softmax loss for convolutional
+        neural networks", ICML 2016.
+    """
+
+    sample_losses = staticmethod(_large_margin)
+    check_arguments = staticmethod(_check_large_margin)
+    uses_norms = True
+
+
+@_doc
+@loss_class("sphereface_loss", head=CLASS_HEAD, common=CLASS_COMMON, document=False)
+class SphereFaceLoss(ClassWeightLoss):
+    """SphereFace (A-Softmax): L-Softmax with unit class weights.
+
+    The logits are ``s |x| cos(theta_c)``, and ``s |x| psi(theta_y)`` for the
+    target: the class weights are normalized, the embedding's norm stays
+    (eq. 6 of the paper).
+    {MARGIN}
+    Liu et al. anneal from the softmax to this loss during training
+    (``lambda``, their code); pytorch-metric-learning leaves that out, and so
+    does this loss.
+    {STATE}
+    Args:
+{ARGS}
+        margin: the integer multiplier ``m >= 1``. Defaults to `4`.
+        scale: ``s > 0``. Defaults to `1.0`.
+        name: name of the loss. Defaults to `"sphereface_loss"`.
+
+    Examples:
+
+    >>> loss = tfdml.losses.SphereFaceLoss(num_classes=10_000)
+    >>> model = tfdml.models.MetricModel(embedder, loss)
+
+    Reference:
+        Liu, Wen, Yu, Li, Raj, Song, "SphereFace: Deep hypersphere embedding
+        for face recognition", CVPR 2017.
+    """
+
+    sample_losses = staticmethod(_sphereface)
+    check_arguments = staticmethod(_check_large_margin)
+    uses_norms = True
