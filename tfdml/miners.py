@@ -40,7 +40,9 @@ __all__ = [
     "AllPairsMiner",
     "Miner",
     "MultiSimilarityMiner",
+    "PairMarginMiner",
     "Pairs",
+    "TripletMarginMiner",
     "TripletMiner",
     "Triplets",
     "as_pairs",
@@ -773,3 +775,7 @@ def _multi_similarity_pairs(scores, positive_mask, negative_mask, epsilon, posit
         positive = positive_mask
     has_negative = ops.any(negative_mask, axis=1, keepdims=True)
     return Pairs(ops.logical_and(positive, has_negative), negative)
+
+
+# The margin miners live in their own module, which builds on this one.
+from tfdml.margin_miners import PairMarginMiner, TripletMarginMiner  # noqa: E402

@@ -1,0 +1,140 @@
+"""PairMarginMiner and TripletMarginMiner: the index sets pytorch-metric-learning 2.9 selects
+on the same batches (tests/fixtures/pml_2.9.npz), a NumPy reference on others, every loss
+taking them, compiled = eager, config round trip and bad arguments."""
+
+from __future__ import annotations
+
+import os
+
+import keras
+import numpy as np
+import pytest
+import references as ref
+from backends import BACKEND, compiled, enable_float64, to_numpy
+
+import tfdml
+from tfdml.miners import PairMarginMiner, Pairs, TripletMarginMiner, Triplets
+
+pytestmark = pytest.mark.multibackend
+
+FIXTURE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures",
+                       "pml_2.9.npz")
+DATA = np.load(FIXTURE)
+BATCHES = ("uneven", "pk", "pairs")
+
+MINERS = {
+    "pair_margin": lambda: PairMarginMiner(0.2, 0.8),
+    "pair_margin_wide": lambda: PairMarginMiner(1.2, 1.35),
+    **{f"triplet_margin_{kind}": (lambda kind=kind: TripletMarginMiner(0.2, kind))
+       for kind in ("all", "hard", "semihard", "easy")},
+}
+
+
+def _index_sets(mined):
+    """pml's selection as sets of index tuples: ``(positive pairs, negative pairs)`` or
+    ``triplets``."""
+    if isinstance(mined, Pairs):
+        return tuple({tuple(ij) for ij in np.argwhere(to_numpy(m))} for m in mined)
+    assert isinstance(mined, Triplets) and mined.positive is None and mined.negative is None
+    return {tuple(t) for t in np.argwhere(to_numpy(mined.mask))}
+
+
+def _recorded_sets(name, batch):
+    if f"miner/{name}/{batch}/a1" in DATA.files:  # pairs
+        parts = [DATA[f"miner/{name}/{batch}/{k}"] for k in ("a1", "p", "a2", "n")]
+        return tuple(set(zip(parts[i], parts[i + 1], strict=True)) for i in (0, 2))
+    a, p, n = (DATA[f"miner/{name}/{batch}/{k}"] for k in ("a", "p", "n"))
+    return set(zip(a, p, n, strict=True))
+
+
+def _mine(miner, labels, x):
+    scores = tfdml.ops.pairwise_similarity(x)  # ignored: the miners use the embeddings
+    return miner.mine(scores, labels, embeddings=x)
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("name", sorted(MINERS))
+def test_selects_what_pytorch_metric_learning_selects(name, batch):
+    with enable_float64():
+        labels, x = DATA[f"{batch}/labels"], DATA[f"{batch}/embeddings"]
+        got = _index_sets(_mine(MINERS[name](), labels, x))
+    want = _recorded_sets(name, batch)
+    assert got == want
+    assert (sum(len(s) for s in want) if isinstance(want, tuple) else len(want)) > 0
+
+
+def _reference_triplets(labels, x, margin, kind):
+    d = ref.pairwise_distance(ref.l2_normalize(x))
+    out = set()
+    for a in range(len(labels)):
+        for p in range(len(labels)):
+            for n in range(len(labels)):
+                if p == a or labels[p] != labels[a] or labels[n] == labels[a]:
+                    continue
+                t = d[a, n] - d[a, p]
+                keep = {"all": t <= margin, "hard": t <= 0, "semihard": 0 < t <= margin,
+                        "easy": t > margin}[kind]
+                if keep:
+                    out.add((a, p, n))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["all", "hard", "semihard", "easy"])
+def test_triplet_margin_miner_matches_the_reference_compiled(kind):
+    rng = np.random.default_rng(4)
+    labels = rng.integers(0, 4, size=13)
+    x = rng.normal(size=(13, 6)).astype("float32")
+    miner = TripletMarginMiner(0.3, kind)
+    eager = _index_sets(_mine(miner, labels, x))
+    assert eager == _reference_triplets(labels, x.astype(np.float64), 0.3, kind)
+    if BACKEND != "torch":
+        mask = compiled(lambda y, e: _mine(miner, y, e).mask)(labels, x)
+        assert {tuple(t) for t in np.argwhere(to_numpy(mask))} == eager
+
+
+def test_pair_margin_miner_matches_the_reference():
+    rng = np.random.default_rng(5)
+    labels = rng.integers(0, 3, size=11)
+    x = rng.normal(size=(11, 4))
+    d = ref.pairwise_distance(ref.l2_normalize(x))
+    same = labels[:, None] == labels[None, :]
+    off = ~np.eye(11, dtype=bool)
+    with enable_float64():
+        positive, negative = _index_sets(_mine(PairMarginMiner(1.0, 1.4), labels, x))
+    assert positive == {tuple(ij) for ij in np.argwhere(same & off & (d > 1.0))}
+    assert negative == {tuple(ij) for ij in np.argwhere(~same & (d < 1.4))}
+
+
+@pytest.mark.parametrize("make_loss", [
+    lambda m: tfdml.losses.ContrastiveLoss(miner=m),
+    lambda m: tfdml.losses.TripletMarginLoss(miner=m),
+    lambda m: tfdml.losses.MultiSimilarityLoss(miner=m),
+    lambda m: tfdml.losses.TripletNCALoss(miner=m),
+], ids=["contrastive", "triplet_margin", "multi_similarity", "nca"])
+@pytest.mark.parametrize("name", ["pair_margin_wide", "triplet_margin_semihard"])
+def test_every_loss_takes_them_and_round_trips(name, make_loss):
+    labels, x = DATA["pk/labels"], DATA["pk/embeddings"].astype("float32")
+    loss = make_loss(MINERS[name]())
+    value = to_numpy(loss(labels, x))
+    assert np.isfinite(value) and value > 0
+    clone = keras.losses.deserialize(keras.losses.serialize(loss))
+    assert type(clone.miner) is type(loss.miner)
+    assert clone.miner.get_config() == loss.miner.get_config()
+    np.testing.assert_allclose(to_numpy(clone(labels, x)), value, rtol=1e-6)
+
+
+def test_without_embeddings_is_a_value_error():
+    with pytest.raises(ValueError, match="embeddings"):
+        PairMarginMiner().mine(np.eye(3, dtype="float32"), np.array([0, 0, 1]))
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda: PairMarginMiner(pos_margin=float("nan")), "pos_margin"),
+    (lambda: PairMarginMiner(neg_margin="1"), "neg_margin"),
+    (lambda: PairMarginMiner(distance="dot"), "distance"),
+    (lambda: TripletMarginMiner(margin=float("inf")), "margin"),
+    (lambda: TripletMarginMiner(type_of_triplets="semi-hard"), "type_of_triplets"),
+])
+def test_bad_arguments_are_value_errors_naming_them(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
