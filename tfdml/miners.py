@@ -38,6 +38,7 @@ from tfdml._checks import check_choice
 
 __all__ = [
     "AllPairsMiner",
+    "BatchEasyHardMiner",
     "Miner",
     "MultiSimilarityMiner",
     "PairMarginMiner",
@@ -777,5 +778,9 @@ def _multi_similarity_pairs(scores, positive_mask, negative_mask, epsilon, posit
     return Pairs(ops.logical_and(positive, has_negative), negative)
 
 
-# The margin miners live in their own module, which builds on this one.
-from tfdml.margin_miners import PairMarginMiner, TripletMarginMiner  # noqa: E402
+# The distance miners live in their own module, which builds on this one.
+from tfdml.distance_miners import (  # noqa: E402
+    BatchEasyHardMiner,
+    PairMarginMiner,
+    TripletMarginMiner,
+)

@@ -1,6 +1,7 @@
-"""PairMarginMiner and TripletMarginMiner: the index sets pytorch-metric-learning 2.9 selects
-on the same batches (tests/fixtures/pml_2.9.npz), a NumPy reference on others, every loss
-taking them, compiled = eager, config round trip and bad arguments."""
+"""PairMarginMiner, TripletMarginMiner and BatchEasyHardMiner: the index sets
+pytorch-metric-learning 2.9 selects on the same batches (tests/fixtures/pml_2.9.npz), NumPy
+references on others, every loss taking them, compiled = eager, config round trip and bad
+arguments."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ import references as ref
 from backends import BACKEND, compiled, enable_float64, to_numpy
 
 import tfdml
-from tfdml.miners import PairMarginMiner, Pairs, TripletMarginMiner, Triplets
+from tfdml.miners import (
+    BatchEasyHardMiner,
+    PairMarginMiner,
+    Pairs,
+    TripletMarginMiner,
+    Triplets,
+)
 
 pytestmark = pytest.mark.multibackend
 
@@ -28,6 +35,15 @@ MINERS = {
     **{f"triplet_margin_{kind}": (lambda kind=kind: TripletMarginMiner(0.2, kind))
        for kind in ("all", "hard", "semihard", "easy")},
 }
+# The settings of tests/fixtures/make_pml_fixtures.py's BATCH_EASY_HARD.
+for _pos, _neg, _pos_range, _neg_range in [
+        ("easy", "semihard", None, None), ("hard", "hard", None, None),
+        ("easy", "easy", None, None), ("semihard", "hard", None, None),
+        ("semihard", "easy", None, None), ("all", "hard", None, None),
+        ("easy", "all", None, None), ("all", "all", None, None),
+        ("hard", "semihard", None, None), ("easy", "hard", (0.6, 1.3), (1.0, 1.45))]:
+    MINERS[f"batch_easy_hard_{_pos}_{_neg}" + ("_ranges" if _pos_range else "")] = (
+        lambda p=_pos, n=_neg, pr=_pos_range, nr=_neg_range: BatchEasyHardMiner(p, n, pr, nr))
 
 
 def _index_sets(mined):
@@ -35,8 +51,14 @@ def _index_sets(mined):
     ``triplets``."""
     if isinstance(mined, Pairs):
         return tuple({tuple(ij) for ij in np.argwhere(to_numpy(m))} for m in mined)
-    assert isinstance(mined, Triplets) and mined.positive is None and mined.negative is None
-    return {tuple(t) for t in np.argwhere(to_numpy(mined.mask))}
+    assert isinstance(mined, Triplets)
+    if mined.positive is None:
+        assert mined.negative is None
+        return {tuple(t) for t in np.argwhere(to_numpy(mined.mask))}
+    # One positive and one negative per anchor: pml's (a, p, a, n) pairs.
+    kept = np.flatnonzero(to_numpy(mined.mask)[:, 0, 0])
+    p, n = (to_numpy(t)[:, 0] for t in (mined.positive, mined.negative))
+    return {(a, p[a]) for a in kept}, {(a, n[a]) for a in kept}
 
 
 def _recorded_sets(name, batch):
@@ -60,7 +82,8 @@ def test_selects_what_pytorch_metric_learning_selects(name, batch):
         got = _index_sets(_mine(MINERS[name](), labels, x))
     want = _recorded_sets(name, batch)
     assert got == want
-    assert (sum(len(s) for s in want) if isinstance(want, tuple) else len(want)) > 0
+    if not (batch == "pairs" and name.startswith("batch_easy_hard_")):  # some select none
+        assert (sum(len(s) for s in want) if isinstance(want, tuple) else len(want)) > 0
 
 
 def _reference_triplets(labels, x, margin, kind):
@@ -111,7 +134,9 @@ def test_pair_margin_miner_matches_the_reference():
     lambda m: tfdml.losses.MultiSimilarityLoss(miner=m),
     lambda m: tfdml.losses.TripletNCALoss(miner=m),
 ], ids=["contrastive", "triplet_margin", "multi_similarity", "nca"])
-@pytest.mark.parametrize("name", ["pair_margin_wide", "triplet_margin_semihard"])
+@pytest.mark.parametrize("name", ["pair_margin_wide", "triplet_margin_semihard",
+                                  "batch_easy_hard_easy_semihard", "batch_easy_hard_all_hard",
+                                  "batch_easy_hard_easy_hard_ranges"])
 def test_every_loss_takes_them_and_round_trips(name, make_loss):
     labels, x = DATA["pk/labels"], DATA["pk/embeddings"].astype("float32")
     loss = make_loss(MINERS[name]())
@@ -121,6 +146,53 @@ def test_every_loss_takes_them_and_round_trips(name, make_loss):
     assert type(clone.miner) is type(loss.miner)
     assert clone.miner.get_config() == loss.miner.get_config()
     np.testing.assert_allclose(to_numpy(clone(labels, x)), value, rtol=1e-6)
+
+
+def _reference_easy_hard(labels, x, pos, neg):
+    """BatchEasyHardMiner by loops: ``{anchor: (positive, negative)}`` (no "all")."""
+    d = ref.pairwise_distance(ref.l2_normalize(x))
+    n = len(labels)
+    out = {}
+
+    def choose(candidates, strategy, a):
+        """The closest candidate ("easy") or the farthest ("hard"), the lowest index at ties."""
+        if not candidates:
+            return None
+        sign = 1.0 if strategy == "easy" else -1.0
+        return min(candidates, key=lambda j: (sign * d[a, j], j))
+
+    for a in range(n):
+        positives = [j for j in range(n) if j != a and labels[j] == labels[a]]
+        negatives = [j for j in range(n) if labels[j] != labels[a]]
+        neg_key = {"hard": "easy", "semihard": "easy", "easy": "hard"}[neg]  # closest first
+        if pos == "semihard":
+            k = choose(negatives, neg_key, a)
+            p = None if k is None else choose([j for j in positives if d[a, j] < d[a, k]],
+                                              "hard", a)
+        else:
+            p = choose(positives, pos, a)
+            pool = negatives if neg != "semihard" or p is None else [
+                j for j in negatives if d[a, j] > d[a, p]]
+            k = choose(pool, neg_key, a)
+        if p is not None and k is not None:
+            out[a] = (p, k)
+    return out
+
+
+@pytest.mark.parametrize("pos,neg", [("easy", "semihard"), ("hard", "hard"), ("easy", "easy"),
+                                     ("semihard", "hard"), ("hard", "semihard")])
+def test_batch_easy_hard_miner_matches_the_reference_compiled(pos, neg):
+    rng = np.random.default_rng(6)
+    labels = rng.integers(0, 4, size=15)
+    x = rng.normal(size=(15, 5)).astype("float32")
+    miner = BatchEasyHardMiner(pos, neg)
+    want = _reference_easy_hard(labels, x.astype(np.float64), pos, neg)
+    assert want
+    got = _index_sets(_mine(miner, labels, x))
+    assert got == ({(a, p) for a, (p, _) in want.items()}, {(a, k) for a, (_, k) in want.items()})
+    if BACKEND != "torch":
+        mined = compiled(lambda y, e: tuple(_mine(miner, y, e)))(labels, x)
+        assert _index_sets(Triplets(*mined)) == got
 
 
 def test_without_embeddings_is_a_value_error():
@@ -134,6 +206,13 @@ def test_without_embeddings_is_a_value_error():
     (lambda: PairMarginMiner(distance="dot"), "distance"),
     (lambda: TripletMarginMiner(margin=float("inf")), "margin"),
     (lambda: TripletMarginMiner(type_of_triplets="semi-hard"), "type_of_triplets"),
+    (lambda: BatchEasyHardMiner("semihard", "semihard"), "semihard"),
+    (lambda: BatchEasyHardMiner("all", "semihard"), "semihard"),
+    (lambda: BatchEasyHardMiner("random"), "pos_strategy"),
+    (lambda: BatchEasyHardMiner(neg_strategy="distance_weighted"), "neg_strategy"),
+    (lambda: BatchEasyHardMiner(allowed_pos_range=(1.0,)), "allowed_pos_range"),
+    (lambda: BatchEasyHardMiner(allowed_neg_range=(1.4, 0.2)), "allowed_neg_range"),
+    (lambda: BatchEasyHardMiner(allowed_neg_range=(0.0, float("nan"))), "allowed_neg_range"),
 ])
 def test_bad_arguments_are_value_errors_naming_them(make, match):
     with pytest.raises(ValueError, match=match):

@@ -1,0 +1,278 @@
+"""Miners that select by the distances between the embeddings (re-exported by
+:mod:`tfdml.miners`): pytorch-metric-learning's margin and batch miners.
+
+:class:`PairMarginMiner` keeps the positive pairs farther than a margin and the negative
+pairs closer than one; :class:`TripletMarginMiner` keeps the triplets by their margin
+``d_an - d_ap``; :class:`BatchEasyHardMiner` picks one easy or hard positive and negative
+per anchor through :class:`tfdml.miners.TripletMiner`'s selection routine. They measure
+distances between the L2-normalized embeddings they are given (``distance=``), whatever
+scores the loss computes, as pytorch-metric-learning's miners carry their own distance.
+Their comparisons are pytorch-metric-learning's, so they select the same pairs and
+triplets on the same batch.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from tfdml import ops as dml
+from tfdml._checks import check_choice, check_number
+from tfdml.miners import Miner, Pairs, Triplets, _pick
+
+__all__ = ["BatchEasyHardMiner", "PairMarginMiner", "TripletMarginMiner"]
+
+TRIPLET_MARGIN_TYPES = ("all", "hard", "semihard", "easy")
+
+
+def _distances(embeddings, ref_embeddings, distance):
+    """``[B, R]`` distances between the L2-normalized embeddings, without gradient."""
+    if embeddings is None:
+        raise ValueError("This miner measures distances between the embeddings: pass "
+                         "`embeddings` (tfdml losses always do).")
+    x = dml.l2_normalize(ops.stop_gradient(ops.convert_to_tensor(embeddings)))
+    ref = x if ref_embeddings is None else dml.l2_normalize(
+        ops.stop_gradient(ops.convert_to_tensor(ref_embeddings)))
+    return dml.distance_matrix(x, ref, distance)
+
+
+def _check_distance(distance):
+    return dml.check_distance(distance, ("l2", "squared_l2", "cosine"))
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class PairMarginMiner(Miner):
+    """Keeps the positive pairs farther than ``pos_margin`` and the negative pairs closer
+    than ``neg_margin``.
+
+    With ``d`` the distance between L2-normalized embeddings: a positive pair
+    ``(a, p)`` is kept if ``d_ap > pos_margin``, a negative pair ``(a, n)`` if
+    ``d_an < neg_margin`` (strict, as pytorch-metric-learning). Returns
+    :class:`tfdml.miners.Pairs`; every tfdml loss takes them.
+
+    Args:
+        pos_margin: positives closer than this are left out. Defaults to
+            `0.2`.
+        neg_margin: negatives farther than this are left out. Defaults to
+            `0.8`.
+        distance: ``"l2"``, ``"squared_l2"`` or ``"cosine"`` (``1 - x.y``).
+            Defaults to `"l2"` (pytorch-metric-learning's default distance).
+            pytorch-metric-learning's ``CosineSimilarity`` with margins
+            ``m`` is ``"cosine"`` with margins ``1 - m``.
+
+    Examples:
+
+    >>> miner = tfdml.miners.PairMarginMiner(pos_margin=0.2, neg_margin=0.8)
+    >>> loss = tfdml.losses.ContrastiveLoss(miner=miner)
+    """
+
+    def __init__(self, pos_margin: float = 0.2, neg_margin: float = 0.8, distance: str = "l2"):
+        self.pos_margin = check_number("pos_margin", pos_margin, finite=True)
+        self.neg_margin = check_number("neg_margin", neg_margin, finite=True)
+        self.distance = _check_distance(distance)
+
+    def get_config(self):
+        return {"pos_margin": self.pos_margin, "neg_margin": self.neg_margin,
+                "distance": self.distance}
+
+    def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
+             ref_embeddings=None) -> Pairs:
+        dist = _distances(embeddings, ref_embeddings, self.distance)
+        positive, negative = dml.label_masks(labels, ref_labels, ref_offset)
+        dtype = dml.dtype_name(dist)
+        far = dist > ops.convert_to_tensor(self.pos_margin, dtype)
+        near = dist < ops.convert_to_tensor(self.neg_margin, dtype)
+        return Pairs(ops.logical_and(positive, far), ops.logical_and(negative, near))
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class TripletMarginMiner(Miner):
+    """Keeps the triplets by their margin ``d_an - d_ap`` against ``margin``.
+
+    With ``d`` the distance between L2-normalized embeddings and
+    ``t = d_an - d_ap`` for every triplet ``(a, p, n)`` of the batch:
+
+    * ``"all"``: the triplets that violate the margin, ``t <= margin``;
+    * ``"hard"``: those of them with the negative at most as far as the
+      positive, ``t <= 0``;
+    * ``"semihard"``: those with the negative farther, ``0 < t <= margin``;
+    * ``"easy"``: the others, ``t > margin``.
+
+    These are pytorch-metric-learning's ``TripletMarginMiner`` types (not
+    :class:`tfdml.miners.TripletMiner`'s strategies, which pick per anchor).
+    Returns :class:`tfdml.miners.Triplets` with a ``[B, R, R]`` mask.
+
+    Args:
+        margin: the margin. Defaults to `0.2`.
+        type_of_triplets: ``"all"``, ``"hard"``, ``"semihard"`` or ``"easy"``.
+            Defaults to `"all"`.
+        distance: ``"l2"``, ``"squared_l2"`` or ``"cosine"`` (``1 - x.y``).
+            Defaults to `"l2"`.
+
+    Examples:
+
+    >>> miner = tfdml.miners.TripletMarginMiner(margin=0.2, type_of_triplets="semihard")
+    >>> loss = tfdml.losses.TripletMarginLoss(miner=miner)
+    """
+
+    def __init__(self, margin: float = 0.2, type_of_triplets: str = "all",
+                 distance: str = "l2"):
+        self.margin = check_number("margin", margin, finite=True)
+        self.type_of_triplets = check_choice("type_of_triplets", type_of_triplets,
+                                             TRIPLET_MARGIN_TYPES)
+        self.distance = _check_distance(distance)
+
+    def get_config(self):
+        return {"margin": self.margin, "type_of_triplets": self.type_of_triplets,
+                "distance": self.distance}
+
+    def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
+             ref_embeddings=None) -> Triplets:
+        dist = _distances(embeddings, ref_embeddings, self.distance)
+        positive, negative = dml.label_masks(labels, ref_labels, ref_offset)
+        exists = ops.logical_and(positive[:, :, None], negative[:, None, :])
+        gap = dist[:, None, :] - dist[:, :, None]  # [a, p, n]: d_an - d_ap
+        margin = ops.convert_to_tensor(self.margin, dml.dtype_name(dist))
+        if self.type_of_triplets == "easy":
+            keep = gap > margin
+        else:
+            keep = gap <= margin
+            if self.type_of_triplets == "hard":
+                keep = ops.logical_and(keep, gap <= 0)
+            elif self.type_of_triplets == "semihard":
+                keep = ops.logical_and(keep, gap > 0)
+        return Triplets(None, None, ops.logical_and(exists, keep))
+
+
+BATCH_STRATEGIES = ("easy", "hard", "semihard", "all")
+
+
+def _in_range(dist, allowed):
+    """``[B, R]`` bool: the distances within ``allowed = (low, high)`` (all for None)."""
+    if allowed is None:
+        return ops.ones_like(dist, dtype="bool")
+    low, high = (ops.convert_to_tensor(v, dml.dtype_name(dist)) for v in allowed)
+    return ops.logical_and(dist >= low, dist <= high)
+
+
+def _check_range(name, allowed):
+    if allowed is None:
+        return None
+    if not isinstance(allowed, (tuple, list)) or len(allowed) != 2:
+        raise ValueError(f"`{name}` must be None or a pair (low, high). Received: "
+                         f"{name}={allowed!r}")
+    low, high = (check_number(name, v) for v in allowed)
+    if not low <= high:
+        raise ValueError(f"`{name}` must have low <= high. Received: {name}={allowed!r}")
+    return (low, high)
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class BatchEasyHardMiner(Miner):
+    """One positive and one negative per anchor, each the easiest or the hardest in the batch.
+
+    With ``d`` the distance between L2-normalized embeddings, per anchor:
+
+    * ``pos_strategy``: ``"easy"`` the closest positive, ``"hard"`` the
+      farthest, ``"semihard"`` the farthest positive closer than the chosen
+      negative (``d_ap < d_an``), ``"all"`` every positive;
+    * ``neg_strategy``: ``"hard"`` the closest negative, ``"easy"`` the
+      farthest, ``"semihard"`` the closest negative farther than the chosen
+      positive (``d_an > d_ap``), ``"all"`` every negative;
+    * ``allowed_pos_range`` / ``allowed_neg_range``: ``(low, high)`` keeps
+      only the positives (negatives) with ``low <= d <= high`` as
+      candidates (not applied to ``"all"``).
+
+    Ties go to the lowest index (tfdml's selection routine, as
+    :class:`tfdml.miners.TripletMiner`). Both ``"semihard"``, or
+    ``"semihard"`` with ``"all"``, are refused. pytorch-metric-learning's
+    ``BatchEasyHardMiner``: the same pairs on the same batch. Returns
+    :class:`tfdml.miners.Triplets` (an anchor with its positive and its
+    negative) or, with an ``"all"``, :class:`tfdml.miners.Pairs`.
+
+    Args:
+        pos_strategy: Defaults to `"easy"`.
+        neg_strategy: Defaults to `"semihard"`.
+        allowed_pos_range: Defaults to `None`.
+        allowed_neg_range: Defaults to `None`.
+        distance: ``"l2"``, ``"squared_l2"`` or ``"cosine"``. Defaults to
+            `"l2"`.
+
+    Examples:
+
+    >>> miner = tfdml.miners.BatchEasyHardMiner("easy", "semihard")  # EPSHN
+    >>> loss = tfdml.losses.TripletMarginLoss(miner=miner)
+
+    Reference:
+        Xuan, Stylianou, Liu, Pless, "Hard negative examples are hard, but
+        useful", ECCV 2020 (easy positive, semi-hard negative).
+    """
+
+    def __init__(self, pos_strategy: str = "easy", neg_strategy: str = "semihard",
+                 allowed_pos_range=None, allowed_neg_range=None, distance: str = "l2"):
+        check_choice("pos_strategy", pos_strategy, BATCH_STRATEGIES)
+        check_choice("neg_strategy", neg_strategy, BATCH_STRATEGIES)
+        strategies = {pos_strategy, neg_strategy}
+        if pos_strategy == neg_strategy == "semihard" or strategies == {"semihard", "all"}:
+            raise ValueError(
+                "`pos_strategy` and `neg_strategy` cannot both be 'semihard', nor one "
+                f"'semihard' and the other 'all'. Received: pos_strategy={pos_strategy!r}, "
+                f"neg_strategy={neg_strategy!r}")
+        self.pos_strategy = pos_strategy
+        self.neg_strategy = neg_strategy
+        self.allowed_pos_range = _check_range("allowed_pos_range", allowed_pos_range)
+        self.allowed_neg_range = _check_range("allowed_neg_range", allowed_neg_range)
+        self.distance = _check_distance(distance)
+
+    def get_config(self):
+        return {"pos_strategy": self.pos_strategy, "neg_strategy": self.neg_strategy,
+                "allowed_pos_range": self.allowed_pos_range,
+                "allowed_neg_range": self.allowed_neg_range, "distance": self.distance}
+
+    def _choose(self, role, strategy, dist, candidates, threshold=None):
+        """``(index [B], found [B], distance [B])`` of one choice per anchor."""
+        if strategy == "semihard":  # strictly beyond the other choice, then the hardest
+            beyond = dist < threshold[:, None] if role == "positive" else (
+                dist > threshold[:, None])
+            candidates = ops.logical_and(candidates, beyond)
+            strategy = "hard"
+        index, found = _pick(role, strategy, -dist, candidates)
+        chosen = ops.take_along_axis(dist, index[:, None], axis=1)[:, 0]
+        return index, found, chosen
+
+    def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
+             ref_embeddings=None):
+        dist = _distances(embeddings, ref_embeddings, self.distance)
+        positive, negative = dml.label_masks(labels, ref_labels, ref_offset)
+        chosen = {}
+        roles = {"positive": (self.pos_strategy, ops.logical_and(
+                     positive, _in_range(dist, self.allowed_pos_range))),
+                 "negative": (self.neg_strategy, ops.logical_and(
+                     negative, _in_range(dist, self.allowed_neg_range)))}
+        # The semi-hard one is chosen against the other, so the other goes first.
+        order = ("negative", "positive") if self.pos_strategy == "semihard" else (
+            "positive", "negative")
+        for role in order:
+            strategy, candidates = roles[role]
+            if strategy == "all":
+                continue
+            other = [v for k, v in chosen.items() if k != role]
+            chosen[role] = self._choose(role, strategy, dist, candidates,
+                                        other[0][2] if other else None)
+        return self._result(chosen, positive, negative, ops.shape(dist)[1])
+
+    @staticmethod
+    def _result(chosen, positive, negative, width):
+        if len(chosen) == 2:
+            (p, p_found, _), (n, n_found, _) = chosen["positive"], chosen["negative"]
+            keep = ops.logical_and(p_found, n_found)
+            return Triplets(p[:, None], n[:, None], keep[:, None, None])
+
+        def one_hot(role):
+            index, found, _ = chosen[role]
+            return ops.logical_and(ops.equal(ops.arange(width, dtype="int32")[None, :],
+                                             ops.cast(index, "int32")[:, None]),
+                                   found[:, None])
+
+        return Pairs(one_hot("positive") if "positive" in chosen else positive,
+                     one_hot("negative") if "negative" in chosen else negative)
