@@ -4,7 +4,9 @@
 :class:`PairMarginMiner` keeps the positive pairs farther than a margin and the negative
 pairs closer than one; :class:`TripletMarginMiner` keeps the triplets by their margin
 ``d_an - d_ap``; :class:`BatchEasyHardMiner` picks one easy or hard positive and negative
-per anchor through :class:`tfdml.miners.TripletMiner`'s selection routine. They measure
+per anchor through :class:`tfdml.miners.TripletMiner`'s selection routine;
+:class:`HDCMiner` keeps the hardest share of the batch's pairs; :class:`AngularMiner` the
+triplets with a wide angle at the negative. They measure
 distances between the L2-normalized embeddings they are given (``distance=``), whatever
 scores the loss computes, as pytorch-metric-learning's miners carry their own distance.
 Their comparisons are pytorch-metric-learning's, so they select the same pairs and
@@ -13,6 +15,8 @@ triplets on the same batch.
 
 from __future__ import annotations
 
+import math
+
 import keras
 from keras import ops
 
@@ -20,7 +24,8 @@ from tfdml import ops as dml
 from tfdml._checks import check_choice, check_number
 from tfdml.miners import Miner, Pairs, Triplets, _pick
 
-__all__ = ["BatchEasyHardMiner", "PairMarginMiner", "TripletMarginMiner"]
+__all__ = ["AngularMiner", "BatchEasyHardMiner", "HDCMiner", "PairMarginMiner",
+           "TripletMarginMiner"]
 
 TRIPLET_MARGIN_TYPES = ("all", "hard", "semihard", "easy")
 
@@ -276,3 +281,115 @@ class BatchEasyHardMiner(Miner):
 
         return Pairs(one_hot("positive") if "positive" in chosen else positive,
                      one_hot("negative") if "negative" in chosen else negative)
+
+
+def _hardest_share(values, mask, share):
+    """``[B, R]`` bool: the ``ceil(share * n)`` entries of largest ``values`` among the ``n``
+    where ``mask`` holds, over the whole matrix (ties by position, row-major)."""
+    flat_mask = ops.reshape(mask, (-1,))
+    key = ops.where(flat_mask, ops.reshape(values, (-1,)), ops.cast(-float("inf"),
+                                                                    dml.dtype_name(values)))
+    order = dml.stable_argsort(-key)  # largest first, ties by position
+    rank = dml.scatter_rows(ops.zeros((1, ops.shape(order)[0]), "int32"), order[None, :],
+                            ops.arange(ops.shape(order)[0], dtype="int32")[None, :])[0]
+    dtype = dml.dtype_name(values)
+    count = ops.sum(ops.cast(flat_mask, dtype))
+    keep = ops.ceil(count * ops.convert_to_tensor(share, dtype))  # in the values' precision
+    kept = ops.logical_and(flat_mask, ops.cast(rank, dtype) < keep)
+    return ops.reshape(kept, ops.shape(mask))
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class HDCMiner(Miner):
+    """The hardest share of the batch's positive and negative pairs (hard-aware cascades).
+
+    Of all positive pairs of the batch, the ``ceil(filter_percentage * n+)``
+    farthest are kept; of all negative pairs, the ``ceil(filter_percentage *
+    n-)`` closest (distances between L2-normalized embeddings). The pairs are
+    ranked over the whole batch, not per anchor. Returns
+    :class:`tfdml.miners.Pairs`. pytorch-metric-learning's ``HDCMiner``: the
+    same pairs on the same batch (one cascade level; the paper cascades
+    several models, each training on the pairs the previous finds hard).
+
+    Args:
+        filter_percentage: the share kept, in ``(0, 1]``. Defaults to `0.5`.
+        distance: ``"l2"``, ``"squared_l2"`` or ``"cosine"``. Defaults to
+            `"l2"`.
+
+    Examples:
+
+    >>> loss = tfdml.losses.ContrastiveLoss(miner=tfdml.miners.HDCMiner(0.3))
+
+    Reference:
+        Yuan, Yang, Zhang, "Hard-aware deeply cascaded embedding", ICCV 2017.
+    """
+
+    def __init__(self, filter_percentage: float = 0.5, distance: str = "l2"):
+        self.filter_percentage = check_number("filter_percentage", filter_percentage, low=0,
+                                              high=1, low_open=True)
+        self.distance = _check_distance(distance)
+
+    def get_config(self):
+        return {"filter_percentage": self.filter_percentage, "distance": self.distance}
+
+    def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
+             ref_embeddings=None) -> Pairs:
+        dist = _distances(embeddings, ref_embeddings, self.distance)
+        positive, negative = dml.label_masks(labels, ref_labels, ref_offset)
+        return Pairs(_hardest_share(dist, positive, self.filter_percentage),
+                     _hardest_share(-dist, negative, self.filter_percentage))
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class AngularMiner(Miner):
+    """The triplets whose angle at the negative exceeds ``angle`` (the angular loss's angle).
+
+    For a triplet ``(a, p, n)`` of unit embeddings with ``c = (x_a + x_p) / 2``,
+    the angle at the negative is ``arctan(|x_a - x_p| / (2 |x_n - c|))``
+    (Wang et al. 2017, Section 3); the triplets with an angle above ``angle``
+    violate the angular constraint and are kept. Returns
+    :class:`tfdml.miners.Triplets` with a ``[B, R, R]`` mask.
+
+    pytorch-metric-learning's ``AngularMiner`` measures the same angle on the
+    embeddings as given, without normalizing them (and with
+    ``torch.nn.functional.pairwise_distance``'s 1e-6 offset); on unit-norm
+    embeddings the two select the same triplets.
+
+    Args:
+        angle: in radians, in ``(0, pi/2)``. Defaults to `radians(20)`.
+
+    Examples:
+
+    >>> miner = tfdml.miners.AngularMiner(angle=math.radians(20))
+    >>> loss = tfdml.losses.AngularLoss(miner=miner)
+
+    Reference:
+        Wang, Zhou, Wen, Liu, Lin, "Deep metric learning with angular loss",
+        ICCV 2017.
+    """
+
+    def __init__(self, angle: float = math.radians(20)):
+        self.angle = check_number("angle", angle, low=0, high=math.pi / 2, low_open=True,
+                                  high_open=True)
+
+    def get_config(self):
+        return {"angle": self.angle}
+
+    def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
+             ref_embeddings=None) -> Triplets:
+        if embeddings is None:
+            raise ValueError("AngularMiner measures angles between the embeddings: pass "
+                             "`embeddings` (tfdml losses always do).")
+        x = dml.l2_normalize(ops.stop_gradient(ops.convert_to_tensor(embeddings)))
+        ref = x if ref_embeddings is None else dml.l2_normalize(
+            ops.stop_gradient(ops.convert_to_tensor(ref_embeddings)))
+        s_ar = dml.pairwise_similarity(x, ref)  # [B, R]
+        s_rr = dml.pairwise_similarity(ref, ref)  # [R, R]
+        # |x_a - x_p|^2 = 2 - 2 s_ap; |c|^2 = (2 + 2 s_ap) / 4; |x_n - c|^2 = 1 + |c|^2 - s_an - s_pn.
+        ap = 2.0 - 2.0 * s_ar[:, :, None]
+        nc = 1.0 + 0.5 * (1.0 + s_ar[:, :, None]) - s_ar[:, None, :] - s_rr[None, :, :]
+        tan2 = ops.convert_to_tensor(math.tan(self.angle) ** 2, dml.dtype_name(s_ar))
+        wide = ap > 4.0 * tan2 * ops.relu(nc)
+        positive, negative = dml.label_masks(labels, ref_labels, ref_offset)
+        exists = ops.logical_and(positive[:, :, None], negative[:, None, :])
+        return Triplets(None, None, ops.logical_and(exists, wide))

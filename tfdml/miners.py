@@ -38,7 +38,9 @@ from tfdml._checks import check_choice
 
 __all__ = [
     "AllPairsMiner",
+    "AngularMiner",
     "BatchEasyHardMiner",
+    "HDCMiner",
     "Miner",
     "MultiSimilarityMiner",
     "PairMarginMiner",
@@ -780,7 +782,9 @@ def _multi_similarity_pairs(scores, positive_mask, negative_mask, epsilon, posit
 
 # The distance miners live in their own module, which builds on this one.
 from tfdml.distance_miners import (  # noqa: E402
+    AngularMiner,
     BatchEasyHardMiner,
+    HDCMiner,
     PairMarginMiner,
     TripletMarginMiner,
 )

@@ -15,7 +15,9 @@ from backends import BACKEND, compiled, enable_float64, to_numpy
 
 import tfdml
 from tfdml.miners import (
+    AngularMiner,
     BatchEasyHardMiner,
+    HDCMiner,
     PairMarginMiner,
     Pairs,
     TripletMarginMiner,
@@ -35,6 +37,8 @@ MINERS = {
     **{f"triplet_margin_{kind}": (lambda kind=kind: TripletMarginMiner(0.2, kind))
        for kind in ("all", "hard", "semihard", "easy")},
 }
+MINERS["hdc"] = lambda: HDCMiner(0.5)
+MINERS["hdc_0.3"] = lambda: HDCMiner(0.3)
 # The settings of tests/fixtures/make_pml_fixtures.py's BATCH_EASY_HARD.
 for _pos, _neg, _pos_range, _neg_range in [
         ("easy", "semihard", None, None), ("hard", "hard", None, None),
@@ -81,6 +85,8 @@ def test_selects_what_pytorch_metric_learning_selects(name, batch):
         labels, x = DATA[f"{batch}/labels"], DATA[f"{batch}/embeddings"]
         got = _index_sets(_mine(MINERS[name](), labels, x))
     want = _recorded_sets(name, batch)
+    if name.startswith("hdc"):
+        got, want = _mirror_ties(got, want, DATA[f"{batch}/embeddings"])
     assert got == want
     if not (batch == "pairs" and name.startswith("batch_easy_hard_")):  # some select none
         assert (sum(len(s) for s in want) if isinstance(want, tuple) else len(want)) > 0
@@ -134,7 +140,7 @@ def test_pair_margin_miner_matches_the_reference():
     lambda m: tfdml.losses.MultiSimilarityLoss(miner=m),
     lambda m: tfdml.losses.TripletNCALoss(miner=m),
 ], ids=["contrastive", "triplet_margin", "multi_similarity", "nca"])
-@pytest.mark.parametrize("name", ["pair_margin_wide", "triplet_margin_semihard",
+@pytest.mark.parametrize("name", ["pair_margin_wide", "triplet_margin_semihard", "hdc",
                                   "batch_easy_hard_easy_semihard", "batch_easy_hard_all_hard",
                                   "batch_easy_hard_easy_hard_ranges"])
 def test_every_loss_takes_them_and_round_trips(name, make_loss):
@@ -195,6 +201,93 @@ def test_batch_easy_hard_miner_matches_the_reference_compiled(pos, neg):
         assert _index_sets(Triplets(*mined)) == got
 
 
+def _mirror_ties(got, want, x):
+    """HDCMiner's cut through the batch's pairs ranked by distance often falls between a pair
+    ``(i, j)`` and its mirror ``(j, i)``, at the same distance: tfdml keeps the first in
+    row-major order, pml's ``torch.topk`` either. Where the two selections differ only by
+    such mirrors, ``want`` is returned as ``got``."""
+    d = ref.pairwise_distance(ref.l2_normalize(x))
+    fixed = []
+    for g, w in zip(got, want, strict=True):
+        extra, missing = g - w, w - g
+        if {(j, i) for i, j in extra} == missing and all(
+                abs(d[i, j] - d[j, i]) < 1e-12 for i, j in extra):
+            w = g
+        fixed.append(w)
+    return got, tuple(fixed)
+
+
+def _reference_hdc(labels, x, share):
+    d = ref.pairwise_distance(ref.l2_normalize(x))
+    same = labels[:, None] == labels[None, :]
+    off = ~np.eye(len(labels), dtype=bool)
+    out = []
+    for mask, sign in ((same & off, -1.0), (~same, 1.0)):  # farthest positives, closest negatives
+        pairs = sorted((sign * d[i, j], i, j) for i, j in np.argwhere(mask))
+        out.append({(i, j) for _, i, j in pairs[:int(np.ceil(share * len(pairs)))]})
+    return tuple(out)
+
+
+@pytest.mark.parametrize("share", [0.25, 0.5, 1.0])
+def test_hdc_miner_matches_the_reference_compiled(share):
+    rng = np.random.default_rng(7)
+    labels = rng.integers(0, 3, size=14)
+    x = rng.normal(size=(14, 5)).astype("float32")
+    miner = HDCMiner(share)
+    got = _index_sets(_mine(miner, labels, x))
+    assert got == _reference_hdc(labels, x.astype(np.float64), share)
+    if BACKEND != "torch":
+        mined = compiled(lambda y, e: tuple(_mine(miner, y, e)))(labels, x)
+        assert _index_sets(Pairs(*mined)) == got
+
+
+def _reference_angular(labels, x, angle, normalize=True):
+    """The triplets whose angle at the negative exceeds ``angle``. ``normalize=False``:
+    pml 2.9's reading, on the embeddings as given, with ``pairwise_distance``'s 1e-6
+    offset (``|u - v + 1e-6|``)."""
+    x = ref.l2_normalize(x) if normalize else np.asarray(x, np.float64)
+    eps = 0.0 if normalize else 1e-6
+    out = set()
+    for a in range(len(labels)):
+        for p in range(len(labels)):
+            for n in range(len(labels)):
+                if p == a or labels[p] != labels[a] or labels[n] == labels[a]:
+                    continue
+                c = (x[a] + x[p]) / 2
+                ap = np.linalg.norm(x[a] - x[p] + eps)
+                nc = np.linalg.norm(x[n] - c + eps)
+                if np.arctan(ap / (2 * nc)) > angle:
+                    out.add((a, p, n))
+    return out
+
+
+@pytest.mark.parametrize("batch", ["uneven", "pk", "pairs"])
+@pytest.mark.parametrize("degrees", [20, 40])
+def test_angular_miner_normalizes_where_pytorch_metric_learning_does_not(degrees, batch):
+    """pml measures the angle on the embeddings as given; the paper (and tfdml) on unit
+    vectors. The reference with pml's reading gives pml's triplets exactly; tfdml gives the
+    reference's own, which differ on these (not unit-norm) batches."""
+    labels, x = DATA[f"{batch}/labels"], DATA[f"{batch}/embeddings"]
+    recorded = _recorded_sets(f"angular_{degrees}", batch)
+    assert _reference_angular(labels, x, np.radians(degrees), normalize=False) == recorded
+    with enable_float64():
+        got = _index_sets(_mine(AngularMiner(np.radians(degrees)), labels, x))
+    assert got == _reference_angular(labels, x, np.radians(degrees))
+    assert got != recorded
+
+
+def test_angular_miner_compiled_equals_eager():
+    rng = np.random.default_rng(8)
+    labels = rng.integers(0, 3, size=12)
+    x = rng.normal(size=(12, 5)).astype("float32")
+    miner = AngularMiner(0.5)
+    eager = _index_sets(_mine(miner, labels, x))
+    assert eager == _reference_angular(labels, x.astype(np.float64), 0.5)
+    if BACKEND != "torch":
+        mask = compiled(lambda y, e: _mine(miner, y, e).mask)(labels, x)
+        assert {tuple(t) for t in np.argwhere(to_numpy(mask))} == eager
+
+
 def test_without_embeddings_is_a_value_error():
     with pytest.raises(ValueError, match="embeddings"):
         PairMarginMiner().mine(np.eye(3, dtype="float32"), np.array([0, 0, 1]))
@@ -206,6 +299,8 @@ def test_without_embeddings_is_a_value_error():
     (lambda: PairMarginMiner(distance="dot"), "distance"),
     (lambda: TripletMarginMiner(margin=float("inf")), "margin"),
     (lambda: TripletMarginMiner(type_of_triplets="semi-hard"), "type_of_triplets"),
+    (lambda: HDCMiner(0.0), "filter_percentage"), (lambda: HDCMiner(1.5), "filter_percentage"),
+    (lambda: AngularMiner(20), "angle"), (lambda: AngularMiner(0.0), "angle"),
     (lambda: BatchEasyHardMiner("semihard", "semihard"), "semihard"),
     (lambda: BatchEasyHardMiner("all", "semihard"), "semihard"),
     (lambda: BatchEasyHardMiner("random"), "pos_strategy"),
