@@ -125,9 +125,10 @@ def claim_loss(loss, model):
             "can train one model at a time. Create another loss for another model."
         )
     _ownership(loss).owner = weakref.ref(model)
-    wrapped = getattr(loss, "loss", None)
-    if isinstance(wrapped, MetricLoss):
-        claim_loss(wrapped, model)
+    wrapped = [getattr(loss, "loss", None), *getattr(loss, "wrapped_losses", ())]
+    for inner in wrapped:
+        if isinstance(inner, MetricLoss):
+            claim_loss(inner, model)
 
 
 def _differentiated(y_pred) -> bool:

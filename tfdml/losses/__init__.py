@@ -43,6 +43,7 @@ from tfdml.losses.loop import (
 )
 from tfdml.losses.margin import MarginLoss, margin_loss
 from tfdml.losses.multi_similarity import MultiSimilarityLoss, multi_similarity_loss
+from tfdml.losses.multiple import MultipleLosses
 from tfdml.losses.proxies import ProxyAnchorLoss, ProxyNCALoss, proxy_anchor_loss, proxy_nca_loss
 from tfdml.losses.supervised_contrastive import (
     CircleLoss,
@@ -87,6 +88,7 @@ __all__ = [
     "MemoryBank",
     "MetricLoss",
     "MultiSimilarityLoss",
+    "MultipleLosses",
     "NTXentLoss",
     "NormalizedSoftmaxLoss",
     "P2SGradLoss",
