@@ -30,15 +30,21 @@ __all__ = ["AngularMiner", "BatchEasyHardMiner", "HDCMiner", "PairMarginMiner",
 TRIPLET_MARGIN_TYPES = ("all", "hard", "semihard", "easy")
 
 
-def _distances(embeddings, ref_embeddings, distance):
-    """``[B, R]`` distances between the L2-normalized embeddings, without gradient."""
+def _unit(embeddings, ref_embeddings):
+    """The L2-normalized embeddings and reference set (the embeddings for None), without
+    gradient."""
     if embeddings is None:
-        raise ValueError("This miner measures distances between the embeddings: pass "
-                         "`embeddings` (tfdml losses always do).")
+        raise ValueError("This miner measures the embeddings: pass `embeddings` (tfdml losses "
+                         "always do).")
     x = dml.l2_normalize(ops.stop_gradient(ops.convert_to_tensor(embeddings)))
     ref = x if ref_embeddings is None else dml.l2_normalize(
         ops.stop_gradient(ops.convert_to_tensor(ref_embeddings)))
-    return dml.distance_matrix(x, ref, distance)
+    return x, ref
+
+
+def _distances(embeddings, ref_embeddings, distance):
+    """``[B, R]`` distances between the L2-normalized embeddings, without gradient."""
+    return dml.distance_matrix(*_unit(embeddings, ref_embeddings), distance)
 
 
 def _check_distance(distance):
@@ -377,12 +383,7 @@ class AngularMiner(Miner):
 
     def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
              ref_embeddings=None) -> Triplets:
-        if embeddings is None:
-            raise ValueError("AngularMiner measures angles between the embeddings: pass "
-                             "`embeddings` (tfdml losses always do).")
-        x = dml.l2_normalize(ops.stop_gradient(ops.convert_to_tensor(embeddings)))
-        ref = x if ref_embeddings is None else dml.l2_normalize(
-            ops.stop_gradient(ops.convert_to_tensor(ref_embeddings)))
+        x, ref = _unit(embeddings, ref_embeddings)
         s_ar = dml.pairwise_similarity(x, ref)  # [B, R]
         s_rr = dml.pairwise_similarity(ref, ref)  # [R, R]
         # |x_a - x_p|^2 = 2 - 2 s_ap; |c|^2 = (2 + 2 s_ap) / 4; |x_n - c|^2 = 1 + |c|^2 - s_an - s_pn.
