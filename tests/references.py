@@ -1763,3 +1763,12 @@ def sphereface_loss(labels, embeddings, weights, margin=4, scale=1.0):
     """SphereFace (Liu et al. 2017): L-Softmax with unit class weights."""
     return large_margin_softmax_loss(labels, embeddings, weights, margin, scale,
                                      weight_norms=False)
+
+
+def triplets_where(labels, keep):
+    """The triplets ``(a, p, n)`` of a batch (``p != a`` of ``a``'s class, ``n`` of another)
+    for which ``keep(a, p, n)`` holds, by loops."""
+    labels = np.asarray(labels)
+    n = len(labels)
+    return {(a, p, k) for a in range(n) for p in range(n) for k in range(n)
+            if p != a and labels[p] == labels[a] and labels[k] != labels[a] and keep(a, p, k)}

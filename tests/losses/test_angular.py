@@ -7,21 +7,17 @@ batches, mixed precision) come from their entries in tests/loss_cases.py.
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import pytest
 import references as ref
-from backends import BACKEND, enable_float64, reference_gradient, to_numpy, value_and_grad
+from backends import reference_gradient, to_numpy, value_and_grad
+from pml_data import BATCHES, recorded, uneven_batch
 
 from tfdml.losses import AngularLoss, TupletMarginLoss, angular_loss, tuplet_margin_loss
 from tfdml.miners import TripletMiner
 
-pytestmark = pytest.mark.multibackend
-
-FIXTURE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures",
-                       "pml_2.9.npz")
-DATA = np.load(FIXTURE)
+pytestmark = [pytest.mark.multibackend, pytest.mark.usefixtures("float64")]
 
 LOSSES = {
     "angular": (AngularLoss, angular_loss, ref.angular_loss),
@@ -29,24 +25,12 @@ LOSSES = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _float64():
-    with enable_float64():
-        yield
-
-
-def _batch(seed=0):
-    """Uneven classes, a singleton (label 5), B != D."""
-    labels = np.array([0, 0, 0, 1, 1, 2, 2, 2, 2, 5, 3, 3], np.int64)
-    return labels, np.random.default_rng(seed).normal(size=(12, 7))
-
-
 @pytest.mark.parametrize("name,args", [
     ("angular", ()), ("angular", (math.radians(55),)), ("tuplet_margin", ()),
     ("tuplet_margin", (0.3, 16.0))])
 def test_values_and_gradients_match_the_reference(name, args):
     cls, _, reference = LOSSES[name]
-    labels, x = _batch()
+    labels, x = uneven_batch()
     loss = cls(*args, dtype="float64")
     value, grad = value_and_grad(lambda e: loss(labels, e), x)
 
@@ -60,24 +44,14 @@ def test_values_and_gradients_match_the_reference(name, args):
 @pytest.mark.parametrize("name", sorted(LOSSES))
 def test_functional_form_equals_the_class(name):
     cls, function, _ = LOSSES[name]
-    labels, x = _batch(1)
+    labels, x = uneven_batch(1)
     np.testing.assert_allclose(to_numpy(function(labels, x)),
                                to_numpy(cls(dtype="float64")(labels, x)), rtol=1e-12)
 
 
-BATCHES = [pytest.param(b, marks=pytest.mark.skipif(
-    BACKEND == "jax" and b != "uneven", reason="JAX: one batch (each shape compiles every op)"))
-    for b in ("uneven", "pk", "pairs")]
-
-
-def _pml(name, batch):
-    return DATA[f"{batch}/labels"], DATA[f"{batch}/embeddings"], (
-        DATA[f"{name}/{batch}/value"], DATA[f"{name}/{batch}/grad"])
-
-
 @pytest.mark.parametrize("batch", BATCHES)
 def test_tuplet_margin_loss_equals_pytorch_metric_learning(batch):
-    labels, x, (want_value, want_grad) = _pml("tuplet_margin", batch)
+    labels, x, (want_value, want_grad) = recorded("tuplet_margin", batch)
     loss = TupletMarginLoss(dtype="float64")
     value, grad = value_and_grad(lambda e: loss(labels, e), x)
     np.testing.assert_allclose(value, want_value, rtol=1e-9, atol=1e-12)
@@ -89,7 +63,7 @@ def test_angular_loss_differs_from_pytorch_metric_learning_by_its_unnormalized_n
     """pytorch-metric-learning 2.9 normalizes the anchor and the positive but multiplies
     their sum by the negatives' embeddings as given; the paper (and tfdml) L2-normalizes
     every embedding. The reference with pml's reading gives pml's numbers exactly."""
-    labels, x, (want_value, want_grad) = _pml("angular", batch)
+    labels, x, (want_value, want_grad) = recorded("angular", batch)
     value, _ = value_and_grad(lambda e: AngularLoss(dtype="float64")(labels, e), x)
     np.testing.assert_allclose(value, ref.angular_loss(labels, x), rtol=1e-12)
     assert abs(float(value) - float(want_value)) > 1.0
@@ -104,7 +78,7 @@ def test_angular_loss_differs_from_pytorch_metric_learning_by_its_unnormalized_n
 
 @pytest.mark.parametrize("name", sorted(LOSSES))
 def test_duplicates_and_a_batch_without_negatives_are_finite(name):
-    labels, x = _batch(2)
+    labels, x = uneven_batch(2)
     x[4] = x[3]  # a positive pair at angle 0
     cls = LOSSES[name][0]
     value, grad = value_and_grad(lambda e: cls(dtype="float64")(labels, e), x)
@@ -116,7 +90,7 @@ def test_duplicates_and_a_batch_without_negatives_are_finite(name):
 
 @pytest.mark.parametrize("name", sorted(LOSSES))
 def test_a_miner_restricts_the_pairs(name):
-    labels, x = _batch(3)
+    labels, x = uneven_batch(3)
     cls = LOSSES[name][0]
     every = to_numpy(cls(dtype="float64")(labels, x))
     mined = to_numpy(cls(miner=TripletMiner("hard", "hard"), dtype="float64")(labels, x))

@@ -6,40 +6,22 @@ batches, mixed precision) come from its entries in tests/loss_cases.py.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 import references as ref
-from backends import BACKEND, enable_float64, reference_gradient, to_numpy, value_and_grad
+from backends import reference_gradient, to_numpy, value_and_grad
+from pml_data import BATCHES, recorded, uneven_batch
 
 from tfdml.losses import GeneralizedLiftedStructureLoss, generalized_lifted_structure_loss
 from tfdml.miners import MultiSimilarityMiner
 
-pytestmark = pytest.mark.multibackend
-
-FIXTURE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures",
-                       "pml_2.9.npz")
-DATA = np.load(FIXTURE)
-
-
-@pytest.fixture(autouse=True)
-def _float64():
-    with enable_float64():
-        yield
-
-
-def _batch(seed=0):
-    """Uneven classes, a singleton (label 5) and B != D."""
-    rng = np.random.default_rng(seed)
-    labels = np.array([0, 0, 0, 1, 1, 2, 2, 2, 2, 5, 3, 3], np.int64)
-    return labels, rng.normal(size=(12, 7))
+pytestmark = [pytest.mark.multibackend, pytest.mark.usefixtures("float64")]
 
 
 @pytest.mark.parametrize("neg_margin,pos_margin,average", [
     (1.0, 0.0, "anchors"), (0.4, 0.1, "anchors"), (1.0, 0.0, "batch")])
 def test_values_and_gradients_match_the_reference(neg_margin, pos_margin, average):
-    labels, x = _batch()
+    labels, x = uneven_batch()
     loss = GeneralizedLiftedStructureLoss(neg_margin, pos_margin, average=average,
                                           dtype="float64")
     value, grad = value_and_grad(lambda e: loss(labels, e), x)
@@ -53,22 +35,18 @@ def test_values_and_gradients_match_the_reference(neg_margin, pos_margin, averag
 
 
 def test_functional_form_equals_the_class():
-    labels, x = _batch(1)
+    labels, x = uneven_batch(1)
     np.testing.assert_allclose(
         to_numpy(generalized_lifted_structure_loss(labels, x, 0.7)),
         to_numpy(GeneralizedLiftedStructureLoss(0.7, dtype="float64")(labels, x)), rtol=1e-12)
 
 
-@pytest.mark.parametrize("batch", ["pk", "pairs", "uneven"])
+@pytest.mark.parametrize("batch", BATCHES)
 def test_equals_pytorch_metric_learning_where_every_anchor_has_a_positive(batch):
     """On P x K batches the values and gradients are pytorch-metric-learning's. On the uneven
     batch (singletons) they differ by exactly the singletons' terms, which pml computes from
     an empty log-sum-exp read as 0: the reference with pml's reading gives pml's numbers."""
-    if BACKEND == "jax" and batch != "uneven":
-        pytest.skip("JAX: one batch (each new shape compiles every op)")
-    labels, x = DATA[f"{batch}/labels"], DATA[f"{batch}/embeddings"]
-    want_value = DATA[f"generalized_lifted/{batch}/value"]
-    want_grad = DATA[f"generalized_lifted/{batch}/grad"]
+    labels, x, (want_value, want_grad) = recorded("generalized_lifted", batch)
     everyone = all(np.sum(labels == c) > 1 for c in labels)
     assert everyone == (batch != "uneven")
     loss = GeneralizedLiftedStructureLoss(dtype="float64")
@@ -90,7 +68,7 @@ def test_equals_pytorch_metric_learning_where_every_anchor_has_a_positive(batch)
 
 
 def test_a_miner_restricts_the_pairs():
-    labels, x = _batch(2)
+    labels, x = uneven_batch(2)
     every = to_numpy(GeneralizedLiftedStructureLoss(dtype="float64")(labels, x))
     mined = to_numpy(GeneralizedLiftedStructureLoss(
         miner=MultiSimilarityMiner(epsilon=0.0), dtype="float64")(labels, x))

@@ -6,33 +6,17 @@ batches, mixed precision) come from its entries in tests/loss_cases.py.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 import references as ref
-from backends import BACKEND, enable_float64, reference_gradient, to_numpy, value_and_grad
+from backends import reference_gradient, to_numpy, value_and_grad
+from pml_data import BATCHES, DATA, uneven_batch
 
 from tfdml.losses import SNRContrastiveLoss, snr_contrastive_loss
 from tfdml.losses.contrastive import snr_distance
 from tfdml.miners import TripletMiner
 
-pytestmark = pytest.mark.multibackend
-
-FIXTURE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures",
-                       "pml_2.9.npz")
-DATA = np.load(FIXTURE)
-
-
-@pytest.fixture(autouse=True)
-def _float64():
-    with enable_float64():
-        yield
-
-
-def _batch(seed=0):
-    labels = np.array([0, 0, 0, 1, 1, 2, 2, 2, 2, 5, 3, 3], np.int64)
-    return labels, np.random.default_rng(seed).normal(size=(12, 7))
+pytestmark = [pytest.mark.multibackend, pytest.mark.usefixtures("float64")]
 
 
 def test_snr_distance_is_the_ratio_of_variances():
@@ -47,7 +31,7 @@ def test_snr_distance_is_the_ratio_of_variances():
 @pytest.mark.parametrize("pos_margin,neg_margin,average", [
     (0.0, 1.0, "terms"), (0.3, 1.5, "terms"), (0.0, 1.0, "nonzero")])
 def test_values_and_gradients_match_the_reference(pos_margin, neg_margin, average):
-    labels, x = _batch()
+    labels, x = uneven_batch()
     loss = SNRContrastiveLoss(pos_margin, neg_margin, average=average, dtype="float64")
     value, grad = value_and_grad(lambda e: loss(labels, e), x)
 
@@ -59,15 +43,13 @@ def test_values_and_gradients_match_the_reference(pos_margin, neg_margin, averag
 
 
 def test_functional_form_equals_the_class():
-    labels, x = _batch(1)
+    labels, x = uneven_batch(1)
     np.testing.assert_allclose(
         to_numpy(snr_contrastive_loss(labels, x, 0.1, 0.9)),
         to_numpy(SNRContrastiveLoss(0.1, 0.9, dtype="float64")(labels, x)), rtol=1e-12)
 
 
-@pytest.mark.parametrize("batch", [pytest.param(b, marks=pytest.mark.skipif(
-    BACKEND == "jax" and b != "uneven", reason="JAX: one batch (each shape compiles every op)"))
-    for b in ("uneven", "pk", "pairs")])
+@pytest.mark.parametrize("batch", BATCHES)
 def test_pytorch_metric_learning_adds_separately_averaged_halves(batch):
     """pml averages the positive and the negative pairs each over their non-zero terms and
     adds the means; tfdml averages all pairs. The reference with pml's reduction gives pml's
@@ -87,7 +69,7 @@ def test_pytorch_metric_learning_adds_separately_averaged_halves(batch):
 
 
 def test_a_miner_restricts_the_pairs():
-    labels, x = _batch(3)
+    labels, x = uneven_batch(3)
     every = to_numpy(SNRContrastiveLoss(dtype="float64")(labels, x))
     mined = to_numpy(SNRContrastiveLoss(miner=TripletMiner("hard", "hard"),
                                         dtype="float64")(labels, x))

@@ -5,13 +5,12 @@ arguments."""
 
 from __future__ import annotations
 
-import os
-
 import keras
 import numpy as np
 import pytest
 import references as ref
 from backends import BACKEND, compiled, enable_float64, to_numpy
+from pml_data import DATA
 
 import tfdml
 from tfdml.miners import (
@@ -26,9 +25,6 @@ from tfdml.miners import (
 
 pytestmark = pytest.mark.multibackend
 
-FIXTURE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures",
-                       "pml_2.9.npz")
-DATA = np.load(FIXTURE)
 BATCHES = ("uneven", "pk", "pairs")
 
 MINERS = {
@@ -94,18 +90,13 @@ def test_selects_what_pytorch_metric_learning_selects(name, batch):
 
 def _reference_triplets(labels, x, margin, kind):
     d = ref.pairwise_distance(ref.l2_normalize(x))
-    out = set()
-    for a in range(len(labels)):
-        for p in range(len(labels)):
-            for n in range(len(labels)):
-                if p == a or labels[p] != labels[a] or labels[n] == labels[a]:
-                    continue
-                t = d[a, n] - d[a, p]
-                keep = {"all": t <= margin, "hard": t <= 0, "semihard": 0 < t <= margin,
-                        "easy": t > margin}[kind]
-                if keep:
-                    out.add((a, p, n))
-    return out
+
+    def keep(a, p, n):
+        t = d[a, n] - d[a, p]
+        return {"all": t <= margin, "hard": t <= 0, "semihard": 0 < t <= margin,
+                "easy": t > margin}[kind]
+
+    return ref.triplets_where(labels, keep)
 
 
 @pytest.mark.parametrize("kind", ["all", "hard", "semihard", "easy"])
@@ -247,18 +238,13 @@ def _reference_angular(labels, x, angle, normalize=True):
     offset (``|u - v + 1e-6|``)."""
     x = ref.l2_normalize(x) if normalize else np.asarray(x, np.float64)
     eps = 0.0 if normalize else 1e-6
-    out = set()
-    for a in range(len(labels)):
-        for p in range(len(labels)):
-            for n in range(len(labels)):
-                if p == a or labels[p] != labels[a] or labels[n] == labels[a]:
-                    continue
-                c = (x[a] + x[p]) / 2
-                ap = np.linalg.norm(x[a] - x[p] + eps)
-                nc = np.linalg.norm(x[n] - c + eps)
-                if np.arctan(ap / (2 * nc)) > angle:
-                    out.add((a, p, n))
-    return out
+
+    def wide(a, p, n):
+        c = (x[a] + x[p]) / 2
+        return np.arctan(np.linalg.norm(x[a] - x[p] + eps)
+                         / (2 * np.linalg.norm(x[n] - c + eps))) > angle
+
+    return ref.triplets_where(labels, wide)
 
 
 @pytest.mark.parametrize("batch", ["uneven", "pk", "pairs"])
