@@ -10,9 +10,11 @@ import subprocess
 import sys
 import time
 
+import keras
 import numpy as np
 import pytest
 
+from tfdml import experiments
 from tfdml._files import remove_temporaries
 from tfdml.experiments import saved_arrays
 
@@ -323,3 +325,48 @@ def test_atomic_directory_replaces_the_old_one_whole(tmp_path):
         (pathlib.Path(tmp) / "new.txt").write_text("new")
     assert [p.name for p in tmp_path.iterdir()] == ["saved_model"]
     assert [p.name for p in target.iterdir()] == ["new.txt"]
+
+
+def _compiled_model(seed=0):
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss="mse")
+    return model
+
+
+def test_resume_state_restores_weights_optimizer_history_and_best(tmp_path):
+    x = np.random.default_rng(0).normal(size=(16, 3)).astype("float32")
+    y = np.random.default_rng(1).normal(size=(16, 2)).astype("float32")
+    model = _compiled_model()
+    checkpoint = keras.callbacks.ModelCheckpoint(str(tmp_path / "best.weights.h5"),
+                                                 monitor="loss", mode="max",
+                                                 save_weights_only=True, save_best_only=True)
+    state = experiments.ResumeState(str(tmp_path / "backup"), config={"a": 1},
+                                    checkpoint=checkpoint, history_csv=str(tmp_path / "h.csv"))
+    model.fit(x, y, epochs=2, batch_size=4, verbose=0, callbacks=[checkpoint, state])
+    saved = json.loads((tmp_path / "backup" / "state.json").read_text())
+    assert saved["epoch"] == 2 and [h["epoch"] for h in saved["history"]] == [1, 2]
+    assert sorted(p.name for p in (tmp_path / "backup").iterdir()) == ["ckpt-2", "state.json"]
+    assert (tmp_path / "h.csv").read_text().splitlines()[0].startswith("epoch,")
+    arrays = experiments.saved_arrays(tmp_path / "backup" / "ckpt-2" / "model.weights.h5")
+    kernel = np.asarray(model.weights[0])
+    assert any(a.shape == kernel.shape and np.array_equal(a, kernel) for a in arrays.values())
+
+    fresh = _compiled_model(seed=5)
+    fresh_checkpoint = keras.callbacks.ModelCheckpoint(str(tmp_path / "b.weights.h5"),
+                                                       monitor="loss", mode="max")
+    restored = experiments.ResumeState(str(tmp_path / "backup"), config={"a": 1},
+                                       checkpoint=fresh_checkpoint)
+    assert restored.restore(fresh) == 2
+    for a, b in zip(model.weights, fresh.weights, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    for a, b in zip(model.optimizer.variables, fresh.optimizer.variables, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # momenta, step count
+    assert int(np.asarray(fresh.optimizer.iterations)) == 8
+    assert fresh_checkpoint.best == pytest.approx(checkpoint.best)
+    assert [h["epoch"] for h in restored.history] == [1, 2]
+
+    other = experiments.ResumeState(str(tmp_path / "backup"), config={"a": 2})
+    with pytest.raises(ValueError, match="other settings.*a"):
+        other.restore(_compiled_model())
+    assert experiments.ResumeState(str(tmp_path / "empty")).restore(_compiled_model()) == 0
