@@ -41,6 +41,7 @@ import pytest
 from backends import (
     BACKEND,
     CAN_COMPILE,
+    compiled,
     to_numpy,
     value_and_grad,
     value_and_grad_function,
@@ -283,6 +284,19 @@ def assert_finite_loss_and_grads(loss: LossLike, labels, embeddings, sample_weig
         f"non-finite gradient for labels={labels!r}, embeddings={embeddings!r}: {grad}"
     )
     return value, grad
+
+
+def assert_compiled_values_equal_eager(losses, labels, embeddings, rtol=1e-5, atol=1e-6):
+    """Each loss (or ``fn(y_true, y_pred)``) gives under XLA (``tf.function(jit_compile=True)``,
+    ``jax.jit``) the values it gives eagerly, which are not all 0. Skips the calling test
+    where nothing is compiled (PyTorch)."""
+    if not CAN_COMPILE:
+        pytest.skip(f"no compiled path to compare with under the {BACKEND} backend")
+    for fn in losses:
+        want = to_numpy(fn(labels, embeddings))
+        assert np.any(want > 0), f"{fn!r}: all 0 eagerly"
+        got = to_numpy(compiled(lambda y, e, fn=fn: fn(y, e))(labels, embeddings))
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
 
 
 def assert_jit_matches_eager(
