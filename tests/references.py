@@ -1772,3 +1772,404 @@ def triplets_where(labels, keep):
     n = len(labels)
     return {(a, p, k) for a in range(n) for p in range(n) for k in range(n)
             if p != a and labels[p] == labels[a] and labels[k] != labels[a] and keep(a, p, k)}
+
+
+def n_pairs_pairs(labels):
+    """The N-pair loss's pairs: per class with two samples or more, its first and second
+    sample in batch order (pytorch-metric-learning 2.9's choice)."""
+    pairs = []
+    for c in dict.fromkeys(labels.tolist()):
+        members = np.flatnonzero(labels == c)
+        if len(members) >= 2:
+            pairs.append((members[0], members[1]))
+    return sorted(pairs)
+
+
+def n_pairs_loss(labels, embeddings, normalize=True):
+    """Mean over the pairs of the cross-entropy of the anchors' dot products with the positives."""
+    x = l2_normalize(np.asarray(embeddings, np.float64)) if normalize else np.asarray(
+        embeddings, np.float64)
+    pairs = n_pairs_pairs(np.asarray(labels))
+    if not pairs:
+        return 0.0
+    anchors = x[[a for a, _ in pairs]]
+    positives = x[[p for _, p in pairs]]
+    logits = anchors @ positives.T
+    top = logits.max(axis=1, keepdims=True)
+    lse = top[:, 0] + np.log(np.exp(logits - top).sum(axis=1))
+    return float(np.mean(lse - np.diag(logits)))
+
+
+# -- ranking losses: FastAP, PNP, Smooth-AP ------------------------------------------------------
+
+
+def _cosines(embeddings):
+    """Cosine similarities of the L2-normalized rows, pair by pair."""
+    x = l2_normalize(embeddings)
+    n = x.shape[0]
+    return np.array([[dot(x[i], x[j]) for j in range(n)] for i in range(n)])
+
+
+def _sigmoid(z, temperature):
+    """1 / (1 + exp(-z / temperature)), without overflow."""
+    z = np.asarray(z, np.float64) / temperature
+    return np.exp(-np.logaddexp(0.0, -z))
+
+
+def fast_ap_loss(labels, embeddings, num_bins=10):
+    """Cakir et al.'s FastAP loss: per anchor with a positive, ``1 - FastAP`` from the
+    triangular-kernel histograms (nodes ``k * 4 / num_bins``) of the squared Euclidean
+    distances ``2 - 2 cos`` of the L2-normalized embeddings to its positives and its
+    negatives; the mean over those anchors."""
+    labels = np.asarray(labels).reshape(-1)
+    d = 2.0 - 2.0 * _cosines(embeddings)
+    delta = 4.0 / num_bins
+    nodes = [k * delta for k in range(num_bins + 1)]
+    losses = []
+    for a in range(len(labels)):
+        others = [j for j in range(len(labels)) if j != a]
+        pos = [j for j in others if labels[j] == labels[a]]
+        neg = [j for j in others if labels[j] != labels[a]]
+        if not pos:
+            continue
+
+        def hist(js, row=d[a]):
+            return np.array([sum(max(0.0, 1.0 - abs(row[j] - m) / delta) for j in js)
+                             for m in nodes])
+
+        h_pos, h_neg = hist(pos), hist(neg)
+        big_pos, big = np.cumsum(h_pos), np.cumsum(h_pos + h_neg)
+        ap = sum(h_pos[k] * big_pos[k] / big[k] for k in range(len(nodes)) if h_pos[k] > 0)
+        losses.append(1.0 - ap / len(pos))
+    return float(np.mean(losses)) if losses else 0.0
+
+
+def _pnp_shape(rank, variant, b, alpha):
+    """PNP's function of the number ``rank`` of negatives ranked before a positive."""
+    if variant == "O":
+        return rank
+    if variant == "Ds":
+        return np.log1p(rank)
+    if variant == "Dq":
+        return 1.0 - 1.0 / (1.0 + rank) ** alpha
+    if variant == "Iu":
+        return (1.0 + rank) * np.log1p(rank)
+    return (b * rank - np.log1p(b * rank)) / b**2  # "Ib"
+
+
+def pnp_loss(labels, embeddings, b=2.0, alpha=1.0, anneal=0.01, variant="O",
+             anchor_as_positive=False):
+    """Li et al.'s PNP loss: per anchor the mean over its positives ``i`` of
+    ``f(sum_n sigmoid((s_an - s_ai) / anneal))`` over its negatives ``n`` (``f`` by
+    ``variant``); the mean over the anchors with a positive. ``anchor_as_positive``:
+    pytorch-metric-learning 2.9's reading, which counts each anchor with a positive among
+    its own positives."""
+    labels = np.asarray(labels).reshape(-1)
+    s = _cosines(embeddings)
+    losses = []
+    for a in range(len(labels)):
+        neg = labels != labels[a]
+        pos = labels == labels[a]
+        pos[a] = False
+        if not pos.any():
+            continue
+        pos[a] = anchor_as_positive
+        ranks = [np.sum(_sigmoid(s[a, neg] - s[a, i], anneal)) for i in np.flatnonzero(pos)]
+        losses.append(np.mean(_pnp_shape(np.array(ranks), variant, b, alpha)))
+    return float(np.mean(losses)) if losses else 0.0
+
+
+def smooth_ap_loss(labels, embeddings, temperature=0.01, anchor_in_set=False, groups=None):
+    """Brown et al.'s Smooth-AP loss: per anchor with a positive, ``1 - AP`` with the
+    smoothed ranks of its positives ``i`` among its positives (``1 + sum_{j in P, j != i}
+    G(s_aj - s_ai)``) and among the whole retrieval set (the same over ``P`` and the
+    negatives); the mean over those anchors. The retrieval set is the other samples.
+
+    ``anchor_in_set``: pytorch-metric-learning 2.9's reading (and the authors' code), in
+    which the anchor is in its own retrieval set and one of its own positives, and every
+    anchor is averaged. ``groups``: the positives are the rows of the same group
+    (``groups[i]``) instead of the same label (pml groups the rows by position)."""
+    labels = np.asarray(labels).reshape(-1)
+    groups = labels if groups is None else np.asarray(groups)
+    s = _cosines(embeddings)
+    losses = []
+    for a in range(len(labels)):
+        in_set = np.ones(len(labels), bool)
+        in_set[a] = anchor_in_set
+        pos = (groups == groups[a]) & in_set
+        if not pos.any():
+            continue
+        ap = 0.0
+        for i in np.flatnonzero(pos):
+            others = in_set.copy()
+            others[i] = False
+            g = _sigmoid(s[a] - s[a, i], temperature)
+            ap += (1.0 + np.sum(g[others & pos])) / (1.0 + np.sum(g[others]))
+        losses.append(1.0 - ap / pos.sum())
+    return float(np.mean(losses)) if losses else 0.0
+
+
+# -- InstanceLoss and VICRegLoss -------------------------------------------------------------
+
+
+def _lse(values):
+    values = np.asarray(values, np.float64)
+    top = values.max()
+    return float(top + np.log(np.sum(np.exp(values - top))))
+
+
+def instance_loss(labels, x, gamma=64.0, ref=None, ref_labels=None):
+    """tfdml's InstanceLoss by loops: per anchor ``-log sum_{j: y_j = y_a} softmax_j(gamma
+    s_aj)`` over the reference set (the batch by default), the mean over the anchors with
+    a target."""
+    x = l2_normalize(np.asarray(x, np.float64))
+    ref = x if ref is None else l2_normalize(np.asarray(ref, np.float64))
+    ref_labels = labels if ref_labels is None else ref_labels
+    losses = []
+    for a in range(len(labels)):
+        logits = gamma * (ref @ x[a])
+        targets = np.asarray(ref_labels) == labels[a]
+        if targets.all():
+            losses.append(0.0)
+        elif targets.any():  # log(1 + e^{lse_others - lse_own}), exact for tiny losses
+            losses.append(float(np.logaddexp(0.0, _lse(logits[~targets]) - _lse(logits[targets]))))
+    return float(np.mean(losses)) if losses else 0.0
+
+
+def pml_instance_loss(labels, x, gamma=64.0):
+    """pytorch-metric-learning 2.9's reading: the cross-entropy of ``gamma s_a.`` with target
+    column ``rank(y_a)`` among the sorted unique labels, averaged over the batch."""
+    x = l2_normalize(np.asarray(x, np.float64))
+    _, target = np.unique(labels, return_inverse=True)
+    logits = gamma * (x @ x.T)
+    return float(np.mean([_lse(logits[a]) - logits[a, target[a]] for a in range(len(x))]))
+
+
+def vicreg_loss(z1, z2, invariance_lambda=25.0, variance_mu=25.0, covariance_v=1.0, eps=1e-4):
+    """VICReg (Bardes et al.) as the authors' code computes it: the mean squared difference,
+    the hinge on the standard deviations (each view's mean halved) and the squared
+    off-diagonal covariances over D, per view; a batch of one has variance 0."""
+    z1, z2 = np.asarray(z1, np.float64), np.asarray(z2, np.float64)
+    n, d = z1.shape
+    invariance = np.mean((z1 - z2) ** 2)
+    variance = covariance = 0.0
+    for z in (z1, z2):
+        centered = z - z.mean(axis=0)
+        cov = centered.T @ centered / max(n - 1, 1)
+        std = np.sqrt(np.diag(cov) + eps)
+        variance += np.mean(np.maximum(1.0 - std, 0.0)) / 2
+        covariance += (np.sum(cov ** 2) - np.sum(np.diag(cov) ** 2)) / d
+    return invariance_lambda * invariance + variance_mu * variance + covariance_v * covariance
+
+
+def dynamic_soft_margin(labels, embeddings, histogram, min_val=-2.0, momentum=0.01,
+                        reading="paper"):
+    """DynamicSoftMarginLoss on one batch, by loops: ``(value, new_histogram, weights, gaps)``.
+
+    ``gaps`` are ``d_ap - d_an`` of every triplet (sorted ``(a, p, n)``), ``weights`` the CDF
+    read at the node below each (the loss is their product's mean). ``reading="paper"`` is
+    tfdml's: the batch histogram divided by its number of triplets before the momentum mix,
+    values clipped to the nodes. ``reading="pml"`` is pytorch-metric-learning 2.9's: raw
+    counts mixed in, ``torch.frac`` shares and no clipping (an IndexError outside
+    ``[min_val, -min_val - delta)``, where its ``scatter_add`` fails).
+    """
+    gaps = _dsm_gaps(labels, embeddings)
+    hist = np.asarray(histogram, np.float64)
+    if len(gaps) == 0:
+        return 0.0, hist.copy(), gaps, gaps
+    num_bins = len(hist)
+    v = (gaps - min_val) / (2.0 * abs(min_val) / num_bins)
+    m = momentum if hist.sum() != 0 else 1.0
+    if reading == "pml":
+        low = np.floor(v).astype(np.int64)
+        frac = v - np.trunc(v)
+        if np.any(low < 0) or np.any(low + 1 >= num_bins):
+            raise IndexError("pml's scatter_add: a node index outside the histogram")
+        new = (1.0 - m) * hist
+        np.add.at(new, low, m * (1.0 - frac))
+        np.add.at(new, low + 1, m * frac)
+    else:
+        v = np.clip(v, 0.0, num_bins - 1.0)
+        low = np.floor(v).astype(np.int64)
+        frac = v - low
+        counts = np.zeros(num_bins)
+        np.add.at(counts, low, 1.0 - frac)
+        np.add.at(counts, np.minimum(low + 1, num_bins - 1), frac)
+        new = (1.0 - m) * hist + m * counts / len(gaps)
+    new = new / new.sum()
+    weights = np.cumsum(new)[low]
+    return float(np.mean(weights * gaps)), new, weights, gaps
+
+
+def dynamic_soft_margin_weighted(labels, embeddings, weights):
+    """The mean of ``weights * (d_ap - d_an)`` over the triplets (in the order of
+    :func:`dynamic_soft_margin`): the loss with its weights held constant."""
+    gaps = _dsm_gaps(labels, embeddings)
+    return float(np.mean(np.asarray(weights) * gaps)) if len(gaps) else 0.0
+
+
+def _dsm_gaps(labels, embeddings):
+    """``d_ap - d_an`` of every triplet (sorted ``(a, p, n)``, from :func:`triplets_where`),
+    Euclidean distances of the L2-normalized embeddings."""
+    triplets = np.array(sorted(triplets_where(labels, lambda a, p, n: True)),
+                        np.int64).reshape(-1, 3)
+    x = np.asarray(embeddings, np.float64)
+    x = x / np.sqrt(np.sum(x * x, axis=1, keepdims=True))
+    dist = np.sqrt(np.sum((x[:, None, :] - x[None, :, :]) ** 2, axis=-1))
+    a, p, n = triplets.T
+    return dist[a, p] - dist[a, n]
+
+
+def dynamic_soft_margin_pml_slopes(labels, embeddings, histogram, min_val=-2.0, momentum=0.01):
+    """pytorch-metric-learning 2.9's ``d value / d x_j`` for each triplet's ``x_j = d_ap - d_an``
+    (times the number of triplets ``T``), its histogram carrying a gradient.
+
+    Its histogram ``u / S`` has ``u = (1 - m) h + m sum_i [(1 - f_i) e_low_i + f_i e_low_i+1]``
+    and ``S = (1 - m) sum(h) + m T`` (free of the shares ``f_i = frac((x_i - min_val) /
+    delta)``), so ``d CDF[k] / d f_j = -(m / S) [k == low_j]`` and the slope is
+    ``CDF[low_j] - m / (S delta) * sum of x_i over the triplets of node low_j``. With these
+    slopes as constant weights, :func:`dynamic_soft_margin_weighted` has pml's gradient.
+    """
+    _, _, weights, gaps = dynamic_soft_margin(labels, embeddings, histogram, min_val, momentum,
+                                              "pml")
+    hist = np.asarray(histogram, np.float64)
+    num_bins = len(hist)
+    delta = 2.0 * abs(min_val) / num_bins
+    low = np.floor((gaps - min_val) / delta).astype(np.int64)
+    m = momentum if hist.sum() != 0 else 1.0
+    total = (1.0 - m) * hist.sum() + m * len(gaps)
+    per_node = np.zeros(num_bins)
+    np.add.at(per_node, low, gaps)
+    return weights - m / (total * delta) * per_node[low]
+
+
+# -- pair statistics and ranked lists (tfdml.losses.pair_statistics) ---------------------------
+
+
+def _unit_cosines(embeddings, ref=None):
+    """``[B, R]`` cosine similarities of the L2-normalized rows, pair by pair."""
+    x = l2_normalize(embeddings)
+    y = x if ref is None else l2_normalize(ref)
+    return np.array([[float(np.dot(a, b)) for b in y] for a in x])
+
+
+def _halves_mean(pos_terms, neg_terms, nonzero=True):
+    """pml's AvgNonZeroReducer per half: the mean of the terms above 0 (0 for none), added;
+    ``nonzero=False``: its MeanReducer, the mean of all the terms of each half."""
+    out = 0.0
+    for terms in (pos_terms, neg_terms):
+        kept = [t for t in terms if t > 0 or not nonzero]
+        out += sum(kept) / len(kept) if kept else 0.0 * sum(terms, 0.0)
+    return out
+
+
+def threshold_consistent_margin_loss(labels, embeddings, lambda_plus=1.0, lambda_minus=1.0,
+                                     margin_plus=0.9, margin_minus=0.5, pml=False):
+    """Zhang et al.'s TCM loss over every pair: ``lambda_plus`` times the mean of
+    ``m+ - s`` over the positive pairs with ``s < m+`` plus ``lambda_minus`` times the mean of
+    ``s - m-`` over the negative pairs with ``s > m-``. ``pml=True``: pytorch-metric-learning
+    2.9's reading, whose means count the pairs with ``s <= m+`` (``s >= m-``), ties included."""
+    s = _unit_cosines(embeddings)
+    pos, neg = label_masks(labels)
+    pos_s = [s[a, r] for a, r in zip(*np.nonzero(pos), strict=True)]
+    neg_s = [s[a, r] for a, r in zip(*np.nonzero(neg), strict=True)]
+    if pml:
+        below = [margin_plus - v for v in pos_s if v <= margin_plus]
+        above = [v - margin_minus for v in neg_s if v >= margin_minus]
+        return (lambda_plus * (sum(below) / len(below) if below else 0.0)
+                + lambda_minus * (sum(above) / len(above) if above else 0.0))
+    return _halves_mean([lambda_plus * max(margin_plus - v, 0.0) for v in pos_s],
+                        [lambda_minus * max(v - margin_minus, 0.0) for v in neg_s])
+
+
+def intra_pair_variance_loss(labels, embeddings, pos_eps=0.01, neg_eps=0.01, nonzero=False):
+    """Yu & Tao's intra-pair variance loss over every pair: ``max((1 - pos_eps) mu_p - s,
+    0)^2`` per positive pair and ``max(s - (1 + neg_eps) mu_n, 0)^2`` per negative pair, each
+    kind averaged over its pairs (``nonzero``: over its terms above 0), the two means added
+    (``mu``: the mean similarity of the kind over the batch)."""
+    s = _unit_cosines(embeddings)
+    pos, neg = label_masks(labels)
+    pos_s = [s[a, r] for a, r in zip(*np.nonzero(pos), strict=True)]
+    neg_s = [s[a, r] for a, r in zip(*np.nonzero(neg), strict=True)]
+    mu_p = sum(pos_s) / len(pos_s) if pos_s else 0.0
+    mu_n = sum(neg_s) / len(neg_s) if neg_s else 0.0
+    return _halves_mean([max((1.0 - pos_eps) * mu_p - v, 0.0) ** 2 for v in pos_s],
+                        [max(v - (1.0 + neg_eps) * mu_n, 0.0) ** 2 for v in neg_s], nonzero)
+
+
+def ranked_list_loss(labels, embeddings, margin, tn, imbalance=0.5, alpha=None, tp=0.0,
+                     pml=False):
+    """Wang et al.'s ranked list loss, anchor by anchor, then the mean over the batch.
+
+    Per anchor, over the positives farther than ``alpha - margin`` and the negatives closer
+    than ``alpha`` (Euclidean distances of unit vectors): the ``e^{tp (d - alpha + margin)}``-
+    weighted mean of ``d - alpha + margin`` and the ``e^{tn (alpha - d)}``-weighted mean of
+    ``alpha - d`` (0 without such a pair), mixed ``(1 - imbalance)``/``imbalance``.
+    ``pml=True``: pytorch-metric-learning 2.9's reading: each normalizer adds ``1e-5`` per
+    reference sample (the whole row, the anchor itself included), and pairs at distance 0
+    are left out.
+    """
+    labels = [int(v) for v in np.asarray(labels).reshape(-1)]
+    x = l2_normalize(embeddings)
+    alpha = 1.0 + margin / 2.0 if alpha is None else alpha
+    n = len(labels)
+    total = 0.0
+    for a in range(n):
+        dist = [norm(x[a] - x[j]) if j != a else 0.0 for j in range(n)]
+        keep_p = [j for j in range(n) if j != a and labels[j] == labels[a]
+                  and dist[j] > alpha - margin and (not pml or dist[j] > 0)]
+        keep_n = [j for j in range(n) if labels[j] != labels[a] and dist[j] < alpha
+                  and (not pml or dist[j] > 0)]
+        parts = []
+        for keep, gap, t in ((keep_p, lambda d: d - (alpha - margin), tp),
+                             (keep_n, lambda d: alpha - d, tn)):
+            w = {j: np.exp(t * gap(dist[j])) for j in keep}
+            denominator = sum(w.values()) + (1e-5 * n if pml else 0.0)
+            parts.append(sum(w[j] * gap(dist[j]) for j in keep) / denominator
+                         if denominator > 0 else 0.0)
+        total += (1.0 - imbalance) * parts[0] + imbalance * parts[1]
+    return total / n
+
+
+def manifold_random_walk(embeddings, proxies, alpha=0.8):
+    """``F = (1 - alpha) (I - alpha D^-1/2 S D^-1/2)^-1`` over the unit embeddings and proxies,
+    with ``S_ij = exp(max(cos_ij, 0) / 0.5)`` off the diagonal, 0 on it."""
+    nodes = l2_normalize(np.concatenate([np.asarray(embeddings, np.float64),
+                                         np.asarray(proxies, np.float64)]))
+    m = len(nodes)
+    s = np.zeros((m, m))
+    for i in range(m):
+        for j in range(m):
+            if i != j:
+                s[i, j] = np.exp(max(float(nodes[i] @ nodes[j]), 0.0) / 0.5)
+    d = s.sum(axis=1) ** -0.5
+    s_bar = d[:, None] * s * d[None, :]
+    return (1.0 - alpha) * np.linalg.inv(np.eye(m) - alpha * s_bar)
+
+
+def _manifold_hinge(scores, own, margin):
+    """``log(1 + sum_{j != own, z_j >= 0} exp(z_j))``, ``z_j = scores_j - scores_own + margin``."""
+    total = 0.0
+    for j, score in enumerate(scores):
+        z = score - scores[own] + margin
+        if j != own and z >= 0:
+            total += np.exp(z)
+    return float(np.log1p(total))
+
+
+def manifold_loss(meta, embeddings, proxies, lambda_c=1.0, alpha=0.8, margin=5e-4):
+    """Aziere & Todorovic's manifold loss as pytorch-metric-learning 2.9 computes it (in float64,
+    and ``lambda_c = inf`` as the context loss alone): ``(mean, per-sample losses)``."""
+    n = len(embeddings)
+    f = manifold_random_walk(embeddings, proxies, alpha)
+    per_sample = []
+    for i in range(n):
+        y = int(meta[i])
+        context = [float(f[i] @ f[n + j] / (norm(f[i]) * norm(f[n + j])))
+                   for j in range(len(proxies))]
+        ctx = _manifold_hinge(context, y, margin)
+        if np.isinf(lambda_c):
+            per_sample.append(ctx)
+        else:
+            per_sample.append(_manifold_hinge(f[i, n:], y, margin) + lambda_c * ctx)
+    return float(np.mean(per_sample)) if per_sample else 0.0, np.array(per_sample)

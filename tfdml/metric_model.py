@@ -183,14 +183,16 @@ def check_loss_state(loss, y_pred):
 
 def _warn_unowned(loss, state, record):
     learned = bool(state.trainable_variables)
+    seeds = loss._seed_generators()
     if learned or (keras.backend.backend() == "jax" and (
-            state.needs_embedding_dim or loss._seed_generators())):
+            state.needs_embedding_dim or seeds or state.non_trainable_variables)):
         record.warned = True
         what = ("learned variables that no model trains" if learned else
                 "a memory bank that a compiled JAX step does not update" if
                 state.needs_embedding_dim else
                 "a random miner, whose seed state a compiled JAX step does not update: "
-                "the same samples would be drawn at every step")
+                "the same samples would be drawn at every step" if seeds else
+                "a running state (e.g. a histogram) that a compiled JAX step does not update")
         warnings.warn(
             f"Loss {loss.name!r} has {what}. Train with "
             "`tfdml.models.MetricModel(model, loss)`, which owns the loss's state.",

@@ -40,6 +40,7 @@ __all__ = [
     "AllPairsMiner",
     "AngularMiner",
     "BatchEasyHardMiner",
+    "EmbeddingsAlreadyPackagedAsTriplets",
     "HDCMiner",
     "Miner",
     "MultiSimilarityMiner",
@@ -48,6 +49,7 @@ __all__ = [
     "TripletMarginMiner",
     "TripletMiner",
     "Triplets",
+    "UniformHistogramMiner",
     "as_pairs",
     "as_triplets",
     "distance_log_weights",
@@ -688,6 +690,59 @@ class AllPairsMiner(Miner):
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
+class EmbeddingsAlreadyPackagedAsTriplets(Miner):
+    """The triplets the batch comes in: rows ``(3i, 3i + 1, 3i + 2)`` are (anchor, positive,
+    negative).
+
+    For data that is already grouped in triplets (a triplet dataset, or a
+    model that embeds each triplet's three inputs in a row). The groups are
+    counted in the rows of the reference set (the batch itself, or the batch
+    first in it, as :class:`tfdml.losses.CrossBatchMemory` puts it): anchor
+    ``a`` is reference row ``r = a + ref_offset``, and if ``r`` is a multiple
+    of 3 its one triplet is reference rows ``r + 1`` (positive) and ``r + 2``
+    (negative). A loss running in blocks passes each block's offset, so the
+    groups stay those of the whole batch. With ``ref_offset=None`` (the
+    anchors are not in the reference set) anchor ``a`` is read as row ``a``,
+    as pytorch-metric-learning indexes the reference set. The labels are not
+    read: the packaging alone says which row is the positive and which the
+    negative. Every other row is no anchor.
+    Returns :class:`Triplets`, one per anchor (``[B, 1]`` indices and a
+    ``[B, 1, 1]`` mask); every tfdml loss takes them.
+
+    A batch whose size is not a multiple of 3 ends in an incomplete group:
+    its last ``B mod 3`` rows form no triplet and are left out, eagerly and
+    compiled alike (pytorch-metric-learning fails an assertion there: its
+    index tensors have different lengths). A triplet whose rows fall
+    outside the reference set is left out too; a reference set that goes on
+    past the batch (a memory bank) would complete the batch's last group
+    with its first rows, so keep such batches a multiple of 3.
+
+    Examples:
+
+    >>> miner = tfdml.miners.EmbeddingsAlreadyPackagedAsTriplets()
+    >>> loss = tfdml.losses.TripletMarginLoss(miner=miner)
+    >>> # y_pred: [3k, D], rows (anchor, positive, negative, anchor, ...)
+    """
+
+    def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
+             ref_embeddings=None) -> Triplets:
+        shape = ops.shape(scores)
+        batch, num_ref = shape[0], shape[1]
+        rows = ops.arange(batch, dtype="int32")
+        # The anchors' rows in the reference set (the whole batch when a loss runs in blocks).
+        index = rows if ref_offset is None else rows + ops.cast(ref_offset, "int32")
+        positive, negative = index + 1, index + 2
+        valid = ops.logical_and(ops.equal(index % 3, 0),
+                                ops.logical_and(index >= 0, negative < num_ref))
+        if ref_offset is None:  # the group must be complete in the batch too
+            valid = ops.logical_and(valid, rows + 2 < batch)
+        zero = ops.zeros_like(rows)
+        positive = ops.where(valid, positive, zero)
+        negative = ops.where(valid, negative, zero)
+        return Triplets(positive[:, None], negative[:, None], valid[:, None, None])
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
 class MultiSimilarityMiner(Miner):
     """Pair mining of the multi-similarity loss, with an easy-positive option.
 
@@ -787,4 +842,5 @@ from tfdml.distance_miners import (  # noqa: E402
     HDCMiner,
     PairMarginMiner,
     TripletMarginMiner,
+    UniformHistogramMiner,
 )

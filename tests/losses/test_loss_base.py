@@ -669,9 +669,37 @@ def _reference_reduction(terms, average):
     return total, count if average == "terms" else nonzero
 
 
+def _check_halves_reductions(cls, config, terms, average):
+    """The reductions of a pair loss whose terms split ([B, 2]: positive, negative pairs)."""
+    total, count, nonzero = (np.asarray(t, np.float64) for t in terms)
+    assert total.shape == (len(LABELS), 2) and np.all(nonzero <= count)
+    over = nonzero if average == "halves" else count
+    values = (total / np.where(over.sum(0) > 0, over.sum(0), 1.0)).sum(axis=1)
+    w = np.linspace(0.5, 2.0, len(LABELS)).astype(np.float32)
+
+    def run(reduction, sample_weight=None):
+        loss = cls.from_config({**config, "reduction": reduction})
+        return to_numpy(loss(LABELS, EMBEDDINGS, sample_weight=sample_weight))
+
+    np.testing.assert_allclose(run("none"), values, rtol=1e-5, atol=1e-7)
+    for reduction in ("sum", "sum_over_batch_size"):
+        np.testing.assert_allclose(run(reduction), values.sum(), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(run(reduction, w), (values * w).sum(), rtol=1e-5, atol=1e-7)
+    halves = [(w @ total[:, k]) / (w @ over[:, k]) if (w @ over[:, k]) > 0 else 0.0
+              for k in (0, 1)]
+    np.testing.assert_allclose(run("mean_with_sample_weight", w), sum(halves), rtol=1e-5,
+                               atol=1e-7)
+    valid = count.sum(axis=1) > 0
+    assert valid.sum() > 0
+    return valid
+
+
 def _check_reductions(base, average):
     config = {**base.get_config(), "average": average}
     terms = to_numpy(list(type(base).from_config(config).per_anchor(LABELS, EMBEDDINGS)))
+    if average in ("halves", "halves_terms"):
+        return _check_halves_reductions(type(base), config, terms, average)
+    terms = [t.sum(axis=-1) if t.ndim == 2 else t for t in terms]  # split pair terms: [B, 2]
     total, count, nonzero = terms
     assert total.shape == count.shape == nonzero.shape == LABELS.shape
     assert np.all(nonzero <= count) and np.all(count >= 0)
@@ -723,7 +751,7 @@ def test_every_average_for_every_kind_of_term(case, average):
 @pytest.mark.parametrize("case", ALL)
 def test_average_is_checked_and_saved(case):
     loss = case.make()
-    assert loss.average in ("anchors", "batch", "terms", "nonzero")
+    assert loss.average in ("anchors", "batch", "terms", "nonzero", "halves", "halves_terms")
     assert loss.get_config()["average"] == loss.average
     with pytest.raises(ValueError, match="average"):
         type(loss).from_config({**loss.get_config(), "average": "pairs"})

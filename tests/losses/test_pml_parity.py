@@ -104,6 +104,15 @@ def test_contrastive_loss_sums_separately_averaged_halves(batch):
         rtol=1e-9)
 
 
+@pytest.mark.parametrize("batch", BATCHES)
+def test_contrastive_loss_halves_is_pml(batch):
+    """``average="halves"``: pml's value and gradient, as the class and the functional form."""
+    _check("contrastive", batch, ContrastiveLoss(0.0, 1.0, average="halves", dtype="float64"))
+    labels, x = DATA[f"{batch}/labels"], DATA[f"{batch}/embeddings"]
+    value = to_numpy(L.contrastive_loss(labels, x, 0.0, 1.0, average="halves"))
+    np.testing.assert_allclose(value, DATA[f"contrastive/{batch}/value"], rtol=1e-9)
+
+
 def test_recorded_miner_matches_tfdml_miner_pairs():
     """The mined case differs from the unmined one only where Wang et al.'s mining drops
     pairs: check both are recorded and differ on the uneven batch."""

@@ -68,6 +68,43 @@ def test_pytorch_metric_learning_adds_separately_averaged_halves(batch):
     assert abs(float(value) - float(want_value)) > 1e-3
 
 
+@pytest.mark.parametrize("batch", BATCHES)
+def test_halves_is_pytorch_metric_learning(batch):
+    labels, x = DATA[f"{batch}/labels"], DATA[f"{batch}/embeddings"]
+    loss = SNRContrastiveLoss(0.0, 1.0, average="halves", dtype="float64")
+    value, grad = value_and_grad(lambda e: loss(labels, e), x)
+    np.testing.assert_allclose(value, DATA[f"snr_contrastive/{batch}/value"], rtol=1e-9)
+    np.testing.assert_allclose(grad, DATA[f"snr_contrastive/{batch}/grad"], rtol=1e-7,
+                               atol=1e-10)
+    np.testing.assert_allclose(to_numpy(snr_contrastive_loss(labels, x, average="halves")),
+                               DATA[f"snr_contrastive/{batch}/value"], rtol=1e-9)
+
+
+def test_halves_in_blocks_and_trimmed_equal_the_dense_loss():
+    labels, x = uneven_batch(4)
+    dense = SNRContrastiveLoss(0.1, 0.9, average="halves", dtype="float64")
+    blocked = SNRContrastiveLoss(0.1, 0.9, average="halves", block_size=5, dtype="float64")
+    (v1, g1), (v2, g2) = (value_and_grad(lambda e, f=f: f(labels, e), x)
+                          for f in (dense, blocked))
+    np.testing.assert_allclose(v2, v1, rtol=1e-12)
+    np.testing.assert_allclose(g2, g1, rtol=1e-9, atol=1e-12)
+    assert to_numpy(blocked.compute_terms(labels, x).total).shape == (12, 2)
+    from tfdml.losses import TrimmedLoss
+    untrimmed = TrimmedLoss(dense, trim=0.0, dtype="float64")
+    np.testing.assert_allclose(to_numpy(untrimmed(labels, x)), v1, rtol=1e-12)
+    trimmed = to_numpy(TrimmedLoss(dense, trim=0.3, dtype="float64")(labels, x))
+    assert np.isfinite(trimmed) and trimmed != v1
+
+
+def test_halves_only_for_losses_whose_terms_split():
+    from tfdml.losses import TripletMarginLoss, triplet_margin_loss
+    with pytest.raises(ValueError, match="halves"):
+        TripletMarginLoss(average="halves")
+    labels, x = uneven_batch()
+    with pytest.raises(ValueError, match="halves"):
+        triplet_margin_loss(labels, x, average="halves")
+
+
 def test_a_miner_restricts_the_pairs():
     labels, x = uneven_batch(3)
     every = to_numpy(SNRContrastiveLoss(dtype="float64")(labels, x))

@@ -31,7 +31,9 @@ from tfdml.losses.contrastive import (
     contrastive_loss,
     snr_contrastive_loss,
 )
+from tfdml.losses.dynamic_soft_margin import DynamicSoftMarginLoss, dynamic_soft_margin_loss
 from tfdml.losses.fappy import FAPPYLoss, HistogramLoss, false_positive_probability
+from tfdml.losses.instance import InstanceLoss, instance_loss
 from tfdml.losses.lifted import GeneralizedLiftedStructureLoss, generalized_lifted_structure_loss
 from tfdml.losses.loop import (
     HPHNTripletLoss,
@@ -41,10 +43,28 @@ from tfdml.losses.loop import (
     lifted_structure_loss,
     loop_loss,
 )
+from tfdml.losses.manifold import ManifoldLoss, manifold_loss
 from tfdml.losses.margin import MarginLoss, margin_loss
 from tfdml.losses.multi_similarity import MultiSimilarityLoss, multi_similarity_loss
 from tfdml.losses.multiple import MultipleLosses
+from tfdml.losses.n_pairs import NPairsLoss, n_pairs_loss
+from tfdml.losses.pair_statistics import (
+    IntraPairVarianceLoss,
+    RankedListLoss,
+    ThresholdConsistentMarginLoss,
+    intra_pair_variance_loss,
+    ranked_list_loss,
+    threshold_consistent_margin_loss,
+)
 from tfdml.losses.proxies import ProxyAnchorLoss, ProxyNCALoss, proxy_anchor_loss, proxy_nca_loss
+from tfdml.losses.ranking import (
+    FastAPLoss,
+    PNPLoss,
+    SmoothAPLoss,
+    fast_ap_loss,
+    pnp_loss,
+    smooth_ap_loss,
+)
 from tfdml.losses.supervised_contrastive import (
     CircleLoss,
     NTXentLoss,
@@ -65,6 +85,7 @@ from tfdml.losses.triplet import (
     triplet_margin_loss,
     triplet_nca_loss,
 )
+from tfdml.losses.two_views import SelfSupervisedLoss, VICRegLoss, vicreg_loss
 from tfdml.losses.xbm import CrossBatchMemory, MemoryBank
 
 __all__ = [
@@ -76,62 +97,85 @@ __all__ = [
     "ContrastiveLoss",
     "CosFaceLoss",
     "CrossBatchMemory",
+    "DynamicSoftMarginLoss",
     "FAPPYLoss",
+    "FastAPLoss",
     "GeneralizedLiftedStructureLoss",
     "HPHNTripletLoss",
     "HistogramLoss",
+    "InstanceLoss",
+    "IntraPairVarianceLoss",
     "LargeMarginSoftmaxLoss",
     "LiftedStructureLoss",
     "LoOpLoss",
     "LossState",
+    "ManifoldLoss",
     "MarginLoss",
     "MemoryBank",
     "MetricLoss",
     "MultiSimilarityLoss",
     "MultipleLosses",
+    "NPairsLoss",
     "NTXentLoss",
     "NormalizedSoftmaxLoss",
     "P2SGradLoss",
     "PNLoss",
+    "PNPLoss",
     "ProxyAnchorLoss",
     "ProxyNCALoss",
+    "RankedListLoss",
     "SNRContrastiveLoss",
+    "SelfSupervisedLoss",
+    "SmoothAPLoss",
     "SoftNearestNeighborLoss",
     "SoftTripleLoss",
     "SphereFaceLoss",
     "SubCenterArcFaceLoss",
     "SupConLoss",
+    "ThresholdConsistentMarginLoss",
     "TrimmedLoss",
     "TripletMarginLoss",
     "TripletNCALoss",
     "TupletMarginLoss",
+    "VICRegLoss",
     "angular_loss",
     "arcface_loss",
     "circle_loss",
     "contrastive_loss",
     "cosface_loss",
+    "dynamic_soft_margin_loss",
     "false_positive_probability",
+    "fast_ap_loss",
     "generalized_lifted_structure_loss",
     "hphn_triplet_loss",
+    "instance_loss",
+    "intra_pair_variance_loss",
     "large_margin_softmax_loss",
     "lifted_structure_loss",
+    "manifold_loss",
     "loop_loss",
     "margin_loss",
     "multi_similarity_loss",
     "multiple_negatives_ranking_loss",
+    "n_pairs_loss",
     "normalized_softmax_loss",
     "ntxent_loss",
     "p2s_grad_loss",
     "pn_loss",
+    "pnp_loss",
     "proxy_anchor_loss",
     "proxy_nca_loss",
+    "ranked_list_loss",
+    "smooth_ap_loss",
     "snr_contrastive_loss",
     "soft_nearest_neighbor_loss",
     "soft_triple_loss",
     "sphereface_loss",
     "subcenter_arcface_loss",
     "supcon_loss",
+    "threshold_consistent_margin_loss",
     "triplet_margin_loss",
     "triplet_nca_loss",
     "tuplet_margin_loss",
+    "vicreg_loss",
 ]

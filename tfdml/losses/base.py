@@ -61,6 +61,7 @@ from tfdml.losses.blocks import _random_miners, blocked_terms, check_block_size
 from tfdml.losses.state import LossState
 from tfdml.losses.terms import (
     AVERAGES,
+    HALVES,
     AnchorTerms,
     anchor_terms,
     average_terms,
@@ -70,6 +71,7 @@ from tfdml.losses.terms import (
     pair_terms,
     reduce_anchor_losses,
     reduce_terms,
+    split_pair_terms,
     triplet_terms,
 )
 from tfdml.miners import AllPairsMiner, Miner
@@ -91,6 +93,7 @@ __all__ = [
     "reduce_terms",
     "resolve_loss",
     "resolve_miner",
+    "split_pair_terms",
     "triplet_terms",
 ]
 
@@ -223,6 +226,17 @@ def functional_value(terms: AnchorTerms, average, y_pred, ref_embeddings=None,
     return ops.cast(value, dml.dtype_name(ops.convert_to_tensor(y_pred)))
 
 
+def _check_loss_average(cls, average):
+    """:func:`check_average`, and the :data:`HALVES` averages only for a loss whose terms
+    split (a wrapper, without a ``terms`` function of its own, is checked when it reduces)."""
+    check_average(average)
+    if average in HALVES and cls.terms is not None and not cls.split_terms:
+        raise ValueError(
+            f"{cls.__name__} cannot take `average={average!r}`: it averages the positive and "
+            "the negative pairs of a pair loss apart, and this loss's terms do not split into "
+            f"the two. Received: average={average!r}")
+
+
 def _config_value(value):
     """A loss argument as its config holds it: miners and losses serialized."""
     if isinstance(value, (Miner, keras.losses.Loss)):
@@ -250,7 +264,8 @@ class MetricLoss(keras.losses.Loss):
         dtype: dtype of the returned loss value. Defaults to `None`
             (``keras.config.floatx()``).
         average: what the loss averages over: ``"anchors"``, ``"batch"``,
-            ``"terms"`` or ``"nonzero"`` (:mod:`tfdml.losses.terms`).
+            ``"terms"``, ``"nonzero"`` or, for a pair loss whose terms split,
+            ``"halves"`` / ``"halves_terms"`` (:mod:`tfdml.losses.terms`).
             Defaults to `"anchors"`; each loss sets its paper's.
         block_size: compute the loss over blocks of this many anchors, each
             against the whole batch, recomputing each block in the backward
@@ -265,6 +280,10 @@ class MetricLoss(keras.losses.Loss):
     terms = None
 
     _miner = None
+
+    #: The loss's terms split into its positive and its negative pairs (``[B, 2]`` fields,
+    #: :func:`tfdml.losses.terms.split_pair_terms`), so that it takes ``average="halves"``.
+    split_terms = False
 
     #: Mine over the global batch under a ``tf.distribute`` strategy: ``None``
     #: (default) whenever more than one replica is in sync, ``True`` the same,
@@ -281,7 +300,7 @@ class MetricLoss(keras.losses.Loss):
                  average="anchors", block_size=None, **arguments):
         check_reduction(reduction)
         block_size = check_block_size(block_size)
-        check_average(average)
+        _check_loss_average(type(self), average)
         arguments = self.check_arguments(**arguments)
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self.block_size = block_size
@@ -314,7 +333,7 @@ class MetricLoss(keras.losses.Loss):
         mined from; anchor ``i`` is row ``i + ref_offset`` of it (excluded
         from its positives), or not in it for ``ref_offset=None``.
         """
-        check_average(average)
+        _check_loss_average(cls, average)
         arguments = cls.check_arguments(**arguments)
         inputs = prepare_inputs(y_true, y_pred, ref_embeddings, ref_labels, ref_offset, normalize)
         return functional_value(cls.terms(inputs, **arguments), average, y_pred, ref_embeddings,
@@ -368,7 +387,7 @@ class MetricLoss(keras.losses.Loss):
         """
         return blocked_terms(self.per_anchor, labels, embeddings, self.block_size,
                              ref_embeddings, ref_labels, ref_offset, _random_miners(self),
-                             self.trainable_variables)
+                             self.trainable_variables, split=self.split_terms)
 
     # -- state: learned variables, buffers and the random miners' seeds ------------------------
 

@@ -166,7 +166,7 @@ def batch_rows(embeddings):
 
 
 def blocked_terms(per_anchor, labels, embeddings, block_size, ref_embeddings=None,
-                  ref_labels=None, ref_offset=None, miners=(), variables=()):
+                  ref_labels=None, ref_offset=None, miners=(), variables=(), split=False):
     """``per_anchor`` over blocks of ``block_size`` anchors, each against the whole reference set.
 
     Args:
@@ -185,6 +185,8 @@ def blocked_terms(per_anchor, labels, embeddings, block_size, ref_embeddings=Non
             are arguments of the rematerialized block (a
             ``keras.StatelessScope`` maps them), so that their gradient
             flows on every backend.
+        split: ``per_anchor`` returns ``[B, 2]`` terms (positive and
+            negative pairs apart, :func:`tfdml.losses.terms.split_pair_terms`).
 
     Returns:
         The :class:`tfdml.losses.base.AnchorTerms` of the ``B`` anchors, in
@@ -234,5 +236,6 @@ def blocked_terms(per_anchor, labels, embeddings, block_size, ref_embeddings=Non
     # What a block is differentiated by (the embeddings, the learned variables' values)
     # are its arguments; the block index, labels and seeds are captured.
     args = (y, ref, *[v.value for v in variables])
-    stacked = blocks.map(one_block, args, [((None,), dtype)] * len(AnchorTerms._fields))
+    shape = (None, 2) if split else (None,)
+    stacked = blocks.map(one_block, args, [(shape, dtype)] * len(AnchorTerms._fields))
     return AnchorTerms(*(blocks.assemble(s) for s in stacked))

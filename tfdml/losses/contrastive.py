@@ -9,8 +9,8 @@ from tfdml import ops as dml
 from tfdml._checks import check_number
 from tfdml.losses.base import (
     MetricLoss,
-    pair_terms,
     resolve_miner,
+    split_pair_terms,
 )
 from tfdml.losses.spec import functional_form, loss_class
 from tfdml.miners import AllPairsMiner, Miner, as_pairs
@@ -33,7 +33,7 @@ def _hinge_terms(inputs, dist, positive_margin, negative_margin, miner: Miner):
                      num_ref=ops.shape(dist)[1])
     positive = ops.relu(dist - ops.convert_to_tensor(positive_margin, dml.dtype_name(dist)))
     negative = ops.relu(ops.convert_to_tensor(negative_margin, dml.dtype_name(dist)) - dist)
-    return pair_terms(positive, negative, pairs)
+    return split_pair_terms(positive, negative, pairs)
 
 
 def _contrastive_terms(inputs, positive_margin, negative_margin, distance, miner: Miner):
@@ -59,8 +59,9 @@ class ContrastiveLoss(MetricLoss):
     ``O_con = 1/n^2 sum_{i,j} L_con(x_i, x_j)`` (with the self-pairs, which
     cost nothing, left out). Without a miner every anchor of a batch has the
     same number of pairs, so this equals the mean over anchors of their
-    means. pytorch-metric-learning averages over the pairs with a non-zero
-    loss (``average="nonzero"``).
+    means. pytorch-metric-learning averages the positive and the negative
+    pairs each over their own non-zero terms and adds the two means:
+    ``average="halves"`` gives its values.
 
     With ``distance="squared_l2"`` and ``positive_margin=0`` this is the
     form the class-collapse paper writes (Section 3):
@@ -95,6 +96,7 @@ class ContrastiveLoss(MetricLoss):
 
     terms = staticmethod(_contrastive_terms)
     check_arguments = staticmethod(_check_args)
+    split_terms = True
 
 
 contrastive_loss = functional_form(
@@ -153,7 +155,7 @@ class SNRContrastiveLoss(MetricLoss):
     **Averaged over** the pairs (``average="terms"``), as
     :class:`ContrastiveLoss`. pytorch-metric-learning averages the positive
     and the negative pairs separately over their non-zero terms and adds the
-    two means (docs/losses.md, "Coming from pytorch-metric-learning"). The
+    two means: ``average="halves"`` gives its values. The
     paper's regularizer on the mean of the embeddings is not applied (nor is
     it in pytorch-metric-learning).
 
@@ -176,6 +178,7 @@ class SNRContrastiveLoss(MetricLoss):
 
     terms = staticmethod(_snr_terms)
     check_arguments = staticmethod(_check_snr)
+    split_terms = True
 
 
 snr_contrastive_loss = functional_form(

@@ -29,8 +29,9 @@ COMMON_ARGUMENTS = ("normalize", "average", "reduction", "name", "dtype", "block
 _DOCS = {
     "normalize": "normalize: L2-normalize the embeddings first. Defaults to `{}`.",
     "average": ("average: what the loss averages over: ``\"anchors\"``, ``\"batch\"``,\n"
-                "    ``\"terms\"`` or ``\"nonzero\"`` (:mod:`tfdml.losses.terms`). Defaults to\n"
-                "    `\"{}\"`."),
+                "    ``\"terms\"``, ``\"nonzero\"`` or, for a pair loss whose terms split,\n"
+                "    ``\"halves\"``/``\"halves_terms\"`` (:mod:`tfdml.losses.terms`).\n"
+                "    Defaults to `\"{}\"`."),
     "reduction": ("reduction: see :mod:`tfdml.losses.terms`. Defaults to\n"
                   "    `\"sum_over_batch_size\"`."),
     "name": "name: name of the loss. Defaults to `\"{}\"`.",

@@ -17,7 +17,23 @@ paper and the authors' code, see docs/losses.md):
 * ``"terms"``: the sum over all terms divided by their number (the mean over
   all mined triplets or pairs);
 * ``"nonzero"``: the sum over all terms divided by the number of terms with
-  a non-zero loss (Wu et al.'s margin loss).
+  a non-zero loss (Wu et al.'s margin loss);
+* ``"halves"``: for pair losses whose terms split into positive and negative
+  pairs (:func:`split_pair_terms`): the positive-pair terms and the
+  negative-pair terms are each averaged over their own non-zero terms (over
+  the whole batch) and the two means are added (a half without a non-zero
+  term adds 0). The threshold-consistent margin paper's objective, and
+  pytorch-metric-learning's ``AvgNonZeroReducer`` on its contrastive pair
+  losses. Other losses raise a ValueError for it;
+* ``"halves_terms"``: the same over all the terms of each half (zeros
+  included): the mean positive-pair term plus the mean negative-pair term
+  (pytorch-metric-learning's ``MeanReducer`` on a pair loss with two
+  sub-losses, such as its intra-pair variance loss).
+
+A pair loss that splits reports fields of shape ``[B, 2]`` (column 0: the
+anchor's positive pairs, column 1: its negative pairs); every other average
+first adds the two columns, so it sees the same ``[B]`` terms as
+:func:`pair_terms` would give.
 
 **Reductions** (``reduction=``, Keras' names). With ``v_a`` the anchor's
 value (its mean for ``"anchors"``/``"batch"``, its sum for
@@ -30,6 +46,20 @@ the sample weight (1 without one):
 * ``"sum"``: ``sum_a w_a v_a``;
 * ``"none"`` / ``None``: the ``[B]`` values ``w_a v_a`` (0 for inactive
   anchors).
+
+For ``"halves"``, with ``P_a``/``N_a`` the sums of the anchor's positive /
+negative pair terms and ``p_a``/``n_a`` their numbers of non-zero terms (their
+numbers of terms for ``"halves_terms"``), the
+anchor's value is its share of the loss, ``v_a = P_a / sum_b p_b + N_a /
+sum_b n_b`` (``c_a = 1 / B``), so that:
+
+* ``"sum_over_batch_size"`` / ``"mean"`` and ``"sum"``: ``sum_a w_a v_a``
+  (the halves' non-zero counts are not weighted; without weights, the two
+  means added);
+* ``"mean_with_sample_weight"``: each half is a weighted mean,
+  ``sum_a w_a P_a / sum_a w_a p_a + sum_a w_a N_a / sum_a w_a n_a``;
+* ``"none"`` / ``None``: the ``[B]`` values ``w_a v_a``, which add up to the
+  ``"sum"``.
 
 A loss class and its functional form both reduce through :func:`reduce_terms`
 (the functional form with the default reduction and no sample weights).
@@ -47,6 +77,7 @@ from tfdml import ops as dml
 __all__ = [
     "AVERAGES",
     "REDUCTIONS",
+    "HALVES",
     "AnchorTerms",
     "anchor_terms",
     "average_terms",
@@ -56,6 +87,7 @@ __all__ = [
     "pair_terms",
     "reduce_anchor_losses",
     "reduce_terms",
+    "split_pair_terms",
     "triplet_terms",
 ]
 
@@ -63,7 +95,10 @@ __all__ = [
 REDUCTIONS = ("sum_over_batch_size", "mean", "mean_with_sample_weight", "sum", "none", None)
 
 #: What a loss can average over; see the module docstring.
-AVERAGES = ("anchors", "batch", "terms", "nonzero")
+AVERAGES = ("anchors", "batch", "terms", "nonzero", "halves", "halves_terms")
+
+#: The averages that take the positive and the negative pairs apart (split terms only).
+HALVES = ("halves", "halves_terms")
 
 
 class AnchorTerms(NamedTuple):
@@ -74,6 +109,9 @@ class AnchorTerms(NamedTuple):
         count: ``[B]`` number of terms (0: the anchor is inactive). May be
             fractional where a loss shares a term between two anchors.
         nonzero: ``[B]`` number of terms with a loss above 0.
+
+    A pair loss whose terms split (:func:`split_pair_terms`) has ``[B, 2]``
+    fields: column 0 its positive pairs, column 1 its negative pairs.
     """
 
     total: object
@@ -81,9 +119,20 @@ class AnchorTerms(NamedTuple):
     nonzero: object
 
     @property
+    def split(self) -> bool:
+        """The fields are ``[B, 2]``: positive and negative pairs apart."""
+        return len(self.total.shape) == 2
+
+    def merged(self) -> AnchorTerms:
+        """The ``[B]`` terms of each anchor, its two halves added when they are split."""
+        if not self.split:
+            return self
+        return AnchorTerms(*(ops.sum(t, axis=-1) for t in self))
+
+    @property
     def active(self):
         """``[B]`` bool: the anchor has at least one term."""
-        return self.count > 0
+        return self.merged().count > 0
 
     def plus(self, other: AnchorTerms) -> AnchorTerms:
         """Both sets of terms of each anchor (e.g. its positive and its negative pairs)."""
@@ -123,6 +172,18 @@ def pair_terms(positive_values, negative_values, pairs) -> AnchorTerms:
         triplet_terms(negative_values, pairs.negative))
 
 
+def split_pair_terms(positive_values, negative_values, pairs) -> AnchorTerms:
+    """:func:`pair_terms` with the positive and the negative pairs apart: ``[B, 2]`` fields.
+
+    Column 0 holds the anchor's positive pairs, column 1 its negative pairs;
+    ``average="halves"`` averages each over its own non-zero terms, every
+    other average adds the columns first (the terms of :func:`pair_terms`).
+    """
+    halves = (triplet_terms(positive_values, pairs.positive),
+              triplet_terms(negative_values, pairs.negative))
+    return AnchorTerms(*(ops.stack([p, n], axis=-1) for p, n in zip(*halves, strict=True)))
+
+
 def anchor_terms(losses, active) -> AnchorTerms:
     """One term per active anchor, for losses defined per anchor (MS, histogram, LoOp pairs)."""
     dtype = dml.dtype_name(losses)
@@ -143,9 +204,36 @@ def check_reduction(reduction):
     return reduction
 
 
+def _check_halves(terms: AnchorTerms, average):
+    if not terms.split:
+        raise ValueError(
+            f"`average={average!r}` averages the positive and the negative pairs apart; it "
+            "needs a pair loss whose terms split into the two (ContrastiveLoss, "
+            "SNRContrastiveLoss, ...). Use another average for this loss. Received: "
+            f"average={average!r}")
+
+
+def _half_counts(terms: AnchorTerms, average):
+    """``[B, 2]``: what each half is averaged over (``p_a``, ``n_a``)."""
+    return terms.nonzero if average == "halves" else terms.count
+
+
+def _anchor_halves(terms: AnchorTerms, average):
+    """``[B, 2]``: ``P_a / sum_b p_b`` and ``N_a / sum_b n_b`` (0 for a half with nothing to
+    average)."""
+    return dml.divide_no_nan(terms.total,
+                             ops.sum(_half_counts(terms, average), axis=0, keepdims=True))
+
+
 def average_terms(terms: AnchorTerms, average: str):
     """``(values, shares)``: per anchor ``v_a`` and ``c_a`` of the module docstring."""
     check_average(average)
+    if average in HALVES:
+        _check_halves(terms, average)
+        values = ops.sum(_anchor_halves(terms, average), axis=-1)
+        batch = ops.cast(ops.shape(values)[0], dml.dtype_name(values))
+        return values, dml.divide_no_nan(ops.ones_like(values), batch)
+    terms = terms.merged()
     if average in ("anchors", "batch"):
         values = dml.divide_no_nan(terms.total, terms.count)
         if average == "anchors":
@@ -154,15 +242,33 @@ def average_terms(terms: AnchorTerms, average: str):
     return terms.total, terms.count if average == "terms" else terms.nonzero
 
 
-def reduce_anchor_losses(values, shares, sample_weight=None, reduction="sum_over_batch_size"):
-    """Reduces per-anchor values and denominator shares as described in the module docstring."""
-    check_reduction(reduction)
+def _weights(values, sample_weight):
+    """``[B]`` sample weights (ones without them), in the dtype of ``values``."""
     weights = ops.ones_like(values)
     if sample_weight is not None:
         sample_weight = ops.cast(sample_weight, dml.dtype_name(values))
         if len(sample_weight.shape) == 2 and sample_weight.shape[-1] == 1:
             sample_weight = ops.squeeze(sample_weight, axis=-1)
         weights = weights * sample_weight
+    return weights
+
+
+def _reduce_halves(terms: AnchorTerms, average, sample_weight, reduction):
+    """``average="halves"`` / ``"halves_terms"`` reduced as the module docstring says."""
+    values, shares = average_terms(terms, average)
+    if reduction != "mean_with_sample_weight":  # the shares add up to 1: a sum
+        reduction = "sum" if reduction in ("sum_over_batch_size", "mean") else reduction
+        return reduce_anchor_losses(values, shares, sample_weight, reduction)
+    weights = ops.expand_dims(_weights(values, sample_weight), -1)
+    halves = dml.divide_no_nan(ops.sum(terms.total * weights, axis=0),
+                               ops.sum(_half_counts(terms, average) * weights, axis=0))
+    return ops.sum(halves)
+
+
+def reduce_anchor_losses(values, shares, sample_weight=None, reduction="sum_over_batch_size"):
+    """Reduces per-anchor values and denominator shares as described in the module docstring."""
+    check_reduction(reduction)
+    weights = _weights(values, sample_weight)
     weighted = values * weights
     if reduction in ("none", None):
         return weighted
@@ -195,8 +301,11 @@ def reduce_terms(terms: AnchorTerms, average, inputs, normalized=True, sample_we
         sample_weight: ``[B]`` / ``[B, 1]`` / scalar weights, or None.
         reduction: one of :data:`REDUCTIONS`.
     """
-    values, shares = average_terms(terms, average)
-    value = reduce_anchor_losses(values, shares, sample_weight, reduction)
+    if average in HALVES:
+        value = _reduce_halves(terms, average, sample_weight, check_reduction(reduction))
+    else:
+        values, shares = average_terms(terms, average)
+        value = reduce_anchor_losses(values, shares, sample_weight, reduction)
     return dml.nan_unless_finite(value, *inputs, distances=not normalized)
 
 

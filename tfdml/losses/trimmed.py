@@ -107,8 +107,10 @@ class TrimmedLoss(MetricLoss):
         """The wrapped loss's terms (its blocks, its buffers) on the anchors kept."""
         terms = self.loss.compute_terms(labels, embeddings, ref_embeddings, ref_labels, ref_offset,
                                         training=training)
-        mean = dml.divide_no_nan(terms.total, terms.count)
-        keep = trim_mask(mean, terms.active, self.trim)
+        merged = terms.merged()
+        keep = trim_mask(dml.divide_no_nan(merged.total, merged.count), merged.active, self.trim)
+        if terms.split:  # [B, 2]: both halves of an anchor kept or dropped
+            keep = ops.expand_dims(keep, -1)
         return AnchorTerms(*(ops.where(keep, t, ops.zeros_like(t)) for t in terms))
 
     def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):

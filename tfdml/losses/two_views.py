@@ -1,0 +1,338 @@
+"""Losses on two augmented views of each sample: VICReg (Bardes et al.) and
+:class:`SelfSupervisedLoss`, which trains any tfdml loss on the views without labels.
+
+**Calling convention.** In Keras' ``loss(y_true, y_pred)`` form, ``y_pred`` holds the two
+views stacked along the batch axis: ``[2N, D] = concatenate([view1, view2], axis=0)``, so
+that rows ``i`` and ``N + i`` are the two views of sample ``i`` (a model outputs
+``keras.ops.concatenate([f(a), f(b)], axis=0)``). ``y_true`` is ignored: None, or any
+labels (of ``2N`` or ``N`` rows) a dataset yields. An odd number of rows is a ValueError
+eagerly (and wherever the batch size is known when the step is traced); in a compiled step
+with a dynamic batch size the loss is NaN instead, which ``keras.callbacks.TerminateOnNaN``
+stops.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from tfdml import ops as dml
+from tfdml._checks import check_positive
+from tfdml.losses.base import AnchorTerms, MetricLoss, resolve_loss
+
+__all__ = ["SelfSupervisedLoss", "VICRegLoss", "split_views", "vicreg_loss"]
+
+
+def split_views(y_pred, name: str = "y_pred"):
+    """``(view1, view2, ok)``: the two halves of ``[2N, D]`` stacked views (module docstring).
+
+    ``ok`` is ``True`` where the number of rows is known (an odd one raises), else a scalar
+    bool tensor, false for an odd number of rows (pass the loss through
+    :func:`tfdml.ops.nan_unless`).
+
+    Raises:
+        ValueError: for embeddings that are not ``[2N, D]`` floats with a known even ``2N``.
+    """
+    y_pred = dml.check_embeddings(y_pred, name)
+    rows = y_pred.shape[0]
+    if rows is not None:
+        if rows % 2:
+            raise ValueError(
+                f"`{name}` must hold two views stacked along the batch axis, [2N, D] = "
+                f"concatenate([view1, view2], axis=0): an even number of rows. "
+                f"Received: {name}.shape={tuple(y_pred.shape)}")
+        half = rows // 2
+        return y_pred[:half], y_pred[half:], True
+    rows = ops.shape(y_pred)[0]
+    half = rows // 2
+    return y_pred[:half], y_pred[half:2 * half], ops.equal(rows % 2, 0)
+
+
+# -- VICReg -------------------------------------------------------------------------------------
+
+
+def _check_vicreg(invariance_lambda, variance_mu, covariance_v, eps):
+    return {"invariance_lambda": check_positive("invariance_lambda", invariance_lambda, True),
+            "variance_mu": check_positive("variance_mu", variance_mu, True),
+            "covariance_v": check_positive("covariance_v", covariance_v, True),
+            "eps": check_positive("eps", eps)}
+
+
+def _mean(x, axis=None, keepdims=False):
+    """``ops.mean`` in the dtype of ``x`` (Keras' PyTorch mean rounds float64 to float32)."""
+    count = ops.size(x) if axis is None else ops.shape(x)[axis]
+    return ops.sum(x, axis=axis, keepdims=keepdims) / ops.cast(count, dml.dtype_name(x))
+
+
+def _spread_terms(z, eps):
+    """``(variance, covariance)`` regularizers of one view ``[N, D]``: the hinge on its
+    standard deviations (halved, as the authors' code) and its squared off-diagonal
+    covariances over ``D``. A batch of one has variance and covariance 0."""
+    rows = z.shape[0] if z.shape[0] is not None else ops.shape(z)[0]
+    dtype = dml.dtype_name(z)
+    denominator = ops.cast(ops.maximum(rows - 1, 1), dtype)
+    centered = z - _mean(z, axis=0, keepdims=True)
+    cov = dml.matmul(ops.transpose(centered), centered) / denominator
+    var = ops.sum(ops.square(centered), axis=0) / denominator
+    std = ops.sqrt(var + ops.convert_to_tensor(eps, dtype))
+    variance = _mean(ops.relu(1.0 - std)) / 2.0
+    dim = ops.shape(cov)[0]
+    diagonal = ops.equal(ops.arange(dim)[:, None], ops.arange(dim)[None, :])
+    off = ops.where(diagonal, ops.zeros((), dtype), cov)
+    covariance = ops.sum(ops.square(off)) / ops.cast(dim, dtype)
+    return variance, covariance
+
+
+def _vicreg_value(z1, z2, invariance_lambda, variance_mu, covariance_v, eps):
+    """The VICReg loss of two ``[N, D]`` views in their compute dtype, NaN for non-finite
+    (or overflowing) inputs."""
+    dtype = dml.compute_dtype(z1.dtype)
+    a, b = ops.cast(z1, dtype), ops.cast(z2, dtype)
+    invariance = _mean(ops.square(a - b))
+    variance_a, covariance_a = _spread_terms(a, eps)
+    variance_b, covariance_b = _spread_terms(b, eps)
+    value = (invariance_lambda * invariance + variance_mu * (variance_a + variance_b)
+             + covariance_v * (covariance_a + covariance_b))
+    return dml.nan_unless_finite(value, a, b, distances=True)
+
+
+def vicreg_loss(embeddings, ref_embeddings, invariance_lambda=25, variance_mu=25,
+                covariance_v=1, eps=1e-4):
+    """Functional form of :class:`VICRegLoss` on two views given apart.
+
+    Args:
+        embeddings: ``[N, D]``, the first view of each sample.
+        ref_embeddings: ``[N, D]``, the second view (row ``i`` of each: sample ``i``).
+        invariance_lambda, variance_mu, covariance_v, eps: as in :class:`VICRegLoss`.
+
+    Returns:
+        A scalar of the dtype of ``embeddings``; NaN when an embedding is NaN or Inf.
+
+    Raises:
+        ValueError: for bad arguments, or views that are not ``[N, D]`` floats of the same
+            shape.
+    """
+    arguments = _check_vicreg(invariance_lambda, variance_mu, covariance_v, eps)
+    z1 = dml.check_embeddings(embeddings, "embeddings")
+    z2 = dml.check_embeddings(ref_embeddings, "ref_embeddings")
+    if any(s is not None and t is not None and s != t for s, t in zip(z1.shape, z2.shape,
+                                                                      strict=True)):
+        raise ValueError("`embeddings` and `ref_embeddings` must have the same shape [N, D]. "
+                         f"Received: {tuple(z1.shape)} and {tuple(z2.shape)}")
+    value = _vicreg_value(z1, z2, **arguments)
+    return ops.cast(value, dml.dtype_name(z1))
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class VICRegLoss(keras.losses.Loss):
+    """VICReg: invariance between the two views, variance and decorrelation within each.
+
+    With ``Z``, ``Z'`` the ``[N, D]`` views (``y_pred`` = ``[Z; Z']``, the module's calling
+    convention), as the authors' code computes it::
+
+        L = lambda mean_{i,d} (z_id - z'_id)^2
+          + mu [v(Z) + v(Z')] / 2 + nu [c(Z) + c(Z')]
+        v(Z) = mean_d max(0, 1 - sqrt(Var(z_.d) + eps))
+        c(Z) = (1 / D) sum_{d != e} Cov(Z)_de^2
+
+    with the unbiased variance and covariance over the batch (``N - 1``). The embeddings
+    are used as given (the paper applies the loss to the expander's output, not
+    normalized); no labels. The paper's equations (5) and (6) write the invariance as the
+    mean over samples of ``||z_i - z'_i||^2`` (``D`` times the code's) and the variance
+    term without the halving: its coefficients (25, 25, 1) are the code's, as here and in
+    pytorch-metric-learning (docs/losses.md).
+
+    The value is one number for the batch: there is no per-sample loss, so no
+    ``reduction`` and no ``sample_weight``. It is computed in float32 for float16 and
+    bfloat16 embeddings (float64 for float64). A batch of one pair (``N = 1``) has no
+    spread: its variance is taken as 0 (so ``v = max(0, 1 - sqrt(eps))``, constant) and its
+    covariance 0, and only the invariance term trains. A NaN or Inf embedding gives NaN.
+
+    Args:
+        invariance_lambda: ``lambda >= 0``. Defaults to `25`.
+        variance_mu: ``mu >= 0``. Defaults to `25`.
+        covariance_v: ``nu >= 0``. Defaults to `1`.
+        eps: ``> 0``, added to the variance under the square root. Defaults to `1e-4`.
+        name: name of the loss. Defaults to `"vicreg_loss"`.
+        dtype: dtype of the returned value. Defaults to `None` (floatx).
+
+    Examples:
+
+    >>> views = keras.ops.concatenate([f(a), f(b)], axis=0)  # [2N, D]
+    >>> model = keras.Model([a, b], views)
+    >>> model.compile(optimizer="adam", loss=tfdml.losses.VICRegLoss())
+    >>> model.fit([first_views, second_views], None)  # no labels
+
+    Reference:
+        Bardes, Ponce, LeCun, "VICReg: variance-invariance-covariance regularization for
+        self-supervised learning", ICLR 2022.
+    """
+
+    def __init__(self, invariance_lambda=25, variance_mu=25, covariance_v=1, eps=1e-4,
+                 name="vicreg_loss", dtype=None):
+        arguments = _check_vicreg(invariance_lambda, variance_mu, covariance_v, eps)
+        super().__init__(name=name, dtype=dtype)
+        self._config_dtype = dtype
+        for key, value in arguments.items():
+            setattr(self, key, value)
+
+    @property
+    def arguments(self) -> dict:
+        return {key: getattr(self, key)
+                for key in ("invariance_lambda", "variance_mu", "covariance_v", "eps")}
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        """The loss of the stacked views ``y_pred``; ``y_true`` is ignored.
+
+        Raises:
+            ValueError: for a ``sample_weight``, or ``y_pred`` that is not ``[2N, D]``.
+        """
+        if sample_weight is not None:
+            raise ValueError(
+                "VICRegLoss takes no `sample_weight`: its variance and covariance terms are "
+                "of the whole batch, not sums over samples.")
+        with keras.name_scope(self.name):
+            return self.call(y_true, y_pred)
+
+    def call(self, y_true, y_pred):
+        z1, z2, ok = split_views(y_pred)
+        value = _vicreg_value(z1, z2, **self.arguments)
+        return dml.nan_unless(ops.cast(value, self.dtype), ok)
+
+    def get_config(self):
+        config = {"name": self.name, **self.arguments}
+        if self._config_dtype is not None:
+            config["dtype"] = keras.dtype_policies.serialize(
+                keras.dtype_policies.get(self._config_dtype))
+        return config
+
+
+# -- SelfSupervisedLoss -------------------------------------------------------------------------
+
+
+def _view_labels(rows):
+    """``[2N]`` int32 ids ``[0..N-1, 0..N-1]`` for ``rows = 2N`` stacked rows."""
+    half = rows // 2
+    ids = ops.arange(half, dtype="int32")
+    return ops.concatenate([ids, ids], axis=0)
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class SelfSupervisedLoss(MetricLoss):
+    """Any tfdml loss on two views of each sample, the views of a sample its only positives.
+
+    ``y_pred`` is the two views stacked, ``[2N, D]`` (module docstring); ``y_true`` is
+    ignored. Sample ``i`` gets id ``i`` in both views:
+
+    * ``symmetric=True``: the wrapped loss on all ``2N`` rows with labels
+      ``[0..N-1, 0..N-1]``: every row is an anchor, its other view its positive and the
+      other ``2N - 2`` rows its negatives (SimCLR's setting with
+      :class:`NTXentLoss`);
+    * ``symmetric=False``: the first view's rows are the anchors and the second view is
+      the reference set (``ref_embeddings``, ``ref_offset=None``): anchor ``i``'s positive
+      is row ``i`` of the second view, its negatives the other ``N - 1`` rows. The
+      second view's rows are no anchors (0 under ``reduction="none"``).
+
+    The value is the wrapped loss's, averaged as it averages (``average``, its own by
+    default). The wrapped loss's state (learned variables, a miner's seed) is this
+    loss's: train it with :class:`tfdml.models.MetricModel`. Under ``tf.distribute`` each
+    replica computes over its own views (``cross_replica=False``): the ids are per batch.
+
+    Args:
+        loss: a tfdml loss (a :class:`tfdml.losses.MetricLoss`), or its serialized config.
+            Its reduction is ignored.
+        symmetric: see above. Defaults to `True`.
+        reduction: see :mod:`tfdml.losses.terms`. Defaults to `"sum_over_batch_size"`.
+        average: Defaults to `None`, the wrapped loss's.
+        name: name of the loss. Defaults to `"self_supervised_" + loss.name`.
+        dtype: dtype of the returned value. Defaults to `None` (floatx).
+
+    Examples:
+
+    >>> loss = tfdml.losses.SelfSupervisedLoss(tfdml.losses.NTXentLoss(temperature=0.1))
+    >>> model = tfdml.models.MetricModel(two_view_embedder, loss)  # outputs [2N, D]
+    >>> model.fit([first_views, second_views], np.zeros(n))  # MetricModel wants a y
+
+    Reference:
+        pytorch-metric-learning's ``SelfSupervisedLoss``; Chen, Kornblith, Norouzi,
+        Hinton, "A simple framework for contrastive learning of visual representations",
+        ICML 2020 (the symmetric setting).
+    """
+
+    @property
+    def cross_replica(self):
+        """Always False: the views' ids are per batch, so each replica computes over its own
+        views (a gathered global batch would pair the wrong rows)."""
+        return False
+
+    @cross_replica.setter
+    def cross_replica(self, value):
+        if value:
+            raise ValueError("SelfSupervisedLoss computes over each replica's own views: "
+                             f"`cross_replica` must be False or None. Received: {value!r}")
+
+    def __init__(self, loss, symmetric: bool = True, reduction="sum_over_batch_size", name=None,
+                 dtype=None, average=None):
+        loss = resolve_loss(loss)
+        if not isinstance(symmetric, bool):
+            raise ValueError(f"`symmetric` must be True or False. Received: symmetric={symmetric!r}")
+        super().__init__(normalize=loss.normalize, reduction=reduction,
+                         name=name or f"self_supervised_{loss.name}", dtype=dtype,
+                         average=loss.average if average is None else average)
+        self.loss = loss
+        self.symmetric = symmetric
+
+    def _make_state(self):
+        return self.loss.state
+
+    @staticmethod
+    def _even(y_pred, sample_weight=None):
+        """``(y_pred, labels, sample_weight, ok)``: the views' ids; with an odd dynamic batch
+        size (``ok`` false: the loss is NaN) the last row is dropped, so shapes agree."""
+        y_pred = dml.check_embeddings(y_pred, "y_pred")
+        _, _, ok = split_views(y_pred)
+        if ok is not True:
+            rows = 2 * (ops.shape(y_pred)[0] // 2)
+            y_pred = y_pred[:rows]
+            if sample_weight is not None and len(ops.shape(sample_weight)) > 0:
+                sample_weight = ops.convert_to_tensor(sample_weight)[:rows]
+        rows = y_pred.shape[0] if y_pred.shape[0] is not None else ops.shape(y_pred)[0]
+        return y_pred, _view_labels(rows), sample_weight, ok
+
+    def __call__(self, y_true, y_pred, sample_weight=None, training=True):
+        """The loss of the stacked views ``y_pred`` (``y_true`` is ignored); see
+        :meth:`MetricLoss.__call__` for ``sample_weight`` (``[2N]``) and ``training``."""
+        y_pred, labels, sample_weight, ok = self._even(y_pred, sample_weight)
+        return dml.nan_unless(super().__call__(labels, y_pred, sample_weight, training), ok)
+
+    def call(self, y_true, y_pred):
+        y_pred, labels, _, ok = self._even(y_pred)
+        return dml.nan_unless(super().call(labels, y_pred), ok)
+
+    def compute_terms(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
+                      ref_offset=None, training=True):
+        """The wrapped loss's terms on the views (``labels`` are made from the rows)."""
+        if ref_embeddings is not None:
+            raise ValueError("SelfSupervisedLoss makes its own reference set from the two "
+                             "views; it takes no `ref_embeddings`.")
+        embeddings = dml.check_embeddings(embeddings, "y_pred")
+        z1, z2, _ = split_views(embeddings)
+        rows = embeddings.shape[0] if embeddings.shape[0] is not None else ops.shape(
+            embeddings)[0]
+        labels = _view_labels(rows)
+        if self.symmetric:
+            return self.loss.compute_terms(labels, embeddings, training=training)
+        half = labels[:rows // 2]
+        terms = self.loss.compute_terms(half, z1, z2, half, None, training=training)
+        return AnchorTerms(*(ops.concatenate([t, ops.zeros_like(t)], axis=0) for t in terms))
+
+    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
+                   ref_offset=None):
+        return self.compute_terms(labels, embeddings, ref_embeddings, ref_labels, ref_offset)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("normalize", None)
+        config.update(loss=keras.saving.serialize_keras_object(self.loss),
+                      symmetric=self.symmetric)
+        return config
