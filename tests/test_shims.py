@@ -51,3 +51,14 @@ def test_map_indices_compiles_and_agrees_with_eager():
 def test_no_replicas_without_a_strategy():
     assert dml.num_replicas() == 1
     assert dml.replica_context() is None
+
+
+@pytest.mark.usefixtures("float64")
+@pytest.mark.parametrize("axis,keepdims", [(None, False), (None, True), (0, True), (1, False)])
+def test_mean_keeps_float64(axis, keepdims):
+    x = np.random.default_rng(0).normal(size=(5, 3))
+    got = dml.mean(ops.convert_to_tensor(x), axis=axis, keepdims=keepdims)
+    assert dml.dtype_name(got) == "float64"
+    want = np.mean(x, axis=axis, keepdims=keepdims)
+    assert tuple(got.shape) == want.shape
+    np.testing.assert_allclose(to_numpy(got), want, rtol=1e-15, atol=0)

@@ -25,6 +25,7 @@ __all__ = [
     "map_indices",
     "matmul",
     "maximum",
+    "mean",
     "minimum",
     "num_replicas",
     "replica_context",
@@ -112,8 +113,8 @@ def top_k(x, k: int):
 
 
 # Float64 on every backend. Keras 3.15's PyTorch backend computes ``matmul``, ``maximum``,
-# ``minimum``, ``divide_no_nan``, ``cumsum``, ``floor`` and ``segment_sum`` of float64 tensors
-# in float32, and its JAX backend ``floor``, ``cos`` and ``sin`` (with ``jax_enable_x64``);
+# ``minimum``, ``mean`` (JAX too), ``divide_no_nan``, ``cumsum``, ``floor`` and ``segment_sum`` of float64
+# tensors in float32, and its JAX backend ``floor``, ``cos`` and ``sin`` (with ``jax_enable_x64``);
 # these keep the input dtype.
 
 
@@ -170,6 +171,16 @@ def divide_no_nan(x, y):
         zero = y == 0
         return ops.where(zero, ops.zeros_like(x), x / ops.where(zero, ops.ones_like(y), y))
     return ops.divide_no_nan(x, y)
+
+
+def mean(x, axis=None, keepdims=False):
+    """``keras.ops.mean(x, axis, keepdims)`` in ``x``'s dtype (a float ``x``): the sum over
+    the count (Keras 3.15's JAX and PyTorch means compute float64 in float32)."""
+    count = ops.size(x) if axis is None else ops.shape(x)[axis]
+    total = ops.sum(x, axis=axis, keepdims=keepdims)
+    if axis is None and keepdims:  # Keras' PyTorch sum drops the axes here
+        total = ops.reshape(total, (1,) * len(x.shape))
+    return total / ops.cast(count, dtype_name(x))
 
 
 def cumsum(x, axis=None):

@@ -15,20 +15,17 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_number, check_positive
-from tfdml.losses.base import MetricLoss, resolve_miner, triplet_terms
+from tfdml.losses.base import MetricLoss, mined_pairs, resolve_miner, triplet_terms
 from tfdml.losses.spec import functional_form, loss_class
-from tfdml.miners import AllPairsMiner, Miner, as_pairs
+from tfdml.miners import AllPairsMiner, Miner
 
 __all__ = ["AngularLoss", "TupletMarginLoss", "angular_loss", "tuplet_margin_loss"]
 
 
 def _pairs(inputs, miner: Miner):
     """``(similarities [B, R], pairs)``: cosine similarities and the mined pairs."""
-    labels, x, ref_labels, ref, ref_offset = inputs
-    sim = dml.pairwise_similarity(x, ref)
-    pairs = as_pairs(miner.mine(sim, labels, ref_labels, ref_offset, x, ref),
-                     num_ref=ops.shape(sim)[1])
-    return sim, pairs
+    sim = dml.pairwise_similarity(inputs.x, inputs.ref)
+    return sim, mined_pairs(inputs, sim, miner)
 
 
 # -- angular loss -------------------------------------------------------------------------------

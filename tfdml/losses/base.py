@@ -74,7 +74,7 @@ from tfdml.losses.terms import (
     split_pair_terms,
     triplet_terms,
 )
-from tfdml.miners import AllPairsMiner, Miner
+from tfdml.miners import AllPairsMiner, Miner, Pairs, Triplets, as_pairs, as_triplets
 
 __all__ = [
     "AVERAGES",
@@ -87,6 +87,8 @@ __all__ = [
     "check_average",
     "check_sample_weight",
     "functional_value",
+    "mined_pairs",
+    "mined_triplets",
     "pair_terms",
     "prepare_inputs",
     "reduce_anchor_losses",
@@ -175,6 +177,20 @@ def prepare_inputs(
     if normalize:
         ref = dml.l2_normalize(ref)
     return Inputs(labels, x, ref_labels, ref, ref_offset)
+
+
+def mined_pairs(inputs: Inputs, scores, miner: Miner) -> Pairs:
+    """The pairs ``miner`` keeps, mined on the ``[B, R]`` ``scores`` (higher: more similar)."""
+    labels, x, ref_labels, ref, ref_offset = inputs
+    return as_pairs(miner.mine(scores, labels, ref_labels, ref_offset, x, ref),
+                    num_ref=ops.shape(scores)[1])
+
+
+def mined_triplets(inputs: Inputs, scores, miner: Miner) -> Triplets:
+    """The triplets ``miner`` keeps, mined on the ``[B, R]`` ``scores`` (higher: more
+    similar)."""
+    labels, x, ref_labels, ref, ref_offset = inputs
+    return as_triplets(miner.mine(scores, labels, ref_labels, ref_offset, x, ref))
 
 
 def resolve_miner(miner, default_factory):

@@ -9,11 +9,12 @@ from tfdml import ops as dml
 from tfdml._checks import check_number
 from tfdml.losses.base import (
     MetricLoss,
+    mined_pairs,
     resolve_miner,
     split_pair_terms,
 )
 from tfdml.losses.spec import functional_form, loss_class
-from tfdml.miners import AllPairsMiner, Miner, as_pairs
+from tfdml.miners import AllPairsMiner, Miner
 
 __all__ = ["ContrastiveLoss", "SNRContrastiveLoss", "contrastive_loss", "snr_contrastive_loss"]
 
@@ -28,9 +29,7 @@ def _check_args(positive_margin: float = 0.0, negative_margin: float = 0.5, dist
 def _hinge_terms(inputs, dist, positive_margin, negative_margin, miner: Miner):
     """Per pair ``max(d - positive_margin, 0)`` (positive) or ``max(negative_margin - d, 0)``
     (negative), over the pairs the miner keeps (mined on ``-dist``)."""
-    labels, x, ref_labels, ref, ref_offset = inputs
-    pairs = as_pairs(miner.mine(-dist, labels, ref_labels, ref_offset, x, ref),
-                     num_ref=ops.shape(dist)[1])
+    pairs = mined_pairs(inputs, -dist, miner)
     positive = ops.relu(dist - ops.convert_to_tensor(positive_margin, dml.dtype_name(dist)))
     negative = ops.relu(ops.convert_to_tensor(negative_margin, dml.dtype_name(dist)) - dist)
     return split_pair_terms(positive, negative, pairs)

@@ -18,12 +18,13 @@ from tfdml.losses.base import (
     MetricLoss,
     check_average,
     functional_value,
+    mined_triplets,
     prepare_inputs,
     resolve_miner,
     triplet_terms,
 )
 from tfdml.losses.spec import loss_class
-from tfdml.miners import AllPairsMiner, as_triplets, gather_triplet_scores
+from tfdml.miners import AllPairsMiner, gather_triplet_scores
 
 __all__ = ["DynamicSoftMarginLoss", "dynamic_soft_margin_loss"]
 
@@ -39,9 +40,8 @@ def _check_dynamic(min_val: float = -2.0, num_bins: int = 10, momentum: float = 
 def _gaps(inputs, miner):
     """``(x, mask)``: ``d_ap - d_an`` of every mined triplet (Euclidean distances) and the
     triplets' mask, both ``[B, P, N]``."""
-    labels, x, ref_labels, ref, ref_offset = inputs
-    dist = dml.distance_matrix(x, ref, "l2")
-    triplets = as_triplets(miner.mine(-dist, labels, ref_labels, ref_offset, x, ref))
+    dist = dml.distance_matrix(inputs.x, inputs.ref, "l2")
+    triplets = mined_triplets(inputs, -dist, miner)
     d_ap, d_an = gather_triplet_scores(dist, triplets)
     return ops.broadcast_to(d_ap - d_an, ops.shape(triplets.mask)), triplets.mask
 

@@ -6,9 +6,9 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_number
-from tfdml.losses.base import MetricLoss, anchor_terms, resolve_miner
+from tfdml.losses.base import MetricLoss, anchor_terms, mined_pairs, resolve_miner
 from tfdml.losses.spec import functional_form, loss_class
-from tfdml.miners import AllPairsMiner, Miner, as_pairs
+from tfdml.miners import AllPairsMiner, Miner
 
 __all__ = ["GeneralizedLiftedStructureLoss", "generalized_lifted_structure_loss"]
 
@@ -20,10 +20,9 @@ def _check_args(neg_margin: float = 1.0, pos_margin: float = 0.0, miner="default
 
 
 def _generalized_lifted_terms(inputs, neg_margin, pos_margin, miner: Miner):
-    labels, x, ref_labels, ref, ref_offset = inputs
+    x, ref = inputs.x, inputs.ref
     dist = dml.distance_matrix(x, ref, "l2")
-    pairs = as_pairs(miner.mine(-dist, labels, ref_labels, ref_offset, x, ref),
-                     num_ref=ops.shape(dist)[1])
+    pairs = mined_pairs(inputs, -dist, miner)
     dtype = dml.dtype_name(dist)
     positive, has_positive = dml.masked_logsumexp(
         dist - ops.convert_to_tensor(pos_margin, dtype), pairs.positive)

@@ -9,10 +9,11 @@ from tfdml._checks import check_number
 from tfdml.losses.base import (
     MetricLoss,
     anchor_terms,
+    mined_pairs,
     resolve_miner,
 )
 from tfdml.losses.spec import functional_form, loss_class
-from tfdml.miners import MultiSimilarityMiner, as_pairs
+from tfdml.miners import MultiSimilarityMiner
 
 __all__ = ["MultiSimilarityLoss", "multi_similarity_loss"]
 
@@ -45,10 +46,9 @@ def _ms_values(scores, pairs, alpha, beta, base, negative_scores=None):
 
 
 def _ms_terms(inputs, alpha, beta, base, miner):
-    labels, x, ref_labels, ref, ref_offset = inputs
+    x, ref = inputs.x, inputs.ref
     scores = dml.pairwise_similarity(x, ref)
-    pairs = as_pairs(miner.mine(scores, labels, ref_labels, ref_offset, x, ref),
-                     num_ref=ops.shape(scores)[1])
+    pairs = mined_pairs(inputs, scores, miner)
     active = ops.logical_or(ops.any(pairs.positive, axis=1),
                              ops.any(pairs.negative, axis=1))
     return anchor_terms(_ms_values(scores, pairs, alpha, beta, base), active)

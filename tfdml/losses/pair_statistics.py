@@ -14,9 +14,9 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_number
-from tfdml.losses.base import MetricLoss, anchor_terms, resolve_miner, split_pair_terms
+from tfdml.losses.base import MetricLoss, anchor_terms, mined_pairs, resolve_miner, split_pair_terms
 from tfdml.losses.spec import functional_form, loss_class
-from tfdml.miners import AllPairsMiner, Miner, as_pairs
+from tfdml.miners import AllPairsMiner, Miner
 
 __all__ = [
     "IntraPairVarianceLoss",
@@ -30,11 +30,8 @@ __all__ = [
 
 def _similarities(inputs, miner: Miner):
     """``(similarities [B, R], pairs)``: cosine similarities and the mined pairs."""
-    labels, x, ref_labels, ref, ref_offset = inputs
-    sim = dml.pairwise_similarity(x, ref)
-    pairs = as_pairs(miner.mine(sim, labels, ref_labels, ref_offset, x, ref),
-                     num_ref=ops.shape(sim)[1])
-    return sim, pairs
+    sim = dml.pairwise_similarity(inputs.x, inputs.ref)
+    return sim, mined_pairs(inputs, sim, miner)
 
 
 # -- threshold-consistent margin loss -----------------------------------------------------------

@@ -9,11 +9,12 @@ from tfdml._checks import check_positive
 from tfdml.losses.base import (
     MetricLoss,
     anchor_terms,
+    mined_pairs,
     resolve_miner,
     triplet_terms,
 )
 from tfdml.losses.spec import functional_form, loss_class
-from tfdml.miners import AllPairsMiner, as_pairs
+from tfdml.miners import AllPairsMiner
 
 __all__ = [
     "CircleLoss",
@@ -29,11 +30,8 @@ __all__ = [
 
 
 def _mined_pairs(inputs, miner):
-    labels, x, ref_labels, ref, ref_offset = inputs
-    similarity = dml.pairwise_similarity(x, ref)
-    pairs = as_pairs(miner.mine(similarity, labels, ref_labels, ref_offset, x, ref),
-                     num_ref=ops.shape(similarity)[1])
-    return similarity, pairs
+    similarity = dml.pairwise_similarity(inputs.x, inputs.ref)
+    return similarity, mined_pairs(inputs, similarity, miner)
 
 
 def _check_supcon_args(temperature: float = 0.1, miner=None):
@@ -105,10 +103,9 @@ def _circle_terms(inputs, margin, gamma, miner):
 
 
 def _snn_terms(inputs, temperature, distance, miner):
-    labels, x, ref_labels, ref, ref_offset = inputs
+    x, ref = inputs.x, inputs.ref
     dist = dml.distance_matrix(x, ref, distance)
-    pairs = as_pairs(miner.mine(-dist, labels, ref_labels, ref_offset, x, ref),
-                     num_ref=ops.shape(dist)[1])
+    pairs = mined_pairs(inputs, -dist, miner)
     dtype = dml.dtype_name(dist)
     logits = -dist / ops.convert_to_tensor(temperature, dtype)
     same, active = dml.masked_logsumexp(logits, pairs.positive, axis=1)

@@ -8,9 +8,9 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_number
-from tfdml.losses.base import MetricLoss, resolve_miner, triplet_terms
+from tfdml.losses.base import MetricLoss, mined_triplets, resolve_miner, triplet_terms
 from tfdml.losses.spec import functional_form, loss_class
-from tfdml.miners import TripletMiner, as_triplets, gather_triplet_scores
+from tfdml.miners import TripletMiner, gather_triplet_scores
 
 __all__ = [
     "PNLoss",
@@ -57,9 +57,8 @@ def _hard_semihard():
 
 
 def _nca_terms(inputs, order, temperature, miner):
-    labels, x, ref_labels, ref, ref_offset = inputs
-    scores = dml.pairwise_similarity(x, ref)
-    triplets = as_triplets(miner.mine(scores, labels, ref_labels, ref_offset, x, ref))
+    scores = dml.pairwise_similarity(inputs.x, inputs.ref)
+    triplets = mined_triplets(inputs, scores, miner)
     s_ap, s_an = gather_triplet_scores(scores, triplets)
     if order == 1:
         logits = s_an - s_ap
@@ -70,9 +69,8 @@ def _nca_terms(inputs, order, temperature, miner):
 
 
 def _margin_terms(inputs, margin, distance, miner):
-    labels, x, ref_labels, ref, ref_offset = inputs
-    scores = -dml.distance_matrix(x, ref, distance)
-    triplets = as_triplets(miner.mine(scores, labels, ref_labels, ref_offset, x, ref))
+    scores = -dml.distance_matrix(inputs.x, inputs.ref, distance)
+    triplets = mined_triplets(inputs, scores, miner)
     s_ap, s_an = gather_triplet_scores(scores, triplets)
     values = ops.relu(s_an - s_ap + ops.convert_to_tensor(margin, dml.dtype_name(scores)))
     return triplet_terms(values, triplets.mask)
@@ -110,9 +108,9 @@ def _between_references(ref, triplets, distance, ref_dist=None):
 
 
 def _pn_terms(inputs, margin, distance, miner):
-    labels, x, ref_labels, ref, ref_offset = inputs
-    dist = dml.distance_matrix(x, ref, distance)
-    triplets = as_triplets(miner.mine(-dist, labels, ref_labels, ref_offset, x, ref))
+    ref = inputs.ref
+    dist = dml.distance_matrix(inputs.x, ref, distance)
+    triplets = mined_triplets(inputs, -dist, miner)
     d_ap, d_an = gather_triplet_scores(dist, triplets)
     ref_dist = dist if inputs.batch_is_reference else None
     d_n = dml.minimum(d_an, _between_references(ref, triplets, distance, ref_dist))

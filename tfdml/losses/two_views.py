@@ -58,12 +58,6 @@ def _check_vicreg(invariance_lambda, variance_mu, covariance_v, eps):
             "eps": check_positive("eps", eps)}
 
 
-def _mean(x, axis=None, keepdims=False):
-    """``ops.mean`` in the dtype of ``x`` (Keras' PyTorch mean rounds float64 to float32)."""
-    count = ops.size(x) if axis is None else ops.shape(x)[axis]
-    return ops.sum(x, axis=axis, keepdims=keepdims) / ops.cast(count, dml.dtype_name(x))
-
-
 def _spread_terms(z, eps):
     """``(variance, covariance)`` regularizers of one view ``[N, D]``: the hinge on its
     standard deviations (halved, as the authors' code) and its squared off-diagonal
@@ -71,11 +65,11 @@ def _spread_terms(z, eps):
     rows = z.shape[0] if z.shape[0] is not None else ops.shape(z)[0]
     dtype = dml.dtype_name(z)
     denominator = ops.cast(ops.maximum(rows - 1, 1), dtype)
-    centered = z - _mean(z, axis=0, keepdims=True)
+    centered = z - dml.mean(z, axis=0, keepdims=True)
     cov = dml.matmul(ops.transpose(centered), centered) / denominator
     var = ops.sum(ops.square(centered), axis=0) / denominator
     std = ops.sqrt(var + ops.convert_to_tensor(eps, dtype))
-    variance = _mean(ops.relu(1.0 - std)) / 2.0
+    variance = dml.mean(ops.relu(1.0 - std)) / 2.0
     dim = ops.shape(cov)[0]
     diagonal = ops.equal(ops.arange(dim)[:, None], ops.arange(dim)[None, :])
     off = ops.where(diagonal, ops.zeros((), dtype), cov)
@@ -88,7 +82,7 @@ def _vicreg_value(z1, z2, invariance_lambda, variance_mu, covariance_v, eps):
     (or overflowing) inputs."""
     dtype = dml.compute_dtype(z1.dtype)
     a, b = ops.cast(z1, dtype), ops.cast(z2, dtype)
-    invariance = _mean(ops.square(a - b))
+    invariance = dml.mean(ops.square(a - b))
     variance_a, covariance_a = _spread_terms(a, eps)
     variance_b, covariance_b = _spread_terms(b, eps)
     value = (invariance_lambda * invariance + variance_mu * (variance_a + variance_b)
