@@ -7,6 +7,7 @@ import numbers
 import keras
 
 from tfdml import ops as dml
+from tfdml._files import atomic_path
 from tfdml._tensorflow import tf
 from tfdml.metric_model import unwrap
 from tfdml.models import get_preprocess
@@ -118,7 +119,10 @@ def export_embedding_model(
             e.g. from :func:`tfdml.models.build_embedding_model`. A
             :class:`tfdml.models.MetricModel` exports its embedding model (the
             loss's state is not part of the export).
-        path: directory to write the SavedModel to.
+        path: directory to write the SavedModel to. It is written whole or
+            not at all: into a temporary directory beside ``path``, renamed
+            over it once complete, so that an error, a full disk or a kill
+            part-way leaves the previous export (or nothing) there.
         preprocess: ``"auto"`` (the ``model.preprocess`` mode that
             :func:`~tfdml.models.build_embedding_model` sets; a model loaded
             from a ``.keras`` file does not have it, so name it), a backbone
@@ -177,5 +181,9 @@ def export_embedding_model(
             f"{model.input_shape}. Received: image_size={image_size!r}"
         )
     module = _EmbeddingModule(model, fn, in_hw, model_hw, normalize, resize_method)
-    tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
+    if "://" in str(path):  # a remote file system: written by TensorFlow directly
+        tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
+        return module
+    with atomic_path(path, directory=True) as tmp:
+        tf.saved_model.save(module, tmp, signatures={"serving_default": module.serve})
     return module

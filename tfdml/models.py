@@ -11,6 +11,8 @@ pixels to be normalized.
 from __future__ import annotations
 
 import contextlib
+import functools
+import io
 import numbers
 import os
 import re
@@ -33,6 +35,7 @@ __all__ = [
     "load_model",
     "preprocess_mode",
     "resnet18",
+    "save_model",
 ]
 
 
@@ -68,6 +71,78 @@ def load_model(filepath, **kwargs):
     except Exception as error:
         raise_if_incomplete(filepath, error)
         raise
+
+
+def _is_local(filepath) -> bool:
+    return "://" not in os.fspath(filepath)
+
+
+def save_model(model, filepath, overwrite=True, zipped=None, weights_only=False, **kwargs):
+    """``model.save(filepath)`` (or ``save_weights``), written whole or not at all.
+
+    Keras writes a ``.keras`` or ``.weights.h5`` file in place: a full disk
+    or a kill part-way leaves a file that no longer loads, where the
+    previous save was. This writes to a temporary file beside ``filepath``
+    (a hidden ``.<name>.tmp-...``), flushes it to disk (``fsync``) and
+    renames it over ``filepath``, so that a reader, or a later run, finds
+    the old file or the new one, never a part of one. On an error (e.g.
+    ``OSError`` for a full disk) the temporary file is removed, the old file
+    is left as it was, and the error is raised. :class:`MetricModel`'s
+    ``save`` and ``save_weights`` call this.
+
+    Args:
+        model: any Keras model (or layer with ``save``/``save_weights``).
+        filepath: the ``.keras`` (or ``.weights.h5`` with
+            ``weights_only=True``) file; an unzipped save (``zipped=False``)
+            is a directory, replaced whole the same way. A remote path
+            (``gs://...``) is written by Keras directly.
+        overwrite: replace an existing file. `False` asks, as Keras does,
+            before writing over one. Defaults to `True`.
+        zipped: for ``keras.Model.save``. Defaults to `None`.
+        weights_only: ``model.save_weights`` instead of ``model.save``.
+            Defaults to `False`.
+        **kwargs: for ``model.save`` / ``model.save_weights``.
+
+    Examples:
+
+    >>> tfdml.models.save_model(model, "run.keras")
+    >>> tfdml.models.save_model(model, "run.weights.h5", weights_only=True)
+    """
+    from tfdml._files import atomic_path
+
+    if not weights_only and zipped is not None:
+        kwargs["zipped"] = zipped
+    if isinstance(model, MetricModel):  # its own save and save_weights call this
+        method = keras.Model.save_weights if weights_only else keras.Model.save
+        write = functools.partial(method, model)
+    else:
+        write = model.save_weights if weights_only else model.save
+    exists = os.path.lexists(filepath) if _is_local(filepath) else False
+    if not _is_local(filepath) or (exists and not overwrite):
+        return write(filepath, overwrite=overwrite, **kwargs)  # Keras asks, or writes remotely
+    if weights_only and os.fspath(filepath).endswith(".weights.h5") and not kwargs:
+        # HDF5 into memory, then the bytes to disk: Keras leaves its HDF5 file open when a
+        # write into it fails (a full disk), and h5py then crashes the process when it
+        # closes it. Written from memory, a full disk is an OSError of the plain write.
+        buffer = _WeightsBuffer(os.fspath(filepath))
+        write(buffer, overwrite=True)
+        with atomic_path(filepath) as tmp, open(tmp, "wb") as f:
+            f.write(buffer.getbuffer())
+        return
+    with atomic_path(filepath, directory=zipped is False) as tmp:
+        write(tmp, overwrite=True, **kwargs)
+
+
+class _WeightsBuffer(io.BytesIO):
+    """An in-memory ``.weights.h5`` file: Keras writes its HDF5 weights into a ``BytesIO``,
+    and checks the suffix of the name (``str(filepath)``)."""
+
+    def __init__(self, name):
+        super().__init__()
+        self.name = name
+
+    def __str__(self):
+        return self.name
 
 
 # -- backbones ------------------------------------------------------------------------------
