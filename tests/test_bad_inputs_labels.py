@@ -154,15 +154,30 @@ def test_class_ids_out_of_range_give_nan_when_compiled():
 
 
 def test_class_ids_out_of_range_in_fit():
-    """ArcFace(num_classes=4) trained on ids 6..9: a NaN loss stops a compiled fit (TF XLA,
-    jax.jit); PyTorch's eager fit raises."""
+    """ArcFace(num_classes=4) trained on ids 6..9: labels given as arrays are refused before
+    the first step, naming them and num_classes; inside a dataset they reach the loss, and a
+    NaN loss stops a compiled fit (TF XLA, jax.jit) while PyTorch's eager fit raises."""
     model = _metric_model(ArcFaceLoss(num_classes=C))
     y = np.concatenate([BAD_IDS["all_above"], LABELS])
+    with pytest.raises(ValueError, match=r"`y` holds class ids from 0 to 9.*num_classes=4"):
+        _fit(model, y)
+    with pytest.raises(ValueError, match=r"validation_data\[1\]"):
+        model.fit(INPUTS, np.tile(LABELS, 2), batch_size=B, epochs=1, verbose=0,
+                  validation_data=(INPUTS, y))
+
+    class Batches(keras.utils.PyDataset):
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, i):
+            return INPUTS[i * B:(i + 1) * B], y[i * B:(i + 1) * B]
+
     if not CAN_COMPILE:
         with pytest.raises(ValueError, match=r"Class ids \(y_true\)"):
-            _fit(model, y)
+            model.fit(Batches(), epochs=3, verbose=0)
         return
-    _assert_stopped_on_nan(_fit(model, y), model)
+    _assert_stopped_on_nan(model.fit(Batches(), epochs=3, verbose=0, shuffle=False,
+                                     callbacks=[keras.callbacks.TerminateOnNaN()]), model)
 
 
 # -- 2. a proxy loss in a plain model -----------------------------------------------------------

@@ -256,3 +256,19 @@ def test_half_precision_embeddings_at_the_extreme_angles(fn, dtype):
     value, grad = value_and_grad(loss, x)
     assert np.isfinite(value) and np.isfinite(grad).all()
     assert np.abs(grad).max() > 0
+
+
+def test_fit_refuses_an_endless_dataset_without_steps_and_does_not_warn_about_shuffle():
+    data = _data()
+    stream = tfdml.data.PKDataset((data.x, data.y), 4, 3, seed=0)  # repeat=True: endless
+    model = _model(SupConLoss())
+    with pytest.raises(ValueError, match="steps_per_epoch"):
+        model.fit(stream, epochs=2, verbose=0)
+    with pytest.raises(ValueError, match="validation_steps"):
+        model.fit(data.x, data.y, epochs=1, verbose=0, validation_data=stream)
+    with pytest.raises(ValueError, match="`steps`"):
+        model.evaluate(stream, verbose=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # Keras' "shuffle=True ... ignored" too
+        history = model.fit(stream, epochs=2, steps_per_epoch=2, verbose=0)
+    assert len(history.history["loss"]) == 2

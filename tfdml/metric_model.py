@@ -5,6 +5,7 @@ Exported as :class:`tfdml.models.MetricModel`.
 
 from __future__ import annotations
 
+import inspect
 import numbers
 import warnings
 import weakref
@@ -117,18 +118,26 @@ def claim_loss(loss, model):
     Raises:
         ValueError: when another model owns it already.
     """
-    owner = loss_owner(loss)
-    if owner is not None and owner is not model:
-        raise ValueError(
-            f"Loss {loss.name!r} already belongs to the model {owner.name!r}: a "
-            "loss with state (learned variables, a memory bank or a random miner's seed) "
-            "can train one model at a time. Create another loss for another model."
-        )
-    _ownership(loss).owner = weakref.ref(model)
-    wrapped = [getattr(loss, "loss", None), *getattr(loss, "wrapped_losses", ())]
-    for inner in wrapped:
+    losses = _losses_within(loss)
+    for inner in losses:
+        owner = loss_owner(inner)
+        if owner is not None and owner is not model:
+            raise ValueError(
+                f"Loss {inner.name!r} already belongs to the model {owner.name!r}: a "
+                "loss with state (learned variables, a memory bank or a random miner's seed) "
+                "can train one model at a time. Create another loss for another model."
+            )
+    for inner in losses:
+        _ownership(inner).owner = weakref.ref(model)
+
+
+def _losses_within(loss):
+    """``loss`` and the losses it wraps, at any depth (``loss``, ``wrapped_losses``)."""
+    found = [loss]
+    for inner in (getattr(loss, "loss", None), *getattr(loss, "wrapped_losses", ())):
         if isinstance(inner, MetricLoss):
-            claim_loss(inner, model)
+            found.extend(_losses_within(inner))
+    return found
 
 
 def _differentiated(y_pred) -> bool:
@@ -382,22 +391,55 @@ class MetricModel(keras.Model):
         return self.embedder.compute_output_shape(input_shape)
 
     def fit(self, x=None, y=None, *args, **kwargs):
-        """``keras.Model.fit``; labels given as arrays are checked first (class docstring).
+        """``keras.Model.fit``, with the inputs checked first (class docstring).
 
         Raises:
             ValueError: for string labels, float labels that are not whole
-                numbers, or (JAX without 64-bit mode) ids beyond int32.
+                numbers, class ids outside ``[0, num_classes)`` of a loss with
+                class vectors, (JAX without 64-bit mode) ids beyond int32, or
+                an endless dataset (``x`` or ``validation_data``) without
+                ``steps_per_epoch`` (``validation_steps``), which Keras would
+                iterate forever.
         """
-        _check_array_labels(y, "y")
-        validation = kwargs.get("validation_data")
+        from tfdml.data.py_dataset import check_steps, fit_shuffle
+
+        bound = inspect.signature(keras.Model.fit).bind(self, x, y, *args, **kwargs)
+        given = bound.arguments
+        self._check_labels(y, "y")
+        validation = given.get("validation_data")
         if isinstance(validation, (list, tuple)) and len(validation) >= 2:
-            _check_array_labels(validation[1], "validation_data[1]")
-        return super().fit(x, y, *args, **kwargs)
+            self._check_labels(validation[1], "validation_data[1]")
+        check_steps(x, given.get("steps_per_epoch"))
+        check_steps(validation, given.get("validation_steps"), "validation_steps")
+        # Keras warns at every fit on an endless PyDataset that it cannot shuffle it.
+        given["shuffle"] = fit_shuffle(x, given.get("shuffle", True))
+        return super().fit(*bound.args[1:], **bound.kwargs)
 
     def evaluate(self, x=None, y=None, *args, **kwargs):
-        """``keras.Model.evaluate``; labels given as arrays are checked first (see :meth:`fit`)."""
-        _check_array_labels(y, "y")
-        return super().evaluate(x, y, *args, **kwargs)
+        """``keras.Model.evaluate``, with the inputs checked first (see :meth:`fit`)."""
+        from tfdml.data.py_dataset import check_steps
+
+        bound = inspect.signature(keras.Model.evaluate).bind(self, x, y, *args, **kwargs)
+        self._check_labels(y, "y")
+        check_steps(x, bound.arguments.get("steps"), "steps")
+        return super().evaluate(*bound.args[1:], **bound.kwargs)
+
+    def _check_labels(self, y, name):
+        """Labels given as arrays: :func:`_check_array_labels`, and the class ids against the
+        class count of every loss with class vectors (a traced step would give NaN)."""
+        _check_array_labels(y, name)
+        if y is None or keras.ops.is_tensor(y) or not isinstance(y, (np.ndarray, list, tuple)):
+            return
+        counts = [n for n in (getattr(inner, "num_classes", None)
+                              for inner in _losses_within(self.metric_loss))
+                  if isinstance(n, numbers.Integral)]
+        ids = np.asarray(y)
+        if counts and ids.size and (ids.min() < 0 or ids.max() >= min(counts)):
+            raise ValueError(
+                f"`{name}` holds class ids from {ids.min()} to {ids.max()}, and the loss "
+                f"{self.metric_loss.name!r} has class vectors for [0, {min(counts)}) "
+                f"(num_classes={min(counts)}): give it num_classes > {ids.max()}, or map the "
+                f"labels to 0..num_classes-1. Received: {name} with ids up to {ids.max()}")
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         """The wrapped loss on ``(y, y_pred)``, plus the model's regularization losses."""

@@ -11,6 +11,9 @@
 * `tfdml.data.augment`: resize / crop / flip / pad-crop / bounding-box crop and the
   normalization of Keras Applications backbones, as ``tf.data`` map functions.
 * `DatasetSplit`: what the data set readers return.
+* `check_steps(data, steps)` and `fit_shuffle(data)`: the `steps_per_epoch` an endless
+  dataset needs in `model.fit` (a ValueError without it, instead of an epoch that never
+  ends) and the `shuffle=False` that keeps Keras from warning about an endless `PyDataset`.
 
 `pk_batches`, `eval_batches` and `augment` need TensorFlow; they are imported on first use
 and raise an ImportError that says what to install without it.
@@ -20,11 +23,11 @@ import importlib
 
 from tfdml.data import numpy_augment
 from tfdml.data.pk import PKSampler
-from tfdml.data.py_dataset import EvalDataset, PKDataset
+from tfdml.data.py_dataset import EvalDataset, PKDataset, check_steps, fit_shuffle
 from tfdml.data.source import DatasetSplit
 
-__all__ = ["DatasetSplit", "EvalDataset", "PKDataset", "PKSampler", "augment", "eval_batches",
-           "numpy_augment", "pk_batches"]
+__all__ = ["DatasetSplit", "EvalDataset", "PKDataset", "PKSampler", "augment", "check_steps",
+           "eval_batches", "fit_shuffle", "numpy_augment", "pk_batches"]
 
 _TENSORFLOW = {"augment": "tfdml.data.augment", "pk_batches": "tfdml.data.sampler",
                "eval_batches": "tfdml.data.sampler"}

@@ -29,6 +29,22 @@ def _as_float(image):
     return image
 
 
+def to_pixels(image):
+    """An image as float32 pixels in [0, 255]: a uint16 image is read as 16 bits and scaled
+    by `255 / 65535`; other dtypes are taken to hold [0, 255] values already (as
+    `tfdml.data.numpy_augment.to_pixels`; graph-compatible: the dtype is static).
+
+    Examples:
+
+    >>> tfdml.data.augment.to_pixels(tf.constant([[[40000]]], tf.uint16)).numpy()
+    array([[[155.64203]]], dtype=float32)
+    """
+    image = tf.convert_to_tensor(image)
+    if image.dtype == tf.uint16:
+        return tf.cast(image, tf.float32) * tf.constant(_numpy_augment.SCALE_16BIT, tf.float32)
+    return _as_float(image)
+
+
 def _seed_or_random(seed):
     if seed is None:
         return tf.random.uniform([2], 0, 2**31 - 1, dtype=tf.int32)
@@ -83,17 +99,23 @@ def get_preprocess(preprocess):
     `tf.image.grayscale_to_rgb`, and raises a `ValueError` on other channel counts than 1
     and 3. `"none"`, `None` and other callables leave the channels as they are.
 
+    **16-bit images.** Except with a callable of your own, a uint16 image is read as 16
+    bits: it is scaled by `255 / 65535` to [0, 255] first (`to_pixels`), so a 16-bit PNG
+    decoded with `dtype=tf.uint16` is normalized as its 8-bit version would be.
+
     Args:
         preprocess: a backbone name from `tfdml.models.BACKBONES` (e.g. `"resnet50"`:
             `keras.applications.resnet50.preprocess_input`, RGB to BGR with the ImageNet
             means subtracted; `"inception_v3"`: scaled to [-1, 1]; `"resnet18"`: the torch
             normalization), a preprocessing mode (`"caffe"`, `"tf"`, `"torch"`, `"none"`),
             a callable (returned as is, unless it is a function of
-            `tfdml.models.get_preprocess`), or `None` (identity). Names resolve through
-            `tfdml.models.get_preprocess`, so training and export normalize alike.
+            `tfdml.models.get_preprocess`), or `None` (float32 pixels in [0, 255]). Names
+            resolve through `tfdml.models.get_preprocess`, so training and export normalize
+            alike.
 
     Returns:
-        A function mapping float images with values in [0, 255] to the backbone's input.
+        A function mapping images with values in [0, 255] (or uint16) to the backbone's
+        input, as float32.
 
     Raises:
         ValueError: if `preprocess` is not one of the above. The returned function raises
@@ -108,7 +130,8 @@ def get_preprocess(preprocess):
     TensorShape([2, 2, 3])
     """
     if preprocess is None:
-        return lambda image: image
+        return to_pixels
+    ours = not callable(preprocess) or hasattr(preprocess, "mode")
     if callable(preprocess):
         normalize = preprocess
     else:
@@ -118,16 +141,18 @@ def get_preprocess(preprocess):
             normalize = models.get_preprocess(preprocess)
         except ValueError:
             raise _numpy_augment.unknown_preprocess(preprocess) from None
-    if not _needs_rgb(preprocess):
+    if not ours:
         return normalize
+    rgb = _needs_rgb(preprocess)
 
-    def rgb_normalize(image):
-        return normalize(_to_rgb(image, preprocess))
+    def normalize_pixels(image):
+        image = to_pixels(image)
+        return normalize(_to_rgb(image, preprocess) if rgb else image)
 
-    rgb_normalize.mode = getattr(normalize, "mode", None)
-    rgb_normalize.__name__ = getattr(normalize, "__name__", "preprocess")
-    rgb_normalize.__doc__ = normalize.__doc__
-    return rgb_normalize
+    normalize_pixels.mode = getattr(normalize, "mode", None)
+    normalize_pixels.__name__ = getattr(normalize, "__name__", "preprocess")
+    normalize_pixels.__doc__ = normalize.__doc__
+    return normalize_pixels
 
 
 @fill_doc(**_numpy_augment.DOCS)
@@ -221,6 +246,12 @@ def crop_to_bbox(image, bbox):
     Returns:
         The `[ymax - ymin, xmax - xmin, C]` crop.
 
+    Raises:
+        ValueError: if a `bbox` known when the function is called is not four finite
+            numbers or is inverted (`ymax < ymin` or `xmax < xmin`); a box known only at
+            run time (in a ``tf.data`` map) fails an assertion (`InvalidArgumentError`)
+            with the same message.
+
     Examples:
 
     >>> img = tf.zeros([100, 80, 3])
@@ -228,7 +259,18 @@ def crop_to_bbox(image, bbox):
     TensorShape([50, 30, 3])
     """
     image = tf.convert_to_tensor(image)
+    static = tf.get_static_value(bbox)
+    if static is not None:
+        _numpy_augment.check_bbox(static)
     bbox = tf.cast(tf.convert_to_tensor(bbox), tf.float32)
+    if static is None:  # known at run time only: an assertion in the graph
+        valid = tf.reduce_all(tf.math.is_finite(bbox)) & (bbox[2] >= bbox[0]) & (
+            bbox[3] >= bbox[1])
+        check = tf.debugging.Assert(
+            valid, ["crop_to_bbox: `bbox` must be four finite numbers (ymin, xmin, ymax, "
+                    "xmax) with ymin <= ymax and xmin <= xmax. Received: bbox=", bbox])
+        with tf.control_dependencies([check]):
+            bbox = tf.identity(bbox)
     shape = tf.shape(image)
     height, width = shape[0], shape[1]
     ymin = tf.clip_by_value(tf.cast(tf.floor(bbox[0]), tf.int32), 0, height - 1)
@@ -278,7 +320,7 @@ def train_transform(crop_size=224, resize_size=256, flip=True, preprocess=None,
 
     def fn(image, seed=None):
         crop_seed, flip_seed = _split(seed, 2)
-        image = resize(image, resize_size, keep_aspect_ratio)
+        image = resize(to_pixels(image), resize_size, keep_aspect_ratio)
         image = random_crop(image, crop_size, crop_seed)
         if flip:
             image = random_flip(image, flip_seed)
@@ -316,7 +358,8 @@ def eval_transform(crop_size=224, resize_size=256, preprocess=None, keep_aspect_
 
     def fn(image, seed=None):
         del seed
-        return normalize(center_crop(resize(image, resize_size, keep_aspect_ratio), crop_size))
+        image = resize(to_pixels(image), resize_size, keep_aspect_ratio)
+        return normalize(center_crop(image, crop_size))
 
     return fn
 
@@ -351,7 +394,7 @@ def pad_crop_transform(size=256, padding=10, flip=True, preprocess=None):
 
     def fn(image, seed=None):
         crop_seed, flip_seed = _split(seed, 2)
-        image = resize(image, size)
+        image = resize(to_pixels(image), size)
         image = tf.pad(image, [[padding, padding], [padding, padding], [0, 0]])
         image = random_crop(image, size, crop_seed)
         if flip:

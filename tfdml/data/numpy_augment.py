@@ -28,6 +28,7 @@ __all__ = [
     "random_crop",
     "random_flip",
     "resize",
+    "to_pixels",
     "train_transform",
 ]
 
@@ -91,6 +92,25 @@ def _image(image):
     return image
 
 
+#: A uint16 image holds 16-bit pixels: the transforms and normalizations scale them by this.
+SCALE_16BIT = 255.0 / 65535.0
+
+
+def to_pixels(image):
+    """An image as float32 pixels in [0, 255]: a uint16 image is read as 16 bits and scaled
+    by `255 / 65535`; other dtypes are taken to hold [0, 255] values already.
+
+    Examples:
+
+    >>> tfdml.data.numpy_augment.to_pixels(np.array([[[40000]]], np.uint16))
+    array([[[155.64203]]], dtype=float32)
+    """
+    image = np.asarray(image)
+    if image.dtype == np.uint16:
+        return (image.astype(np.float32) * np.float32(SCALE_16BIT)).astype(np.float32)
+    return image.astype(np.float32)
+
+
 def _rng(rng):
     return rng if rng is not None else np.random.default_rng()
 
@@ -118,7 +138,7 @@ def resize(image, size, keep_aspect_ratio=False):
     (16, 32, 3)
     """
     _check_size("size", size)
-    image = _image(image).astype(np.float32)
+    image = _image(image).astype(np.float32, copy=False)  # not written to
     height, width = image.shape[:2]
     if keep_aspect_ratio:
         shape = np.array([height, width], np.float32)
@@ -187,9 +207,28 @@ def random_flip(image, rng=None):
     return image[:, ::-1] if _rng(rng).random() < 0.5 else image
 
 
+def check_bbox(bbox):
+    """`bbox` as a float64 `[4]` array, or a ValueError naming `bbox`: four finite numbers
+    `(ymin, xmin, ymax, xmax)` with `ymin <= ymax` and `xmin <= xmax` (an inverted box
+    would be clipped to a 1 x 1 crop)."""
+    box = np.asarray(bbox, dtype=np.float64)
+    if box.shape != (4,) or not np.isfinite(box).all() or box[2] < box[0] or box[3] < box[1]:
+        raise ValueError(
+            "`bbox` must be four finite numbers (ymin, xmin, ymax, xmax) with ymin <= ymax "
+            f"and xmin <= xmax. Received: bbox={box.tolist()}"
+        )
+    return box
+
+
 def crop_to_bbox(image, bbox):
     """Crops an image to a box `(ymin, xmin, ymax, xmax)` in pixels, clipped to the image
-    and at least one pixel wide and high (as `tfdml.data.augment.crop_to_bbox`)."""
+    and at least one pixel wide and high (as `tfdml.data.augment.crop_to_bbox`).
+
+    Raises:
+        ValueError: if `bbox` is not four finite numbers, or is inverted (`ymax < ymin` or
+            `xmax < xmin`).
+    """
+    bbox = check_bbox(bbox)
     image = _image(image)
     height, width = image.shape[:2]
     ymin = int(np.clip(np.floor(bbox[0]), 0, height - 1))
@@ -206,13 +245,14 @@ def get_preprocess(preprocess):
     `tfdml.models.BACKBONES` or a mode (`"caffe"`, `"tf"`, `"torch"`, `"none"`) gives
     Keras' own `preprocess_input` of that backbone (a 1-channel image is converted to RGB
     first, other channel counts than 1 and 3 raise a ValueError); a callable is used as
-    is; `None` keeps [0, 255].
+    is; `None` keeps [0, 255]. Except with a callable, a uint16 image is scaled from 16
+    bits to [0, 255] first (`to_pixels`).
 
     Returns:
-        A function mapping a float `[H, W, C]` image in [0, 255] to float32.
+        A function mapping an `[H, W, C]` image in [0, 255] (or uint16) to float32.
     """
     if preprocess is None:
-        return lambda image: np.asarray(image, np.float32)
+        return to_pixels
     if callable(preprocess):
         return preprocess
     from tfdml import models
@@ -222,11 +262,12 @@ def get_preprocess(preprocess):
     except ValueError:
         raise unknown_preprocess(preprocess) from None
     if mode == "none":
-        return lambda image: np.asarray(image, np.float32)
+        return to_pixels
     keras_fn = models.keras_preprocess_input(mode)
 
     def normalize(image):
-        image = np.array(image, np.float32)  # a copy: Keras normalizes NumPy arrays in place
+        # A new array (to_pixels copies): Keras normalizes NumPy arrays in place.
+        image = to_pixels(image)
         channels = image.shape[-1]
         if channels == 1:
             image = np.repeat(image, 3, axis=-1)
@@ -263,7 +304,8 @@ def train_transform(crop_size=224, resize_size=256, flip=True, preprocess=None,
 
     def fn(image, rng=None):
         rng = _rng(rng)
-        image = random_crop(resize(image, resize_size, keep_aspect_ratio), crop_size, rng)
+        image = resize(to_pixels(_image(image)), resize_size, keep_aspect_ratio)
+        image = random_crop(image, crop_size, rng)
         if flip:
             image = random_flip(image, rng)
         return normalize(image)
@@ -285,7 +327,8 @@ def eval_transform(crop_size=224, resize_size=256, preprocess=None, keep_aspect_
 
     def fn(image, rng=None):
         del rng
-        return normalize(center_crop(resize(image, resize_size, keep_aspect_ratio), crop_size))
+        image = resize(to_pixels(_image(image)), resize_size, keep_aspect_ratio)
+        return normalize(center_crop(image, crop_size))
 
     return fn
 
@@ -303,7 +346,7 @@ def pad_crop_transform(size=256, padding=10, flip=True, preprocess=None):
 
     def fn(image, rng=None):
         rng = _rng(rng)
-        image = resize(image, size)
+        image = resize(to_pixels(_image(image)), size)
         image = np.pad(image, [(padding, padding), (padding, padding), (0, 0)])
         image = random_crop(image, size, rng)
         if flip:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import io
+import sys
 import threading
 
 import keras
@@ -19,7 +20,7 @@ from tfdml.data import numpy_augment
 from tfdml.data.pk import PKSampler, check_channels
 from tfdml.data.source import check_in_memory_channels, source_arrays
 
-__all__ = ["EvalDataset", "PKDataset"]
+__all__ = ["EvalDataset", "PKDataset", "check_steps", "fit_shuffle"]
 
 _RECENT = 1024  # batches of the stream kept for workers that ask out of order
 
@@ -46,8 +47,33 @@ def _convert_channels(image, channels):
     return gray.astype(image.dtype)[..., None]
 
 
+class _UnsupportedPixels(ValueError):
+    """An image that decodes, to pixels tfdml cannot bring to [0, 255]."""
+
+
+def _to_8bit(image, name):
+    """A Pillow image whose `convert("L")` / `convert("RGB")` keeps its values: a 16-bit
+    grayscale image is reduced to its high byte (`v >> 8`), what Pillow itself does for
+    16-bit RGB(A) and gray-alpha PNGs and what ``tf.io.decode_image`` does for every 16-bit
+    PNG (Pillow's own conversion of these modes clips at 255)."""
+    from PIL import Image
+
+    mode = image.mode
+    if mode.startswith("I;16") or (mode == "I" and image.format == "PNG"):  # 16-bit gray
+        array = np.asarray(image).astype(np.int64)
+        return Image.fromarray((np.clip(array, 0, 65535) >> 8).astype(np.uint8))
+    if mode in ("I", "F") or mode.startswith(("I;", "F;")):
+        raise _UnsupportedPixels(
+            f"PKDataset: image {name} holds 32-bit integer or float pixels (Pillow mode "
+            f"{mode!r}), whose range is unknown; tfdml decodes 8- and 16-bit images. Convert "
+            "it to an 8- or 16-bit PNG, or read it yourself and pass the images as arrays"
+        )
+    return image
+
+
 def _decode(data, name, channels):
-    """An encoded image (a path or bytes) as a uint8 `[H, W, C]` array, with Pillow."""
+    """An encoded image (a path or bytes) as a uint8 `[H, W, C]` array, with Pillow; a
+    16-bit image keeps its high byte, as ``tf.io.decode_image`` (see `_to_8bit`)."""
     try:
         from PIL import Image
     except ModuleNotFoundError as err:
@@ -57,11 +83,27 @@ def _decode(data, name, channels):
     try:
         with Image.open(io.BytesIO(data) if isinstance(data, bytes) else data) as image:
             image.seek(0)  # the first frame of an animation, as tf.io.decode_image
-            image = image.convert("L" if channels == 1 else "RGB")
+            image = _to_8bit(image, name).convert("L" if channels == 1 else "RGB")
             array = np.asarray(image, np.uint8)
+    except _UnsupportedPixels:
+        raise
     except (OSError, ValueError, SyntaxError) as err:
         raise ValueError(f"PKDataset: could not read or decode image {name}: {err}") from err
     return array[..., None] if array.ndim == 2 else array
+
+
+def _mapped(map_fn, image, name, **kwargs):
+    """`map_fn(image, **kwargs)`, or a ValueError naming `map_fn` if it returns None or
+    something that is not a numeric array."""
+    out = map_fn(image, **kwargs)
+    kind = None if out is None else np.asarray(out).dtype.kind
+    if kind is None or kind not in "biuf":
+        what = "None" if out is None else f"a {type(out).__name__}"
+        raise ValueError(
+            f"`map_fn` must return the image as a numeric array. Received: map_fn={map_fn!r} "
+            f"returned {what} for {name} (a function without `return`?)"
+        )
+    return out
 
 
 class _ImageReader:
@@ -105,10 +147,13 @@ class _ImageReader:
         return np.stack(images)
 
     def _load(self, i, slot, batch_seed):
+        if self._kind == "paths":
+            name = self._items[i]
+        else:
+            name = f"{self._name}: {'encoded ' if self._kind == 'encoded' else ''}image {i}"
         if self._kind == "images":
             image = _convert_channels(np.asarray(self._items[i]), self.channels)
         else:
-            name = self._items[i] if self._kind == "paths" else f"{self._name}: encoded image {i}"
             image = _decode(self._items[i], name, self.channels)
         if self._bboxes is not None:
             image = numpy_augment.crop_to_bbox(image, self._bboxes[i])
@@ -116,8 +161,8 @@ class _ImageReader:
             return image
         if self._pass_rng:
             seed = [] if batch_seed is None else batch_seed.tolist()
-            return self.map_fn(image, rng=np.random.default_rng([*seed, slot]))
-        return self.map_fn(image)
+            return _mapped(self.map_fn, image, name, rng=np.random.default_rng([*seed, slot]))
+        return _mapped(self.map_fn, image, name)
 
 
 class PKDataset(keras.utils.PyDataset):
@@ -134,7 +179,11 @@ class PKDataset(keras.utils.PyDataset):
     (`tfdml.data.numpy_augment`), with its own random draws.
 
     * `repeat=True` (default): an endless stream, as `pk_batches`: pass `steps_per_epoch`
-      to `model.fit`. Each `model.fit` call starts the stream at `initial_epoch`.
+      to `model.fit` (without it Keras never ends the first epoch; `MetricModel.fit` and
+      `tfdml.data.check_steps` refuse that) and `shuffle=False` (Keras ignores `shuffle`
+      here, and warns at every `fit` when it is True, the default; see
+      `tfdml.data.fit_shuffle`). Each `model.fit` call starts the stream at
+      `initial_epoch`.
     * `repeat=False`: one epoch of `len(dataset)` batches; each Keras epoch that gave all of
       them moves on to the next sampler epoch (`epoch`, from `initial_epoch`), so each
       Keras epoch draws new batches and `model.fit(dataset, epochs=E)` needs no
@@ -164,13 +213,15 @@ class PKDataset(keras.utils.PyDataset):
             `tfdml.data.numpy_augment.train_transform(224, 256, preprocess="resnet50")`.
             Called as `map_fn(image, rng=g)` with a per-image `numpy.random.Generator`
             (derived from the batch's seed and the image's slot) if it has an `rng`
-            parameter, else `map_fn(image)`. Must return images of one shape. Defaults to
-            `None` (images as they are: files must then all have one size).
+            parameter, else `map_fn(image)`. Must return numeric images of one shape
+            (returning None raises a `ValueError` naming `map_fn`). Defaults to `None`
+            (images as they are: files must then all have one size).
         crop_to_bbox: crop each image to its `DatasetSplit.bboxes` box before `map_fn`.
             Defaults to `False`.
         channels: `None`, `1` or `3`: files are decoded with this many channels (`None`:
-            3) and in-memory images converted 1 <-> 3, as `tfdml.data.pk_batches`.
-            Defaults to `None`.
+            3) and in-memory images converted 1 <-> 3, as `tfdml.data.pk_batches`. Files
+            decode to uint8; a 16-bit file keeps the high byte of each value (`v >> 8`),
+            as `tf.io.decode_image` does. Defaults to `None`.
         initial_epoch: the sampler epoch the first Keras epoch draws (`repeat=False`) or
             the stream starts with (`repeat=True`); with `repeat=False`, pass the
             `initial_epoch` of a resumed `model.fit` to get the batches an uninterrupted run
@@ -181,8 +232,9 @@ class PKDataset(keras.utils.PyDataset):
 
     Raises:
         ValueError: on a bad argument (see also `PKSampler`), an empty or ragged source,
-            or (when a batch is read) a file that cannot be decoded or images of several
-            shapes without a `map_fn` that makes them one.
+            an inverted bounding box, or (when a batch is read) a file that cannot be
+            decoded, a file of 32-bit or float pixels, a `map_fn` that returns None, or
+            images of several shapes without a `map_fn` that makes them one.
 
     Examples:
 
@@ -341,3 +393,80 @@ class EvalDataset(keras.utils.PyDataset):
         idx = np.arange(index * self.batch_size, min((index + 1) * self.batch_size,
                                                      len(self.labels)))
         return self._reader.batch(idx), self.labels[idx]
+
+
+def _endless(data):
+    """Whether `data` is a dataset Keras would iterate forever: a `keras.utils.PyDataset`
+    whose `num_batches` is None, or a ``tf.data.Dataset`` of infinite cardinality."""
+    if isinstance(data, keras.utils.PyDataset):
+        return data.num_batches is None
+    tf = sys.modules.get("tensorflow")  # a tf.data.Dataset means TensorFlow is imported
+    if tf is not None and isinstance(data, tf.data.Dataset):
+        return int(data.cardinality()) == int(tf.data.INFINITE_CARDINALITY)
+    return False
+
+
+def check_steps(data, steps, name="steps_per_epoch"):
+    """`steps`, or a ValueError naming `name` if `data` is endless and `steps` is None.
+
+    Keras iterates an endless dataset (a `PKDataset` with `repeat=True`, any
+    `keras.utils.PyDataset` whose `num_batches` is None, `pk_batches(repeat=True)` or
+    another ``tf.data.Dataset`` of infinite cardinality) without end when `model.fit` gets
+    no `steps_per_epoch`: the first epoch never ends. `PKDataset` cannot see the argument
+    it is iterated with, so the check is made where `fit` is called: `MetricModel.fit`
+    makes it; with a plain `keras.Model`, call it yourself. Use `name="validation_steps"`
+    for `validation_data`, and `name="steps"` for `evaluate` and `predict`.
+
+    Args:
+        data: what `fit` (or `evaluate`, `predict`) is given.
+        steps: the `steps_per_epoch` (or `validation_steps`, `steps`) given with it, or
+            `None`.
+        name: the argument's name, for the message. Defaults to `"steps_per_epoch"`.
+
+    Returns:
+        `steps`, unchanged.
+
+    Raises:
+        ValueError: if `data` is endless and `steps` is None.
+
+    Examples:
+
+    >>> stream = tfdml.data.PKDataset((x, y), 4, 3, seed=0)  # repeat=True: endless
+    >>> tfdml.data.check_steps(stream, None)
+    Traceback (most recent call last):
+    ValueError: `steps_per_epoch` must be given for an endless dataset: ...
+    >>> model.fit(stream, epochs=2, steps_per_epoch=tfdml.data.check_steps(stream, 20),
+    ...           shuffle=tfdml.data.fit_shuffle(stream))
+    """
+    if steps is None and _endless(data):
+        raise ValueError(
+            f"`{name}` must be given for an endless dataset: without it Keras never ends the "
+            f"first epoch. Received: {name}=None with {type(data).__name__} "
+            f"{data!r:.200} (pass {name}=..., e.g. PKSampler(labels, P, K).steps_per_epoch "
+            "for one visit of every class, or build the dataset with repeat=False)"
+        )
+    return steps
+
+
+def fit_shuffle(data, shuffle=True):
+    """The `shuffle` to give `model.fit`: `False` for an endless `keras.utils.PyDataset`,
+    else `shuffle`.
+
+    `model.fit` defaults to `shuffle=True`, and Keras warns "`shuffle=True` was passed, but
+    will be ignored since the data `x` was provided as an infinite PyDataset" at every
+    `fit` on an endless `PyDataset` (a `PKDataset` with `repeat=True`): it cannot shuffle
+    an endless stream. Nothing on the dataset's side changes that (Keras reads only
+    `num_batches`); `shuffle=False` is what Keras does anyway, without the warning.
+    `MetricModel.fit` passes it; with a plain `keras.Model`, pass `shuffle=False`
+    yourself. A finite `PyDataset`'s `shuffle` is kept (Keras shuffles its batch order).
+
+    Args:
+        data: what `fit` is given.
+        shuffle: the `shuffle` given to `fit`. Defaults to `True` (`fit`'s default).
+
+    Returns:
+        `False` for an endless `PyDataset`, else `shuffle`.
+    """
+    if isinstance(data, keras.utils.PyDataset) and data.num_batches is None:
+        return False
+    return shuffle

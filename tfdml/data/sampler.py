@@ -42,6 +42,23 @@ def _decode(kind, item, channels):
     return _convert_channels(item, channels)
 
 
+def _mapped(map_fn, image, **kwargs):
+    """`map_fn(image, **kwargs)` as a tensor, or a ValueError naming `map_fn` (raised when
+    the pipeline is built: ``tf.data`` traces its map functions then) if it returns None or
+    something that is not a tensor."""
+    out = map_fn(image, **kwargs)
+    if out is not None:
+        try:
+            return tf.convert_to_tensor(out)
+        except (TypeError, ValueError):
+            pass
+    what = "None" if out is None else f"a {type(out).__name__}"
+    raise ValueError(
+        f"`map_fn` must return the image as a tensor. Received: map_fn={map_fn!r} returned "
+        f"{what} (a function without `return`?)"
+    )
+
+
 def _wants_seed(fn):
     try:
         return "seed" in inspect.signature(fn).parameters
@@ -107,8 +124,10 @@ def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="r
         map_fn: preprocessing / augmentation applied to each decoded image, e.g.
             `tfdml.data.augment.train_transform(...)`. Called as `map_fn(image, seed=s)`
             with a per-element shape `[2]` int64 seed if it has a `seed` parameter, else
-            as `map_fn(image)`. Must be graph-compatible and return images of one shape.
-            Defaults to `None` (decoded uint8 images, which must then all have one shape).
+            as `map_fn(image)`. Must be graph-compatible and return images of one shape
+            (returning None raises a `ValueError` naming `map_fn` when the pipeline is
+            built). Defaults to `None` (decoded uint8 images, which must then all have
+            one shape; a 16-bit file keeps the high byte of each value, `v >> 8`).
         crop_to_bbox: crop each image to its `DatasetSplit.bboxes` box before `map_fn`.
             Defaults to `False`.
         channels: the number of channels of the images, or `None`. Image files and
@@ -140,7 +159,8 @@ def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="r
         A `tf.data.Dataset` of `(images [P*K, ...], labels [P*K] int64)`.
 
     Raises:
-        ValueError: on a bad argument (see also `PKSampler`).
+        ValueError: on a bad argument (see also `PKSampler`), an inverted bounding box
+            (`ymax < ymin` or `xmax < xmin`), or a `map_fn` that returns None.
 
     Examples:
 
@@ -252,7 +272,7 @@ def _image_loader(kind, items, channels, map_fn, use_bbox):
         if use_bbox:
             image = augment.crop_to_bbox(image, bbox)
         if map_fn is not None:
-            image = map_fn(image, seed=elem_seed) if pass_seed else map_fn(image)
+            image = _mapped(map_fn, image, **({"seed": elem_seed} if pass_seed else {}))
         if first_shape is not None:
             same = tf.reduce_all(tf.equal(tf.shape(image), first_shape))
             with tf.control_dependencies([tf.debugging.Assert(same, ["shape differs"])]):
@@ -386,6 +406,10 @@ def eval_batches(source, batch_size=256, *, map_fn=None, crop_to_bbox=False, cha
     Returns:
         A `tf.data.Dataset` of ``(images, labels int64)``.
 
+    Raises:
+        ValueError: on a bad argument, an inverted bounding box, or a ``map_fn`` that
+            returns None (when the pipeline is built).
+
     Example:
 
     >>> test = tfdml.datasets.load("digits", "test")
@@ -408,7 +432,7 @@ def eval_batches(source, batch_size=256, *, map_fn=None, crop_to_bbox=False, cha
         if crop_to_bbox:
             image = augment.crop_to_bbox(image, box)
         if map_fn is not None:
-            image = map_fn(image)
+            image = _mapped(map_fn, image)
         return image, label
 
     ds = ds.map(load, num_parallel_calls=num_parallel_calls, deterministic=True)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["DatasetSplit", "check_in_memory_channels", "source_arrays"]
+__all__ = ["DatasetSplit", "check_bboxes", "check_in_memory_channels", "source_arrays"]
 
 
 @dataclass
@@ -28,7 +28,9 @@ class DatasetSplit:
             (not re-numbered per split), so query and gallery ids match.
         class_names: name of each class id present, ``{id: name}``.
         bboxes: optional ``[N, 4]`` float32 boxes ``(ymin, xmin, ymax, xmax)`` in
-            pixels of the original image (CUB, Cars196, In-shop), or None.
+            pixels of the original image (CUB, Cars196, In-shop), or None. Boxes must be
+            finite with ``ymin <= ymax`` and ``xmin <= xmax``: a ValueError naming
+            ``bboxes``, the rows and their files otherwise.
     """
 
     name: str
@@ -74,13 +76,7 @@ class DatasetSplit:
             if np.shape(self.bboxes) != (n, 4):
                 raise ValueError(f"`bboxes` must have shape [{n}, 4]. "
                                  f"Received: bboxes.shape={np.shape(self.bboxes)}")
-            boxes = np.asarray(self.bboxes, dtype=np.float64)
-            if not np.isfinite(boxes).all():
-                bad = np.flatnonzero(~np.isfinite(boxes).all(axis=1))
-                raise ValueError(
-                    "`bboxes` must be finite (ymin, xmin, ymax, xmax) pixel boxes. Received: "
-                    f"NaN or Inf in the rows {bad[:5].tolist()}"
-                )
+            check_bboxes(self.bboxes, self.paths)
 
     def __len__(self):
         return int(self.labels.shape[0])
@@ -98,6 +94,33 @@ class DatasetSplit:
         kind = "paths" if self.paths is not None else "encoded" if self.encoded is not None else "images"
         return (f"DatasetSplit(name={self.name!r}, split={self.split!r}, images={len(self)}, "
                 f"classes={self.num_classes}, source={kind})")
+
+
+def check_bboxes(bboxes, paths=None):
+    """Raises a ValueError naming `bboxes` unless every `(ymin, xmin, ymax, xmax)` row is
+    finite with `ymin <= ymax` and `xmin <= xmax`.
+
+    An inverted box would otherwise be clipped to a 1 x 1 crop. The message gives the first
+    bad rows, their boxes and (with `paths`) their files.
+    """
+    boxes = np.asarray(bboxes, dtype=np.float64).reshape(-1, 4)
+    finite = np.isfinite(boxes).all(axis=1)
+    if not finite.all():
+        bad = np.flatnonzero(~finite)
+        raise ValueError(
+            "`bboxes` must be finite (ymin, xmin, ymax, xmax) pixel boxes. Received: "
+            f"NaN or Inf in the rows {bad[:5].tolist()}"
+        )
+    inverted = (boxes[:, 2] < boxes[:, 0]) | (boxes[:, 3] < boxes[:, 1])
+    if inverted.any():
+        bad = np.flatnonzero(inverted)[:3]
+        rows = ", ".join(
+            f"bboxes[{i}]={boxes[i].tolist()}"
+            + ("" if paths is None else f" ({os.fspath(paths[i])})") for i in bad)
+        raise ValueError(
+            "`bboxes` must be (ymin, xmin, ymax, xmax) boxes with ymin <= ymax and "
+            f"xmin <= xmax. Received: {int(inverted.sum())} inverted box(es), e.g. {rows}"
+        )
 
 
 def _class_ids(labels):
@@ -168,6 +191,8 @@ def source_arrays(source):
         else:
             kind, items = "images", np.asarray(source.images)
         labels, bboxes, name = source.labels, source.bboxes, f"{source.name}/{source.split}"
+        if bboxes is not None:  # checked again: the split's fields may have been replaced
+            check_bboxes(bboxes, source.paths)
     elif isinstance(source, (tuple, list)) and len(source) == 2:
         features, labels = source
         labels = np.asarray(labels)
