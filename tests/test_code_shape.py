@@ -63,7 +63,7 @@ def test_no_module_over_1000_lines():
 _OWN_PRIVATE = {
     "_argument_names", "_config_dtype", "_fields", "_replace", "_asdict", "_seed_generator",
     "_seed_generators", "_make_state", "_parts", "_labels", "_ids", "_check_ks",
-    "_check_strategies", "_import_pyplot", "_arc_solve",
+    "_check_strategies", "_import_pyplot", "_arc_solve", "_prepare",
 }
 
 

@@ -267,3 +267,66 @@ def test_config_and_keras_file_keep_the_chunk_size(tmp_path):
     loaded = keras.models.load_model(path)
     assert isinstance(loaded, MetricModel) and loaded.chunk_size == 7
     _assert_same_variables(loaded.trainable_variables, model.trainable_variables, rtol=0, atol=0)
+
+
+# -- the catalogue: blocks with chunks, mixed precision, embedders chunks cannot split -----------
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_float16"])
+def test_blocks_with_chunks_compile_and_equal_the_dense_step(policy):
+    """A loss in row blocks inside a chunked step (the docs' large-batch recipe), compiled
+    where the backend compiles (XLA on TensorFlow: the blocks count the batch's rows, which
+    the chunk loop's output used to hide), equals the step without either, under mixed
+    precision too. (Under loss scaling a chunked step sums the network's gradient over
+    chunks in float32, so it can escape an fp16 overflow that makes the unchunked step skip;
+    this loss's gradients do not overflow.)"""
+    data = _data()
+    mode = "compiled" if CAN_COMPILE else "eager"
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(policy)
+    try:
+        runs = []
+        for block, chunk in ((None, None), (4, 3)):
+            model = MetricModel(_embedder(), TripletNCALoss(block_size=block), chunk_size=chunk)
+            _compile(model, keras.optimizers.SGD(0.1), mode)
+            runs.append((_fit(model, data, epochs=2).history["loss"], model))
+    finally:
+        keras.config.set_dtype_policy(previous)
+    (dense_losses, dense), (losses, chunked) = runs
+    np.testing.assert_allclose(losses, dense_losses, rtol=2e-3 if policy != "float32" else 1e-5)
+    _assert_same_variables(_numpy(chunked.trainable_variables), _numpy(dense.trainable_variables),
+                           rtol=2e-3 if policy != "float32" else 1e-5, atol=1e-4)
+
+
+def _two_views_embedder():
+    first, second = keras.Input((6,)), keras.Input((6,))
+    encoder = keras.layers.Dense(4)
+    views = keras.layers.Concatenate(axis=0)([encoder(first), encoder(second)])  # [2N, D]
+    return keras.Model([first, second], views)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 3])
+def test_an_embedder_of_two_stacked_views_is_refused_with_chunks(chunk_size):
+    from tfdml.losses import NTXentLoss, SelfSupervisedLoss
+
+    x = np.random.default_rng(0).normal(size=(12, 6)).astype("float32")
+    model = MetricModel(_two_views_embedder(), SelfSupervisedLoss(NTXentLoss()),
+                        chunk_size=chunk_size)
+    model.compile(optimizer="sgd", run_eagerly=not CAN_COMPILE)
+    with pytest.raises(ValueError, match=r"one embedding row per input row.*chunk_size"):
+        model.fit([x, x], np.zeros(12), batch_size=12, epochs=1, verbose=0)
+    plain = MetricModel(_two_views_embedder(), SelfSupervisedLoss(NTXentLoss()))
+    plain.compile(optimizer="sgd", run_eagerly=not CAN_COMPILE)
+    assert np.isfinite(plain.fit([x, x], np.zeros(12), batch_size=12, verbose=0)
+                       .history["loss"][0])
+
+
+@pytest.mark.parametrize("chunk_size", [None, 3])
+def test_an_embedder_with_two_outputs_is_refused(chunk_size):
+    inputs = keras.Input((6,))
+    embedder = keras.Model(inputs, [keras.layers.Dense(4)(inputs), keras.layers.Dense(4)(inputs)])
+    data = _data()
+    model = MetricModel(embedder, SupConLoss(), chunk_size=chunk_size)
+    model.compile(optimizer="sgd", run_eagerly=not CAN_COMPILE)
+    with pytest.raises(ValueError, match="one tensor of embeddings"):
+        _fit(model, data)

@@ -406,3 +406,206 @@ def test_calibrate_without_queries_says_so():
     index.add(np.eye(3, dtype=np.float32), labels=[0, 1, 2])
     with pytest.raises(ValueError, match="at least one query"):
         calibrate(index, np.zeros((0, 3), np.float32), np.zeros(0, np.int64))
+
+
+# -- query buckets -----------------------------------------------------------------------------
+
+
+def test_query_bucket_is_the_next_power_of_two_within_the_chunk():
+    from tfdml.search import MIN_BUCKET, query_bucket
+
+    assert MIN_BUCKET == 16
+    got = [query_bucket(n, 1024) for n in (1, 15, 16, 17, 100, 512, 513, 1000, 1024)]
+    assert got == [16, 16, 16, 32, 128, 512, 1024, 1024, 1024]
+    assert [query_bucket(n, 1000) for n in (1, 600, 1000)] == [16, 1000, 1000]
+    assert [query_bucket(n, 5) for n in (1, 3, 5)] == [5, 5, 5]  # never past the chunk
+    sizes = {query_bucket(n, 1024) for n in range(1, 1025)}
+    assert sizes == {16, 32, 64, 128, 256, 512, 1024}
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_query_buckets_give_the_answers_of_the_unpadded_search(metric):
+    """Exact data (ties everywhere): the padded search returns the very same indices and
+    scores as the unpadded one and the brute force, for batches that fill chunks or not."""
+    gallery = _tied_data(16, 4, 6, metric)
+    padded = Index(metric, chunk_size=16, query_buckets=True)
+    plain = Index(metric, chunk_size=16, query_buckets=False)
+    for index in (padded, plain):
+        index.add(gallery)
+    queries = np.concatenate([gallery[:4], _tied_data(15, 4, 7, metric)])
+    for num in (3, 19):  # part of a chunk; a full chunk and a part (few shapes: JAX compiles)
+        got = padded.search(queries[:num], k=6)
+        want = plain.search(queries[:num], k=6)
+        want_scores, want_indices = brute_force(queries[:num], gallery, 6, metric)
+        np.testing.assert_array_equal(got[1], want[1])
+        np.testing.assert_array_equal(got[0], want[0])  # bit for bit: exact products
+        np.testing.assert_array_equal(got[1], want_indices)
+        np.testing.assert_allclose(got[0], want_scores, rtol=1e-6, atol=1e-6)
+        assert got[0].shape == (num, 6) and got[1].dtype == np.int64
+
+
+@pytest.mark.parametrize("metric", ["cosine", "l2"])
+def test_query_buckets_on_random_data_match_up_to_rounding(metric):
+    rng = np.random.default_rng(8)
+    gallery = rng.normal(size=(16, 4)).astype(np.float32)
+    queries = rng.normal(size=(3, 4)).astype(np.float32)
+    found = []
+    for buckets in (True, False):
+        index = Index(metric, chunk_size=16, query_buckets=buckets)
+        index.add(gallery)
+        found.append(index.search(queries, k=5))
+    np.testing.assert_array_equal(found[0][1], found[1][1])
+    np.testing.assert_allclose(found[0][0], found[1][0], rtol=1e-5, atol=1e-6)
+    _, want = brute_force(queries, gallery, 5, metric)
+    np.testing.assert_array_equal(found[0][1], want)
+
+
+def test_neighbours_with_buckets_and_exclude_self_never_return_a_padding_row():
+    """exclude_self drops query i's own index i; with padding, the padding rows (zeros,
+    as near as anything to a zero row) are cut before that, whatever they score."""
+    from tfdml.search import neighbours
+
+    x = _tied_data(37, 3, 9, "dot")
+    x[5] = 0.0  # a zero row in the data: as near to the padding as can be
+    for exclude_self in (False, True):
+        answers = [list(neighbours(x, x, 4, "dot", exclude_self, chunk_size=20,
+                                   query_buckets=buckets)) for buckets in (True, False)]
+        for (s1, a, i1), (s2, b, i2) in zip(*answers, strict=True):
+            assert s1 == s2 and len(i1) == len(i2) == min(20, 37 - s1)
+            np.testing.assert_array_equal(i1, i2)
+            np.testing.assert_array_equal(a, b)
+            assert i1.max() < 37
+
+
+def test_query_buckets_bound_the_shapes_that_are_computed(monkeypatch):
+    """Every number of queries from 1 to 50 reaches the matrix products and the
+    normalization in chunks of 16 or 32 rows only (chunk_size 32)."""
+    import tfdml.search as search
+
+    rows = set()
+    compiled = search._compiled  # the merge and the normalization a bucketed search runs
+
+    def recording(name):
+        run = compiled(name)
+
+        def record(x, *args):
+            rows.add((name, int(x.shape[0])))
+            return run(x, *args)
+
+        return record
+
+    index = Index("cosine", chunk_size=32, query_buckets=True)
+    index.add(_tied_data(40, 4, 10, "cosine"))
+    monkeypatch.setattr(search, "_compiled", recording)
+    queries = _tied_data(50, 4, 11, "cosine")
+    for num in (1, 2, 15, 16, 17, 31, 32, 33, 47, 48, 50):
+        assert index.search(queries[:num], k=2)[1].shape == (num, 2)
+    assert rows == {(name, size) for name in ("merge", "normalize") for size in (16, 32)}
+
+
+def test_query_buckets_default_to_jax_and_are_checked():
+    assert Index().query_buckets == (BACKEND == "jax")
+    assert Index(query_buckets=False).query_buckets is False
+    with pytest.raises(ValueError, match="`query_buckets`.*Received: query_buckets='yes'"):
+        Index(query_buckets="yes")
+    index = Index("l2", query_buckets=True)
+    index.add(np.ones((4, 3), np.float32))
+    bad = np.ones((3, 3), np.float32)
+    bad[1, 2] = np.inf
+    with pytest.raises(ValueError, match=r"`queries` contains 1 non-finite row .*out of 3.*index 1"):
+        index.search(bad)
+    beyond = np.ones((2, 3), np.float64)
+    beyond[1, 0] = 1e39  # finite in float64, Inf in float32
+    with pytest.raises(ValueError, match=r"`queries` contains 1 non-finite row .*index 1"):
+        index.search(beyond)
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="JAX is the backend that compiles each shape")
+def test_under_jax_new_query_counts_in_a_bucket_compile_nothing(caplog):
+    import logging
+
+    import jax
+
+    index = Index("cosine", chunk_size=32)
+    index.add(_tied_data(23, 5, 12, "cosine"))  # 5 columns: shapes no other test uses
+    queries = _tied_data(40, 5, 13, "cosine")
+    index.search(queries[:17], k=3)  # compiles the 32-row bucket
+    with jax.log_compiles(), caplog.at_level(logging.DEBUG, logger="jax"):
+        for num in (18, 25, 31, 32, 40):  # 40: a full chunk and 8 rows in the 16-row bucket
+            if num == 40:
+                assert [r for r in caplog.records if "Compiling" in r.getMessage()] == []
+            index.search(queries[:num], k=3)
+    assert [r for r in caplog.records if "Compiling" in r.getMessage()]  # the check can fail
+
+
+# -- calibration on queries that are in the index ----------------------------------------------
+
+
+def _labelled_clusters(seed, num=60, dim=6):
+    rng = np.random.default_rng(seed)
+    labels = np.arange(num) % 4
+    centres = rng.normal(size=(4, dim))
+    x = (centres[labels] + 0.8 * rng.normal(size=(num, dim))).astype(np.float32)
+    return x, labels
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_calibrate_warns_when_the_queries_are_in_the_index(metric):
+    x, labels = _labelled_clusters(14)
+    if metric == "dot":  # rows of one norm: each row's largest dot product is with itself
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+    index = Index(metric)
+    index.add(x[:25], labels=labels[:25])
+    index.add(x[25:], labels=labels[25:])  # copies are looked for in every added block
+    with pytest.warns(UserWarning, match=r"60 of the 60 calibration queries \(100%\) are "
+                                          r"copies.*held-out queries"):
+        got = calibrate(index, x, labels, 0.99)
+    assert got.precision == 1.0  # the symptom: every query finds itself
+    # The same inputs embedded again with rounding differences count as copies too.
+    again = x * np.float32(1 + 2e-7)
+    with pytest.warns(UserWarning, match="60 of the 60"):
+        calibrate(index, again, labels, 0.99)
+
+
+def test_calibrate_warns_from_a_tenth_of_copies_on():
+    """8 copies among 80 queries (10 %) warn; 7 (8.75 %, a few duplicates in held-out data)
+    do not. The count is that of a NumPy reference of the rule."""
+    import warnings
+
+    from tfdml.search import COPY_TOLERANCE, SELF_MATCH_SHARE
+
+    assert (SELF_MATCH_SHARE, COPY_TOLERANCE) == (0.1, 1e-5)
+    x, labels = _labelled_clusters(15, num=100)
+    index = Index("l2")
+    index.add(x[:20], labels=labels[:20])
+    held_out, held_labels = x[20:].copy(), labels[20:]
+    near = held_out.copy()
+    near[:3] = x[:3] * np.float32(1 + 3e-6)  # copies within the tolerance
+    near[3:8] = x[3:8]
+    near[8] = x[8] * np.float32(1 + 1e-3)  # near, but not a copy
+    found = index.lookup(near, 1)
+    g = x[:20][found.indices[:, 0]].astype(np.float64)
+    q = near.astype(np.float64)
+    reference = np.linalg.norm(q - g, axis=1) <= 1e-5 * np.maximum(
+        np.linalg.norm(q, axis=1), np.linalg.norm(g, axis=1))
+    assert reference.sum() == 8
+    with pytest.warns(UserWarning, match=r"8 of the 80 calibration queries \(10%\)"):
+        calibrate(index, near, held_labels, 0.9)
+    near[7] = held_out[7]  # 7 copies
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        calibrate(index, near, held_labels, 0.9)
+        calibrate(index, held_out, held_labels, 0.9)  # no copy at all
+
+
+def test_plot_calibration_without_matplotlib_names_the_install_command(monkeypatch):
+    import sys
+
+    index = Index("l2")
+    index.add(np.array([[0.0], [1.0]], np.float32), labels=[0, 1])
+    got = calibrate(index, np.array([[0.1], [0.8]], np.float32), [0, 1], 0.9)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` fails
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
+    with pytest.raises(ImportError, match=r'pip install matplotlib.*pip install "\.\[plot\]"') as err:
+        plot_calibration(got)
+    assert type(err.value) is ImportError and "plot_calibration" in str(err.value)

@@ -51,6 +51,33 @@ def _rows(x, fn):
     return keras.tree.map_structure(lambda t: None if t is None else fn(t), x)
 
 
+def _check_one_output(y_pred):
+    """The embedder's output must be one ``[B, D]`` tensor, what every tfdml loss takes."""
+    if isinstance(y_pred, (list, tuple, dict)):
+        raise ValueError(
+            "MetricModel's embedder must return one tensor of embeddings [B, D], which its "
+            f"loss takes as y_pred; it returns {len(y_pred)} outputs. Several views of a "
+            "sample go in one tensor, stacked along the batch axis (docs/losses.md, \"Two "
+            "views\"). Received: an embedder output of type "
+            f"{type(y_pred).__name__} with {len(y_pred)} entries")
+
+
+def _check_chunk_output(out, rows, chunk_size):
+    """A chunk of ``rows`` input rows must give ``rows`` embedding rows: the chunks' outputs
+    are put together in input order, so an embedder that makes several rows of a sample
+    (two views stacked) would mix the views of different chunks."""
+    _check_one_output(out)
+    got = out.shape[0]
+    if got is not None and rows is not None and got != rows:
+        raise ValueError(
+            f"MetricModel with `chunk_size` needs an embedder that gives one embedding row "
+            f"per input row; it gives {got} rows for a chunk of {rows} (several views of a "
+            "sample stacked in its output?). Its chunks' outputs would be put together in "
+            "the wrong order, and the loss would pair the views of different samples. Train "
+            f"it without chunks, or embed each view as its own input row. Received: "
+            f"chunk_size={chunk_size!r}")
+
+
 def _check_array_labels(y, name):
     """Labels given as arrays (NumPy, lists, pandas), checked before Keras converts them.
 
@@ -451,6 +478,7 @@ class MetricModel(keras.Model):
             )
         if y is None:
             raise ValueError("MetricModel needs labels: fit it on (inputs, labels) batches.")
+        _check_one_output(y_pred)
         return plus_model_losses(self.metric_loss(y, y_pred, sample_weight, training=training),
                                  self.losses)
 
@@ -557,6 +585,7 @@ class MetricModel(keras.Model):
 
         def embed(inputs):
             embeddings = embedder(inputs, training=True)
+            _check_chunk_output(embeddings, _first_input(inputs).shape[0], self.chunk_size)
             self._check_no_call_losses(embedder.losses, embedder)
             return embeddings
 
@@ -564,6 +593,7 @@ class MetricModel(keras.Model):
         spec = embedder.compute_output_spec(
             _rows(chunks.x, lambda t: keras.KerasTensor(
                 (size,) + tuple(t.shape[1:]), dtype=keras.backend.standardize_dtype(t.dtype))))
+        _check_chunk_output(spec, size, self.chunk_size)
         parts = tf.TensorArray(spec.dtype, size=chunks.full,
                                element_shape=tf.TensorShape(spec.shape))
 
@@ -574,7 +604,12 @@ class MetricModel(keras.Model):
                                  (tf.constant(0), parts), parallel_iterations=1)
         head = parts.concat()
         tail = tf.cond(chunks.has_tail(), lambda: embed(chunks.tail_x), lambda: head[:0])
-        return tf.stop_gradient(tf.concat([head, tail], axis=0))
+        embeddings = tf.concat([head, tail], axis=0)
+        # The batch's own row count: under XLA the loops' outputs have a dynamic first
+        # dimension, which a loss in row blocks cannot count its blocks by.
+        shape = [d if d is not None else tf.shape(embeddings)[k]
+                 for k, d in enumerate(embeddings.shape)]
+        return tf.stop_gradient(tf.reshape(embeddings, [chunks.batch, *shape[1:]]))
 
     def _tf_embedder_gradients(self, chunks, grad_embeddings, network):
         """The gradients of ``network`` (the embedder's trainable weights) summed over the
@@ -666,6 +701,7 @@ class MetricModel(keras.Model):
         def embed(non_trainable, inputs):
             out, non_trainable, losses = self.stateless_call(
                 trainable, non_trainable, inputs, training=True, return_losses=True)
+            _check_chunk_output(out, _first_input(inputs).shape[0], self.chunk_size)
             self._check_no_call_losses(losses, self)
             return non_trainable, out
 
@@ -729,6 +765,7 @@ class MetricModel(keras.Model):
             parts = []
             for inputs in chunks:
                 parts.append(embedder(inputs, training=True))
+                _check_chunk_output(parts[-1], _first_input(inputs).shape[0], self.chunk_size)
                 self._check_no_call_losses(embedder.losses, embedder)
             embeddings = torch.cat(parts, dim=0)
 

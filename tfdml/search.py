@@ -31,12 +31,23 @@ Conventions:
   sizes.
 * **Non-finite embeddings** raise a ``ValueError`` that names the argument and
   the rows: a NaN would otherwise rank anywhere.
+* **Query buckets.** JAX compiles every operation again for every new input
+  shape (about a second and a half per new number of queries, on a CPU). With
+  ``query_buckets`` each chunk of queries is padded with zero rows to
+  :func:`query_bucket` rows (a power of two, at least :data:`MIN_BUCKET`, at
+  most ``chunk_size``), so a service answering batches of varying sizes
+  compiles a handful of shapes once, each as one program (``jax.jit``); the
+  padding rows are dropped from the answers. :class:`Index` does this by
+  default under JAX only: TensorFlow and PyTorch run these operations eagerly,
+  without compiling (no ``tf.function``, no ``torch.compile``), so padding
+  would only add work there.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import warnings
 import zipfile
 from typing import NamedTuple
 
@@ -48,8 +59,9 @@ from tfdml import ops as dml
 from tfdml._checks import check_int
 from tfdml._files import atomic_path
 
-__all__ = ["BACKENDS", "METRICS", "Calibration", "Index", "Lookup", "calibrate", "match", "neighbours",
-           "plot_calibration", "score_scale"]
+__all__ = ["BACKENDS", "COPY_TOLERANCE", "METRICS", "MIN_BUCKET", "SELF_MATCH_SHARE", "Calibration",
+           "Index", "Lookup", "calibrate", "match", "neighbours", "plot_calibration", "query_bucket",
+           "score_scale"]
 
 #: The metrics an :class:`Index` and :func:`neighbours` take (names of :data:`tfdml.ops.DISTANCES`).
 METRICS = ("cosine", "dot", "l2")
@@ -68,6 +80,18 @@ def _import_faiss():
     except ImportError as err:
         raise ImportError(FAISS_INSTALL) from err
     return faiss
+
+
+PLOT_INSTALL = ("plot_calibration needs matplotlib: `pip install matplotlib` (or, in a clone "
+                "of tfdml, `pip install \".[plot]\"`).")
+
+
+def _import_pyplot():
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError as err:
+        raise ImportError(PLOT_INSTALL) from err
+    return plt
 
 
 def _check_metric(metric):
@@ -111,10 +135,15 @@ def nonfinite_rows(embeddings) -> np.ndarray:
     ``embeddings`` is anything with a leading row axis (a NumPy array or a tensor);
     values are converted to float32 first, as the search computes in float32.
     """
-    x = ops.convert_to_tensor(embeddings)
+    host = isinstance(embeddings, np.ndarray)  # a NumPy array is checked on the host
+    x = embeddings if host else ops.convert_to_tensor(embeddings)
     dtype = keras.backend.standardize_dtype(x.dtype)
     if not dtype.startswith(("float", "bfloat")) or len(x.shape) == 0 or x.shape[0] == 0:
         return np.zeros(0, np.int64)
+    if host:  # no device operation to compile for each new shape (JAX)
+        with np.errstate(over="ignore"):
+            x = x.astype(np.float32).reshape(len(x), -1)
+        return np.flatnonzero(~np.isfinite(x).all(axis=1)).astype(np.int64)
     x = ops.cast(x, "float32")
     finite = ops.all(ops.isfinite(ops.reshape(x, (ops.shape(x)[0], -1))), axis=1)
     return np.flatnonzero(~ops.convert_to_numpy(finite)).astype(np.int64)
@@ -215,8 +244,53 @@ def _merge_block(chunk, block, g_start, best_scores, best_idx, keep, metric):
     return best_scores, best_idx
 
 
+#: The fewest rows a padded chunk of queries has (see :func:`query_bucket`).
+MIN_BUCKET = 16
+
+
+def query_bucket(num: int, chunk_size: int) -> int:
+    """The rows a chunk of ``num`` queries is padded to when searched with ``query_buckets``.
+
+    The next power of two from ``num`` on, at least :data:`MIN_BUCKET` and at most
+    ``chunk_size`` (a chunk holds at most ``chunk_size`` queries): with the default
+    ``chunk_size`` of 1024, one of the 7 sizes 16, 32, ..., 1024. Padding costs at
+    most twice the rows of the last chunk, and a backend that compiles each shape
+    (JAX) compiles these few shapes once, whatever the numbers of queries.
+    """
+    return min(chunk_size, max(MIN_BUCKET, 1 << max(num - 1, 0).bit_length()))
+
+
+_COMPILED = {}
+
+
+def _compiled(name):
+    """:func:`_merge_block` (``"merge"``) or :func:`tfdml.ops.l2_normalize` (``"normalize"``)
+    as one ``jax.jit`` program: what a search with query buckets runs under JAX.
+
+    Run operation by operation, JAX compiles each operation of a new shape on its own (some
+    70 of them for a query chunk); here one program is compiled per shape. Elsewhere the
+    plain functions (TensorFlow and PyTorch run them eagerly, compiling nothing).
+    """
+    if keras.backend.backend() != "jax":
+        return _merge_block if name == "merge" else dml.l2_normalize
+    if name not in _COMPILED:
+        import jax
+
+        # keep and metric are Python values that select the program; g_start is traced.
+        _COMPILED[name] = (jax.jit(_merge_block, static_argnums=(5, 6)) if name == "merge"
+                           else jax.jit(dml.l2_normalize))
+    return _COMPILED[name]
+
+
+def _padded(rows, size):
+    """``rows`` (a ``[n, D]`` NumPy array) followed by zero rows up to ``size`` rows."""
+    if len(rows) == size:
+        return rows
+    return np.concatenate([rows, np.zeros((size - len(rows),) + rows.shape[1:], rows.dtype)])
+
+
 def neighbours(queries, gallery, k, metric="cosine", exclude_self=False, chunk_size=1024,
-               gallery_chunk_size=65536, max_abs=None):
+               gallery_chunk_size=65536, max_abs=None, query_buckets=False):
     """Yields ``(start, scores, indices)``: the ``k`` nearest gallery rows of each query chunk.
 
     ``queries`` and ``gallery`` are float32 tensors (or NumPy arrays), already L2-normalized for
@@ -239,25 +313,42 @@ def neighbours(queries, gallery, k, metric="cosine", exclude_self=False, chunk_s
     scaled back in float64 (Inf beyond the float32 range). ``max_abs``: the
     largest absolute entry of ``queries`` and ``gallery`` when the caller knows
     it (computed otherwise).
+
+    With ``query_buckets``, each query chunk of ``n`` rows is copied to the host and
+    padded with zero rows to :func:`query_bucket` rows before it is searched, and
+    the padding rows' answers are dropped: every chunk then has one of a few shapes,
+    so that a backend that compiles each new shape (JAX) does not compile again for
+    each new number of queries; under JAX each merge of a chunk with a gallery block
+    is then one compiled program (``jax.jit``). A query's neighbours do not depend on the other
+    rows of its chunk; its scores are those of the same matrix product with more
+    rows, equal up to float32 rounding (the product of a few rows may add in
+    another order than that of many; exact where every product and sum is exact).
     """
     metric = _check_metric(metric)
     num_queries = int(queries.shape[0])
     num_gallery = int(gallery.shape[0])
     keep = k + 1 if exclude_self else k
     scale = 1.0
+    merge = _compiled("merge") if query_buckets else _merge_block
     if metric != "cosine":
         if max_abs is None:
             max_abs = max(_max_abs(queries), _max_abs(gallery))
         scale = score_scale(max_abs, int(queries.shape[-1]), metric)
     for start in range(0, num_queries, chunk_size):
-        chunk = _scaled(queries[start : start + chunk_size], scale)
+        chunk = queries[start : start + chunk_size]
+        num = int(chunk.shape[0])
+        if query_buckets:
+            chunk = _padded(np.asarray(ops.convert_to_numpy(chunk), np.float32),
+                            query_bucket(num, chunk_size))
+        chunk = _scaled(chunk, scale)
         best_scores = best_idx = None
         for g_start in range(0, num_gallery, gallery_chunk_size):
             block = _scaled(gallery[g_start : g_start + gallery_chunk_size], scale)
-            best_scores, best_idx = _merge_block(chunk, block, g_start, best_scores, best_idx,
-                                                 keep, metric)
-        idx = ops.convert_to_numpy(best_idx).astype(np.int64)
-        scores = ops.convert_to_numpy(best_scores).astype(np.float32)
+            best_scores, best_idx = merge(chunk, block, g_start, best_scores, best_idx, keep,
+                                          metric)
+        # The padding rows (from row num on) are dropped here, before anything reads them.
+        idx = ops.convert_to_numpy(best_idx)[:num].astype(np.int64)
+        scores = ops.convert_to_numpy(best_scores)[:num].astype(np.float32)
         if exclude_self:
             is_self = idx == np.arange(start, start + len(idx))[:, None]
             # A stable sort moves the query's own index (if present) behind the others.
@@ -315,12 +406,23 @@ class Index:
     A search whose ``"l2"`` or ``"dot"`` scores could overflow float32
     (:func:`score_scale`) runs on the default backend.
 
+    **Query buckets.** Under JAX, which compiles each operation again for each
+    new input shape, the queries (and added embeddings) are prepared and
+    searched in chunks padded with zero rows to one of a few sizes
+    (:func:`query_bucket`), each size compiled once as one program, so that
+    batches of varying sizes do not compile again; the padding rows never
+    reach an answer.
+
     Args:
         metric: ``"cosine"``, ``"dot"`` or ``"l2"``. Defaults to `"cosine"`.
         chunk_size: queries per matrix product. Defaults to `1024`.
         gallery_chunk_size: stored items per matrix product. Defaults to
             `65536`.
         backend: ``"keras"`` or ``"faiss"``. Defaults to `"keras"`.
+        query_buckets: pad each chunk of queries to :func:`query_bucket`
+            rows; ``None`` pads under the JAX backend only (TensorFlow and
+            PyTorch do not compile these operations). Not saved by
+            :meth:`save`. Defaults to `None`.
 
     Examples:
 
@@ -333,9 +435,16 @@ class Index:
     """
 
     def __init__(self, metric: str = "cosine", chunk_size: int = 1024,
-                 gallery_chunk_size: int = 65536, backend: str = "keras"):
+                 gallery_chunk_size: int = 65536, backend: str = "keras",
+                 query_buckets: bool | None = None):
         if backend not in BACKENDS:
             raise ValueError(f"`backend` must be one of {BACKENDS}. Received: backend={backend!r}")
+        if query_buckets is None:
+            query_buckets = keras.backend.backend() == "jax"
+        if not isinstance(query_buckets, (bool, np.bool_)):
+            raise ValueError("`query_buckets` must be True, False or None. "
+                             f"Received: query_buckets={query_buckets!r}")
+        self.query_buckets = bool(query_buckets)
         self.backend = backend
         self._faiss = None  # the faiss index, built on the first search after an add
         if backend == "faiss":
@@ -359,12 +468,41 @@ class Index:
                 f"labels={self._labels is not None}, ids={self._ids is not None})")
 
     def _prepare(self, embeddings, name):
-        x = ops.cast(dml.check_embeddings(embeddings, name), "float32")
+        """``[N, D]`` float32 NumPy rows, checked, L2-normalized for ``"cosine"``.
+
+        Everything but the normalization runs on the host, where a new number of rows
+        compiles nothing (under JAX, even moving an array of a new shape to the device
+        compiles).
+        """
+        if ops.is_tensor(embeddings):
+            x = np.asarray(ops.convert_to_numpy(dml.check_embeddings(embeddings, name)))
+        else:
+            x = np.asarray(embeddings)
+            if x.ndim != 2:
+                raise ValueError(f"`{name}` must be a rank-2 tensor of shape [B, D]. "
+                                 f"Received: {name}.shape={tuple(x.shape)}")
+            dtype = keras.backend.standardize_dtype(x.dtype)
+            if not dtype.startswith(("float", "bfloat")):
+                raise ValueError(f"`{name}` must have a floating dtype. Received: "
+                                 f"{name}.dtype={dtype}")
         if self.dim is not None and x.shape[-1] != self.dim:
             raise ValueError(f"`{name}` must have {self.dim} columns, the size of the index's "
                              f"embeddings. Received: {name}.shape={tuple(x.shape)}")
+        # float32 as ops.cast rounds (to nearest; Inf beyond the range: check_finite says so).
+        with np.errstate(over="ignore"):
+            x = x.astype(np.float32)
         check_finite(x, name)
-        return dml.l2_normalize(x) if self.metric == "cosine" else x
+        if self.metric != "cosine" or not len(x):
+            return x
+        if not self.query_buckets:
+            return np.asarray(ops.convert_to_numpy(dml.l2_normalize(x)), np.float32)
+        normalize = _compiled("normalize")
+        out = np.empty_like(x)  # row by row the same formula, in chunks of a few shapes
+        for start in range(0, len(x), self.chunk_size):
+            rows = x[start : start + self.chunk_size]
+            padded = _padded(rows, query_bucket(len(rows), self.chunk_size))
+            out[start : start + len(rows)] = ops.convert_to_numpy(normalize(padded))[: len(rows)]
+        return out
 
     def add(self, embeddings, labels=None, ids=None):
         """Appends embeddings ``[N, D]``, with their labels ``[N]`` and ids ``[N]``.
@@ -395,7 +533,7 @@ class Index:
                 state = "has" if stored is not None else "has no"
                 raise ValueError(f"The index {state} {name}: give `{name}` to every add or "
                                  "to none.")
-        self._parts.append(np.array(ops.convert_to_numpy(x), np.float32))
+        self._parts.append(x)
         if labels is not None:
             self._labels = (self._labels or []) + [labels]
         if ids is not None:
@@ -445,7 +583,7 @@ class Index:
             raise ValueError(f"`k` must be at most the size of the index ({len(self)}). "
                              f"Received: k={k}")
         # On the host: neighbours() moves one chunk at a time to the device.
-        q = np.asarray(ops.convert_to_numpy(self._prepare(queries, "queries")), np.float32)
+        q = self._prepare(queries, "queries")
         if len(q) == 0:  # no query: no neighbour
             return np.zeros((0, k), np.float32), np.zeros((0, k), np.int64)
         if self._max_abs is None:
@@ -460,7 +598,8 @@ class Index:
         scores = np.zeros((num, k), np.float32)
         indices = np.zeros((num, k), np.int64)
         for start, s, idx in neighbours(q, self._gallery, k, self.metric, False,
-                                        self.chunk_size, self.gallery_chunk_size, max_abs):
+                                        self.chunk_size, self.gallery_chunk_size, max_abs,
+                                        self.query_buckets):
             scores[start:start + len(idx)] = s
             indices[start:start + len(idx)] = idx
         return scores, indices
@@ -638,6 +777,35 @@ class Calibration(NamedTuple):
     recalls: np.ndarray
 
 
+#: :func:`calibrate` warns when at least this share of its queries are copies of their
+#: nearest item in the index.
+SELF_MATCH_SHARE = 0.1
+
+#: The relative distance below which :func:`calibrate` counts a nearest item as a copy
+#: of its query: ``|q - g| <= COPY_TOLERANCE * max(|q|, |g|)``.
+COPY_TOLERANCE = 1e-5
+
+
+def _stored_rows(index, positions):
+    """The stored embeddings at ``positions``, gathered from the added blocks one by one
+    (no copy of the whole index)."""
+    rows = np.zeros((len(positions), index.dim), np.float32)
+    end = 0
+    for part in index._parts:
+        begin, end = end, end + len(part)
+        here = (positions >= begin) & (positions < end)
+        rows[here] = part[positions[here] - begin]
+    return rows
+
+
+def _copies(index, queries, nearest):
+    """Whether each query (prepared as the index stores it) is a copy of its nearest item."""
+    q = index._prepare(queries, "queries").astype(np.float64)
+    g = _stored_rows(index, nearest).astype(np.float64)
+    size = np.maximum(np.linalg.norm(q, axis=1), np.linalg.norm(g, axis=1))
+    return np.linalg.norm(q - g, axis=1) <= COPY_TOLERANCE * size
+
+
 def calibrate(index: Index, queries, labels, target_precision: float = 0.99) -> Calibration:
     """The loosest match threshold whose precision on labelled queries reaches a target.
 
@@ -648,6 +816,15 @@ def calibrate(index: Index, queries, labels, target_precision: float = 0.99) -> 
     whose precision (correct among accepted) is at least ``target_precision``.
     Recall is the share of the correct matches that are accepted. Calibrate on
     queries that are not in the index (a query finds itself at distance 0).
+
+    A query counts as a *copy* of its nearest item when their embeddings, as the
+    index stores them (float32, L2-normalized for ``"cosine"``), are within a
+    relative distance of :data:`COPY_TOLERANCE`: ``|q - g| <= 1e-5 max(|q|, |g|)``
+    (an exact copy, or the same input embedded again). When at least
+    :data:`SELF_MATCH_SHARE` (10 %) of the queries are copies, a ``UserWarning``
+    says so: those queries match themselves at the best possible score, with their
+    own label, and the threshold fitted to them will not hold for new queries. A
+    few duplicates in held-out data stay below that share.
 
     When no threshold reaches the target, the most precise one is returned
     (ties: the loosest) with ``reached=False``.
@@ -664,6 +841,10 @@ def calibrate(index: Index, queries, labels, target_precision: float = 0.99) -> 
     Raises:
         ValueError: for an index without labels, a bad target, no query, or
             queries and labels of different lengths.
+
+    Warns:
+        UserWarning: when at least :data:`SELF_MATCH_SHARE` of the queries are
+            copies of their nearest item in the index.
 
     Examples:
 
@@ -683,6 +864,17 @@ def calibrate(index: Index, queries, labels, target_precision: float = 0.99) -> 
     if not len(labels):
         raise ValueError("`calibrate` needs at least one query: a precision of no match is "
                          "undefined. Received: 0 queries")
+    copies = int(_copies(index, queries, found.indices[:, 0]).sum())
+    if copies >= SELF_MATCH_SHARE * len(labels):
+        warnings.warn(
+            f"{copies} of the {len(labels)} calibration queries ({copies / len(labels):.0%}) "
+            "are copies of their nearest item in the index (the same embedding, at "
+            "distance 0), most likely because they were added to the index: each then "
+            "matches itself at the best possible score, and a threshold fitted to such "
+            "matches does not hold for new queries. Calibrate on held-out queries that "
+            "are not in the index (a validation split), or remove the copies from "
+            "`queries`.",
+            UserWarning, stacklevel=2)
     scores = found.scores[:, 0].astype(np.float64)
     correct = found.labels[:, 0] == labels
     # Strictest first: the best scores first (smallest distances for "l2").
@@ -718,8 +910,11 @@ def plot_calibration(calibration: Calibration, ax=None, target_precision=None):
 
     Returns:
         The matplotlib axis.
+
+    Raises:
+        ImportError: without matplotlib, naming the command that installs it.
     """
-    import matplotlib.pyplot as plt
+    plt = _import_pyplot()
 
     if ax is None:
         _, ax = plt.subplots(figsize=(5, 3.5))

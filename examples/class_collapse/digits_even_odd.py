@@ -122,8 +122,9 @@ def _matplotlib():
         import matplotlib
         from matplotlib.figure import Figure
     except ImportError as err:
-        raise ImportError("The figures need matplotlib: `pip install matplotlib` "
-                          "(or `pip install tfdml[plot]`), or pass --no-plots.") from err
+        raise ImportError("The figures need matplotlib: `pip install matplotlib` (or, in a "
+                          "clone of tfdml, `pip install \".[plot]\"`), or pass --no-plots."
+                          ) from err
     return matplotlib, Figure
 
 

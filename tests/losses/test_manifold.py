@@ -5,7 +5,8 @@ loss as ``cls(num_classes=C)``; ManifoldLoss takes ``(l, k)``) are written out h
 and gradients in float64 and float32, the gradient against central differences, the class
 form against the functional form, degenerate batches, NaN and Inf, meta classes outside
 ``[0, k)`` (eagerly a ValueError, compiled a NaN), bad arguments, the config, the .keras
-file with MetricModel (which owns and trains the proxies), compiled against eager.
+file with MetricModel (which owns and trains the proxies), compiled against eager; and where the
+proxies start: away from the data, a plateau with a zero gradient; at the class means, training.
 """
 
 from __future__ import annotations
@@ -354,3 +355,90 @@ def test_compiled_equals_eager():
     np.testing.assert_allclose(class_value, want_class, rtol=1e-5)
     assert_close_grad(grad_x, want_x, 1e-5)
     assert_close_grad(grad_p, want_p, 1e-5)
+
+
+# -- where the proxies start (the class docstring's "Start the proxies in the data") ---------------
+
+
+def _unit(a):
+    return a / np.linalg.norm(a, axis=-1, keepdims=True)
+
+
+def _cone(rng, num_classes=3, per_class=4, input_dim=6):
+    """Inputs that share a large first coordinate (their embeddings fill a narrow cone), one
+    more coordinate per class, and a little noise."""
+    labels = np.repeat(np.arange(num_classes), per_class).astype(np.int32)
+    eye = np.eye(input_dim)
+    inputs = 4.0 * eye[0] + eye[1 + labels] + 0.1 * rng.normal(size=(len(labels), input_dim))
+    return labels, inputs
+
+
+def _away_from(embeddings, k, rng):
+    """``k`` proxies at negative cosines with every embedding and with one another: each is
+    ``-u / 2`` (``u`` the embeddings' mean direction) plus a unit vertex of a regular simplex
+    orthogonal to ``u`` (pairwise cosines ``-1 / (k - 1)``)."""
+    u = _unit(_unit(embeddings).mean(axis=0))
+    basis = np.linalg.qr(np.stack([u, *rng.normal(size=(k, len(u)))]).T)[0].T[1:]
+    vertices = _unit(basis - basis.mean(axis=0))
+    return -0.5 * u + vertices
+
+
+def _plateau(k, lambda_c, margin=5e-4):
+    """Each term when every other proxy scores as the own one: ``log(1 + (k-1) e^margin)``."""
+    term = math.log(1.0 + (k - 1) * math.exp(margin))
+    return term if math.isinf(lambda_c) else (1.0 + lambda_c) * term
+
+
+@pytest.mark.parametrize("lambda_c", [1.0, 0.0, math.inf])
+def test_proxies_with_no_positive_cosine_are_a_flat_plateau(lambda_c, float64):
+    """No sample or proxy at a positive cosine with a proxy: every edge to a proxy weighs
+    ``exp(0) = 1``, the walk cannot tell the proxies apart, and the loss is
+    ``(1 + lambda_c) log(1 + (k-1) e^margin)`` with a zero gradient (the relu passes none)."""
+    rng = np.random.default_rng(5)
+    labels, inputs = _cone(rng, num_classes=K, per_class=3, input_dim=D)
+    x = inputs @ rng.normal(size=(D, D))
+    proxies = _away_from(x, K, rng)
+    unit_x, unit_p = _unit(x), _unit(proxies)
+    assert (unit_x @ unit_p.T).max() < -0.05
+    assert (unit_p @ unit_p.T)[~np.eye(K, dtype=bool)].max() < -0.05
+    value, (grad_x, grad_p) = _step(_functional(lambda_c=lambda_c))(labels, x, proxies)
+    np.testing.assert_allclose(value, _plateau(K, lambda_c), rtol=1e-12)
+    np.testing.assert_allclose(value, ref.manifold_loss(labels, x, proxies, lambda_c=lambda_c)[0],
+                               rtol=1e-12)
+    assert np.abs(grad_x).max() < 1e-12 and np.abs(grad_p).max() < 1e-12
+
+
+def test_proxies_started_at_the_class_means_train_and_proxies_away_from_the_data_do_not():
+    """A linear embedding of inputs in a narrow cone, 15 Adam steps on the embedding and the
+    proxies: from the class means of the first embeddings the loss falls to a fraction of its
+    start; from proxies at negative cosines with all of them it stays on the plateau."""
+    rng = np.random.default_rng(0)
+    labels, inputs = _cone(rng)
+    num_classes, input_dim, dim = 3, inputs.shape[1], 4
+    inputs = inputs.astype(np.float32)
+    kernel = (rng.normal(size=(input_dim, dim)) / np.sqrt(input_dim)).astype(np.float32)
+    first = _unit((inputs @ kernel).astype(np.float64))
+    means = np.stack([first[labels == c].mean(axis=0) for c in range(num_classes)])
+    step = value_and_grad_function(
+        lambda w, p: manifold_loss(labels, ops.matmul(inputs, w), p, dim, num_classes),
+        argnums=(0, 1), jit_compile=BACKEND == "jax")
+
+    def train(proxies, steps=15, rate=0.05):
+        params = [kernel.copy(), proxies.astype(np.float32)]
+        moments = [[np.zeros_like(a), np.zeros_like(a)] for a in params]
+        values = []
+        for t in range(1, steps + 1):
+            value, grads = to_numpy(step(*params))
+            values.append(float(value))
+            for a, g, m in zip(params, grads, moments, strict=True):
+                m[0] = 0.9 * m[0] + 0.1 * g
+                m[1] = 0.999 * m[1] + 0.001 * g * g
+                a -= rate * (m[0] / (1 - 0.9 ** t)) / (np.sqrt(m[1] / (1 - 0.999 ** t)) + 1e-7)
+        return np.array(values)
+
+    trained = train(means)
+    assert trained[0] > 0.5 and trained[-5:].mean() < 0.5 * trained[0], trained
+    away = _away_from(first, num_classes, rng)
+    assert (first @ _unit(away).T).max() < -0.05
+    stuck = train(away)
+    np.testing.assert_allclose(stuck, _plateau(num_classes, 1.0), rtol=1e-5)

@@ -154,6 +154,35 @@ class ManifoldLoss(ClassWeightLoss):
     The proxies are a variable of the loss's state (``loss.class_weights``,
     ``[k, l]``). Train with :class:`tfdml.models.MetricModel`, which owns it.
 
+    Start the proxies in the data. The edge weight ``exp(2 max(cos, 0))``
+    is 1, with a zero gradient, at every cosine ``<= 0``. Random proxies
+    (the default initializer; pytorch-metric-learning's are standard
+    normal) against embeddings that fill a narrow cone (a network on
+    non-negative pixels, say) are pushed out of it: the hinge terms of the
+    ``k - 1`` other proxies outweigh the pull of a sample's own, and the
+    context loss, whose gradient is 10-40x the intrinsic one's, pushes the
+    hardest. Once no sample or other proxy has a positive cosine with a
+    proxy, the walk cannot tell the proxies apart: each term is
+    ``log(1 + (k - 1) e^margin)``, about ``ln k``, with a zero gradient, a
+    plateau that training does not leave (about ``2 ln k`` in all for
+    ``lambda_c = 1``). On scikit-learn's digits
+    (``python examples/digits_manifold.py``: the 16-d linear embedding of
+    ``examples/digits_losses.py``, ``k = 6`` proxies, one per training
+    digit, 10 x 40 steps of Adam 1e-3, seed 0), the defaults' loss over 40
+    fixed batches rises from 2.56 to 3.33 (intrinsic 1.40 -> 1.79,
+    ``ln 6 = 1.79``; the image-proxy cosines above 0 fall from 48% to 3%).
+    With each proxy set before training to the mean unit embedding of its
+    meta class under the untrained network, it falls from 0.81 to 0.21
+    (0.39 -> 0.046 with ``lambda_c=0``); Recall@1 on the held-out digits
+    goes 95.1 -> 95.9 (96.1 with ``lambda_c=0``) against 95.5 for random
+    proxies::
+
+        loss.build_state(l)
+        e = embedder.predict(x_train)
+        e /= np.linalg.norm(e, axis=1, keepdims=True)
+        loss.class_weights.assign(
+            np.stack([e[meta_train == j].mean(axis=0) for j in range(k)]))
+
     Args:
         l: the embedding size.
         k: the number of proxies; the meta classes ``y_true`` must be in
