@@ -34,6 +34,7 @@ Usage::
         [--losses ephn semihard ms supcon floor] [--block-size 1024] [--dense-max 16384]
         [--repeats 2] [--output benchmarks/results/large_batch.md]
     python benchmarks/large_batch.py --fit [--sizes 512 1024 2048] [--chunk-size 128] [--no-xla]
+        [--chunked-without-xla]  # the whole step with XLA, the chunked one without
 
 Dense configurations above ``--dense-max`` are not run (their ``[B, B]`` float32 matrix
 alone is listed instead). A configuration that fails (out of memory, a time-out) is a
@@ -313,6 +314,8 @@ def main(argv=None):
     parser.add_argument("--fit", action="store_true", help="the chunked training step part")
     parser.add_argument("--no-xla", action="store_true",
                         help="--fit: compile the step without XLA (jit_compile=False)")
+    parser.add_argument("--chunked-without-xla", action="store_true",
+                        help="--fit: the whole step with XLA, the chunked one without")
     parser.add_argument("--sizes", type=int, nargs="+")
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--losses", nargs="+", default=list(LOSSES), choices=LOSSES)
@@ -346,7 +349,8 @@ def main(argv=None):
         worker_args = ["--loss", config["loss"], "--batch", config["batch"],
                        "--repeats", args.repeats]
         if args.fit:
-            worker_args += ["--chunk-size", config["chunk"]] + (["--no-xla"] if args.no_xla else [])
+            no_xla = args.no_xla or (args.chunked_without_xla and config["chunk"])
+            worker_args += ["--chunk-size", config["chunk"]] + (["--no-xla"] if no_xla else [])
         else:
             worker_args += ["--mode", config["mode"], "--dim", args.dim,
                             "--block-size", args.block_size]
@@ -372,7 +376,8 @@ def main(argv=None):
     ]
     if args.fit:
         lines += [f"MetricModel(conv embedder, SupConLoss()), one train_on_batch compiled "
-                  f"{'without' if args.no_xla else 'with'} XLA; chunked: "
+                  f"{'without' if args.no_xla else 'with'} XLA"
+                  f"{' (the chunked one without)' if args.chunked_without_xla else ''}; chunked: "
                   f"chunk_size={args.chunk_size}.", ""]
     else:
         lines += [f"D = {args.dim}; blocked: block_size={args.block_size}. Losses: "

@@ -246,6 +246,54 @@ def _tf_unscale_for_distribution(value):
     return value
 
 
+# The parts of a chunked step of a MetricModel stepping eagerly under JAX, each compiled once
+# (see `_jax_compiled_loop`): per model, by name.
+_JAX_STEP_FUNCTIONS = weakref.WeakKeyDictionary()
+
+
+def _jax_eager(*trees) -> bool:
+    """The step runs outside ``jax.jit`` (``jit_compile=False``): no tracer among the arrays."""
+    import jax
+
+    return not any(isinstance(t, jax.core.Tracer) for t in jax.tree.leaves(trees))
+
+
+def _jax_compiled_call(model, name, fn, *args):
+    """``fn(*args)``; outside ``jax.jit``, compiled once per model (and per shape)."""
+    if not _jax_eager(*args):
+        return fn(*args)
+    import jax
+
+    functions = _JAX_STEP_FUNCTIONS.setdefault(model, {})
+    if name not in functions:
+        functions[name] = jax.jit(fn)
+    return functions[name](*args)
+
+
+def _jax_compiled_loop(model, name, fn, trainable, carry, xs):
+    """``carry`` through ``fn(trainable, carry, x)`` for each chunk ``x`` of ``xs`` (a
+    leading chunk axis), stacking what it returns beside the carry: ``(carry, stacked)``.
+
+    Inside the compiled step, a ``lax.scan``: memory for one chunk's activations. Called
+    eagerly (``jit_compile=False``), a Python loop over ``fn`` compiled once: XLA on the
+    CPU runs the convolutions of a loop body many times slower than the same convolutions
+    outside one, and each compiled call still frees its chunk's activations when it returns.
+    """
+    import jax
+
+    if not _jax_eager(trainable, carry, xs):
+        return jax.lax.scan(lambda c, x: fn(trainable, c, x), carry, xs)
+    count = jax.tree.leaves(xs)[0].shape[0]
+    outputs = []
+    for i in range(count):
+        carry, out = _jax_compiled_call(model, name, fn, trainable, carry,
+                                     jax.tree.map(lambda t, i=i: t[i], xs))
+        outputs.append(out)
+    stacked = None if outputs[0] is None else jax.tree.map(
+        lambda *parts: ops.stack(parts), *outputs)
+    return carry, stacked
+
+
 class _TFChunks:
     """The rows of a batch (TensorFlow) in chunks: ``full`` chunks of ``size`` rows (the
     head, ``head_rows`` rows), then the rest (the tail, maybe empty)."""
@@ -340,8 +388,11 @@ class MetricModel(keras.Model):
             activations of one chunk plus the ``[B, D]`` embeddings and their
             gradient. The network runs forward twice: on a GPU a step took
             1.4 to 1.55 times as long as without chunks in
-            ``benchmarks/large_batch.py --fit``; on the CPU XLA runs the
-            chunk loop's convolutions slowly (docs/losses.md). Random
+            ``benchmarks/large_batch.py --fit``. On the CPU XLA runs the
+            convolutions of a compiled loop slowly: compile the model with
+            ``jit_compile=False`` there (under JAX the step then compiles each
+            chunk's passes and the loss as functions of their own, and took
+            0.9x the unchunked XLA step at B = 2048; docs/losses.md). Random
             layers (``Dropout``...) draw the same values in both passes (the
             embedder's non-trainable variables, seed states included, are
             restored before the second pass), and the loss runs once, so a
@@ -659,19 +710,27 @@ class MetricModel(keras.Model):
                                                            head_x, tail_x)
 
         # 2. The loss and its gradient w.r.t. the variables and the embeddings.
-        def loss_fn(trainable, embeddings):
-            loss, (_, new_non_trainable, new_metrics) = self.stateless_compute_loss(
-                trainable, non_trainable, metrics_variables, x=x, y=y, y_pred=embeddings,
-                sample_weight=sample_weight, training=True)
-            unscaled = loss
-            if self.optimizer is not None:
-                mapping = list(zip(self.optimizer.variables, optimizer_variables, strict=True))
-                with keras.StatelessScope(state_mapping=mapping):
-                    loss = self.optimizer.scale_loss(loss)
-            return loss, (unscaled, new_non_trainable, new_metrics)
+        def loss_and_gradients(trainable, embeddings, non_trainable, metrics_variables,
+                               optimizer_variables, y, sample_weight):
+            def loss_fn(trainable, embeddings):
+                loss, (_, new_non_trainable, new_metrics) = self.stateless_compute_loss(
+                    trainable, non_trainable, metrics_variables, x=None, y=y,
+                    y_pred=embeddings, sample_weight=sample_weight, training=True)
+                unscaled = loss
+                if self.optimizer is not None:
+                    mapping = list(zip(self.optimizer.variables, optimizer_variables,
+                                       strict=True))
+                    with keras.StatelessScope(state_mapping=mapping):
+                        loss = self.optimizer.scale_loss(loss)
+                return loss, (unscaled, new_non_trainable, new_metrics)
+
+            return jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)(trainable,
+                                                                           embeddings)
 
         (_, (unscaled, non_trainable, metrics_variables)), (grads, grad_embeddings) = (
-            jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)(trainable, embeddings))
+            _jax_compiled_call(self, "loss", loss_and_gradients, trainable, embeddings,
+                            non_trainable, metrics_variables, optimizer_variables, y,
+                            sample_weight))
 
         # 3. The embedder's state back to `before`; each chunk's gradient separately.
         non_trainable = [old if owned else new for old, new, owned in zip(
@@ -696,19 +755,19 @@ class MetricModel(keras.Model):
     def _jax_embed_chunks(self, trainable, non_trainable, head_x, tail_x):
         """``(non_trainable, embeddings)``: every row embedded, the ``[full, size, ...]``
         chunks of ``head_x`` in a scan, then ``tail_x`` (None: no rows left)."""
-        import jax
-
-        def embed(non_trainable, inputs):
+        def embed(trainable, non_trainable, inputs):
             out, non_trainable, losses = self.stateless_call(
                 trainable, non_trainable, inputs, training=True, return_losses=True)
             _check_chunk_output(out, _first_input(inputs).shape[0], self.chunk_size)
             self._check_no_call_losses(losses, self)
             return non_trainable, out
 
-        non_trainable, head = jax.lax.scan(embed, non_trainable, head_x)
+        non_trainable, head = _jax_compiled_loop(self, "embed", embed, trainable, non_trainable,
+                                              head_x)
         embeddings = head.reshape((head.shape[0] * head.shape[1],) + tuple(head.shape[2:]))
         if tail_x is not None:
-            non_trainable, tail = embed(non_trainable, tail_x)
+            non_trainable, tail = _jax_compiled_call(self, "embed", embed, trainable,
+                                                  non_trainable, tail_x)
             embeddings = ops.concatenate([embeddings, tail], axis=0)
         return non_trainable, embeddings
 
@@ -719,7 +778,7 @@ class MetricModel(keras.Model):
         :meth:`_jax_embed_chunks`)."""
         import jax
 
-        def chunk_grads(non_trainable, inputs, grad):
+        def chunk_grads(trainable, non_trainable, inputs, grad):
             def surrogate(trainable):
                 out, new_non_trainable = self.stateless_call(
                     trainable, non_trainable, inputs, training=True)
@@ -729,20 +788,21 @@ class MetricModel(keras.Model):
 
             return jax.grad(surrogate, has_aux=True)(trainable)
 
-        def backward_chunk(carry, chunk):
+        def backward_chunk(trainable, carry, chunk):
             sums, non_trainable = carry
-            grads, non_trainable = chunk_grads(non_trainable, *chunk)
+            grads, non_trainable = chunk_grads(trainable, non_trainable, *chunk)
             return (jax.tree.map(ops.add, sums, grads), non_trainable), None
 
         full, size = _first_input(head_x).shape[:2]
         head_rows = full * size
         head_grad = grad_embeddings[:head_rows].reshape(
             (full, size) + tuple(grad_embeddings.shape[1:]))
-        (grads, non_trainable), _ = jax.lax.scan(backward_chunk, (grads, non_trainable),
-                                                 (head_x, head_grad))
+        grads, non_trainable = _jax_compiled_loop(self, "backward", backward_chunk, trainable,
+                                               (grads, non_trainable), (head_x, head_grad))[0]
         if tail_x is not None:
-            tail_grads, non_trainable = chunk_grads(non_trainable, tail_x,
-                                                    grad_embeddings[head_rows:])
+            tail_grads, non_trainable = _jax_compiled_call(
+                self, "grads", chunk_grads, trainable, non_trainable, tail_x,
+                grad_embeddings[head_rows:])
             grads = jax.tree.map(ops.add, grads, tail_grads)
         return grads, non_trainable
 
