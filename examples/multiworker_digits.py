@@ -37,6 +37,7 @@ import time
 import numpy as np
 
 from tfdml import experiments
+from tfdml._files import write_json  # whole or not at all
 
 HERE = pathlib.Path(__file__).resolve().parent
 TRAIN = HERE / "extreme_triplet" / "train.py"
@@ -129,7 +130,7 @@ def main(argv=None):
         report["loss_per_epoch"] = [[h["loss"] for h in r["history"]] for r in results]
         ok = bool(diffs) and report["max_difference_between_workers"] <= 1e-6
     report["same_weights"] = ok
-    (out / "report.json").write_text(json.dumps(report, indent=1))
+    write_json(out / "report.json", report)
     print(json.dumps(report, indent=1))
     return 0 if ok else 1
 

@@ -16,7 +16,7 @@ import re
 import secrets
 import shutil
 
-__all__ = ["atomic_path", "remove_temporaries"]
+__all__ = ["atomic_path", "remove_temporaries", "save_figure", "write_json", "write_text"]
 
 # `.<stem>.tmp-<pid>-<hex><suffix>` (being written) and `.<stem>.old-...` (a replaced directory).
 _TEMPORARY = re.compile(r"^\..+\.(tmp|old)-[0-9]+-[0-9a-f]{8}(\..*)?$")
@@ -109,6 +109,30 @@ def atomic_path(path, directory=False):
         _remove(tmp)
         raise
     _fsync_directory(folder)
+
+
+def write_text(path, text):
+    """Writes ``text`` to ``path``, whole or not at all (:func:`atomic_path`)."""
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
+        f.write(text)
+
+
+def write_json(path, obj, **kwargs):
+    """Writes ``obj`` as JSON to ``path`` (``json.dump``'s ``kwargs``: ``indent=1`` by
+    default), whole or not at all."""
+    import json
+
+    kwargs.setdefault("indent", 1)
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
+        json.dump(obj, f, **kwargs)
+
+
+def save_figure(figure, path, **kwargs):
+    """Writes a matplotlib ``figure`` to ``path`` (the format from its extension, PNG without
+    one; ``savefig``'s ``kwargs``, e.g. ``dpi``), whole or not at all."""
+    file_format = os.path.splitext(os.fspath(path))[1][1:] or "png"
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        figure.savefig(f, format=file_format, **kwargs)
 
 
 def remove_temporaries(folder):

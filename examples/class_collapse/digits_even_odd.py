@@ -34,6 +34,7 @@ import keras
 import numpy as np
 
 import tfdml
+from tfdml._files import save_figure  # whole or not at all
 
 HERE = pathlib.Path(__file__).resolve().parent
 METHODS = {"Triplet": "random", "EPS + Triplet": "easy"}
@@ -148,7 +149,7 @@ def plot_embeddings(embeddings, out_dir, split_title, file_name):
     fig.suptitle(f"2-D embeddings of {split_title}, trained on even/odd labels of digits 0-5")
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / file_name
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     return path
 
 

@@ -35,7 +35,6 @@ started again with the same command.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 
@@ -43,6 +42,7 @@ import numpy as np
 
 import tfdml
 from tfdml import experiments
+from tfdml._files import save_figure, write_json, write_text  # whole or not at all
 
 LOSSES = ("triplet", "margin", "ms")
 #: The paper's names of the baselines (Tables 2 and 3).
@@ -267,18 +267,18 @@ def main(argv=None):
 def _rewrite_results(out, results, extra):
     """``run`` wrote results.json and results.md before the extra metrics were merged."""
     path = os.path.join(out, "results.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(results, f, indent=1, default=float)
-    os.replace(path + ".tmp", path)
-    with open(os.path.join(out, "results.md"), "a") as f:
-        f.write("\nMore metrics (NMI+: k-means with more clusters than classes; letters: "
-                "Omniglot's character labels):\n\n")
-        f.write(experiments.markdown_table([{"metric": k, "value": v}
-                                            for k, v in extra.items()]))
-        if "beta" in results:
-            b = results["beta"]
-            f.write(f"\nLearned beta: mean {b['mean']:.4f}, min {b['min']:.4f}, "
-                    f"max {b['max']:.4f} (initial {b['initial']}).\n")
+    write_json(path, results, default=float)
+    markdown = os.path.join(out, "results.md")
+    with open(markdown) as f:
+        text = f.read()
+    text += ("\nMore metrics (NMI+: k-means with more clusters than classes; letters: "
+             "Omniglot's character labels):\n\n")
+    text += experiments.markdown_table([{"metric": k, "value": v} for k, v in extra.items()])
+    if "beta" in results:
+        b = results["beta"]
+        text += (f"\nLearned beta: mean {b['mean']:.4f}, min {b['min']:.4f}, "
+                 f"max {b['max']:.4f} (initial {b['initial']}).\n")
+    write_text(markdown, text)
 
 
 # -- the sweep scripts' shared part -------------------------------------------------------------
@@ -334,11 +334,10 @@ def run_grid(argv, runs, seeds, output_dir, title):
                 if len(mine) > 1:
                     row[key + "_std"] = float(values.std())
         summary.append(row)
-    with open(os.path.join(output_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1)
-    with open(os.path.join(output_dir, "summary.md"), "w") as f:
-        f.write(f"# {title}\n\nMean over seeds 0-{seeds - 1} (std: NumPy's population std)."
-                f"\n\n{experiments.markdown_table(summary)}")
+    write_json(os.path.join(output_dir, "summary.json"), summary)
+    write_text(os.path.join(output_dir, "summary.md"),
+               f"# {title}\n\nMean over seeds 0-{seeds - 1} (std: NumPy's population std)."
+               f"\n\n{experiments.markdown_table(summary)}")
     print(experiments.markdown_table(summary), flush=True)
     return summary
 
@@ -368,7 +367,7 @@ def plot_lines(path, series, x_label, y_label, title, references=(), log_x=False
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 

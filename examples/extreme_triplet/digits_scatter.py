@@ -31,6 +31,7 @@ import keras
 import numpy as np
 
 import tfdml
+from tfdml._files import save_figure  # whole or not at all
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -118,7 +119,7 @@ def main(argv=None):
     fig.suptitle(f"Digits 0-5: easy-positive / hard-negative triplets of the whole training "
                  f"set, n = {args.samples_per_class} per class in a batch")
     path = output_dir / f"{args.name}.png"
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     print(f"\nWrote {path} ({time.perf_counter() - start:.0f} s)")
     return runs
 

@@ -15,7 +15,6 @@ figure4.png to the output directory (default runs/figure4-<dataset>).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -24,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train  # noqa: E402
 
 from tfdml import experiments  # noqa: E402
+from tfdml._files import save_figure, write_json, write_text  # whole or not at all
 
 GROUP_SIZES = (2, 4, 8, 16, 32)
 METHODS = ((1, "EPHN"), (2, "EPHN"), (1, "EPSHN"), (2, "EPSHN"))
@@ -56,11 +56,10 @@ def main(argv=None):
                           sizes, strict=True):
             rows.append({"order": order, "mining": mining, "n": n,
                          "recall@1": row.get("val_recall@1"), "run": f"{method}/{row['run']}"})
-    with open(os.path.join(out, "figure4.json"), "w") as f:
-        json.dump(rows, f, indent=1)
-    with open(os.path.join(out, "figure4.md"), "w") as f:
-        f.write(f"# Figure 4: Recall@1 vs group size n on {args.dataset}"
-                f"{' (smoke run)' if args.smoke else ''}\n\n" + experiments.markdown_table(rows))
+    write_json(os.path.join(out, "figure4.json"), rows)
+    write_text(os.path.join(out, "figure4.md"),
+               f"# Figure 4: Recall@1 vs group size n on {args.dataset}"
+               f"{' (smoke run)' if args.smoke else ''}\n\n" + experiments.markdown_table(rows))
 
     import matplotlib
 
@@ -79,7 +78,7 @@ def main(argv=None):
     ax.set_title(args.dataset)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "figure4.png"), dpi=110)
+    save_figure(fig, os.path.join(out, "figure4.png"), dpi=110)
     plt.close(fig)
     print(experiments.markdown_table(rows))
     return rows

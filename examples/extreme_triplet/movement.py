@@ -18,7 +18,6 @@ The learning rate is 1e-5 (one copy of the paper says 1e-6).
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -26,6 +25,7 @@ import keras
 
 import tfdml
 from tfdml import experiments
+from tfdml._files import save_figure, write_json, write_text  # whole or not at all
 
 DIRECTIONS = ("up_right", "up_left", "down_left", "down_right", "still")
 
@@ -61,7 +61,7 @@ def plot(totals, path, title):
     ax.set_ylim(0, 1)
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -133,14 +133,13 @@ def main(argv=None):
                "config": {k: v for k, v in vars(args).items() if k != "output_dir"},
                "epochs": per_epoch, "total": totals, "triplets": triplets,
                "seconds": round(time.perf_counter() - start, 1)}
-    with open(os.path.join(out, "movement.json"), "w") as f:
-        json.dump(results, f, indent=1, default=str)
+    write_json(os.path.join(out, "movement.json"), results, default=str)
     rows = [{"epoch": e["epoch"], "triplets": e["triplets"], **{d: e[d] for d in DIRECTIONS}}
             for e in per_epoch]
     rows.append({"epoch": "all", "triplets": triplets, **totals})
     table = experiments.markdown_table(rows, digits=3)
-    with open(os.path.join(out, "movement.md"), "w") as f:
-        f.write(f"# Triplet movement: {name}, {phase}, {data.name}\n\n{table}")
+    write_text(os.path.join(out, "movement.md"),
+               f"# Triplet movement: {name}, {phase}, {data.name}\n\n{table}")
     print(table)
     return results
 

@@ -31,6 +31,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from tfdml._files import save_figure  # whole or not at all
 from tfdml.analysis.vector_field import plot_problem_regions, plot_vector_field  # noqa: E402
 
 GAMMAS = (0.2, 0.5, 0.8)
@@ -108,7 +109,7 @@ def main(argv=None):
     for name, fig in figures.items():
         fig.tight_layout(rect=(0, 0, 1, 0.96))
         path = out / name
-        fig.savefig(path, dpi=args.dpi)
+        save_figure(fig, path, dpi=args.dpi)
         plt.close(fig)
         written.append(str(path))
         print(f"wrote {path}")

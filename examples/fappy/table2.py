@@ -19,6 +19,7 @@ import os
 import sys
 
 from tfdml import experiments
+from tfdml._files import save_figure  # whole or not at all
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import table1  # noqa: E402
@@ -47,7 +48,7 @@ def plot_all_cmc(output_dir, names):
     ax.grid(alpha=0.3)
     fig.tight_layout()
     path = os.path.join(output_dir, "cmc_small.png")
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 

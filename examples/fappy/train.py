@@ -40,6 +40,7 @@ import numpy as np
 
 import tfdml
 from tfdml import experiments
+from tfdml._files import save_figure  # whole or not at all
 
 LOSSES = ("fappy", "contrastive", "triplet", "lifted", "histogram")
 
@@ -204,7 +205,7 @@ def plot_cmc(curve, path, title):
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 

@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train  # noqa: E402
 
 from tfdml import experiments  # noqa: E402
+from tfdml._files import write_text  # whole or not at all
 
 #: Table 2 (the four losses, plain and with LoOp), Table 3 (the triplet samplers; the
 #: plain triplet loss is rand-disjoint) and Figure 4 (LoOp triplet without l2).
@@ -95,10 +96,10 @@ def main(argv=None):
                              title=f"LoOp Tables 2 and 3 on {args.dataset}",
                              check=lambda flags: train.check_args(train.make_parser(), flags))
     table = summarize(rows, args.runs, args.seeds, args.dataset)
-    with open(os.path.join(out, "table.md"), "w") as f:
-        f.write(f"# LoOp Tables 2 and 3 on {args.dataset}: paper vs. these runs (%, "
-                f"mean ± std over seeds {args.seeds})\n\n")
-        f.write(experiments.markdown_table(table, digits=1))
+    write_text(os.path.join(out, "table.md"),
+               f"# LoOp Tables 2 and 3 on {args.dataset}: paper vs. these runs (%, "
+               f"mean ± std over seeds {args.seeds})\n\n"
+               + experiments.markdown_table(table, digits=1))
     print(experiments.markdown_table(table, digits=1), flush=True)
     return table
 

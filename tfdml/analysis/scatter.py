@@ -29,6 +29,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from tfdml import _files
 from tfdml import ops as dml
 from tfdml._checks import check_choice, check_int
 from tfdml._files import atomic_path
@@ -669,9 +670,7 @@ def save_scatter(path, points: TripletScatterResult, epoch: int):
 def save_figure(figure, path, dpi: int = 120):
     """Writes a matplotlib ``figure`` to ``path`` (format from its extension, default PNG),
     whole or not at all."""
-    file_format = os.path.splitext(os.fspath(path))[1][1:] or "png"
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        figure.savefig(f, dpi=dpi, format=file_format)
+    _files.save_figure(figure, path, dpi=dpi)
 
 
 class ScatterFiles:

@@ -15,7 +15,7 @@ import keras
 import numpy as np
 
 from tfdml import metrics as _metrics
-from tfdml._files import atomic_path
+from tfdml._files import atomic_path, write_json, write_text
 from tfdml._tensorflow import tf
 from tfdml.data import eval_batches
 from tfdml.experiments.data import ExperimentData
@@ -166,13 +166,10 @@ def best_epoch(history, monitor):
 
 
 def _atomic_write_json(path, obj):
-    with atomic_path(path) as tmp, open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, default=_json_default)
+    write_json(path, obj, default=_json_default)
 
 
-def _atomic_write_text(path, text):
-    with atomic_path(path) as tmp, open(tmp, "w") as f:
-        f.write(text)
+_atomic_write_text = write_text
 
 
 def _json_default(x):
