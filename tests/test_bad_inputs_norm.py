@@ -3,13 +3,15 @@ cannot represent them.
 
 The catalogue (each case asserts NaN or the value of a plain NumPy float64 reference):
 
-* ``tfdml.ops.l2_normalize`` is exact for every finite vector (float32 norms from 1e-30 to
-  8e38, beyond the float32 range; float64 from 1e-300 to 2e308), zero rows stay zero, the
-  ``epsilon`` bound of ``tf.math.l2_normalize`` holds, gradients are finite and exact;
-  eagerly and compiled.
-  ``tfdml.layers.L2Normalization`` is the same function.
+* ``tfdml.ops.l2_normalize`` gives unit norm to every non-zero finite vector (float32 norms
+  from 1e-40, subnormal, to 8e38, beyond the float32 range; float16 and bfloat16 down to
+  their subnormals; float64 from 1e-310 to 2e308), zero rows stay zero with a zero
+  gradient, gradients are exact (0 for rows of subnormal entries, whose exact gradient
+  overflows); eagerly and compiled. With ``epsilon`` it is ``tf.math.l2_normalize``'s
+  formula, which ``tfdml.layers.L2Normalization`` keeps.
 * A loss that normalizes has the same value (and the gradient divided by the scale) at
-  ``x`` and at ``1e20 * x``: before, such rows normalized to zeros and every loss gave its
+  ``x``, ``1e20 * x``, ``1e-25 * x`` and ``1e-40 * x``: before, huge rows normalized to
+  zeros and tiny ones were scaled by 1e6 instead of to unit norm, and every loss gave its
   all-zero value (log 2 for TripletNCA).
 * A loss that does not normalize returns NaN once its distances could overflow (float32
   norms above about 9.2e18), for a whole batch or a single row, for every reduction, and
@@ -26,6 +28,7 @@ from __future__ import annotations
 import math
 
 import keras
+import ml_dtypes
 import numpy as np
 import pytest
 from backends import (
@@ -67,6 +70,7 @@ def _rows32():
         "small_above_sqrt_eps": base[3] * 1e-5,
         "below_sqrt_eps": base[4] * 1e-8,
         "tiny_1e-30": base[5] * 1e-30,
+        "subnormal_1e-40": base[6] * 1e-40,
         "one_hot": np.eye(8)[3] * 3.0,
         "zero": np.zeros(8),
     }
@@ -76,9 +80,13 @@ def _rows32():
 NAMES, ROWS = _rows32()
 
 
-def ref_normalize(x, epsilon=EPS):
-    """float64 ``x / sqrt(max(|x|^2, epsilon))`` row by row, the norm by ``math.hypot`` of
-    the row over its largest entry (a float64 norm itself may overflow: 1e308 * sqrt(6))."""
+F32_TINY = float(np.finfo(np.float32).tiny)
+
+
+def ref_normalize(x, epsilon=None):
+    """float64 ``x / |x|`` row by row (0 for a zero row), or with ``epsilon``
+    ``x / sqrt(max(|x|^2, epsilon))``; the norm by ``math.hypot`` of the row over its largest
+    entry (a float64 norm itself may overflow: 1e308 * sqrt(6), or underflow: 1e-310)."""
     x = np.asarray(x, np.float64)
     out = np.zeros_like(x)
     for i, row in enumerate(x):
@@ -86,22 +94,24 @@ def ref_normalize(x, epsilon=EPS):
         if top == 0:
             continue
         norm_over_top = math.hypot(*(row / top))
-        if top < math.sqrt(epsilon) / norm_over_top:
+        if epsilon is not None and top < math.sqrt(epsilon) / norm_over_top:
             out[i] = row / math.sqrt(epsilon)
         else:
             out[i] = (row / top) / norm_over_top
     return out
 
 
-def ref_normalize_grad(x, w, epsilon=EPS):
-    """d/dx of ``sum(normalize(x) * w)``: ``(w - u (u.w)) / |x|``, or ``w / sqrt(eps)``."""
+def ref_normalize_grad(x, w, epsilon=None, subnormal=F32_TINY):
+    """d/dx of ``sum(normalize(x) * w)``: ``(w - u (u.w)) / |x|``; 0 for a zero row and a
+    row whose entries are all below ``subnormal`` (its exact gradient overflows float32),
+    or ``w / sqrt(epsilon)`` below that bound."""
     x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
-    out = np.empty_like(x)
+    out = np.zeros_like(x)
     for i, row in enumerate(x):
         n = math.hypot(*row)
-        if n * n < epsilon:
+        if epsilon is not None and n * n < epsilon:
             out[i] = w[i] / math.sqrt(epsilon)
-        else:
+        elif np.abs(row).max() >= subnormal:
             u = row / n
             out[i] = (w[i] - u * np.dot(u, w[i])) / n
     return out
@@ -127,11 +137,14 @@ def test_l2_normalize_is_exact_for_every_finite_float32_vector(mode):
     fn = dml.l2_normalize if mode == "eager" else compiled(dml.l2_normalize)
     got = to_numpy(fn(ops.convert_to_tensor(ROWS)))
     assert got.dtype == np.float32
-    assert_rows_close(got, ref_normalize(ROWS), rtol=1e-6)
-    unit = [i for i, n in enumerate(NAMES) if n not in ("below_sqrt_eps", "tiny_1e-30", "zero")]
+    # The subnormal row's entries carry 16 significant bits or fewer.
+    for i, (name, want) in enumerate(zip(NAMES, ref_normalize(ROWS), strict=True)):
+        assert_rows_close(got[i:i + 1], want[None], rtol=1e-4 if "subnormal" in name else 1e-6)
+    unit = [i for i, n in enumerate(NAMES) if n != "zero"]
     np.testing.assert_allclose(np.linalg.norm(got[unit].astype(np.float64), axis=1), 1.0,
                                rtol=1e-6)
     np.testing.assert_array_equal(got[NAMES.index("zero")], 0.0)
+    np.testing.assert_array_equal(to_numpy(fn(ops.convert_to_tensor(-0.0 * X[:2]))), 0.0)
 
 
 @MB
@@ -139,21 +152,33 @@ def test_l2_normalize_is_exact_for_every_finite_float32_vector(mode):
 def test_l2_normalize_is_exact_for_every_finite_float64_vector():
     base = RNG.normal(size=(5, 6))
     x = np.stack([base[0] * 1e300, base[1] * 1e200, base[2] * 1e-200, base[3] * 1e-300,
-                  np.full(6, 1e308), base[4]])
+                  np.full(6, 1e308), base[4], base[4] * 1e-310, np.zeros(6)])
     got = to_numpy(dml.l2_normalize(ops.convert_to_tensor(x)))
     assert got.dtype == np.float64
-    assert_rows_close(got, ref_normalize(x), rtol=1e-14)
+    assert_rows_close(got[:-2], ref_normalize(x[:-2]), rtol=1e-14)
+    # 1e-310 is subnormal in float64: about 36 significant bits.
+    assert_rows_close(got[-2:], ref_normalize(x[-2:]), rtol=1e-9)
+    np.testing.assert_allclose(np.linalg.norm(got[:-1], axis=1), 1.0, rtol=1e-14)
+    np.testing.assert_array_equal(got[-1], 0.0)
 
 
 @MB
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_l2_normalize_half_precision_keeps_dtype_and_does_not_overflow(dtype):
     # 6e4^2 * 8 overflows float16; the sum runs in float32 and the result is cast back.
-    x = np.stack([np.full(8, 6e4), np.arange(8.0) * 7e3 + 1.0, np.zeros(8)])
-    out = dml.l2_normalize(ops.cast(ops.convert_to_tensor(x.astype(np.float32)), dtype))
+    # The smallest: float16 subnormals (2^-24 = 6e-8), and bfloat16 ones (2^-133 = 9e-41,
+    # subnormal in float32 too).
+    tiny = 2.0**-24 if dtype == "float16" else 2.0**-133
+    x = np.stack([np.full(8, 6e4), np.arange(8.0) * 7e3 + 1.0, np.zeros(8),
+                  np.array([3, -1, 0, 2, 0, 0, 1, -3]) * tiny])
+    half = keras.ops.convert_to_tensor(x.astype(ml_dtypes.bfloat16 if dtype == "bfloat16"
+                                                else np.float16))
+    assert float(to_numpy(ops.cast(half, "float32"))[-1, 0]) == 3 * tiny
+    out = dml.l2_normalize(half)
     assert keras.backend.standardize_dtype(out.dtype) == dtype
     got = to_numpy(ops.cast(out, "float32"))
-    np.testing.assert_allclose(got, ref_normalize(x.astype(np.float32)), atol=1e-2)
+    np.testing.assert_allclose(got, ref_normalize(x), atol=1e-2)
+    np.testing.assert_allclose(np.linalg.norm(got[[0, 1, 3]], axis=1), 1.0, atol=1e-2)
 
 
 @MB
@@ -175,19 +200,27 @@ def test_l2_normalize_gradient_is_finite_and_exact_everywhere(mode):
 
 
 @MB
-def test_l2_normalize_nan_and_inf_rows_give_nan_rows():
-    x = np.stack([X[0], X[1], X[2]])
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_l2_normalize_nan_and_inf_rows_give_nan_rows(mode):
+    # Rows 3-5: a NaN among zeros or subnormal entries (compiled TensorFlow's maximum skips
+    # the NaN, so the row looks like one of zeros or subnormals).
+    x = np.stack([X[0], X[1], X[2], np.zeros(8), X[3] * 1e-40, X[4] * 1e-40]).astype(np.float32)
     x[1, 3] = np.nan
     x[2, 0] = np.inf
-    got = to_numpy(dml.l2_normalize(x))
+    x[3, 2] = x[4, 5] = np.nan
+    x[5, 1] = -np.inf
+    fn = dml.l2_normalize if mode == "eager" else compiled(dml.l2_normalize)
+    got = to_numpy(fn(ops.convert_to_tensor(x)))
     assert np.all(np.isnan(got[1:]))
     np.testing.assert_allclose(got[0], ref_normalize(x[:1])[0], rtol=1e-6)
 
 
 @MB
 def test_l2_normalization_layer_is_l2_normalize_with_its_epsilon():
-    got = to_numpy(L2Normalization()(ROWS))
-    assert_rows_close(got, ref_normalize(ROWS), rtol=1e-6)
+    # (The subnormal row is left out: TensorFlow and XLA read it as 0 below epsilon.)
+    rows = np.delete(ROWS, NAMES.index("subnormal_1e-40"), axis=0)
+    got = to_numpy(L2Normalization()(rows))
+    assert_rows_close(got, ref_normalize(rows, EPS), rtol=1e-6)
     # epsilon as in tf.math.l2_normalize: norm below sqrt(epsilon) is scaled by 1/sqrt(eps).
     small = ROWS[[NAMES.index("below_sqrt_eps")]]
     loose = to_numpy(L2Normalization(epsilon=1e-30)(small))
@@ -253,16 +286,19 @@ def test_normalizing_loss_has_the_same_value_at_any_scale(name):
     fn = _loss_function(NORMALIZING[name]())
     want = float(to_numpy(fn(X)))
     assert np.isfinite(want)
-    for scale in (1e20, 1e37 / np.abs(X).max()):
+    for scale in (1e20, 1e37 / np.abs(X).max(), 1e-25, 1e-40):
+        # 1e-40 * X is subnormal: its entries keep 13 to 17 significant bits.
         got = float(to_numpy(fn(X * np.float32(scale))))
-        np.testing.assert_allclose(got, want, rtol=1e-4, err_msg=f"scale {scale:g}")
+        np.testing.assert_allclose(got, want, rtol=1e-4 if scale > 1e-38 else 1e-3,
+                                   err_msg=f"scale {scale:g}")
 
 
 @MB
 @pytest.mark.parametrize("name, mode", [("triplet_nca", "eager"),
+                                        ("triplet_nca", "compiled"),
                                         ("soft_nearest_neighbor", "eager"),
                                         ("contrastive", "compiled")])
-def test_normalizing_loss_at_huge_scale_and_its_gradient(name, mode):
+def test_normalizing_loss_at_huge_and_tiny_scales_and_its_gradient(name, mode):
     loss = NORMALIZING[name]()
     if mode == "eager" and BACKEND != "jax":
         def step(v):
@@ -273,12 +309,16 @@ def test_normalizing_loss_at_huge_scale_and_its_gradient(name, mode):
         def step(v):
             return to_numpy(compiled_step(v))
     want, grad_want = step(X)
-    got, grad = step(X * np.float32(1e20))
-    np.testing.assert_allclose(float(got), float(want), rtol=1e-5)
-    assert np.all(np.isfinite(grad))
-    # d/dx L(s x) = L'(s x) s = L'(x): the gradient at s x is L'(x) / s.
-    np.testing.assert_allclose(grad * 1e20, grad_want, rtol=1e-3,
-                               atol=1e-4 * np.abs(grad_want).max())
+    for scale in (1e20, 1e-25):  # 1e-25: below the former bound sqrt(epsilon) = 1e-6
+        got, grad = step(X * np.float32(scale))
+        np.testing.assert_allclose(float(got), float(want), rtol=1e-5, err_msg=str(scale))
+        assert np.all(np.isfinite(grad))
+        # d/dx L(s x) = L'(s x) s = L'(x): the gradient at s x is L'(x) / s.
+        np.testing.assert_allclose(grad.astype(np.float64) * scale, grad_want, rtol=1e-3,
+                                   atol=1e-4 * np.abs(grad_want).max(), err_msg=str(scale))
+    if name == "triplet_nca":  # log 2 is its value when every embedding is zero
+        assert abs(float(want) - math.log(2)) > 0.05
+        np.testing.assert_allclose(float(step(0 * X)[0]), math.log(2), rtol=1e-6)
 
 
 # -- losses that do not normalize: NaN once distances could overflow ------------------------------

@@ -144,7 +144,7 @@ def test_l2_normalize_gradient(dtype):
     _, grad = value_and_grad(lambda x: ops.sum(dml.l2_normalize(x) * weights),
                              tensor(x_np, dtype))
     assert grad.dtype == np.dtype(dtype)
-    assert np.all(np.isfinite(grad))  # finite at the zero row too
+    np.testing.assert_array_equal(grad[-1], 0.0)  # 0 at the zero row, not NaN
 
     def f(e):
         return float(np.sum(ref.l2_normalize(e) * to_numpy(weights)[:-1]))
@@ -152,6 +152,13 @@ def test_l2_normalize_gradient(dtype):
     fd = ref.finite_difference_gradient(f, x_np[:-1])
     atol = 1e-5 if dtype == "float32" else 1e-8
     np.testing.assert_allclose(grad[:-1], fd, atol=atol)
+    # A tiny vector has the same direction, and the gradient divided by its scale.
+    scale = 1e-25 if dtype == "float32" else 1e-300
+    tiny = tensor(x_np[:-1] * scale, dtype)
+    _, tiny_grad = value_and_grad(lambda x: ops.sum(dml.l2_normalize(x) * weights[:-1]), tiny)
+    np.testing.assert_allclose(to_numpy(dml.l2_normalize(tiny)), ref.l2_normalize(x_np[:-1]),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(tiny_grad * scale, fd, atol=atol)
 
 
 # -- labels --------------------------------------------------------------------------------------

@@ -325,6 +325,24 @@ def _bitcast_to_int64(x):
     return x.view(__import__("torch").int64)
 
 
+def _float_bits(x):
+    """The bits of a float32 (float64) tensor as int32 (int64), without gradient: exact for
+    subnormal numbers, which XLA and TensorFlow's CPU kernels read as 0 in arithmetic."""
+    x = ops.stop_gradient(x)
+    wide = dtype_name(x) == "float64"
+    backend = _backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.bitcast(x, tf.int64 if wide else tf.int32)
+    if backend == "jax":
+        import jax
+
+        return jax.lax.bitcast_convert_type(x, "int64" if wide else "int32")
+    torch = __import__("torch")
+    return x.view(torch.int64 if wide else torch.int32)
+
+
 # -- loops the compiler keeps -----------------------------------------------------------------
 
 
@@ -347,7 +365,14 @@ def map_indices(fn, count, signature):
         import tensorflow as tf
 
         specs = tuple(tf.TensorSpec(list(shape), dtype) for shape, dtype in signature)
-        return tf.map_fn(fn, tf.range(count), fn_output_signature=specs)
+        if isinstance(count, int) or all(None not in shape for shape, _ in signature):
+            return tf.map_fn(fn, tf.range(count), fn_output_signature=specs)
+        # A count known at run time only (an unknown batch size) may be 0, and TensorFlow
+        # cannot stack an empty list of tensors of unknown shape: empty outputs then.
+        return tf.cond(
+            count > 0, lambda: tf.map_fn(fn, tf.range(count), fn_output_signature=specs),
+            lambda: tuple(tf.zeros([0, *(0 if d is None else d for d in shape)], dtype)
+                          for shape, dtype in signature))
     if backend == "jax":
         import jax
 

@@ -53,6 +53,16 @@ def _check_distance(distance):
     return dml.check_distance(distance, ("l2", "squared_l2", "cosine"))
 
 
+#: The largest distance between two L2-normalized embeddings (antipodal unit vectors): the
+#: miners' distances lie in ``[0, MAX_DISTANCE[distance]]``.
+MAX_DISTANCE = {"l2": 2.0, "squared_l2": 4.0, "cosine": 2.0}
+
+
+def _refuse(name, value, distance, requirement, reason):
+    raise ValueError(f"`{name}` must be {requirement}: {reason} (distance={distance!r}). "
+                     f"Received: {name}={value!r}")
+
+
 @keras.saving.register_keras_serializable(package="tfdml")
 class PairMarginMiner(Miner):
     """Keeps the positive pairs farther than ``pos_margin`` and the negative pairs closer
@@ -63,15 +73,26 @@ class PairMarginMiner(Miner):
     ``d_an < neg_margin`` (strict, as pytorch-metric-learning). Returns
     :class:`tfdml.miners.Pairs`; every tfdml loss takes them.
 
+    The distances lie in ``[0, d_max]``, ``d_max`` = 2 for ``"l2"`` and
+    ``"cosine"``, 4 for ``"squared_l2"`` (antipodal unit vectors). A margin
+    with which no pair can ever be kept is refused: ``neg_margin <= 0`` or
+    ``pos_margin >= d_max``. A ``pos_margin`` below 0 keeps every positive
+    pair and a ``neg_margin`` above ``d_max`` every negative pair, as in
+    pytorch-metric-learning.
+
     Args:
-        pos_margin: positives closer than this are left out. Defaults to
-            `0.2`.
-        neg_margin: negatives farther than this are left out. Defaults to
-            `0.8`.
+        pos_margin: positives closer than this are left out; ``< d_max``.
+            Defaults to `0.2`.
+        neg_margin: negatives farther than this are left out; ``> 0``.
+            Defaults to `0.8`.
         distance: ``"l2"``, ``"squared_l2"`` or ``"cosine"`` (``1 - x.y``).
             Defaults to `"l2"` (pytorch-metric-learning's default distance).
             pytorch-metric-learning's ``CosineSimilarity`` with margins
             ``m`` is ``"cosine"`` with margins ``1 - m``.
+
+    Raises:
+        ValueError: for a margin that is not a finite number, or with which
+            no pair can be kept, naming it and the value received.
 
     Examples:
 
@@ -80,9 +101,16 @@ class PairMarginMiner(Miner):
     """
 
     def __init__(self, pos_margin: float = 0.2, neg_margin: float = 0.8, distance: str = "l2"):
+        self.distance = _check_distance(distance)
+        top = MAX_DISTANCE[self.distance]
         self.pos_margin = check_number("pos_margin", pos_margin, finite=True)
         self.neg_margin = check_number("neg_margin", neg_margin, finite=True)
-        self.distance = _check_distance(distance)
+        if not self.pos_margin < top:
+            _refuse("pos_margin", pos_margin, self.distance, f"< {top:g}",
+                    f"no distance exceeds {top:g}, so no positive pair would be kept")
+        if not self.neg_margin > 0:
+            _refuse("neg_margin", neg_margin, self.distance, "> 0",
+                    "no distance is below 0, so no negative pair would be kept")
 
     def get_config(self):
         return {"pos_margin": self.pos_margin, "neg_margin": self.neg_margin,
@@ -115,12 +143,24 @@ class TripletMarginMiner(Miner):
     :class:`tfdml.miners.TripletMiner`'s strategies, which pick per anchor).
     Returns :class:`tfdml.miners.Triplets` with a ``[B, R, R]`` mask.
 
+    ``t`` lies in ``[-d_max, d_max]``, ``d_max`` = 2 for ``"l2"`` and
+    ``"cosine"``, 4 for ``"squared_l2"``. A margin with which no triplet can
+    ever be kept is refused: ``margin < -d_max`` for ``"all"`` and
+    ``"hard"``, ``margin <= 0`` for ``"semihard"``, ``margin >= d_max`` for
+    ``"easy"``. A negative margin with ``"all"`` keeps the triplets whose
+    negative is closer than the positive by at least ``-margin``.
+
     Args:
         margin: the margin. Defaults to `0.2`.
         type_of_triplets: ``"all"``, ``"hard"``, ``"semihard"`` or ``"easy"``.
             Defaults to `"all"`.
         distance: ``"l2"``, ``"squared_l2"`` or ``"cosine"`` (``1 - x.y``).
             Defaults to `"l2"`.
+
+    Raises:
+        ValueError: for a margin that is not a finite number, or with which
+            no triplet of ``type_of_triplets`` can be kept, naming it and the
+            value received.
 
     Examples:
 
@@ -134,6 +174,17 @@ class TripletMarginMiner(Miner):
         self.type_of_triplets = check_choice("type_of_triplets", type_of_triplets,
                                              TRIPLET_MARGIN_TYPES)
         self.distance = _check_distance(distance)
+        top = MAX_DISTANCE[self.distance]
+        kind = f"type_of_triplets={self.type_of_triplets!r}"
+        if self.type_of_triplets in ("all", "hard") and not self.margin >= -top:
+            _refuse("margin", margin, self.distance, f">= {-top:g} with {kind}",
+                    f"d_an - d_ap is never below {-top:g}, so no triplet would be kept")
+        if self.type_of_triplets == "semihard" and not self.margin > 0:
+            _refuse("margin", margin, self.distance, f"> 0 with {kind}",
+                    "the semi-hard triplets have 0 < d_an - d_ap <= margin")
+        if self.type_of_triplets == "easy" and not self.margin < top:
+            _refuse("margin", margin, self.distance, f"< {top:g} with {kind}",
+                    f"d_an - d_ap never exceeds {top:g}, so no triplet would be kept")
 
     def get_config(self):
         return {"margin": self.margin, "type_of_triplets": self.type_of_triplets,
@@ -168,7 +219,7 @@ def _in_range(dist, allowed):
     return ops.logical_and(dist >= low, dist <= high)
 
 
-def _check_range(name, allowed):
+def _check_range(name, allowed, distance):
     if allowed is None:
         return None
     if not isinstance(allowed, (tuple, list)) or len(allowed) != 2:
@@ -177,6 +228,10 @@ def _check_range(name, allowed):
     low, high = (check_number(name, v) for v in allowed)
     if not low <= high:
         raise ValueError(f"`{name}` must have low <= high. Received: {name}={allowed!r}")
+    top = MAX_DISTANCE[distance]
+    if high < 0 or low > top:
+        _refuse(name, allowed, distance, f"a range that meets [0, {top:g}]",
+                f"the distances lie in [0, {top:g}], so no pair would be a candidate")
     return (low, high)
 
 
@@ -194,7 +249,9 @@ class BatchEasyHardMiner(Miner):
       positive (``d_an > d_ap``), ``"all"`` every negative;
     * ``allowed_pos_range`` / ``allowed_neg_range``: ``(low, high)`` keeps
       only the positives (negatives) with ``low <= d <= high`` as
-      candidates (not applied to ``"all"``).
+      candidates (not applied to ``"all"``). A range outside the distances'
+      ``[0, d_max]`` (``d_max`` = 2 for ``"l2"`` and ``"cosine"``, 4 for
+      ``"squared_l2"``) would keep no candidate and is refused.
 
     Ties go to the lowest index (tfdml's selection routine, as
     :class:`tfdml.miners.TripletMiner`). Both ``"semihard"``, or
@@ -233,9 +290,11 @@ class BatchEasyHardMiner(Miner):
                 f"neg_strategy={neg_strategy!r}")
         self.pos_strategy = pos_strategy
         self.neg_strategy = neg_strategy
-        self.allowed_pos_range = _check_range("allowed_pos_range", allowed_pos_range)
-        self.allowed_neg_range = _check_range("allowed_neg_range", allowed_neg_range)
         self.distance = _check_distance(distance)
+        self.allowed_pos_range = _check_range("allowed_pos_range", allowed_pos_range,
+                                              self.distance)
+        self.allowed_neg_range = _check_range("allowed_neg_range", allowed_neg_range,
+                                              self.distance)
 
     def get_config(self):
         return {"pos_strategy": self.pos_strategy, "neg_strategy": self.neg_strategy,
@@ -331,6 +390,8 @@ class HDCMiner(Miner):
     Reference:
         Yuan, Yang, Zhang, "Hard-aware deeply cascaded embedding", ICCV 2017.
     """
+
+    blockwise = False  # the pairs of the whole batch are ranked (binned) together
 
     def __init__(self, filter_percentage: float = 0.5, distance: str = "l2"):
         self.filter_percentage = check_number("filter_percentage", filter_percentage, low=0,
@@ -493,6 +554,8 @@ class UniformHistogramMiner(Miner):
     >>> miner = tfdml.miners.UniformHistogramMiner(num_bins=50, pos_per_bin=5, seed=0)
     >>> loss = tfdml.losses.ContrastiveLoss(miner=miner)
     """
+
+    blockwise = False  # the pairs of the whole batch are ranked (binned) together
 
     def __init__(self, num_bins: int = 100, pos_per_bin: int = 10, neg_per_bin: int = 10,
                  distance: str = "l2", seed: int | None = None):

@@ -179,6 +179,13 @@ def gather_triplet_scores(scores, triplets: Triplets):
 class Miner:
     """Base class of tfdml miners: serializable objects passed to losses as ``miner=``."""
 
+    #: Each anchor's selection depends on its own row of ``scores`` and on the reference
+    #: set only, so that a loss computed in row blocks (``block_size``) selects what it
+    #: selects without blocks. Miners that rank, bin or visit the pairs of the whole batch
+    #: (:class:`HDCMiner`, :class:`UniformHistogramMiner`, a disjoint
+    #: :class:`TripletMiner`) are not, and a loss with ``block_size`` refuses them.
+    blockwise = True
+
     def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
              ref_embeddings=None):
         """Selects triplets or pairs.
@@ -561,6 +568,11 @@ class TripletMiner(Miner):
         if any(_STRATEGIES.get((role, name), _Strategy("")).noise is not None
                for role, name in (("positive", positive), ("negative", negative))):
             self._seed_generator = keras.random.SeedGenerator(seed)
+
+    @property
+    def blockwise(self):
+        """Not with ``disjoint=True``: its anchors take their samples in batch order."""
+        return not self.disjoint
 
     def get_config(self):
         return {

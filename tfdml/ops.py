@@ -91,6 +91,7 @@ __all__ = [
 from tfdml._shims import (  # noqa: E402, F401
     _backend,
     _bitcast_to_int64,
+    _float_bits,
     _is_tensor,
     clip,
     cos_sin,
@@ -235,7 +236,11 @@ def cast_labels(labels, name: str = "labels"):
     if _check_label_shape(labels.shape, name):
         labels = ops.squeeze(labels, axis=-1)
     if dtype in ("int32", "int64"):
-        return labels
+        # Traced: a tensor of this graph, not the caller's own (a captured tensor, e.g.
+        # labels closed over by a tf.function): TensorFlow cannot differentiate a loop that
+        # captures the function's capture itself (row blocks: "... is in list of
+        # internal_captures but not in internal_capture_to_output").
+        return ops.reshape(labels, (-1,)) if is_traced(labels) else labels
     if dtype == "uint64":
         return _bitcast_to_int64(labels)
     if dtype == "uint32":
@@ -397,19 +402,33 @@ def compute_dtype(dtype) -> str:
 # -- distances --------------------------------------------------------------------------------
 
 
-def l2_normalize(x, axis=-1, epsilon: float = 1e-12):
-    """L2-normalizes ``x`` along ``axis``: exact for every finite vector, zero stays zero.
+def l2_normalize(x, axis=-1, epsilon: float | None = None):
+    """L2-normalizes ``x`` along ``axis``: every non-zero finite vector to unit norm, zero
+    vectors to zero.
 
-    ``y = x / sqrt(max(sum(x^2), epsilon))``, the formula of
-    ``tf.math.l2_normalize``: a vector of norm below ``sqrt(epsilon)`` (1e-6 by
-    default) is scaled by ``1 / sqrt(epsilon)`` instead of to unit norm. The
-    norm is computed without overflow or underflow: each vector is divided by
-    its largest absolute entry ``m`` first, and ``y = u / |u|`` with
-    ``u = x / m`` (``|u|^2`` is between 1 and the vector's length), so a
-    float32 vector of norm 1e30 (whose ``sum(x^2)`` is Inf in float32) or
-    1e-30 is normalized as exactly as one of norm 1. The gradient is finite
-    everywhere, at the zero vector (``1 / sqrt(epsilon)``) and for tiny
-    vectors included. A NaN or Inf entry gives a NaN vector.
+    ``y = x / |x|``, whatever the scale of ``x``: the norm is computed without
+    overflow or underflow, each vector divided by its largest absolute entry
+    ``m`` first, ``y = u / |u|`` with ``u = x / m`` (``|u|^2`` is between 1 and
+    the vector's length). So every non-zero finite vector gets unit norm, to
+    the rounding of the compute dtype (``| |y| - 1 | < 1e-6`` in float32): a
+    float32 vector of norm 1e30 (whose ``sum(x^2)`` is Inf in float32), 1e-25
+    or 1e-40, float16 and bfloat16 vectors down to their smallest subnormal
+    number, float64 vectors from 1e-320 to 1.8e308. A vector whose entries are
+    all subnormal (below 1.2e-38 in float32, 2.2e-308 in float64) is read from
+    its bits, since XLA and TensorFlow's CPU kernels treat subnormal numbers as
+    0 in arithmetic (there, too, the subnormal entries of a vector with a normal
+    one count as 0). The zero vector (``+0`` or ``-0`` entries) gives zeros. A
+    NaN or Inf entry gives a NaN vector.
+
+    The gradient is that of ``x / |x|``, ``(I - y y^T) / |x|``, for every
+    vector with a normal entry (it may overflow to Inf for a float32 vector of
+    norm near 1e-38), and 0 for the zero vector and for vectors of subnormal
+    entries (whose exact gradient, above ``1 / 1.2e-38``, overflows float32).
+
+    With ``epsilon``, the formula of ``tf.math.l2_normalize`` instead,
+    ``y = x / sqrt(max(sum(x^2), epsilon))``: a vector of norm below
+    ``sqrt(epsilon)`` is scaled by ``1 / sqrt(epsilon)``, not to unit norm
+    (its gradient is ``1 / sqrt(epsilon)`` there, at the zero vector too).
 
     The computation runs in float32 (float64 for float64 input); the result has
     the dtype of ``x``.
@@ -417,7 +436,8 @@ def l2_normalize(x, axis=-1, epsilon: float = 1e-12):
     Args:
         x: a float tensor.
         axis: the axis (or tuple of axes) to normalize. Defaults to `-1`.
-        epsilon: lower bound of the squared norm, ``> 0``. Defaults to `1e-12`.
+        epsilon: `None`, or ``> 0``: the lower bound of the squared norm of
+            ``tf.math.l2_normalize``. Defaults to `None`.
     """
     x = ops.convert_to_tensor(x)
     dtype = dtype_name(x)
@@ -425,16 +445,53 @@ def l2_normalize(x, axis=-1, epsilon: float = 1e-12):
     if work != dtype:
         x = ops.cast(x, work)
     one = ops.ones((), work)
-    # The result does not depend on the scale (for vectors above the epsilon bound, where
-    # it is used), so its gradient is exact without the scale's; max|x| has none anyway at
-    # ties or at 0. The zero vector is divided by 1 (0 / 0 would make its gradient NaN).
+    # max|x|, without gradient: the result does not depend on it, so its gradient is exact
+    # without the scale's.
     scale = ops.stop_gradient(ops.max(ops.abs(x), axis=axis, keepdims=True, initial=0.0))
-    scale = ops.where(scale > 0, scale, one)
-    # u = x / scale, through a power of two c that keeps 1 / (c * scale) a normal number
-    # (XLA may divide by multiplying with the reciprocal, and flushes subnormals to 0).
+    if epsilon is not None:
+        scale = ops.where(scale > 0, scale, one)
+        out = _l2_normalize_epsilon(x, _divide_by_scale(x, scale), scale, axis, epsilon)
+        return out if work == dtype else ops.cast(out, dtype)
+    # The zero vector, and a vector of subnormal entries (which XLA and TensorFlow read as 0
+    # in arithmetic: their maximum is 0 there) are not divided by their scale. A subnormal
+    # entry is the integer of its bits without the sign times the same power of two, so u
+    # is those integers with their signs (0 for the zero vector), from the bits, without
+    # gradient. A NaN stays NaN (compiled TensorFlow's maximum skips it, so its row may be
+    # here).
+    tiny_row = scale < ops.convert_to_tensor(_SMALLEST_NORMAL[work], dtype=work)
+    bits = _float_bits(x)
+    whole = ops.cast(ops.bitwise_and(bits, _ABS_MASK[work]), work)
+    whole = ops.where(ops.isnan(x), x, ops.where(bits < 0, -whole, whole))
+    u = ops.where(tiny_row, whole, _divide_by_scale(x, ops.where(tiny_row, one, scale)))
+    # |u|^2 >= 1 unless x is zero (NaN for a NaN or Inf entry). A zero vector gives u = 0
+    # without gradient, so zeros with a zero gradient.
+    square_sum = ops.sum(ops.square(u), axis=axis, keepdims=True)
+    out = u / ops.sqrt(ops.where(square_sum == 0, one, square_sum))
+    return out if work == dtype else ops.cast(out, dtype)
+
+
+def _divide_by_scale(x, scale):
+    """``x / scale`` (``scale > 0``, without gradient), through a power of two ``c`` that
+    keeps ``1 / (c * scale)`` a normal number (XLA may divide by multiplying with the
+    reciprocal, and flushes subnormals to 0)."""
+    work = dtype_name(x)
+    one = ops.ones((), work)
     big, tiny = ops.cast(2.0**64, work), ops.cast(2.0**-64, work)
     c = ops.where(scale > big, tiny, ops.where(scale < tiny, big, one))
-    u = (x * c) * (one / (scale * c))
+    return (x * c) * (one / (scale * c))
+
+
+#: The smallest positive normal number of the compute dtypes, and the mask of the bits of
+#: a float's absolute value.
+_SMALLEST_NORMAL = {"float32": 2.0**-126, "float64": 2.0**-1022}
+_ABS_MASK = {"float32": (1 << 31) - 1, "float64": (1 << 63) - 1}
+
+
+def _l2_normalize_epsilon(x, u, scale, axis, epsilon):
+    """:func:`l2_normalize` with ``epsilon``: ``x / sqrt(max(sum(x^2), epsilon))``, from
+    ``u = x / scale``."""
+    work = dtype_name(x)
+    one = ops.ones((), work)
     square_sum = ops.sum(ops.square(u), axis=axis, keepdims=True)
     eps = ops.convert_to_tensor(epsilon, dtype=work)
     # |x|^2 = scale^2 |u|^2 < epsilon; scale^2 may overflow (false) or underflow (true).
@@ -442,8 +499,7 @@ def l2_normalize(x, axis=-1, epsilon: float = 1e-12):
     # |u|^2 is about 1 or more unless x is zero (small): the branch not taken stays finite,
     # and so does its gradient.
     unit = u / ops.sqrt(ops.where(small, one, square_sum))
-    out = ops.where(small, x * ops.rsqrt(eps), unit)
-    return out if work == dtype else ops.cast(out, dtype)
+    return ops.where(small, x * ops.rsqrt(eps), unit)
 
 
 def safe_sqrt(x, epsilon: float = 1e-12):
@@ -643,8 +699,16 @@ def masked_argmax(x, mask, axis: int = -1):
     """
     x = ops.stop_gradient(ops.convert_to_tensor(x))
     best, found = masked_max(x, mask, axis=axis)
+    if any(size == 0 for size in x.shape):  # an empty batch: no index to take
+        return ops.zeros(ops.shape(found), "int32"), found
     is_best = ops.logical_and(mask, ops.equal(x, ops.expand_dims(best, axis)))
-    idx = ops.cast(ops.argmax(ops.cast(is_best, "int32"), axis=axis), "int32")
+    # The first best column, as a minimum: a reduction over an axis of length 0 (an empty
+    # batch whose size is known at run time only) gives its identity where argmax fails.
+    width = ops.shape(x)[axis]
+    shape = [1] * len(x.shape)
+    shape[axis] = -1
+    columns = ops.reshape(ops.arange(width, dtype="int32"), shape)
+    idx = ops.min(ops.where(is_best, columns, ops.cast(width, "int32")), axis=axis)
     return ops.where(found, idx, ops.zeros((), "int32")), found
 
 

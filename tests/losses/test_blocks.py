@@ -14,6 +14,8 @@ in blocks raise a ValueError. Peak memory is measured by ``benchmarks/large_batc
 from __future__ import annotations
 
 import functools
+import math
+import warnings
 
 import keras
 import numpy as np
@@ -29,6 +31,7 @@ from backends import (
 from harness import assert_config_roundtrip, pk_arrays, small_embedding_model
 
 import tfdml
+from tfdml import losses, miners
 from tfdml.losses import (
     CircleLoss,
     ContrastiveLoss,
@@ -80,7 +83,41 @@ BLOCKABLE = {
     "loop_multi_similarity": lambda **kw: LoOpLoss("multi_similarity", epsilon=0.3, **kw),
     "hphn": lambda **kw: HPHNTripletLoss(**kw),
     "lifted_structure": lambda **kw: LiftedStructureLoss(**kw),
+    "angular": lambda **kw: losses.AngularLoss(**kw),
+    "tuplet_margin": lambda **kw: losses.TupletMarginLoss(**kw),
+    "generalized_lifted": lambda **kw: losses.GeneralizedLiftedStructureLoss(**kw),
+    "snr_contrastive": lambda **kw: losses.SNRContrastiveLoss(**kw),
+    "fast_ap": lambda **kw: losses.FastAPLoss(**kw),
+    "pnp": lambda **kw: losses.PNPLoss(**kw),
+    "smooth_ap": lambda **kw: losses.SmoothAPLoss(temperature=0.1, **kw),
+    "instance": lambda **kw: losses.InstanceLoss(gamma=8, **kw),
+    "threshold_consistent": lambda **kw: losses.ThresholdConsistentMarginLoss(**kw),
+    "ranked_list": lambda **kw: losses.RankedListLoss(margin=0.4, tn=1.0, **kw),
+    "dynamic_soft_margin": lambda **kw: losses.DynamicSoftMarginLoss(**kw),
 }
+
+
+def test_every_loss_that_takes_block_size_is_in_the_catalogue():
+    """Listed from the code: each loss class whose constructor takes `block_size` is here
+    (and so is checked against its dense form below), or refuses it with a ValueError."""
+    import inspect
+
+    from tfdml.losses.base import MetricLoss
+
+    takes = set()
+    for name in losses.__all__:
+        cls = getattr(losses, name)
+        if (inspect.isclass(cls) and issubclass(cls, MetricLoss)
+                and "block_size" in inspect.signature(cls.__init__).parameters
+                and name != "MetricLoss"):
+            takes.add(cls)
+    listed = {type(make()) for make in BLOCKABLE.values()}
+    refused = takes - listed
+    assert listed <= takes
+    for cls in refused:
+        with pytest.raises(ValueError, match="block_size"):
+            cls(block_size=4)
+    assert {cls.__name__ for cls in refused} == {"IntraPairVarianceLoss"}
 
 def _batch(batch=23, dim=7, num_classes=7, seed=0, dtype="float32", duplicate=True):
     """Asymmetric (B != D), shuffled, with a singleton class and an exact duplicate."""
@@ -143,9 +180,10 @@ def test_blocks_give_the_dense_values_and_gradients(name):
         pytest.skip("the same path through the blocks as a loss of BLOCK_PATHS")
     # With every pair, PN's min(d(a, n), d(p, n)) is a tie for duplicates a = p, and a tie's
     # gradient goes to either side depending on the last bit of two matrix products. So is
-    # LoOp's closest point of a zero-length arc (a duplicate pair) under PyTorch, whose CPU
-    # matrix products round a block of rows and the whole batch differently.
-    ties = name == "pn_all_pairs" or (BACKEND == "torch" and name.startswith("loop_"))
+    # LoOp's closest point of a zero-length arc (a duplicate pair) where the CPU's matrix
+    # products round a block of rows and the whole batch differently (PyTorch; TensorFlow
+    # on some processors).
+    ties = name == "pn_all_pairs" or name.startswith("loop_")
     labels, x = _batch(duplicate=not ties)
     dense = _dense(name, duplicate=not ties)
     assert np.isfinite(dense[0]) and dense[0] != 0
@@ -159,8 +197,11 @@ def test_blocks_give_the_dense_values_and_gradients(name):
                                   "loop_triplet", "loop_multi_similarity"])
 def test_blocks_compiled_equal_the_dense_loss(name):
     labels, x = _batch()
-    _assert_close(_value_and_grad(BLOCKABLE[name](block_size=6), labels, x, jit_compile=True),
-                  _dense(name), 1e-5)
+    blocked = _value_and_grad(BLOCKABLE[name](block_size=6), labels, x, jit_compile=True)
+    dense = _dense(name)
+    if name.startswith("loop_"):  # a duplicate pair's gradient split: see the float64 test
+        blocked, dense = _merge_duplicate_rows(blocked), _merge_duplicate_rows(dense)
+    _assert_close(blocked, dense, 1e-5)
 
 
 @pytest.mark.parametrize("name", ["ephn_order2", "pn", "multi_similarity", "ntxent",
@@ -172,11 +213,12 @@ def test_blocks_in_float64_equal_up_to_summation_order(name):
         dense = _value_and_grad(BLOCKABLE[name](), labels, x)
         blocked = _value_and_grad(BLOCKABLE[name](block_size=4), labels, x)
         assert blocked[1].dtype == np.float64
-        if BACKEND == "torch" and name.startswith("loop_"):
+        if name.startswith("loop_"):
             # Rows 5 and 9 are one embedding: their pair is a zero-length arc, whose closest
-            # point to another arc is any point of it. PyTorch's CPU matrix products round a
-            # block of rows and the whole batch differently, so the gradient is split between
-            # the two rows differently; their sum, and every other row, agree.
+            # point to another arc is any point of it. The CPU's matrix products may round a
+            # block of rows and the whole batch differently (PyTorch; TensorFlow on some
+            # processors), so the gradient is split between the two rows differently; their
+            # sum, and every other row, agree.
             dense, blocked = (_merge_duplicate_rows(g) for g in (dense, blocked))
         _assert_close(blocked, dense, 1e-12)
 
@@ -294,11 +336,58 @@ def test_bad_block_size_is_a_value_error_naming_it(bad):
 
 
 def test_miners_that_cannot_run_in_blocks_are_rejected_at_construction():
-    with pytest.raises(ValueError, match="TripletNCALoss cannot run in blocks with a disjoint"):
+    with pytest.raises(ValueError, match="TripletNCALoss cannot run in blocks with TripletMiner"):
         TripletNCALoss(miner=TripletMiner("easy", "hard", disjoint=True), block_size=8)
     with pytest.raises(ValueError, match="PNLoss cannot run in blocks"):
         PNLoss(miner=TripletMiner("all", "semihard"), block_size=8)
     PNLoss(miner=TripletMiner("all", "semihard"))  # dense is fine
+
+
+# Every miner of tfdml.miners, in the configurations that select differently: a loss with
+# `block_size` selects exactly the dense pairs with it, or refuses it at construction.
+MINERS = {
+    "AllPairsMiner": [lambda: miners.AllPairsMiner()],
+    "AngularMiner": [lambda: miners.AngularMiner(math.radians(35))],
+    "BatchEasyHardMiner": [lambda: miners.BatchEasyHardMiner(),
+                           lambda: miners.BatchEasyHardMiner("semihard", "hard")],
+    "EmbeddingsAlreadyPackagedAsTriplets": [lambda: miners.EmbeddingsAlreadyPackagedAsTriplets()],
+    "HDCMiner": [lambda: miners.HDCMiner(0.3)],
+    "MultiSimilarityMiner": [lambda: miners.MultiSimilarityMiner(),
+                             lambda: miners.MultiSimilarityMiner(positive="easy")],
+    "PairMarginMiner": [lambda: miners.PairMarginMiner(0.3, 0.9)],
+    "TripletMarginMiner": [lambda: miners.TripletMarginMiner(0.3, type_of_triplets="semihard")],
+    "TripletMiner": [lambda: TripletMiner("easy", "hard"), lambda: TripletMiner("all", "semihard"),
+                     lambda: TripletMiner("hard", "easy", disjoint=True)],
+    "UniformHistogramMiner": [lambda: miners.UniformHistogramMiner(1, 1, 1, seed=0)],
+}
+
+
+def test_every_miner_is_in_the_block_catalogue():
+    found = {name for name in dir(miners) if isinstance(getattr(miners, name), type)
+             and issubclass(getattr(miners, name), miners.Miner) and name != "Miner"}
+    assert found == set(MINERS)
+
+
+@pytest.mark.parametrize("make", [m for makers in MINERS.values() for m in makers],
+                         ids=[f"{name}{i}" for name, makers in MINERS.items()
+                              for i in range(len(makers))])
+def test_every_miner_in_blocks_selects_the_dense_pairs_or_is_refused(make):
+    """B = 11 in blocks of 3 (a ragged last block): the same values and gradients as without
+    blocks (which the miners' own tests check against pytorch-metric-learning), or a
+    ValueError at construction naming `block_size`."""
+    labels, x = _batch(batch=11, num_classes=4)
+    if not make().blockwise:
+        with pytest.raises(ValueError, match="block_size"):
+            ContrastiveLoss(miner=make(), block_size=3)
+        with pytest.raises(ValueError, match="block_size"):
+            TripletMarginLoss(miner=make(), block_size=3)
+        return
+    if BACKEND != "tensorflow":
+        pytest.skip("the selections are keras.ops code, compared under TensorFlow")
+    for loss in (ContrastiveLoss, TripletMarginLoss):
+        dense = _value_and_grad(loss(miner=make()), labels, x)
+        _assert_close(_value_and_grad(loss(miner=make(), block_size=3), labels, x), dense,
+                      rtol=2e-5)
 
 
 def test_block_size_round_trips_through_the_config():
@@ -344,6 +433,61 @@ def test_unknown_batch_size_in_a_tf_graph(name, jit_compile):
 
     for size in (23, 4):  # ragged blocks, and a batch smaller than one block
         _assert_close(to_numpy(step(labels[:size], x[:size])), _dense(name, size), 1e-5)
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="a tf.function capturing the labels")
+@pytest.mark.parametrize("jit_compile", [False, True])
+@pytest.mark.parametrize("name", sorted(BLOCK_PATHS | {"histogram", "fast_ap"}))
+def test_labels_captured_by_a_tf_function(name, jit_compile):
+    """Labels closed over by the function (not an argument) used to fail the blocked
+    histogram losses' gradient ("in list of internal_captures but not in
+    internal_capture_to_output"): one loss per path through the blocks."""
+    import tensorflow as tf
+
+    labels, x = _batch()
+    captured = tf.constant(labels)
+    loss = BLOCKABLE[name](block_size=6)
+
+    @tf.function(jit_compile=jit_compile, autograph=False)
+    def step(e):
+        with tf.GradientTape() as tape:
+            tape.watch(e)
+            value = loss(captured, e)
+        return value, tape.gradient(value, e)
+
+    got, want = to_numpy(step(tf.constant(x))), _dense(name)
+    if name.startswith("loop_"):  # a duplicate pair's gradient split: see the float64 test
+        got, want = _merge_duplicate_rows(got), _merge_duplicate_rows(want)
+    _assert_close(got, want, 1e-5)
+
+
+def _empty_batch_result(loss, graph):
+    """The loss on an empty batch (B = 0): its value, or the type of the error it raised."""
+    labels, x = np.zeros((0,), "int64"), np.zeros((0, 7), "float32")
+    try:
+        if graph:
+            import tensorflow as tf
+
+            fn = tf.function(lambda y, e: loss(y, e), input_signature=[
+                tf.TensorSpec([None], tf.int64), tf.TensorSpec([None, 7], tf.float32)])
+            return float(fn(labels, x))
+        return float(to_numpy(loss(labels, x)))
+    except Exception as error:  # noqa: BLE001  (compared with the dense loss's)
+        return type(error).__name__
+
+
+@pytest.mark.parametrize("graph", [False, True] if BACKEND == "tensorflow" else [False])
+@pytest.mark.parametrize("name", sorted(BLOCKABLE))
+def test_an_empty_batch_gives_what_the_dense_loss_gives(name, graph):
+    """B = 0: in row blocks, eagerly and in a TensorFlow graph whose batch size is known at
+    run time only (a loop over no blocks), the dense loss's value: 0, nothing to learn."""
+    if (BACKEND != "tensorflow" or graph) and name not in BLOCK_PATHS:
+        pytest.skip("the same path through the blocks as a loss of BLOCK_PATHS")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "no anchor of this batch ..."
+        dense = _empty_batch_result(BLOCKABLE[name](), graph)
+        blocked = _empty_batch_result(BLOCKABLE[name](block_size=5), graph)
+    assert blocked == dense == 0.0
 
 
 def test_functional_losses_unaffected():

@@ -101,3 +101,32 @@ def test_bad_arguments_are_value_errors_naming_them(kwargs, match):
 def test_a_miner_for_a_loss_without_one_is_refused():
     with pytest.raises(ValueError, match="miners"):
         L.MultipleLosses([L.ArcFaceLoss(num_classes=4)], miners=[MultiSimilarityMiner()])
+
+
+def test_mixing_per_sample_and_scalar_reductions_is_refused():
+    """A scalar added to ``[B]`` values would broadcast onto each of them: the sum of
+    TripletMargin (scalar) and MultiSimilarity (``reduction="none"``) came out ``[12]``."""
+    parts = [L.MultiSimilarityLoss(reduction="none"), L.TripletMarginLoss()]
+    with pytest.raises(ValueError, match=r"`losses`.*reduction=\['none', 'sum_over_batch_size'\]"):
+        L.MultipleLosses(parts)
+    # Nested sums count as what they return.
+    inner = L.MultipleLosses([L.MultiSimilarityLoss(reduction="none")])
+    with pytest.raises(ValueError, match="`losses`"):
+        L.MultipleLosses([inner, L.ContrastiveLoss(reduction="sum")])
+    both = L.MultipleLosses([inner, L.ContrastiveLoss(reduction="none")])
+    assert to_numpy(both(LABELS, X)).shape == (12,)
+    # A reduction changed after the sum was built is caught when it is called.
+    parts = [L.MultiSimilarityLoss(), L.ContrastiveLoss(reduction="sum")]
+    loss = L.MultipleLosses(parts)
+    assert to_numpy(loss(LABELS, X)).shape == ()
+    parts[1].reduction = "none"
+    with pytest.raises(ValueError, match="reduction"):
+        loss(LABELS, X)
+
+
+def test_weights_all_zero_are_refused():
+    with pytest.raises(ValueError, match=r"`weights`.*weights=\[0.0, 0.0\]"):
+        L.MultipleLosses(_parts(), weights=[0, 0.0])
+    loss = L.MultipleLosses(_parts(), weights=[0.0, 1.0])
+    np.testing.assert_allclose(to_numpy(loss(LABELS, X)), to_numpy(_parts()[1](LABELS, X)),
+                               rtol=1e-6)

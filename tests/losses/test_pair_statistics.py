@@ -219,3 +219,34 @@ def test_tcm_similarity_exactly_at_a_margin_is_where_pml_differs():
     np.testing.assert_allclose(value, 0.2 + 0.48, rtol=1e-12)  # positives: (0.3 + 0.1) / 2
     pml = ref.threshold_consistent_margin_loss(labels, x, margin_minus=0.0, pml=True)
     np.testing.assert_allclose(pml, 0.2 + 0.24, rtol=1e-12)  # four ties at 0 counted
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(margin_plus=0.5, margin_minus=0.9), "margin_minus=0.9, margin_plus=0.5"),
+    (dict(margin_plus=-1.0, margin_minus=1.0), "margin_minus=1.0, margin_plus=-1.0"),
+    (dict(lambda_plus=0.0, lambda_minus=0), "lambda_plus=0.0, lambda_minus=0"),
+])
+def test_tcm_refuses_inverted_margins_and_zero_weights_in_both_forms(kwargs, match):
+    """Inverted margins are satisfied with overlapping positive and negative pairs (a
+    positive pair at 0.7 and a negative one at 0.7 both cost nothing with m+ = 0.5,
+    m- = 0.9); with both weights 0 no pair ever costs."""
+    labels, x = uneven_batch(1)
+    with pytest.raises(ValueError, match=match):
+        ThresholdConsistentMarginLoss(**kwargs)
+    with pytest.raises(ValueError, match=match):
+        threshold_consistent_margin_loss(labels, x, **kwargs)
+
+
+def test_tcm_equal_margins_and_one_zero_weight_are_accepted():
+    labels, x = uneven_batch(1)
+    sim = x @ x.T / np.outer(np.linalg.norm(x, axis=1), np.linalg.norm(x, axis=1))
+    same = labels[:, None] == labels[None, :]
+    positive, negative = same & ~np.eye(len(labels), dtype=bool), ~same
+    for m in (-1.0, 0.4, 1.0):
+        for lp, lm in ((1.0, 1.0), (0.0, 1.0), (1.0, 0.0)):
+            hinge_p = lp * np.maximum(m - sim[positive], 0)
+            hinge_n = lm * np.maximum(sim[negative] - m, 0)
+            want = sum(h[h > 0].mean() if np.any(h > 0) else 0.0 for h in (hinge_p, hinge_n))
+            got = threshold_consistent_margin_loss(labels, x, lp, lm, m, m)
+            np.testing.assert_allclose(to_numpy(got), want, rtol=1e-10, atol=1e-15,
+                                       err_msg=f"m={m}, lambdas=({lp}, {lm})")

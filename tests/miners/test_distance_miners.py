@@ -298,3 +298,56 @@ def test_without_embeddings_is_a_value_error():
 def test_bad_arguments_are_value_errors_naming_them(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+# -- margins with which nothing can be mined ----------------------------------------------------
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda: PairMarginMiner(pos_margin=-1, neg_margin=-1), "neg_margin=-1"),
+    (lambda: PairMarginMiner(neg_margin=0.0), "neg_margin=0.0"),
+    (lambda: PairMarginMiner(pos_margin=2.0), "pos_margin=2.0"),
+    (lambda: PairMarginMiner(pos_margin=2.0, distance="cosine"), "pos_margin=2.0"),
+    (lambda: PairMarginMiner(pos_margin=4, distance="squared_l2"), "pos_margin=4"),
+    (lambda: TripletMarginMiner(margin=-5), "margin=-5"),
+    (lambda: TripletMarginMiner(margin=-2.01, type_of_triplets="hard"), "margin=-2.01"),
+    (lambda: TripletMarginMiner(margin=-4.5, distance="squared_l2"), "margin=-4.5"),
+    (lambda: TripletMarginMiner(margin=0.0, type_of_triplets="semihard"), "margin=0.0"),
+    (lambda: TripletMarginMiner(margin=-0.2, type_of_triplets="semihard"), "margin=-0.2"),
+    (lambda: TripletMarginMiner(margin=2, type_of_triplets="easy"), "margin=2"),
+    (lambda: BatchEasyHardMiner(allowed_pos_range=(-1.0, -0.5)), "allowed_pos_range"),
+    (lambda: BatchEasyHardMiner(allowed_neg_range=(2.5, 3.0)), "allowed_neg_range"),
+    (lambda: BatchEasyHardMiner(allowed_neg_range=(4.5, 5.0), distance="squared_l2"),
+     "allowed_neg_range"),
+])
+def test_margins_that_can_mine_nothing_are_refused(make, match):
+    """The distances of L2-normalized embeddings lie in [0, 2] ("l2", "cosine") or [0, 4]
+    ("squared_l2"); a margin or range with which no pair or triplet can be kept would leave
+    the loss at 0 on every batch."""
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_the_extreme_margins_accepted_still_mine():
+    """At the ends of the distances' range: an antipodal positive (d = 2) and a duplicate
+    negative (d = 0) of anchor 0."""
+    e = np.eye(3, dtype="float32")[0]
+    labels, x = np.array([0, 0, 1]), np.stack([e, -e, e])
+    pairs = _mine(PairMarginMiner(pos_margin=1.99, neg_margin=0.01), labels, x)
+    assert to_numpy(pairs.positive)[0, 1] and to_numpy(pairs.negative)[0, 2]
+    # A negative pos_margin / a neg_margin beyond 2 keep every pair, as pml.
+    pairs = _mine(PairMarginMiner(pos_margin=-1.0, neg_margin=3.0), labels, x)
+    np.testing.assert_array_equal(to_numpy(pairs.positive),
+                                  (labels[:, None] == labels[None]) & ~np.eye(3, dtype=bool))
+    np.testing.assert_array_equal(to_numpy(pairs.negative), labels[:, None] != labels[None])
+    # The triplets: (a, p, n) = (0, 1, 2) with d_an - d_ap = 0 - 2, (1, 0, 2) with 2 - 2.
+    for kind, margin, want in (("all", -2.0, (0, 1, 2)), ("hard", -2.0, (0, 1, 2)),
+                               ("easy", -0.01, (1, 0, 2))):
+        mask = to_numpy(_mine(TripletMarginMiner(margin, kind), labels, x).mask)
+        assert mask[want] and mask.sum() == 1, kind
+    # A duplicate positive and an antipodal negative: d_an - d_ap = 2 > 1.99.
+    mask = to_numpy(_mine(TripletMarginMiner(1.99, "easy"), labels, np.stack([e, e, -e])).mask)
+    assert mask[0, 1, 2] and mask[1, 0, 2] and mask.sum() == 2
+    triplets = _mine(BatchEasyHardMiner("hard", "hard", allowed_pos_range=(2.0, 3.0),
+                                        allowed_neg_range=(-1.0, 0.0)), labels, x)
+    assert to_numpy(triplets.mask)[0, 0, 0]

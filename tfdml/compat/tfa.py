@@ -100,7 +100,8 @@ def angular_distance(feature):
     Returns:
         ``[B, B]`` distances in ``[0, 2]``.
     """
-    x = dml.l2_normalize(tf.convert_to_tensor(feature))
+    # TFA's tf.math.l2_normalize rule: a row of norm below 1e-6 is scaled by 1e6.
+    x = dml.l2_normalize(tf.convert_to_tensor(feature), epsilon=1e-12)
     return tf.maximum(1.0 - dml.pairwise_similarity(x, x), 0.0)
 
 

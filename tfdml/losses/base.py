@@ -370,11 +370,14 @@ class MetricLoss(keras.losses.Loss):
 
     @miner.setter
     def miner(self, miner):
-        if miner is not None and self.block_size is not None and getattr(miner, "disjoint", False):
+        if miner is not None and self.block_size is not None and not getattr(
+                miner, "blockwise", True):
             raise ValueError(
-                f"{type(self).__name__} cannot run in blocks with a disjoint miner: it visits "
-                "the anchors of the whole batch in order. Remove `block_size` or use "
-                f"`disjoint=False`. Received: block_size={self.block_size!r}, miner={miner!r}")
+                f"{type(self).__name__} cannot run in blocks with {type(miner).__name__}: it "
+                "selects over the whole batch (it ranks or bins all pairs, or visits the "
+                "anchors in order), so blocks of anchors would select other pairs than the "
+                "whole batch does. Remove `block_size` or use a per-anchor miner. "
+                f"Received: block_size={self.block_size!r}, miner={miner!r}")
         self._miner = miner
 
     def compute_terms(self, labels, embeddings, ref_embeddings=None, ref_labels=None,

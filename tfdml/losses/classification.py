@@ -84,20 +84,59 @@ def _arcface_target(cos_y, margin):
     return ops.where(cos_y >= _constant(-math.cos(margin), cos_y), plus, past)
 
 
+# The largest magnitude of a cosine logit (scale times a cosine): float32 logits carry
+# rounding errors of 6e-8 of their size, and compiled (XLA) softmaxes, which may round the
+# largest logit differently in the maximum and in the exponentials, return Inf or NaN from
+# logits of about 1e9 on (eagerly, every value NaN from 3.4e38 on).
+_LOGIT_LIMIT = 1e6
+
+
+def _check_scale(name, value):
+    """A factor of the cosines, in ``(0, 1e6]``."""
+    value = check_positive(name, value)
+    if value > _LOGIT_LIMIT:
+        raise ValueError(
+            f"`{name}` must be a number in (0, 1e6]: it scales cosines into float32 logits, "
+            "whose rounding makes a compiled (XLA) softmax Inf or NaN from about 1e9 on. "
+            f"Received: {name}={value!r}")
+    return value
+
+
+def _check_divisor(name, value):
+    """A divisor of the cosines, ``>= 1e-6``."""
+    value = check_positive(name, value)
+    if value < 1.0 / _LOGIT_LIMIT:
+        raise ValueError(
+            f"`{name}` must be a number >= 1e-6: the cosines are divided by it into float32 "
+            "logits, whose rounding makes a compiled (XLA) softmax Inf or NaN from about 1e9 "
+            f"on. Received: {name}={value!r}")
+    return value
+
+
+def _check_cosine_margin(margin):
+    """A margin subtracted from a cosine, in ``[0, 2]``."""
+    margin = check_positive("margin", margin, allow_zero=True)
+    if margin > 2:
+        raise ValueError(
+            "`margin` must be a number in [0, 2]: it is subtracted from a cosine, and cosines "
+            "differ by at most 2, so a larger margin can never be met (and a large one makes "
+            f"the logits overflow). Received: margin={margin!r}")
+    return margin
+
+
 def _check_temperature(temperature: float = 0.05):
-    return {"temperature": check_positive("temperature", temperature)}
+    return {"temperature": _check_divisor("temperature", temperature)}
 
 
 def _check_margin_scale(margin: float = 0.35, scale: float = 64.0):
-    return {"margin": check_positive("margin", margin, allow_zero=True),
-            "scale": check_positive("scale", scale)}
+    return {"margin": _check_cosine_margin(margin), "scale": _check_scale("scale", scale)}
 
 
 def _check_arc_args(margin: float = 0.5, scale: float = 64.0):
     if not dml.is_number(margin) or not 0 <= margin < math.pi / 2:
         raise ValueError("`margin` must be an angle in radians in [0, pi/2). "
                          f"Received: margin={margin!r}")
-    return {"margin": float(margin), "scale": check_positive("scale", scale)}
+    return {"margin": float(margin), "scale": _check_scale("scale", scale)}
 
 
 # -- the per-sample losses, from unit embeddings and weights ------------------------------------
@@ -128,8 +167,8 @@ def _arcface(labels, x, w, margin, scale):
 
 
 def _check_soft_triple_args(la: float = 20.0, gamma: float = 0.1, margin: float = 0.01):
-    return {"la": check_positive("la", la), "gamma": check_positive("gamma", gamma),
-            "margin": check_positive("margin", margin, allow_zero=True)}
+    return {"la": _check_scale("la", la), "gamma": _check_divisor("gamma", gamma),
+            "margin": _check_cosine_margin(margin)}
 
 
 def _soft_triple(labels, x, w, la, gamma, margin):
@@ -142,26 +181,36 @@ def _soft_triple(labels, x, w, la, gamma, margin):
     return softmax_cross_entropy(logits * _constant(la, logits), target)
 
 
+#: The largest angle multiplier of :class:`LargeMarginSoftmaxLoss` and :class:`SphereFaceLoss`.
+MAX_ANGLE_MULTIPLIER = 128
+
+
 def _check_large_margin(margin: int = 4, scale: float = 1.0):
-    return {"margin": check_int("margin", margin), "scale": check_positive("scale", scale)}
+    margin = check_int("margin", margin)
+    if margin > MAX_ANGLE_MULTIPLIER:
+        raise ValueError(
+            f"`margin` must be an integer in [1, {MAX_ANGLE_MULTIPLIER}]: near theta = 0, "
+            "cos(m theta) moves m^2 times as fast as cos(theta), so float32 cosines (spaced "
+            "6e-8 below 1) resolve the target logit only to about m^2 * 6e-8 (1e-3 at "
+            f"m = {MAX_ANGLE_MULTIPLIER}). Received: margin={margin!r}")
+    return {"margin": margin, "scale": _check_scale("scale", scale)}
 
 
 def _multiple_angle_target(cos_y, margin):
     """``psi(theta) = (-1)^k cos(m theta) - 2k`` for ``theta`` in ``[k pi/m, (k+1) pi/m]``
-    (Liu et al. 2016, eq. 6), ``cos(m theta)`` from ``cos theta`` by the multiple-angle
-    formula (eq. 7): a polynomial, with no ``arccos`` in the gradient."""
+    (Liu et al. 2016, eq. 6), ``cos(m theta) = T_m(cos theta)`` by the Chebyshev recurrence
+    ``T_{n+1} = 2 c T_n - T_{n-1}``: a polynomial, with no ``arccos`` in the gradient.
+
+    The recurrence stays within about ``m^2`` rounding errors for ``|c| <= 1`` (below
+    1e-4 in float32 at ``m = 128``); the sum of the multiple-angle formula (the paper's
+    eq. 7) cancels terms as large as ``2^(m/2)`` (off by 150 at ``m = 64`` in float32) and
+    its binomial coefficients overflow float32 from ``m = 132``.
+    """
     one = _constant(1.0, cos_y)
     cos_y = dml.clip(cos_y, -one, one)
-    sin_squared = one - ops.square(cos_y)
-    # Powers by products (a pow op's gradient at 0 ** 0 is NaN on some backends).
-    cos_powers, sin_powers = [ops.ones_like(cos_y)], [ops.ones_like(cos_y)]
-    for _ in range(margin):
-        cos_powers.append(cos_powers[-1] * cos_y)
-        sin_powers.append(sin_powers[-1] * sin_squared)
-    cos_m = ops.zeros_like(cos_y)
-    for n in range(margin // 2 + 1):
-        cos_m = cos_m + _constant((-1) ** n * math.comb(margin, 2 * n), cos_y) * (
-            cos_powers[margin - 2 * n] * sin_powers[n])
+    previous, cos_m = ops.ones_like(cos_y), cos_y  # T_0, T_1
+    for _ in range(margin - 1):
+        previous, cos_m = cos_m, 2.0 * cos_y * cos_m - previous
     theta = ops.arccos(ops.stop_gradient(cos_y))
     k = ops.stop_gradient(dml.floor(theta * _constant(margin / math.pi, cos_y)))
     sign = one - 2.0 * (k - 2.0 * dml.floor(k / 2.0))  # (-1)^k
@@ -211,8 +260,9 @@ def large_margin_softmax_loss(y_true, y_pred, weights, margin: int = 4, scale: f
         y_true: ``[B]`` integer class ids in ``[0, C)``.
         y_pred: ``[B, D]`` embeddings (their norms enter the logits).
         weights: ``[C, D]`` class weights (their norms enter the logits).
-        margin: the integer angle multiplier ``m >= 1``. Defaults to `4`.
-        scale: ``s > 0``. Defaults to `1.0`.
+        margin: the integer angle multiplier ``m`` in ``[1, 128]``. Defaults to
+            `4`.
+        scale: ``s`` in ``(0, 1e6]``. Defaults to `1.0`.
 
     Returns:
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
@@ -229,8 +279,9 @@ def sphereface_loss(y_true, y_pred, weights, margin: int = 4, scale: float = 1.0
         y_true: ``[B]`` integer class ids in ``[0, C)``.
         y_pred: ``[B, D]`` embeddings (their norms enter the logits).
         weights: ``[C, D]`` class weights (normalized here).
-        margin: the integer angle multiplier ``m >= 1``. Defaults to `4`.
-        scale: ``s > 0``. Defaults to `1.0`.
+        margin: the integer angle multiplier ``m`` in ``[1, 128]``. Defaults to
+            `4`.
+        scale: ``s`` in ``(0, 1e6]``. Defaults to `1.0`.
 
     Returns:
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
@@ -261,7 +312,7 @@ def normalized_softmax_loss(y_true, y_pred, weights, temperature: float = 0.05):
         y_true: ``[B]`` integer class ids in ``[0, C)``.
         y_pred: ``[B, D]`` embeddings (normalized here).
         weights: ``[C, D]`` class weights (normalized here).
-        temperature: ``T > 0``. Defaults to `0.05`.
+        temperature: ``T >= 1e-6``. Defaults to `0.05`.
 
     Returns:
         The mean over the batch, a scalar of the dtype of ``y_pred``; NaN when
@@ -277,8 +328,9 @@ def cosface_loss(y_true, y_pred, weights, margin: float = 0.35, scale: float = 6
         y_true: ``[B]`` integer class ids in ``[0, C)``.
         y_pred: ``[B, D]`` embeddings (normalized here).
         weights: ``[C, D]`` class weights (normalized here).
-        margin: ``m >= 0``, subtracted from the target cosine. Defaults to `0.35`.
-        scale: ``s > 0``. Defaults to `64.0`.
+        margin: ``m`` in ``[0, 2]``, subtracted from the target cosine. Defaults
+            to `0.35`.
+        scale: ``s`` in ``(0, 1e6]``. Defaults to `64.0`.
 
     Returns:
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
@@ -299,7 +351,7 @@ def arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: float = 64
         weights: ``[C, D]`` class weights (normalized here).
         margin: ``m`` in radians, in ``[0, pi/2)``. Defaults to `0.5`
             (pytorch-metric-learning's default is 28.6 degrees = 0.4992).
-        scale: ``s > 0``. Defaults to `64.0`.
+        scale: ``s`` in ``(0, 1e6]``. Defaults to `64.0`.
 
     Returns:
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
@@ -317,7 +369,7 @@ def subcenter_arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: 
         y_pred: ``[B, D]`` embeddings (normalized here).
         weights: ``[C, k, D]`` sub-centres (normalized here).
         margin: ``m`` in radians, in ``[0, pi/2)``. Defaults to `0.5`.
-        scale: ``s > 0``. Defaults to `64.0`.
+        scale: ``s`` in ``(0, 1e6]``. Defaults to `64.0`.
 
     Returns:
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
@@ -339,10 +391,10 @@ def soft_triple_loss(y_true, y_pred, centers, la: float = 20.0, gamma: float = 0
         y_true: ``[B]`` integer class ids in ``[0, C)``.
         y_pred: ``[B, D]`` embeddings (normalized here).
         centers: ``[C, k, D]`` centres (normalized here).
-        la: ``lambda > 0``, the scale. Defaults to `20.0`.
-        gamma: ``gamma > 0``, the softmax temperature over a class's centres.
+        la: ``lambda`` in ``(0, 1e6]``, the scale. Defaults to `20.0`.
+        gamma: ``gamma >= 1e-6``, the softmax temperature over a class's centres.
             Defaults to `0.1`.
-        margin: ``delta >= 0``. Defaults to `0.01`.
+        margin: ``delta`` in ``[0, 2]``. Defaults to `0.01`.
 
     Returns:
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
@@ -384,9 +436,11 @@ _LARGE_MARGIN_DOC = """
 
         psi(theta) = (-1)^k cos(m theta) - 2k,   theta in [k pi / m, (k + 1) pi / m]
 
-    (monotonically decreasing on ``[0, pi]``; ``cos(m theta)`` by the
-    multiple-angle formula, so no ``arccos`` enters the gradient). Then the
-    softmax cross-entropy, the mean over the batch.
+    (monotonically decreasing on ``[0, pi]``; ``cos(m theta)`` as a
+    polynomial of ``cos theta``, the Chebyshev polynomial ``T_m``, so no
+    ``arccos`` enters the gradient). Then the softmax cross-entropy, the mean
+    over the batch. ``m`` is at most 128: float32 cosines resolve
+    ``cos(m theta)`` near ``theta = 0`` only to about ``m^2 * 6e-8``.
 """
 
 
@@ -405,7 +459,7 @@ class NormalizedSoftmaxLoss(ClassWeightLoss):
     {STATE}
     Args:
 {ARGS}
-        temperature: ``T > 0``. Defaults to `0.05`.
+        temperature: ``T >= 1e-6``. Defaults to `0.05`.
         name: name of the loss. Defaults to `"normalized_softmax_loss"`.
 
     Examples:
@@ -432,8 +486,8 @@ class CosFaceLoss(ClassWeightLoss):
     {STATE}
     Args:
 {ARGS}
-        margin: ``m >= 0``. Defaults to `0.35`.
-        scale: ``s > 0``. Defaults to `64.0`.
+        margin: ``m`` in ``[0, 2]``. Defaults to `0.35`.
+        scale: ``s`` in ``(0, 1e6]``. Defaults to `64.0`.
         name: name of the loss. Defaults to `"cosface_loss"`.
 
     Examples:
@@ -466,7 +520,7 @@ class ArcFaceLoss(ClassWeightLoss):
     Args:
 {ARGS}
         margin: ``m`` in radians, in ``[0, pi/2)``. Defaults to `0.5`.
-        scale: ``s > 0``. Defaults to `64.0`.
+        scale: ``s`` in ``(0, 1e6]``. Defaults to `64.0`.
         name: name of the loss. Defaults to `"arcface_loss"`.
 
     Examples:
@@ -497,7 +551,7 @@ class SubCenterArcFaceLoss(ArcFaceLoss):
 {ARGS}
         sub_centers: ``k >= 1``. Defaults to `3`.
         margin: ``m`` in radians, in ``[0, pi/2)``. Defaults to `0.5`.
-        scale: ``s > 0``. Defaults to `64.0`.
+        scale: ``s`` in ``(0, 1e6]``. Defaults to `64.0`.
         name: name of the loss. Defaults to `"subcenter_arcface_loss"`.
 
     Examples:
@@ -542,10 +596,10 @@ class SoftTripleLoss(ClassWeightLoss):
     Args:
 {ARGS}
         centers_per_class: ``k >= 1``. Defaults to `10`.
-        la: ``lambda > 0``, the scale. Defaults to `20.0`.
-        gamma: ``gamma > 0``, the temperature of the softmax over centres.
+        la: ``lambda`` in ``(0, 1e6]``, the scale. Defaults to `20.0`.
+        gamma: ``gamma >= 1e-6``, the temperature of the softmax over centres.
             Defaults to `0.1`.
-        margin: ``delta >= 0``. Defaults to `0.01`.
+        margin: ``delta`` in ``[0, 2]``. Defaults to `0.01`.
         name: name of the loss. Defaults to `"soft_triple_loss"`.
 
     Examples:
@@ -627,9 +681,9 @@ class LargeMarginSoftmaxLoss(ClassWeightLoss):
     {STATE}
     Args:
 {ARGS}
-        margin: the integer multiplier ``m >= 1`` (1 is the softmax).
-            Defaults to `4`.
-        scale: ``s > 0``. Defaults to `1.0`.
+        margin: the integer multiplier ``m`` in ``[1, 128]`` (1 is the
+            softmax). Defaults to `4`.
+        scale: ``s`` in ``(0, 1e6]``. Defaults to `1.0`.
         name: name of the loss. Defaults to `"large_margin_softmax_loss"`.
 
     Examples:
@@ -662,8 +716,9 @@ class SphereFaceLoss(ClassWeightLoss):
     {STATE}
     Args:
 {ARGS}
-        margin: the integer multiplier ``m >= 1``. Defaults to `4`.
-        scale: ``s > 0``. Defaults to `1.0`.
+        margin: the integer multiplier ``m`` in ``[1, 128]``. Defaults to
+            `4`.
+        scale: ``s`` in ``(0, 1e6]``. Defaults to `1.0`.
         name: name of the loss. Defaults to `"sphereface_loss"`.
 
     Examples:

@@ -13,6 +13,25 @@ from tfdml.miners import Miner
 __all__ = ["MultipleLosses"]
 
 
+def _per_sample(loss) -> bool:
+    """Whether ``loss`` returns one value per sample (``reduction="none"``), not a scalar."""
+    if isinstance(loss, MultipleLosses):
+        return _per_sample(loss.losses[0])
+    return loss.reduction == "none"
+
+
+def _check_reductions(losses):
+    """All the losses reduce to a scalar, or none does (``reduction="none"``): a scalar added
+    to per-sample values would broadcast onto each of them."""
+    per_sample = [_per_sample(loss) for loss in losses]
+    if any(per_sample) and not all(per_sample):
+        reductions = [loss.reduction for loss in losses]
+        raise ValueError(
+            "`losses` must all reduce to a scalar, or all have reduction='none' (one value per "
+            "sample): a scalar added to per-sample values would be added to each of them. "
+            f"Received: losses with reduction={reductions!r}")
+
+
 def _check_losses(losses, weights, miners):
     if isinstance(losses, MetricLoss) or not isinstance(losses, (list, tuple)) or not losses:
         raise ValueError("`losses` must be a non-empty list of tfdml losses. Received: "
@@ -24,6 +43,10 @@ def _check_losses(losses, weights, miners):
         raise ValueError(f"`weights` must be None or one number per loss ({len(losses)}). "
                          f"Received: weights={weights!r}")
     weights = [check_number("weights", w, finite=True) for w in weights]
+    if not any(weights):
+        raise ValueError(f"`weights` cannot all be 0: the sum would always be 0. Received: "
+                         f"weights={weights!r}")
+    _check_reductions(losses)
     if miners is not None:
         if not isinstance(miners, (list, tuple)) or len(miners) != len(losses):
             raise ValueError(f"`miners` must be None or one miner (or None) per loss "
@@ -43,8 +66,11 @@ class MultipleLosses(MetricLoss):
     """A weighted sum of tfdml losses: ``sum_i weights[i] * losses[i](y_true, y_pred)``.
 
     Each loss computes, mines and reduces as it would alone (its own miner,
-    ``average`` and ``reduction``; with ``reduction="none"`` each gives its
-    ``[B]`` values, and they are summed). The losses' states (learned class
+    ``average`` and ``reduction``). Either every loss reduces to a scalar
+    (any reductions but ``"none"``; the sum is a scalar) or every loss has
+    ``reduction="none"`` (each gives its ``[B]`` values; the sum is ``[B]``);
+    a mix is refused, when the sum is built and when it is called (a
+    reduction changed afterwards). The losses' states (learned class
     vectors, memory banks, random miners' seeds) are held together in this
     loss's state, so a :class:`tfdml.models.MetricModel` trains, saves and
     restores all of them.
@@ -57,6 +83,12 @@ class MultipleLosses(MetricLoss):
             Defaults to `None`.
         name: name of the loss. Defaults to `"multiple_losses"`.
         dtype: dtype of the returned value. Defaults to `None` (floatx).
+
+    Raises:
+        ValueError: for losses that mix ``reduction="none"`` with scalar
+            reductions (naming ``losses`` and their ``reduction``), weights
+            that are not finite numbers or all 0, or miners that do not fit
+            their losses.
 
     Examples:
 
@@ -88,6 +120,7 @@ class MultipleLosses(MetricLoss):
         from tfdml.metric_model import check_loss_state
 
         check_loss_state(self, y_pred)
+        _check_reductions(self.losses)
         with keras.name_scope(self.name):
             total = None
             for loss, weight in zip(self.losses, self.weights, strict=True):

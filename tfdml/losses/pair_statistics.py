@@ -39,11 +39,21 @@ def _similarities(inputs, miner: Miner):
 
 def _check_tcm(lambda_plus: float = 1.0, lambda_minus: float = 1.0, margin_plus: float = 0.9,
                margin_minus: float = 0.5, miner="default"):
-    return {"lambda_plus": check_number("lambda_plus", lambda_plus, low=0, finite=True),
-            "lambda_minus": check_number("lambda_minus", lambda_minus, low=0, finite=True),
-            "margin_plus": check_number("margin_plus", margin_plus, low=-1, high=1),
-            "margin_minus": check_number("margin_minus", margin_minus, low=-1, high=1),
-            "miner": resolve_miner(miner, AllPairsMiner)}
+    checked = {"lambda_plus": check_number("lambda_plus", lambda_plus, low=0, finite=True),
+               "lambda_minus": check_number("lambda_minus", lambda_minus, low=0, finite=True),
+               "margin_plus": check_number("margin_plus", margin_plus, low=-1, high=1),
+               "margin_minus": check_number("margin_minus", margin_minus, low=-1, high=1)}
+    if not checked["margin_minus"] <= checked["margin_plus"]:
+        raise ValueError(
+            "`margin_minus` must be <= `margin_plus`: the negative pairs are pushed below "
+            "margin_minus and the positive pairs above margin_plus, so that a threshold "
+            "between them separates the two. Received: "
+            f"margin_minus={margin_minus!r}, margin_plus={margin_plus!r}")
+    if checked["lambda_plus"] == 0 and checked["lambda_minus"] == 0:
+        raise ValueError(
+            "`lambda_plus` and `lambda_minus` cannot both be 0: no pair would ever cost. "
+            f"Received: lambda_plus={lambda_plus!r}, lambda_minus={lambda_minus!r}")
+    return {**checked, "miner": resolve_miner(miner, AllPairsMiner)}
 
 
 def _tcm_terms(inputs, lambda_plus, lambda_minus, margin_plus, margin_minus, miner: Miner):
@@ -84,11 +94,17 @@ class ThresholdConsistentMarginLoss(MetricLoss):
             to `1.0`.
         margin_plus: in ``[-1, 1]``, the similarity below which a positive
             pair costs. Defaults to `0.9`.
-        margin_minus: in ``[-1, 1]``, the similarity above which a negative
-            pair costs. Defaults to `0.5`.
+        margin_minus: in ``[-1, margin_plus]``, the similarity above which a
+            negative pair costs. Defaults to `0.5`.
         miner: a :class:`tfdml.miners.Miner` selecting the positive and
             negative pairs; `None` or `"default"` for every pair
             (:class:`tfdml.miners.AllPairsMiner`). Defaults to `"default"`.
+
+    Raises:
+        ValueError: naming the argument and the value received, for an
+            argument out of its range, inverted margins (``margin_minus >
+            margin_plus``: the loss would be satisfied with the positive and
+            the negative pairs overlapping), or both weights 0.
 
     Examples:
 
