@@ -7,7 +7,7 @@ the loss (its value, its gradient w.r.t. the embeddings and the updated histogra
 * ``dense``: the formula the loss computed before (a private copy, below): every triplet's
   ``x = d_ap - d_an`` in a ``[B, B, B]`` tensor, its mass split between two histogram nodes
   by a scatter, the CDF gathered per triplet;
-* ``sorted``: ``tfdml.losses.dynamic_soft_margin_loss``, which sorts each anchor's negatives
+* ``sorted``: ``tfdml.losses.dynamic_soft_margin_loss``, which sorts each anchor's positives
   and counts by binary search (``O(B^2)`` memory);
 * ``blocks``: ``tfdml.losses.DynamicSoftMarginLoss(block_size=--block-size)``, a training
   call of the class (it assigns its histogram), blocks of anchors in two passes;
@@ -218,7 +218,7 @@ def _row(config, result):
 def _report(args, results, machine, started, elapsed, load):
     labels = {"floor": "the sum of the B x B L2 distances of the normalized embeddings",
               "dense": "the dense [B, B, B] formula (the loss before)",
-              "sorted": "tfdml.losses.dynamic_soft_margin_loss (sorted negatives, counts)",
+              "sorted": "tfdml.losses.dynamic_soft_margin_loss (sorted positives, counts)",
               "blocks": f"DynamicSoftMarginLoss(block_size={args.block_size}), a training call"}
     lines = [
         "# DynamicSoftMarginLoss peak memory: dense against sorted",

@@ -709,6 +709,9 @@ def masked_argmax(x, mask, axis: int = -1):
     shape[axis] = -1
     columns = ops.reshape(ops.arange(width, dtype="int32"), shape)
     idx = ops.min(ops.where(is_best, columns, ops.cast(width, "int32")), axis=axis)
+    # No best entry where the row's maximum is NaN (nothing equals it): an index inside the
+    # row all the same (the value it selects is NaN anyway).
+    idx = ops.minimum(idx, ops.cast(width, "int32") - 1)
     return ops.where(found, idx, ops.zeros((), "int32")), found
 
 

@@ -705,7 +705,7 @@ def test_unknown_batch_size_in_a_graph(monkeypatch, block_size):
     eager = DynamicSoftMarginLoss(block_size=block_size, min_val=-1.0)
     graph = DynamicSoftMarginLoss(block_size=block_size, min_val=-1.0)
     graph.build_state()
-    step = tf.function(lambda y, e: value_and_grad_tensors_tf(graph, y, e), autograph=False,
+    step = tf.function(lambda y, e: _tf_value_and_grad(graph, y, e), autograph=False,
                        input_signature=[tf.TensorSpec([None], tf.int32),
                                         tf.TensorSpec([None, 5], tf.float32)])
     value, grad = step(labels, x)
@@ -715,7 +715,7 @@ def test_unknown_batch_size_in_a_graph(monkeypatch, block_size):
     np.testing.assert_allclose(_hist(graph), _hist(eager), rtol=1e-5, atol=1e-7)
 
 
-def value_and_grad_tensors_tf(loss, labels, x):
+def _tf_value_and_grad(loss, labels, x):
     import tensorflow as tf
 
     with tf.GradientTape() as tape:

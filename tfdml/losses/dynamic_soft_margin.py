@@ -436,7 +436,13 @@ def _sorted_terms(s: _Sorted, cdf, min_val, num_bins) -> AnchorTerms:
     weight, nonzero = _map_rows(
         s, lambda chunk, fresh: _chunk_weights(chunk, cdf, min_val, num_bins),
         [("rows", (None, width), dtype), ("rows", (None,), dtype)])
-    total = ops.sum(s.dist * ops.stop_gradient(weight), axis=1)
+    # The weights of an anchor sum to 0 (each triplet's +w and -w): measured from a centre,
+    # the two sums that cancel are smaller, and so is their rounding error.
+    magnitude = ops.abs(weight)
+    center = ops.stop_gradient(dml.divide_no_nan(
+        ops.sum(magnitude * s.dist, axis=1, keepdims=True),
+        ops.sum(magnitude, axis=1, keepdims=True)))
+    total = ops.sum((s.dist - center) * ops.stop_gradient(weight), axis=1)
     count = ops.cast(s.num_positives * s.num_negatives, dtype)
     return AnchorTerms(total, count, nonzero)
 
