@@ -193,7 +193,13 @@ def cumsum(x, axis=None):
 
 
 def segment_sum(data, segment_ids, num_segments):
-    """``keras.ops.segment_sum`` of 1-D ``data`` in its dtype; ids in ``[0, num_segments)``."""
+    """``keras.ops.segment_sum`` of 1-D ``data`` in its dtype; ids in ``[0, num_segments)``.
+
+    PyTorch's takes ``num_segments=0`` (an empty batch) for "not given" and fails on the
+    maximum of no ids: no segments is an empty result here.
+    """
+    if isinstance(num_segments, int) and num_segments == 0:
+        return ops.zeros((0,), dtype_name(data))
     if _torch_float64(data):
         import torch
 
@@ -378,6 +384,9 @@ def map_indices(fn, count, signature):
 
         return jax.lax.map(fn, ops.arange(count, dtype="int32"))
     results = [fn(ops.convert_to_tensor(i, "int32")) for i in range(count)]
+    if not results:  # no iteration: empty outputs of the signature
+        return tuple(ops.zeros((0, *(0 if d is None else d for d in shape)), dtype)
+                     for shape, dtype in signature)
     return tuple(ops.stack(parts) for parts in zip(*results, strict=True))
 
 
