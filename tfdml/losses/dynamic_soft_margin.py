@@ -146,26 +146,39 @@ def _selection(inputs: Inputs, miner):
     return dist, miner.mine(-dist, labels, ref_labels, ref_offset, x, ref)
 
 
-class _Sorted(NamedTuple):
-    """An anchor's negatives, and its positives sorted by distance (``[t, R]`` each).
+class _AllPairs(NamedTuple):
+    """Mined triplets that are every (positive, negative) pair of an anchor (``[t, R]``).
 
-    ``dist`` carries the gradient; ``ordered[a, j]`` is the ``j``-th smallest distance of
-    anchor ``a`` to a positive (0 past its ``num_positives[a]`` positives), ``order`` the
-    reference index of each, ``valid`` the slots holding a positive; ``negative`` marks the
-    negatives (the columns the searches run for). ``steps``: the iterations of a binary
-    search over the positives (a Python int, or a tensor in a compiled function);
-    ``traced``: the values are symbolic, so loops are compiled loops (Python loops eagerly).
+    ``dist`` carries the gradient; ``positive`` and ``negative`` mark the kept pairs.
+    ``steps``: the iterations of a binary search over an anchor's positives (a Python int,
+    or a tensor in a compiled function); ``traced``: the values are symbolic, so loops are
+    compiled loops (Python loops eagerly).
     """
 
     dist: Any
+    positive: Any
     negative: Any
+    num_positives: Any
+    num_negatives: Any
+    steps: Any
+    traced: bool
+
+
+class _Sorted(NamedTuple):
+    """:class:`_AllPairs` of some anchors with their positives sorted by distance.
+
+    ``ordered[a, j]`` is the ``j``-th smallest distance of anchor ``a`` to a positive (0
+    past its ``num_positives[a]`` positives), ``order`` the reference index of each,
+    ``valid`` the slots holding a positive; ``dist`` carries no gradient.
+    """
+
+    pairs: _AllPairs
     order: Any
     ordered: Any
     valid: Any
-    num_negatives: Any
-    num_positives: Any
-    steps: Any
-    traced: bool
+
+    def __getattr__(self, name):  # the fields of `pairs`
+        return getattr(self.pairs, name)
 
 
 class _Dense(NamedTuple):
@@ -176,27 +189,29 @@ class _Dense(NamedTuple):
 
 
 def _prepared(dist, mined):
-    """What the histogram's counts and the terms are computed from: :class:`_Sorted` for
+    """What the histogram's counts and the terms are computed from: :class:`_AllPairs` for
     pairs, :class:`_Dense` for triplets."""
     if not isinstance(mined, Pairs):
         triplets = as_triplets(mined)
         d_ap, d_an = gather_triplet_scores(dist, triplets)
         return _Dense(ops.broadcast_to(d_ap - d_an, ops.shape(triplets.mask)), triplets.mask)
-    stopped = ops.stop_gradient(dist)
-    positive = mined.positive
-    dtype = dml.dtype_name(dist)
-    key = ops.where(positive, stopped, ops.full_like(stopped, float("inf")))
+    num_positives = ops.cast(ops.sum(ops.cast(mined.positive, "int32"), axis=1), "int32")
+    num_negatives = ops.cast(ops.sum(ops.cast(mined.negative, "int32"), axis=1), "int32")
+    traced = dml.is_traced(ops.stop_gradient(dist))
+    return _AllPairs(dist, mined.positive, mined.negative, num_positives, num_negatives,
+                     _search_steps(num_positives, ops.shape(dist)[1], traced), traced)
+
+
+def _sorted(pairs: _AllPairs) -> _Sorted:
+    """The positives of ``pairs`` (its ``dist`` without gradient) sorted by distance."""
+    stopped = ops.stop_gradient(pairs.dist)
+    key = ops.where(pairs.positive, stopped, ops.full_like(stopped, float("inf")))
     order = dml.stable_argsort(key, axis=1)
-    num_positives = ops.cast(ops.sum(ops.cast(positive, "int32"), axis=1), "int32")
-    slots = ops.arange(ops.shape(dist)[1], dtype="int32")[None, :]
-    valid = slots < num_positives[:, None]
+    slots = ops.arange(ops.shape(stopped)[1], dtype="int32")[None, :]
+    valid = slots < pairs.num_positives[:, None]
     ordered = dml.take_along_axis(stopped, order, axis=1)
-    ordered = ops.where(valid, ordered, ops.zeros((), dtype))
-    traced = dml.is_traced(ordered)
-    return _Sorted(dist, mined.negative, order, ordered, valid,
-                   ops.cast(ops.sum(ops.cast(mined.negative, "int32"), axis=1), "int32"),
-                   num_positives, _search_steps(num_positives, ops.shape(dist)[1], traced),
-                   traced)
+    ordered = ops.where(valid, ordered, ops.zeros((), dml.dtype_name(stopped)))
+    return _Sorted(pairs._replace(dist=stopped), order, ordered, valid)
 
 
 # -- the sorted path: counts by binary search -------------------------------------------------
@@ -328,33 +343,33 @@ def _node_loop(num_bins, group, body, state, traced):
     return _repeat(0, num_bins // group, one, state, traced)
 
 
-def _row_chunks(s: _Sorted):
-    """The anchors of ``s`` in chunks whose ``[rows, R]`` search arrays hold at most
+def _row_chunks(pairs: _AllPairs):
+    """The anchors of ``pairs`` in chunks whose ``[rows, R]`` search arrays hold at most
     ``_GROUP_ENTRIES`` entries (:class:`tfdml.losses.blocks.RowBlocks`), or None for one."""
-    t, width = ops.shape(s.dist)[0], ops.shape(s.dist)[1]
+    t, width = ops.shape(pairs.dist)[0], ops.shape(pairs.dist)[1]
     rows = max(1, _GROUP_ENTRIES // width) if isinstance(width, int) else _DYNAMIC_ROWS
     if isinstance(t, int) and t <= rows:
         return None
     return RowBlocks(t, rows)
 
 
-def _map_rows(s: _Sorted, fn, outputs, *rows):
-    """``fn(chunk, fresh, *rows)`` (a tuple) over the row chunks of ``s`` and of the ``[t,
-    ...]`` tensors ``rows`` (``fresh``: the chunk's rows that no earlier chunk had; None for
-    one chunk), each output summed over the chunks (``("sum", shape, dtype)``) or put
-    together row by row (``("rows", shape, dtype)``, the rows a shifted last chunk repeats
-    once). A compiled loop when traced, a Python loop eagerly; no gradient."""
-    chunks = _row_chunks(s)
-    s = s._replace(dist=ops.stop_gradient(s.dist))  # a tape then records nothing here
+def _map_rows(pairs: _AllPairs, fn, outputs, *rows):
+    """``fn(chunk, fresh, *rows)`` (a tuple) over the row chunks of ``pairs``, each
+    :func:`_sorted`, and of the ``[t, ...]`` tensors ``rows`` (``fresh``: the chunk's rows
+    that no earlier chunk had; None for one chunk), each output summed over the chunks
+    (``("sum", shape, dtype)``) or put together row by row (``("rows", shape, dtype)``, the
+    rows a shifted last chunk repeats once). A compiled loop when traced, a Python loop
+    eagerly; no gradient (a tape records nothing here)."""
+    chunks = _row_chunks(pairs)
     if chunks is None:
-        return fn(s, None, *rows)
-    fields = s[:-2]
+        return fn(_sorted(pairs), None, *rows)
+    fields = pairs[:-2]
 
     def one(i):
-        chunk = _Sorted(*(chunks.rows(f, i) for f in fields), s.steps, s.traced)
-        return tuple(fn(chunk, chunks.fresh(i), *(chunks.rows(r, i) for r in rows)))
+        chunk = _AllPairs(*(chunks.rows(f, i) for f in fields), pairs.steps, pairs.traced)
+        return tuple(fn(_sorted(chunk), chunks.fresh(i), *(chunks.rows(r, i) for r in rows)))
 
-    if s.traced:
+    if pairs.traced:
         stacked = _map_indices(one, chunks.count, [spec[1:] for spec in outputs])
         return tuple(ops.sum(o, axis=0) if spec[0] == "sum" else chunks.assemble(o)
                      for o, spec in zip(stacked, outputs, strict=True))
@@ -366,16 +381,16 @@ def _map_rows(s: _Sorted, fn, outputs, *rows):
         for p, spec in zip(parts, outputs, strict=True))
 
 
-def _sorted_counts(s: _Sorted, keep, min_val, num_bins):
+def _sorted_counts(pairs: _AllPairs, keep, min_val, num_bins):
     """:func:`_split_counts` of every triplet of the anchors ``keep`` marks, without them
     (:func:`_chunk_counts` over chunks of anchors, summed)."""
-    dtype = dml.dtype_name(s.dist)
+    dtype = dml.dtype_name(pairs.dist)
 
     def fn(chunk, fresh, keep):
         keep = keep if fresh is None else ops.logical_and(keep, fresh)
         return _chunk_counts(chunk, keep, min_val, num_bins)
 
-    return _map_rows(s, fn, [("sum", (num_bins,), dtype), ("sum", (), dtype)], keep)
+    return _map_rows(pairs, fn, [("sum", (num_bins,), dtype), ("sum", (), dtype)], keep)
 
 
 def _chunk_counts(s: _Sorted, keep, min_val, num_bins):
@@ -425,25 +440,25 @@ def _chunk_counts(s: _Sorted, keep, min_val, num_bins):
     return counts, ops.sum(per_anchor * kept)
 
 
-def _sorted_terms(s: _Sorted, cdf, min_val, num_bins) -> AnchorTerms:
+def _sorted_terms(pairs: _AllPairs, cdf, min_val, num_bins) -> AnchorTerms:
     """Per anchor: ``sum_p d_ap U_ap - sum_n d_an V_an`` (module docstring), one sum of
     ``d`` times constant weights, its number of triplets and of triplets whose term is
     above 0."""
-    dtype = dml.dtype_name(s.dist)
+    dtype = dml.dtype_name(pairs.dist)
     cdf = ops.cast(ops.stop_gradient(cdf), dtype)
-    width = ops.shape(s.dist)[1]
+    width = ops.shape(pairs.dist)[1]
     width = width if isinstance(width, int) else None
     weight, nonzero = _map_rows(
-        s, lambda chunk, fresh: _chunk_weights(chunk, cdf, min_val, num_bins),
+        pairs, lambda chunk, fresh: _chunk_weights(chunk, cdf, min_val, num_bins),
         [("rows", (None, width), dtype), ("rows", (None,), dtype)])
     # The weights of an anchor sum to 0 (each triplet's +w and -w): measured from a centre,
     # the two sums that cancel are smaller, and so is their rounding error.
     magnitude = ops.abs(weight)
-    center = ops.stop_gradient(dml.divide_no_nan(
-        ops.sum(magnitude * s.dist, axis=1, keepdims=True),
-        ops.sum(magnitude, axis=1, keepdims=True)))
-    total = ops.sum((s.dist - center) * ops.stop_gradient(weight), axis=1)
-    count = ops.cast(s.num_positives * s.num_negatives, dtype)
+    center = dml.divide_no_nan(
+        ops.sum(magnitude * ops.stop_gradient(pairs.dist), axis=1, keepdims=True),
+        ops.sum(magnitude, axis=1, keepdims=True))
+    total = ops.sum((pairs.dist - center) * weight, axis=1)  # weight: no gradient
+    count = ops.cast(pairs.num_positives * pairs.num_negatives, dtype)
     return AnchorTerms(total, count, nonzero)
 
 
@@ -505,7 +520,7 @@ def _sorted_nonzero(s: _Sorted, cdf, min_val, delta):
 def _batch_counts(prepared, keep, min_val, num_bins):
     """``(counts, total)`` of the batch histogram (no gradient), over the anchors ``keep``
     marks (all of them for None)."""
-    if isinstance(prepared, _Sorted):
+    if isinstance(prepared, _AllPairs):
         if keep is None:
             keep = ops.ones((ops.shape(prepared.dist)[0],), "bool")
         return _sorted_counts(prepared, keep, min_val, num_bins)
@@ -517,7 +532,7 @@ def _batch_counts(prepared, keep, min_val, num_bins):
 
 def _weighted_terms(prepared, cdf, min_val, num_bins) -> AnchorTerms:
     """Per anchor its triplets' ``CDF[low(x)] x`` (the CDF a constant of the gradient)."""
-    if isinstance(prepared, _Sorted):
+    if isinstance(prepared, _AllPairs):
         return _sorted_terms(prepared, cdf, min_val, num_bins)
     low, _ = bin_positions(ops.stop_gradient(prepared.x), min_val, num_bins)
     weight = ops.take(ops.stop_gradient(cdf), low)
