@@ -371,14 +371,7 @@ def map_indices(fn, count, signature):
         import tensorflow as tf
 
         specs = tuple(tf.TensorSpec(list(shape), dtype) for shape, dtype in signature)
-        if isinstance(count, int) or all(None not in shape for shape, _ in signature):
-            return tf.map_fn(fn, tf.range(count), fn_output_signature=specs)
-        # A count known at run time only (an unknown batch size) may be 0, and TensorFlow
-        # cannot stack an empty list of tensors of unknown shape: empty outputs then.
-        return tf.cond(
-            count > 0, lambda: tf.map_fn(fn, tf.range(count), fn_output_signature=specs),
-            lambda: tuple(tf.zeros([0, *(0 if d is None else d for d in shape)], dtype)
-                          for shape, dtype in signature))
+        return tf.map_fn(fn, tf.range(count), fn_output_signature=specs)
     if backend == "jax":
         import jax
 

@@ -363,7 +363,7 @@ def _map_rows(pairs: _AllPairs, fn, outputs, *rows):
     chunks = _row_chunks(pairs)
     if chunks is None:
         return fn(_sorted(pairs), None, *rows)
-    fields = pairs[:-2]
+    fields = (ops.stop_gradient(pairs.dist), *pairs[1:-2])  # nothing for a tape to record
 
     def one(i):
         chunk = _AllPairs(*(chunks.rows(f, i) for f in fields), pairs.steps, pairs.traced)
@@ -457,7 +457,7 @@ def _sorted_terms(pairs: _AllPairs, cdf, min_val, num_bins) -> AnchorTerms:
     center = dml.divide_no_nan(
         ops.sum(magnitude * ops.stop_gradient(pairs.dist), axis=1, keepdims=True),
         ops.sum(magnitude, axis=1, keepdims=True))
-    total = ops.sum((pairs.dist - center) * weight, axis=1)  # weight: no gradient
+    total = ops.sum((pairs.dist - center) * ops.stop_gradient(weight), axis=1)
     count = ops.cast(pairs.num_positives * pairs.num_negatives, dtype)
     return AnchorTerms(total, count, nonzero)
 
@@ -707,9 +707,9 @@ class DynamicSoftMarginLoss(MetricLoss):
     which moves once per step. :class:`tfdml.miners.TripletMarginMiner` and
     :class:`tfdml.miners.AngularMiner` build their own ``[B, R, R]`` mask;
     with them the loss computes triplet by triplet (``O(B R^2)``). Measured
-    by ``benchmarks/dsm_memory.py``: at B = 4096, D = 128 a step's tensors
-    peak at about 500-800 MiB (the distances' own share included), 130-220
-    MiB in blocks of 512.
+    by ``benchmarks/dsm_memory.py``: at B = 4096, D = 128 a training step's
+    tensors peak at 360-860 MiB (compiled to eager; the distance matrix and
+    its gradient alone take 260-730 MiB), 130-190 MiB in blocks of 512.
 
     **Averaged over** the triplets (``average="terms"``), as
     pytorch-metric-learning. Differences from its ``DynamicSoftMarginLoss``
