@@ -11,7 +11,7 @@ raises). The contract tests of the loss cases, written here for a loss with stat
 degenerate batches, mixed precision.
 
 The loss never builds the ``[B, P, N]`` tensor of triplet gaps for a miner that returns pairs
-(the default): it sorts each anchor's negatives and counts by binary search. Its values,
+(the default): it sorts each anchor's positives and counts by binary search. Its values,
 gradients and histograms are checked here against the dense formula it computed before
 (:func:`_dense_reference`, every triplet of a ``[B, P, N]`` tensor), with every kind of miner;
 ``block_size`` against the loss without it; and a TensorFlow graph and XLA program without a
@@ -457,16 +457,16 @@ def test_values_gradients_and_histograms_equal_the_dense_formula(miner, dtype):
             labels, x = _random_batch(i, dtype=dtype)
             hist = _previous(kind, num_bins, i)
             args = {"min_val": min_val, "momentum": momentum, "miner": MINERS[miner]()}
-            if BACKEND == "jax" and dtype == "float32" and i > 0:
-                continue  # the first setting only: the float64 case has them all
+            if BACKEND == "jax" and (i == 1 or (dtype == "float32" and i > 0)):
+                continue  # the first setting only, and the last in float64
             for average in ("terms", "nonzero", "anchors") if i == 2 else ("terms", "nonzero"):
                 _assert_equals_dense(labels, x, hist, average, rtol, **args)
             new = to_numpy(dynamic_soft_margin_loss(labels, x, hist, **args)[1])
             histograms.append(to_numpy(_dense_reference(labels, x, hist, **args)[1]))
             np.testing.assert_allclose(new, histograms[-1], rtol=rtol, atol=rtol)
-    if miner == "default" and len(histograms) == 3:  # a CDF with zeros first; clipped values
+    if miner == "default" and len(histograms) > 1:  # a CDF with zeros first; clipped values
         assert np.all(histograms[0][:2] == 0) and histograms[0][2] > 0
-        assert histograms[2][0] > 0 and histograms[2][-1] > 0
+        assert histograms[-1][0] > 0 and histograms[-1][-1] > 0
 
 
 @pytest.mark.usefixtures("float64")

@@ -347,7 +347,7 @@ def _row_chunks(pairs: _AllPairs):
     """The anchors of ``pairs`` in chunks whose ``[rows, R]`` search arrays hold at most
     ``_GROUP_ENTRIES`` entries (:class:`tfdml.losses.blocks.RowBlocks`), or None for one."""
     t, width = ops.shape(pairs.dist)[0], ops.shape(pairs.dist)[1]
-    rows = max(1, _GROUP_ENTRIES // width) if isinstance(width, int) else _DYNAMIC_ROWS
+    rows = max(1, _GROUP_ENTRIES // max(width, 1)) if isinstance(width, int) else _DYNAMIC_ROWS
     if isinstance(t, int) and t <= rows:
         return None
     return RowBlocks(t, rows)
