@@ -149,3 +149,23 @@ def test_cross_batch_memory_counts_the_wrapped_loss_on_the_batch():
 def test_class_vector_losses_are_refused():
     with pytest.raises(ValueError, match="every anchor is active"):
         ActiveAnchors(tfdml.losses.ArcFaceLoss(3))
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_metric_model_fit_warns_on_array_batches_without_positives(shuffle):
+    """Compiled steps cannot warn from the loss: MetricModel.fit looks at the array labels."""
+    model = tfdml.models.MetricModel(small_embedding_model(input_dim=6, embed_dim=4),
+                                     TripletNCALoss())
+    model.compile(optimizer="sgd")
+    with pytest.warns(UserWarning, match=r"2 of the 2 batches of 6 .* no two samples of a class"):
+        model.fit(X, np.arange(12), batch_size=6, epochs=1, verbose=0, shuffle=shuffle)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # P x K order, unshuffled: every batch has positives
+        model.fit(X, np.repeat(np.arange(4), 3), batch_size=6, epochs=1, verbose=0,
+                  shuffle=False)
+    proxies = tfdml.models.MetricModel(small_embedding_model(input_dim=6, embed_dim=4),
+                                       tfdml.losses.ProxyNCALoss(num_classes=12))
+    proxies.compile(optimizer="sgd")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # class vectors: every sample learns
+        proxies.fit(X, np.arange(12), batch_size=6, epochs=1, verbose=0, shuffle=shuffle)

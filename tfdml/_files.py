@@ -11,12 +11,16 @@ or the new one.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import re
 import secrets
 import shutil
 
-__all__ = ["atomic_path", "remove_temporaries", "save_figure", "write_json", "write_text"]
+__all__ = [
+    "atomic_path", "remove_temporaries", "save_atomically", "save_figure", "write_json",
+    "write_text",
+]
 
 # `.<stem>.tmp-<pid>-<hex><suffix>` (being written) and `.<stem>.old-...` (a replaced directory).
 _TEMPORARY = re.compile(r"^\..+\.(tmp|old)-[0-9]+-[0-9a-f]{8}(\..*)?$")
@@ -133,6 +137,47 @@ def save_figure(figure, path, **kwargs):
     file_format = os.path.splitext(os.fspath(path))[1][1:] or "png"
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         figure.savefig(f, format=file_format, **kwargs)
+
+
+def _is_local(filepath) -> bool:
+    return "://" not in os.fspath(filepath)
+
+
+class _WeightsBuffer(io.BytesIO):
+    """An in-memory ``.weights.h5`` file: Keras writes its HDF5 weights into a ``BytesIO``,
+    and checks the suffix of the name (``str(filepath)``)."""
+
+    def __init__(self, name):
+        super().__init__()
+        self.name = name
+
+    def __str__(self):
+        return self.name
+
+
+def save_atomically(write, filepath, overwrite=True, zipped=None, weights_only=False, **kwargs):
+    """Calls ``write(path, overwrite=..., **kwargs)`` (a Keras ``save`` or ``save_weights``)
+    on a temporary path and renames the finished file (or directory) over ``filepath``.
+
+    A ``.weights.h5`` file is built in memory first: Keras leaves its HDF5 file open when a
+    write into it fails (a full disk), and h5py then crashes the process when it closes it;
+    written from memory, a full disk is an ``OSError`` of the plain write. A remote path, or
+    an existing file with ``overwrite=False`` (Keras asks), goes to ``write`` directly.
+    """
+    if not weights_only and zipped is not None:
+        kwargs["zipped"] = zipped
+    exists = os.path.lexists(filepath) if _is_local(filepath) else False
+    if not _is_local(filepath) or (exists and not overwrite):
+        return write(filepath, overwrite=overwrite, **kwargs)
+    if weights_only and os.fspath(filepath).endswith(".weights.h5") and not kwargs:
+        buffer = _WeightsBuffer(os.fspath(filepath))
+        write(buffer, overwrite=True)
+        with atomic_path(filepath) as tmp, open(tmp, "wb") as f:
+            f.write(buffer.getbuffer())
+        return None
+    with atomic_path(filepath, directory=zipped is False) as tmp:
+        write(tmp, overwrite=True, **kwargs)
+    return None
 
 
 def remove_temporaries(folder):

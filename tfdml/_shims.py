@@ -352,6 +352,17 @@ def _float_bits(x):
 # -- loops the compiler keeps -----------------------------------------------------------------
 
 
+def _in_xla_context() -> bool:
+    """True while a TensorFlow function compiled with XLA is being traced."""
+    import tensorflow as tf
+
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # cannot tell: as under XLA (no cond around the loop)
+        return True
+    return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
+
+
 def map_indices(fn, count, signature):
     """``fn(i)`` for ``i`` in ``range(count)``, each a tuple of tensors, stacked along a new
     first axis, as a loop the compiler keeps.
@@ -371,7 +382,35 @@ def map_indices(fn, count, signature):
         import tensorflow as tf
 
         specs = tuple(tf.TensorSpec(list(shape), dtype) for shape, dtype in signature)
-        return tf.map_fn(fn, tf.range(count), fn_output_signature=specs)
+
+        def loop():
+            # tf.map_fn's loop without its input list (reading item i of an empty list does
+            # not compile with XLA), one iteration at a time: a graph runs up to 10 at once
+            # by default, which keeps 10 iterations' intermediates alive.
+            # At least one slot (and one iteration allowed for the accumulators of the
+            # gradient): XLA compiles the body and its writes even for no iteration.
+            slots = tf.maximum(count, 1)
+            arrays = tuple(tf.TensorArray(spec.dtype, size=slots,
+                                          element_shape=spec.shape) for spec in specs)
+
+            def body(i, arrays):
+                outputs = fn(i)
+                return i + 1, tuple(a.write(i, o) for a, o in zip(arrays, outputs, strict=True))
+
+            _, arrays = tf.while_loop(lambda i, _: i < count, body, (tf.constant(0), arrays),
+                                      parallel_iterations=1, maximum_iterations=slots)
+            return tuple(a.stack()[:count] for a in arrays)
+
+        if (isinstance(count, int) or all(None not in shape for shape, _ in signature)
+                or _in_xla_context()):
+            return loop()
+        # A count known at run time only (an unknown batch size) may be 0, and a graph
+        # cannot stack an empty list of tensors of unknown shape: empty outputs then. (Not
+        # under XLA, where the cond would break the loop's gradient and shapes are known.)
+        return tf.cond(
+            count > 0, loop,
+            lambda: tuple(tf.zeros([0, *(0 if d is None else d for d in shape)], dtype)
+                          for shape, dtype in signature))
     if backend == "jax":
         import jax
 

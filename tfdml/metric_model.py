@@ -5,6 +5,7 @@ Exported as :class:`tfdml.models.MetricModel`.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import numbers
 import warnings
@@ -22,6 +23,7 @@ from tfdml._chunks import (
     _rows,
     _TFChunks,
 )
+from tfdml._files import save_atomically
 from tfdml.losses.base import MetricLoss, resolve_loss
 
 __all__ = ["MetricModel", "check_loss_state", "claim_loss", "loss_owner", "plus_model_losses"]
@@ -398,12 +400,24 @@ class MetricModel(keras.Model):
                 an endless dataset (``x`` or ``validation_data``) without
                 ``steps_per_epoch`` (``validation_steps``), which Keras would
                 iterate forever.
+
+        Warns:
+            UserWarning: once per ``fit``, when labels given as arrays make
+                batches with no two samples of a class (all of them with
+                ``shuffle=False``, half or more of one shuffle otherwise) for a
+                loss that mines pairs or triplets: the loss is 0 on such a batch.
+                A loss run eagerly also warns on the first such batch it sees;
+                for a compiled step on a dataset, add
+                :class:`tfdml.metrics.ActiveAnchors` and
+                :class:`tfdml.callbacks.ActiveAnchorsWarning`.
         """
         from tfdml.data.py_dataset import check_steps, fit_shuffle
 
         bound = inspect.signature(keras.Model.fit).bind(self, x, y, *args, **kwargs)
         given = bound.arguments
         self._check_labels(y, "y")
+        self._warn_batches_without_positives(y, given.get("batch_size"),
+                                             given.get("shuffle", True))
         validation = given.get("validation_data")
         if isinstance(validation, (list, tuple)) and len(validation) >= 2:
             self._check_labels(validation[1], "validation_data[1]")
@@ -421,6 +435,41 @@ class MetricModel(keras.Model):
         self._check_labels(y, "y")
         check_steps(x, bound.arguments.get("steps"), "steps")
         return super().evaluate(*bound.args[1:], **bound.kwargs)
+
+    def _warn_batches_without_positives(self, y, batch_size, shuffle):
+        """Labels given as arrays: warns (once per fit) when the batches ``fit`` will cut from
+        them have no two samples of a class, where a mining loss has nothing to learn.
+
+        A compiled step cannot warn from the loss (its values are not known while it is
+        traced), so the batches are looked at here, from the labels alone: exactly with
+        ``shuffle=False``, and for ``shuffle=True`` over one shuffle drawn here with a fixed
+        seed of its own (the model's random state is not touched).
+        """
+        from tfdml.losses.class_weights import ClassWeightLoss
+        from tfdml.losses.xbm import CrossBatchMemory
+
+        inner = _losses_within(self.metric_loss)
+        if (y is None or keras.ops.is_tensor(y) or not isinstance(y, (np.ndarray, list, tuple))
+                or any(isinstance(loss, (ClassWeightLoss, CrossBatchMemory)) for loss in inner)):
+            return
+        ids = np.asarray(y)
+        if ids.ndim == 0 or ids.size == 0 or ids.dtype.kind not in "iub":
+            return
+        ids = ids.reshape(len(ids), -1)[:, 0]
+        size = 32 if batch_size is None else int(batch_size)
+        order = (np.random.default_rng(0).permutation(len(ids))
+                 if shuffle is True else np.arange(len(ids)))
+        batches = [ids[order[i:i + size]] for i in range(0, len(ids), size)]
+        lacking = sum(len(np.unique(b)) == len(b) for b in batches)
+        if lacking and (shuffle is not True or 2 * lacking >= len(batches)):
+            warnings.warn(
+                f"MetricModel {self.name!r}: {lacking} of the {len(batches)} batches of "
+                f"{size} that fit cuts from `y`{' (one shuffle)' if shuffle is True else ''} "
+                f"have no two samples of a class, so the loss {self.metric_loss.name!r} is 0 "
+                "on them and nothing is learned. Use batches with several samples of each "
+                "class, e.g. tfdml.data.PKDataset or tfdml.data.pk_batches.",
+                stacklevel=3,
+            )
 
     def _check_labels(self, y, name):
         """Labels given as arrays: :func:`_check_array_labels`, and the class ids against the
@@ -848,9 +897,8 @@ class MetricModel(keras.Model):
         The random generators' states are saved with the variables (see
         :meth:`save_own_variables`), so that training resumes exactly.
         """
-        from tfdml.models import save_model
-
-        save_model(self, filepath, overwrite=overwrite, zipped=zipped, **kwargs)
+        save_atomically(functools.partial(keras.Model.save, self), filepath,
+                        overwrite=overwrite, zipped=zipped, **kwargs)
 
     def save_weights(self, filepath, overwrite=True, **kwargs):
         """``keras.Model.save_weights``, written whole or not at all.
@@ -860,9 +908,8 @@ class MetricModel(keras.Model):
         error or a kill part-way leaves the previous file as it was (and
         loadable), and the process goes on after a failed save.
         """
-        from tfdml.models import save_model
-
-        save_model(self, filepath, overwrite=overwrite, weights_only=True, **kwargs)
+        save_atomically(functools.partial(keras.Model.save_weights, self), filepath,
+                        overwrite=overwrite, weights_only=True, **kwargs)
 
     def load_weights(self, filepath, skip_mismatch=False, **kwargs):
         """``keras.Model.load_weights``, with errors that name the file and what does not fit.

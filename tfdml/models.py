@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import io
 import numbers
 import os
 import re
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 
 import keras
 
+from tfdml._files import save_atomically
 from tfdml.layers import GeneralizedMeanPooling2D, L2Normalization
 from tfdml.metric_model import MetricModel
 
@@ -73,10 +73,6 @@ def load_model(filepath, **kwargs):
         raise
 
 
-def _is_local(filepath) -> bool:
-    return "://" not in os.fspath(filepath)
-
-
 def save_model(model, filepath, overwrite=True, zipped=None, weights_only=False, **kwargs):
     """``model.save(filepath)`` (or ``save_weights``), written whole or not at all.
 
@@ -88,7 +84,7 @@ def save_model(model, filepath, overwrite=True, zipped=None, weights_only=False,
     the old file or the new one, never a part of one. On an error (e.g.
     ``OSError`` for a full disk) the temporary file is removed, the old file
     is left as it was, and the error is raised. :class:`MetricModel`'s
-    ``save`` and ``save_weights`` call this.
+    ``save`` and ``save_weights`` do the same.
 
     Args:
         model: any Keras model (or layer with ``save``/``save_weights``).
@@ -108,41 +104,13 @@ def save_model(model, filepath, overwrite=True, zipped=None, weights_only=False,
     >>> tfdml.models.save_model(model, "run.keras")
     >>> tfdml.models.save_model(model, "run.weights.h5", weights_only=True)
     """
-    from tfdml._files import atomic_path
-
-    if not weights_only and zipped is not None:
-        kwargs["zipped"] = zipped
-    if isinstance(model, MetricModel):  # its own save and save_weights call this
-        method = keras.Model.save_weights if weights_only else keras.Model.save
-        write = functools.partial(method, model)
+    if isinstance(model, MetricModel):  # its own save and save_weights write atomically
+        write = functools.partial(
+            keras.Model.save_weights if weights_only else keras.Model.save, model)
     else:
         write = model.save_weights if weights_only else model.save
-    exists = os.path.lexists(filepath) if _is_local(filepath) else False
-    if not _is_local(filepath) or (exists and not overwrite):
-        return write(filepath, overwrite=overwrite, **kwargs)  # Keras asks, or writes remotely
-    if weights_only and os.fspath(filepath).endswith(".weights.h5") and not kwargs:
-        # HDF5 into memory, then the bytes to disk: Keras leaves its HDF5 file open when a
-        # write into it fails (a full disk), and h5py then crashes the process when it
-        # closes it. Written from memory, a full disk is an OSError of the plain write.
-        buffer = _WeightsBuffer(os.fspath(filepath))
-        write(buffer, overwrite=True)
-        with atomic_path(filepath) as tmp, open(tmp, "wb") as f:
-            f.write(buffer.getbuffer())
-        return
-    with atomic_path(filepath, directory=zipped is False) as tmp:
-        write(tmp, overwrite=True, **kwargs)
-
-
-class _WeightsBuffer(io.BytesIO):
-    """An in-memory ``.weights.h5`` file: Keras writes its HDF5 weights into a ``BytesIO``,
-    and checks the suffix of the name (``str(filepath)``)."""
-
-    def __init__(self, name):
-        super().__init__()
-        self.name = name
-
-    def __str__(self):
-        return self.name
+    save_atomically(write, filepath, overwrite=overwrite, zipped=zipped,
+                    weights_only=weights_only, **kwargs)
 
 
 # -- backbones ------------------------------------------------------------------------------

@@ -461,34 +461,46 @@ def test_labels_captured_by_a_tf_function(name, jit_compile):
     _assert_close(got, want, 1e-5)
 
 
-def _empty_batch_result(loss, graph):
-    """The loss on an empty batch (B = 0): its value, or the type of the error it raised."""
+def _empty_batch_result(loss, mode):
+    """The loss on an empty batch (B = 0), and its gradient's shape: the value, or the type
+    of the error it raised. ``mode``: eager, or a TensorFlow graph whose batch size is known
+    at run time only (``"graph"``, ``"xla"``)."""
     labels, x = np.zeros((0,), "int64"), np.zeros((0, 7), "float32")
     try:
-        if graph:
+        if mode != "eager":
             import tensorflow as tf
 
-            fn = tf.function(lambda y, e: loss(y, e), input_signature=[
+            @tf.function(jit_compile=mode == "xla", input_signature=[
                 tf.TensorSpec([None], tf.int64), tf.TensorSpec([None, 7], tf.float32)])
-            return float(fn(labels, x))
-        return float(to_numpy(loss(labels, x)))
+            def step(y, e):
+                with tf.GradientTape() as tape:
+                    tape.watch(e)
+                    value = loss(y, e)
+                return value, tape.gradient(value, e)
+
+            value, grad = step(labels, x)
+            return float(value), tuple(grad.shape)
+        return float(to_numpy(loss(labels, x))), (0, 7)
     except Exception as error:  # noqa: BLE001  (compared with the dense loss's)
         return type(error).__name__
 
 
-@pytest.mark.parametrize("graph", [False])
+@pytest.mark.parametrize("mode", ["eager", "graph", "xla"] if BACKEND == "tensorflow"
+                         else ["eager"])
 @pytest.mark.parametrize("name", sorted(BLOCKABLE))
-def test_an_empty_batch_gives_what_the_dense_loss_gives(name, graph):
-    """B = 0: in row blocks, eagerly, the dense loss's value: 0, nothing to learn. (In a
-    TensorFlow graph whose batch size is known at run time only, a loop over no blocks
-    still fails to stack its empty outputs: not handled yet.)"""
-    if (BACKEND != "tensorflow" or graph) and name not in BLOCK_PATHS:
+def test_an_empty_batch_gives_what_the_dense_loss_gives(name, mode):
+    """B = 0: in row blocks, eagerly and in a TensorFlow graph whose batch size is known at
+    run time only (a loop over no blocks, plain and XLA), the dense loss's value: 0,
+    nothing to learn."""
+    if (BACKEND != "tensorflow" or mode != "eager") and name not in BLOCK_PATHS:
         pytest.skip("the same path through the blocks as a loss of BLOCK_PATHS")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "no anchor of this batch ..."
-        dense = _empty_batch_result(BLOCKABLE[name](), graph)
-        blocked = _empty_batch_result(BLOCKABLE[name](block_size=5), graph)
-    assert blocked == dense == 0.0
+        dense = _empty_batch_result(BLOCKABLE[name](), mode)
+        blocked = _empty_batch_result(BLOCKABLE[name](block_size=5), mode)
+    assert blocked == dense
+    if (name, mode) != ("semihard_margin", "xla"):  # its semi-hard miner does not compile
+        assert dense == (0.0, (0, 7))            # for B = 0 with XLA, blocked or not
 
 
 def test_functional_losses_unaffected():

@@ -108,9 +108,10 @@ class RowBlocks:
         if isinstance(n, int):
             self.size = min(block_size, n)
             self.count = -(-n // self.size)
-        else:  # at least one row per block, so that an empty batch has no block
-            self.size = ops.maximum(ops.minimum(block_size, n), 1)
-            self.count = (n + self.size - 1) // self.size
+        else:  # an empty batch: no block (and blocks of no rows, for XLA's shapes)
+            self.size = ops.minimum(block_size, n)
+            rows = ops.maximum(self.size, 1)
+            self.count = (n + rows - 1) // rows
 
     def start(self, i):
         """The first row of block ``i`` (int32)."""

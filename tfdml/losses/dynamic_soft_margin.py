@@ -263,16 +263,6 @@ def _repeat(start, stop, body, state, traced):
     return ops.fori_loop(start, stop, body, state)
 
 
-def _map_indices(fn, count, signature):
-    """:func:`tfdml.ops.map_indices`, one iteration at a time in a TensorFlow graph."""
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-
-        specs = tuple(tf.TensorSpec(list(shape), dtype) for shape, dtype in signature)
-        return tf.map_fn(fn, tf.range(count), fn_output_signature=specs, parallel_iterations=1)
-    return dml.map_indices(fn, count, signature)
-
-
 def _prefix_count(holds, ordered, count, columns, steps, traced):
     """Per entry of a ``[t, columns]`` grid: the length of the prefix of
     ``ordered[a, :count[a]]`` on which ``holds`` is true (it must be true on a prefix of the
@@ -370,7 +360,7 @@ def _map_rows(pairs: _AllPairs, fn, outputs, *rows):
         return tuple(fn(_sorted(chunk), chunks.fresh(i), *(chunks.rows(r, i) for r in rows)))
 
     if pairs.traced:
-        stacked = _map_indices(one, chunks.count, [spec[1:] for spec in outputs])
+        stacked = dml.map_indices(one, chunks.count, [spec[1:] for spec in outputs])
         return tuple(ops.sum(o, axis=0) if spec[0] == "sum" else chunks.assemble(o)
                      for o, spec in zip(stacked, outputs, strict=True))
     parts = list(zip(*map(one, range(chunks.count)), strict=True))
@@ -592,7 +582,7 @@ def _dynamic_terms_in_blocks(inputs, histogram, ok, block_size, random_miners, m
         return _batch_counts(block_of(i, stopped_x, stopped_ref), blocks.fresh(i), min_val,
                              num_bins)
 
-    counts, totals = _map_indices(counts_of, blocks.count, [((num_bins,), dtype), ((), dtype)])
+    counts, totals = dml.map_indices(counts_of, blocks.count, [((num_bins,), dtype), ((), dtype)])
     new = _mixed_histogram(histogram, ops.sum(counts, axis=0), ops.sum(totals), momentum, ok)
     cdf = ops.stop_gradient(dml.cumsum(new, axis=0))
 
@@ -604,7 +594,7 @@ def _dynamic_terms_in_blocks(inputs, histogram, ok, block_size, random_miners, m
         return keras.remat(lambda *args: terms_of(i, *args))(x, ref)
 
     size = blocks.size if isinstance(blocks.size, int) else None
-    stacked = _map_indices(one, blocks.count, [((size,), dtype)] * len(AnchorTerms._fields))
+    stacked = dml.map_indices(one, blocks.count, [((size,), dtype)] * len(AnchorTerms._fields))
     return AnchorTerms(*(blocks.assemble(s) for s in stacked)), new
 
 
