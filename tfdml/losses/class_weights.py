@@ -18,16 +18,35 @@ import keras
 from keras import ops
 
 from tfdml import ops as dml
-from tfdml._checks import check_int
+from tfdml._checks import check_int, check_positive
 from tfdml.losses.base import LossState, MetricLoss, anchor_terms, functional_value
 
 __all__ = [
     "ClassWeightLoss",
     "ClassWeights",
+    "check_scale",
     "class_cosines",
     "prepare_class_inputs",
     "softmax_cross_entropy",
 ]
+
+
+# The largest magnitude of a cosine logit (scale times a cosine): float32 logits carry
+# rounding errors of 6e-8 of their size, and compiled (XLA) softmaxes, which may round the
+# largest logit differently in the maximum and in the exponentials, return Inf or NaN from
+# logits of about 1e9 on (eagerly, every value NaN from 3.4e38 on).
+_LOGIT_LIMIT = 1e6
+
+
+def check_scale(name, value):
+    """A factor of the cosines, in ``(0, 1e6]``."""
+    value = check_positive(name, value)
+    if value > _LOGIT_LIMIT:
+        raise ValueError(
+            f"`{name}` must be a number in (0, 1e6]: it scales cosines into float32 logits, "
+            "whose rounding makes a compiled (XLA) softmax Inf or NaN from about 1e9 on. "
+            f"Received: {name}={value!r}")
+    return value
 
 
 def prepare_class_inputs(y_true, y_pred, weights, rank, name="weights"):

@@ -24,9 +24,11 @@ from keras import ops
 from tfdml import ops as dml
 from tfdml._checks import check_int, check_positive
 from tfdml.losses.class_weights import (
+    _LOGIT_LIMIT,
     CLASS_COMMON,
     CLASS_HEAD,
     ClassWeightLoss,
+    check_scale,
     class_cosines,
     class_mask,
     softmax_cross_entropy,
@@ -84,24 +86,6 @@ def _arcface_target(cos_y, margin):
     return ops.where(cos_y >= _constant(-math.cos(margin), cos_y), plus, past)
 
 
-# The largest magnitude of a cosine logit (scale times a cosine): float32 logits carry
-# rounding errors of 6e-8 of their size, and compiled (XLA) softmaxes, which may round the
-# largest logit differently in the maximum and in the exponentials, return Inf or NaN from
-# logits of about 1e9 on (eagerly, every value NaN from 3.4e38 on).
-_LOGIT_LIMIT = 1e6
-
-
-def _check_scale(name, value):
-    """A factor of the cosines, in ``(0, 1e6]``."""
-    value = check_positive(name, value)
-    if value > _LOGIT_LIMIT:
-        raise ValueError(
-            f"`{name}` must be a number in (0, 1e6]: it scales cosines into float32 logits, "
-            "whose rounding makes a compiled (XLA) softmax Inf or NaN from about 1e9 on. "
-            f"Received: {name}={value!r}")
-    return value
-
-
 def _check_divisor(name, value):
     """A divisor of the cosines, ``>= 1e-6``."""
     value = check_positive(name, value)
@@ -129,14 +113,14 @@ def _check_temperature(temperature: float = 0.05):
 
 
 def _check_margin_scale(margin: float = 0.35, scale: float = 64.0):
-    return {"margin": _check_cosine_margin(margin), "scale": _check_scale("scale", scale)}
+    return {"margin": _check_cosine_margin(margin), "scale": check_scale("scale", scale)}
 
 
 def _check_arc_args(margin: float = 0.5, scale: float = 64.0):
     if not dml.is_number(margin) or not 0 <= margin < math.pi / 2:
         raise ValueError("`margin` must be an angle in radians in [0, pi/2). "
                          f"Received: margin={margin!r}")
-    return {"margin": float(margin), "scale": _check_scale("scale", scale)}
+    return {"margin": float(margin), "scale": check_scale("scale", scale)}
 
 
 # -- the per-sample losses, from unit embeddings and weights ------------------------------------
@@ -167,7 +151,7 @@ def _arcface(labels, x, w, margin, scale):
 
 
 def _check_soft_triple_args(la: float = 20.0, gamma: float = 0.1, margin: float = 0.01):
-    return {"la": _check_scale("la", la), "gamma": _check_divisor("gamma", gamma),
+    return {"la": check_scale("la", la), "gamma": _check_divisor("gamma", gamma),
             "margin": _check_cosine_margin(margin)}
 
 
@@ -193,7 +177,7 @@ def _check_large_margin(margin: int = 4, scale: float = 1.0):
             "cos(m theta) moves m^2 times as fast as cos(theta), so float32 cosines (spaced "
             "6e-8 below 1) resolve the target logit only to about m^2 * 6e-8 (1e-3 at "
             f"m = {MAX_ANGLE_MULTIPLIER}). Received: margin={margin!r}")
-    return {"margin": margin, "scale": _check_scale("scale", scale)}
+    return {"margin": margin, "scale": check_scale("scale", scale)}
 
 
 def _multiple_angle_target(cos_y, margin):

@@ -11,6 +11,7 @@ from tfdml.losses.class_weights import (
     CLASS_COMMON,
     CLASS_HEAD,
     ClassWeightLoss,
+    check_scale,
     class_cosines,
     class_mask,
     prepare_class_inputs,
@@ -30,13 +31,13 @@ def _proxy_nca(labels, x, proxies, scale):
     return softmax_cross_entropy(-ops.convert_to_tensor(scale, dtype) * squared, target)
 
 
-def _check_scale(scale: float = 1.0):
-    return {"scale": check_positive("scale", scale)}
+def _check_nca_scale(scale: float = 1.0):
+    return {"scale": check_scale("scale", scale)}
 
 
 def _check_proxy_anchor_args(margin: float = 0.1, alpha: float = 32.0):
     return {"margin": check_positive("margin", margin, allow_zero=True),
-            "alpha": check_positive("alpha", alpha)}
+            "alpha": check_scale("alpha", alpha)}
 
 
 def _proxy_anchor_parts(labels, x, proxies, margin, alpha, sample_weight=None):
@@ -80,7 +81,7 @@ def proxy_anchor_loss(y_true, y_pred, proxies, margin: float = 0.1, alpha: float
         y_pred: ``[B, D]`` embeddings (normalized here).
         proxies: ``[C, D]`` (normalized here).
         margin: ``delta >= 0``. Defaults to `0.1`.
-        alpha: ``alpha > 0``, the scale. Defaults to `32.0`.
+        alpha: ``alpha`` in ``(0, 1e6]``, the scale. Defaults to `32.0`.
 
     Returns:
         A scalar of the dtype of ``y_pred``; NaN when an embedding or a proxy
@@ -106,7 +107,7 @@ def proxy_nca_loss(y_true, y_pred, proxies, scale: float = 1.0):
         y_true: ``[B]`` integer class ids in ``[0, C)``.
         y_pred: ``[B, D]`` embeddings (normalized here).
         proxies: ``[C, D]`` (normalized here).
-        scale: ``s > 0`` (pytorch-metric-learning's ``softmax_scale``).
+        scale: ``s`` in ``(0, 1e6]`` (pytorch-metric-learning's ``softmax_scale``).
             Defaults to `1.0`.
 
     Returns:
@@ -130,7 +131,7 @@ class ProxyNCALoss(ClassWeightLoss):
     Args:
         num_classes: ``C``; class ids must be in ``[0, C)``.
         embedding_dim: ``D``. Defaults to `None` (from the model).
-        scale: ``s > 0``. Defaults to `1.0`.
+        scale: ``s`` in ``(0, 1e6]``. Defaults to `1.0`.
         initializer: a Keras initializer for the proxies. Defaults to `None`:
             normal with standard deviation ``1 / sqrt(D)``.
         reduction: see :mod:`tfdml.losses.base`. Defaults to
@@ -150,7 +151,7 @@ class ProxyNCALoss(ClassWeightLoss):
     """
 
     sample_losses = staticmethod(_proxy_nca)
-    check_arguments = staticmethod(_check_scale)
+    check_arguments = staticmethod(_check_nca_scale)
 
     _variable_name = "proxies"
 
@@ -180,7 +181,7 @@ class ProxyAnchorLoss(ClassWeightLoss):
         num_classes: ``C``; class ids must be in ``[0, C)``.
         embedding_dim: ``D``. Defaults to `None` (from the model).
         margin: ``delta >= 0``. Defaults to `0.1`.
-        alpha: ``alpha > 0``. Defaults to `32.0`.
+        alpha: ``alpha`` in ``(0, 1e6]``. Defaults to `32.0`.
         initializer: a Keras initializer for the proxies. Defaults to `None`:
             normal with standard deviation ``1 / sqrt(D)``.
         reduction: ``"sum_over_batch_size"``, ``"mean"``,
