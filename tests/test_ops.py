@@ -302,6 +302,13 @@ def test_masked_argmax_never_returns_an_index_outside_the_mask():
     assert bool(found[0])
     assert int(idx[0]) == 2  # returns 0 on CPU: a masked-out index
     assert values[0] == -np.inf  # returns float32.min
+    # A NaN among the candidates (nothing equals the row's NaN maximum): an index in the
+    # mask all the same, in eager and compiled code.
+    x = tensor([[0.0, np.nan, 1.0, 7.0], [np.nan, 2.0, np.nan, 3.0]], "float32")
+    mask = tensor([[False, True, True, False], [True, False, True, False]])
+    for fn in (dml.masked_argmax, compiled(lambda x, m: dml.masked_argmax(x, m))):
+        idx, found = to_numpy(fn(x, mask))
+        assert found.all() and to_numpy(mask)[[0, 1], idx].all(), idx
 
 
 @MB

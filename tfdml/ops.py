@@ -708,11 +708,22 @@ def masked_argmax(x, mask, axis: int = -1):
     shape = [1] * len(x.shape)
     shape[axis] = -1
     columns = ops.reshape(ops.arange(width, dtype="int32"), shape)
-    idx = ops.min(ops.where(is_best, columns, ops.cast(width, "int32")), axis=axis)
-    # No best entry where the row's maximum is NaN (nothing equals it): an index inside the
-    # row all the same (the value it selects is NaN anyway).
-    idx = ops.minimum(idx, ops.cast(width, "int32") - 1)
-    return ops.where(found, idx, ops.zeros((), "int32")), found
+    end = ops.cast(width, "int32")
+    idx = ops.min(ops.where(is_best, columns, end), axis=axis)
+    # No entry equal to the maximum: the row's maximum is NaN (nothing equals it), or a
+    # compiler computed ``x`` twice, for the maximum and for the comparison, rounding it
+    # differently (XLA fusions). The arg-max of the masked row then, and the first
+    # candidate if that is not one (a NaN selects NaN whichever index it takes).
+    name = keras.backend.standardize_dtype(x.dtype)
+    low = -np.inf if "float" in name else np.iinfo(name).min
+    fallback = ops.cast(ops.argmax(ops.where(mask, x, ops.full_like(x, low)), axis=axis),
+                        "int32")
+    first = ops.min(ops.where(mask, columns, end), axis=axis)
+    fallback = ops.where(ops.squeeze(take_along_axis(
+        mask, ops.expand_dims(ops.minimum(fallback, end - 1), axis), axis=axis), axis),
+        fallback, first)
+    idx = ops.where(idx < end, idx, fallback)
+    return ops.where(found, ops.minimum(idx, end - 1), ops.zeros((), "int32")), found
 
 
 def masked_argmin(x, mask, axis: int = -1):
