@@ -10,6 +10,7 @@ Tests that set ``@settings(max_examples=...)`` themselves keep their own count.
 
 import os
 import sys
+import zlib
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # jit_compile tests spend most of their time in XLA's LLVM backend; its optimization level
@@ -61,13 +62,28 @@ def pytest_configure(config):
     )
 
 
+def _share(nodeid, share):
+    """``share`` is ``"K/N"``: True for the tests whose stable hash is ``K`` modulo ``N``."""
+    k, n = (int(part) for part in share.split("/"))
+    return zlib.crc32(nodeid.encode()) % n == k % n
+
+
 def pytest_collection_modifyitems(config, items):
-    """Under a backend other than TensorFlow, keep only the tests marked ``multibackend``."""
-    if keras.backend.backend() == "tensorflow":
-        return
+    """Under a backend other than TensorFlow, keep only the tests marked ``multibackend``.
+
+    ``TFDML_TEST_SHARE=K/N`` keeps one share of them: the tests whose ``crc32`` of the test
+    id is ``K`` modulo ``N``. ``make test`` (CI) runs a share under TensorFlow and JAX, ``K``
+    taken from the commit, so that successive commits run different shares; ``make
+    test-full`` runs every test.
+    """
+    share = os.environ.get("TFDML_TEST_SHARE", "").strip()
+    on_tf = keras.backend.backend() == "tensorflow"
     keep, drop = [], []
     for item in items:
-        (keep if item.get_closest_marker("multibackend") else drop).append(item)
+        wanted = on_tf or item.get_closest_marker("multibackend")
+        if wanted and share:
+            wanted = _share(item.nodeid, share)
+        (keep if wanted else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

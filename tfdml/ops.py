@@ -714,15 +714,19 @@ def masked_argmax(x, mask, axis: int = -1):
     # compiler computed ``x`` twice, for the maximum and for the comparison, rounding it
     # differently (XLA fusions). The arg-max of the masked row then, and the first
     # candidate if that is not one (a NaN selects NaN whichever index it takes).
+    # (One padded column: an arg-max over an axis of length 0, an empty reference set whose
+    # size is known at run time only, fails where a reduction gives its identity.)
     name = keras.backend.standardize_dtype(x.dtype)
     low = -np.inf if "float" in name else np.iinfo(name).min
-    fallback = ops.cast(ops.argmax(ops.where(mask, x, ops.full_like(x, low)), axis=axis),
-                        "int32")
+    padding = [[0, 0]] * len(x.shape)
+    padding[axis] = [0, 1]
+    fallback = ops.cast(ops.argmax(ops.pad(ops.where(mask, x, ops.full_like(x, low)), padding,
+                                           constant_values=low), axis=axis), "int32")
+    candidate = ops.pad(ops.cast(mask, "int32"), padding)
+    candidate = ops.squeeze(take_along_axis(candidate, ops.expand_dims(fallback, axis),
+                                            axis=axis), axis)
     first = ops.min(ops.where(mask, columns, end), axis=axis)
-    fallback = ops.where(ops.squeeze(take_along_axis(
-        mask, ops.expand_dims(ops.minimum(fallback, end - 1), axis), axis=axis), axis),
-        fallback, first)
-    idx = ops.where(idx < end, idx, fallback)
+    idx = ops.where(idx < end, idx, ops.where(candidate > 0, fallback, first))
     return ops.where(found, ops.minimum(idx, end - 1), ops.zeros((), "int32")), found
 
 
