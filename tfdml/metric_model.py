@@ -456,7 +456,9 @@ class MetricModel(keras.Model):
         if ids.ndim == 0 or ids.size == 0 or ids.dtype.kind not in "iub":
             return
         ids = ids.reshape(len(ids), -1)[:, 0]
-        size = 32 if batch_size is None else int(batch_size)
+        size = 32 if batch_size is None else batch_size
+        if not isinstance(size, numbers.Integral) or size < 1:
+            return  # Keras refuses it
         order = (np.random.default_rng(0).permutation(len(ids))
                  if shuffle is True else np.arange(len(ids)))
         batches = [ids[order[i:i + size]] for i in range(0, len(ids), size)]
