@@ -353,6 +353,9 @@ BAD_HYPERPARAMETERS = [
     ("proxy_nca", dict(scale=float("nan")), "scale"),
     ("proxy_anchor", dict(alpha=-32.0), "alpha"),
     ("proxy_anchor", dict(margin=-0.1), "margin"),
+    # Capped as the margin-softmax scales: alpha=1e10 gave NaN under jax.jit.
+    ("proxy_anchor", dict(alpha=1e10), "alpha=10000000000.0"),
+    ("proxy_nca", dict(scale=1e7), "scale=10000000.0"),
 ]
 
 
