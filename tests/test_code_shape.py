@@ -63,7 +63,8 @@ def test_no_module_over_1000_lines():
 _OWN_PRIVATE = {
     "_argument_names", "_config_dtype", "_fields", "_replace", "_asdict", "_seed_generator",
     "_seed_generators", "_make_state", "_parts", "_labels", "_ids", "_check_ks",
-    "_check_strategies", "_import_pyplot", "_arc_solve", "_prepare",
+    "_check_strategies", "_import_pyplot", "_arc_solve", "_prepare", "_structure", "_vectors",
+    "_size", "_parameters", "_max_abs",
 }
 
 

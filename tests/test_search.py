@@ -83,7 +83,7 @@ def test_group_preselection_holds_the_top_k_with_ties_to_the_lower_column(keep):
     from keras import ops
 
     from tfdml.ops import top_k
-    from tfdml.search import GROUP, _block_candidates, _preselects
+    from tfdml.search.exact import GROUP, _block_candidates, _preselects
 
     rng = np.random.default_rng(keep)
     width = 8 * GROUP * keep + 3 * GROUP
@@ -480,10 +480,10 @@ def test_neighbours_with_buckets_and_exclude_self_never_return_a_padding_row():
 def test_query_buckets_bound_the_shapes_that_are_computed(monkeypatch):
     """Every number of queries from 1 to 50 reaches the matrix products and the
     normalization in chunks of 16 or 32 rows only (chunk_size 32)."""
-    import tfdml.search as search
+    import tfdml.search.exact as search
 
     rows = set()
-    compiled = search._compiled  # the merge and the normalization a bucketed search runs
+    compiled = search.compiled  # the merge and the normalization a bucketed search runs
 
     def recording(name):
         run = compiled(name)
@@ -496,7 +496,7 @@ def test_query_buckets_bound_the_shapes_that_are_computed(monkeypatch):
 
     index = Index("cosine", chunk_size=32, query_buckets=True)
     index.add(_tied_data(40, 4, 10, "cosine"))
-    monkeypatch.setattr(search, "_compiled", recording)
+    monkeypatch.setattr(search, "compiled", recording)
     queries = _tied_data(50, 4, 11, "cosine")
     for num in (1, 2, 15, 16, 17, 31, 32, 33, 47, 48, 50):
         assert index.search(queries[:num], k=2)[1].shape == (num, 2)

@@ -1,0 +1,775 @@
+"""The index: a gallery of embeddings, labels and ids to search (exact or approximate)."""
+
+from __future__ import annotations
+
+import collections.abc
+import time
+from typing import NamedTuple
+
+import keras
+import numpy as np
+from keras import ops
+
+from tfdml import ops as dml
+from tfdml._checks import check_int
+from tfdml.search import approximate as faiss_api
+from tfdml.search import exact
+from tfdml.search.exact import (
+    _check_metric,
+    _padded,
+    check_finite,
+    neighbours,
+    query_bucket,
+    score_scale,
+)
+from tfdml.search.store import PLACES, VectorStore
+
+#: The search backends of an :class:`Index`.
+BACKENDS = ("keras", "faiss")
+
+
+def _accepts(scores, threshold, metric):
+    """Whether each score reaches ``threshold``: ``<=`` for ``"l2"`` distances, ``>=`` else."""
+    return scores <= threshold if metric == "l2" else scores >= threshold
+
+
+class Lookup(NamedTuple):
+    """The answer of :meth:`Index.lookup`, each ``[Q, k]``, nearest first.
+
+    Attributes:
+        scores: similarities (``"cosine"``, ``"dot"``) or distances (``"l2"``).
+        indices: positions in the index (the order of :meth:`Index.add`).
+        labels: the neighbours' labels, or None when the index has none.
+        ids: the neighbours' ids, or None when the index has none.
+    """
+
+    scores: np.ndarray
+    indices: np.ndarray
+    labels: np.ndarray | None
+    ids: np.ndarray | None
+
+
+class Tuning(NamedTuple):
+    """The answer of :meth:`Index.tune`.
+
+    Attributes:
+        parameters: the search parameters chosen (``{"nprobe": 16}``,
+            ``{"efSearch": 64}``...), now set on the index.
+        recall: their recall@k of the exact neighbours on the tuning queries.
+        reached: whether ``recall >= target_recall``.
+        seconds_per_query: the measured search time per query with them.
+        tried: ``(parameters, recall, seconds_per_query)`` of each setting tried,
+            cheapest first.
+    """
+
+    parameters: dict
+    recall: float
+    reached: bool
+    seconds_per_query: float
+    tried: list
+
+
+#: Where an :class:`Index` keeps its embeddings: :data:`~tfdml.search.store.PLACES` or None.
+VECTORS = (*PLACES, None)
+
+
+def _is_batches(x) -> bool:
+    """Whether ``x`` is an iterable of batches (a generator, an iterator, a ``tf.data``
+    dataset) rather than one array-like of embeddings."""
+    if isinstance(x, (np.ndarray, list, tuple)) or ops.is_tensor(x) or hasattr(x, "shape"):
+        return False
+    return isinstance(x, (collections.abc.Iterator, collections.abc.Iterable))
+
+
+def _unpack(batch):
+    """``(embeddings, labels, ids)`` of one batch: an array, a tuple or a dict."""
+    if isinstance(batch, dict):
+        unknown = set(batch) - {"embeddings", "labels", "ids"}
+        if unknown or "embeddings" not in batch:
+            raise ValueError("A batch given as a dict must have the keys `embeddings` and "
+                             f"optionally `labels` and `ids`. Received: keys {sorted(batch)}")
+        return batch["embeddings"], batch.get("labels"), batch.get("ids")
+    if isinstance(batch, tuple):
+        if not 1 <= len(batch) <= 3:
+            raise ValueError("A batch given as a tuple must be (embeddings,), (embeddings, "
+                             f"labels) or (embeddings, labels, ids). Received: {len(batch)} "
+                             "entries")
+        return tuple(batch) + (None,) * (3 - len(batch))
+    return batch, None, None
+
+
+def _gather(values, indices, fill):
+    """``values[indices]`` with ``fill`` where an index is -1 (no item)."""
+    if values is None:
+        return None
+    out = values[np.maximum(indices, 0)]
+    if (indices < 0).any():
+        out = np.where(indices < 0, np.asarray(fill, out.dtype), out)
+    return out
+
+
+def neighbour_recall(found, exact) -> float:
+    """The approximation's recall@k: the mean share of each query's exact ``k`` nearest
+    neighbours (``exact``, ``[Q, k]`` positions) among those found (``found``, ``[Q, k']``).
+
+    faiss's intersection measure; ``-1`` (no item) matches nothing. Equal scores at the
+    ``k``-th place make the exact set one of several; a search that returns another of
+    them counts those items as misses.
+    """
+    found, exact = np.asarray(found), np.asarray(exact)
+    if not exact.size:
+        return float("nan")
+    hits = sum(len(np.intersect1d(f[f >= 0], e)) for f, e in zip(found, exact, strict=True))
+    return hits / exact.size
+
+
+class Index:
+    """An exact nearest-neighbour index over embeddings, with optional labels and ids.
+
+    Add embeddings (as often as needed), then search: every query is compared
+    with every stored embedding, in chunks, so answers are exact and memory is
+    bounded by ``chunk_size x (gallery_chunk_size + k)`` scores. Ties go to the
+    item added first.
+
+    **Backends.** ``"keras"`` (default) is :func:`neighbours`, in ``keras.ops``
+    on the Keras backend's device. ``"faiss"`` searches an exact faiss index
+    (``IndexFlatIP`` for ``"cosine"`` and ``"dot"``, ``IndexFlatL2`` for
+    ``"l2"``) when ``faiss-cpu`` (or ``faiss-gpu``) is installed, and puts
+    equal scores in index order too (faiss does not), fetching more
+    candidates until the ties at the ``k``-th place are complete: the same
+    answers as the default backend (up to float32 rounding of the scores).
+    A search whose ``"l2"`` or ``"dot"`` scores could overflow float32
+    (:func:`score_scale`) runs on the default backend.
+
+    **Query buckets.** Under JAX, which compiles each operation again for each
+    new input shape, the queries (and added embeddings) are prepared and
+    searched in chunks padded with zero rows to one of a few sizes
+    (:func:`query_bucket`), each size compiled once as one program, so that
+    batches of varying sizes do not compile again; the padding rows never
+    reach an answer.
+
+    Args:
+        metric: ``"cosine"``, ``"dot"`` or ``"l2"``. Defaults to `"cosine"`.
+        chunk_size: queries per matrix product. Defaults to `1024`.
+        gallery_chunk_size: stored items per matrix product. Defaults to
+            `65536`.
+        backend: ``"keras"`` or ``"faiss"``. Defaults to `"keras"`.
+        query_buckets: pad each chunk of queries to :func:`query_bucket`
+            rows; ``None`` pads under the JAX backend only (TensorFlow and
+            PyTorch do not compile these operations). Not saved by
+            :meth:`save`. Defaults to `None`.
+
+    Examples:
+
+    >>> index = tfdml.search.Index()
+    >>> index.add(model.predict(gallery_images), labels=gallery_labels, ids=file_names)
+    >>> lookup = index.lookup(model.predict(query_images), k=5)
+    >>> lookup.labels[:, 0]      # the nearest item's label for each query
+    >>> index.save("gallery.npz")
+    >>> index = tfdml.search.Index.load("gallery.npz")
+    """
+
+    def __init__(self, metric: str = "cosine", chunk_size: int = 1024,
+                 gallery_chunk_size: int = 65536, backend: str = "keras",
+                 query_buckets: bool | None = None, approximate: str | None = None,
+                 parameters: dict | None = None, rerank: int | None = None,
+                 vectors: str | None = "memory", train_size: int | None = None, seed: int = 0):
+        if backend not in BACKENDS:
+            raise ValueError(f"`backend` must be one of {BACKENDS}. Received: backend={backend!r}")
+        if query_buckets is None:
+            query_buckets = keras.backend.backend() == "jax"
+        if not isinstance(query_buckets, (bool, np.bool_)):
+            raise ValueError("`query_buckets` must be True, False or None. "
+                             f"Received: query_buckets={query_buckets!r}")
+        self.query_buckets = bool(query_buckets)
+        self.metric = _check_metric(metric)
+        self.chunk_size = check_int("chunk_size", chunk_size)
+        self.gallery_chunk_size = check_int("gallery_chunk_size", gallery_chunk_size)
+        if approximate is not None:
+            if not isinstance(approximate, str) or not approximate.strip():
+                raise ValueError("`approximate` must be a faiss index factory string such as "
+                                 f"\"HNSW32\" or \"IVF1024,Flat\". Received: "
+                                 f"approximate={approximate!r}")
+            backend = "faiss"
+        self.backend = backend
+        if backend == "faiss":
+            faiss_api.import_faiss()
+        if vectors not in VECTORS:
+            raise ValueError(f"`vectors` must be one of {VECTORS}. Received: vectors={vectors!r}")
+        if vectors is None and approximate is None:
+            raise ValueError("An exact index searches its stored embeddings: `vectors` must be "
+                             "\"memory\" or \"disk\" unless `approximate` is given. Received: "
+                             "vectors=None")
+        if rerank is not None:
+            check_int("rerank", rerank)
+            if approximate is None or vectors is None:
+                raise ValueError("`rerank` re-orders an approximate index's candidates by their "
+                                 "exact scores: it needs `approximate` and stored `vectors`. "
+                                 f"Received: rerank={rerank}, approximate={approximate!r}, "
+                                 f"vectors={vectors!r}")
+        if train_size is not None:
+            check_int("train_size", train_size)
+        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+            raise ValueError(f"`seed` must be an integer. Received: seed={seed!r}")
+        self.approximate = approximate
+        self.rerank = rerank
+        self.train_size = train_size
+        self.seed = int(seed)
+        self._parameters = dict(parameters or {})
+        self._vectors = None if vectors is None else VectorStore(vectors)
+        self._structure = None  # faiss: the approximate structure, or the exact flat index
+        self._pending = []  # rows waiting for the approximate structure to be trained
+        self._size = 0
+        self._labels = None  # list of int64 blocks, or None
+        self._ids = None  # list of blocks, or None
+        self._gallery = None  # the stored rows as one backend tensor (exact, in memory)
+        self._max_abs = 0.0  # the largest |entry| stored, for score_scale
+        self.dim = None
+
+    @property
+    def vectors(self) -> str | None:
+        """Where the embeddings are kept: ``"memory"``, ``"disk"`` or None (nowhere)."""
+        return None if self._vectors is None else self._vectors.place
+
+    @property
+    def parameters(self) -> dict:
+        """The approximate structure's search parameters (``{"nprobe": 16}``...)."""
+        if self._structure is not None and self.approximate is not None:
+            return faiss_api.current_parameters(self._structure)
+        return dict(self._parameters)
+
+    @property
+    def is_trained(self) -> bool:
+        """Whether the approximate structure is ready to hold items (an exact index is)."""
+        if self.approximate is None:
+            return True
+        return self._structure is not None and bool(self._structure.is_trained)
+
+    def __len__(self):
+        return self._size
+
+    def __repr__(self):
+        kind = "" if self.approximate is None else f", approximate={self.approximate!r}"
+        return (f"Index(metric={self.metric!r}, backend={self.backend!r}{kind}, "
+                f"size={len(self)}, dim={self.dim}, "
+                f"labels={self._labels is not None}, ids={self._ids is not None})")
+
+    def _prepare(self, embeddings, name):
+        """``[N, D]`` float32 NumPy rows, checked, L2-normalized for ``"cosine"``.
+
+        Everything but the normalization runs on the host, where a new number of rows
+        compiles nothing (under JAX, even moving an array of a new shape to the device
+        compiles).
+        """
+        if ops.is_tensor(embeddings):
+            x = np.asarray(ops.convert_to_numpy(dml.check_embeddings(embeddings, name)))
+        else:
+            x = np.asarray(embeddings)
+            if x.ndim != 2:
+                raise ValueError(f"`{name}` must be a rank-2 tensor of shape [B, D]. "
+                                 f"Received: {name}.shape={tuple(x.shape)}")
+            dtype = keras.backend.standardize_dtype(x.dtype)
+            if not dtype.startswith(("float", "bfloat")):
+                raise ValueError(f"`{name}` must have a floating dtype. Received: "
+                                 f"{name}.dtype={dtype}")
+        if self.dim is not None and x.shape[-1] != self.dim:
+            raise ValueError(f"`{name}` must have {self.dim} columns, the size of the index's "
+                             f"embeddings. Received: {name}.shape={tuple(x.shape)}")
+        # float32 as ops.cast rounds (to nearest; Inf beyond the range: check_finite says so).
+        with np.errstate(over="ignore"):
+            x = x.astype(np.float32)
+        check_finite(x, name)
+        if self.approximate is not None:
+            self._check_range(x, name)
+        if self.metric != "cosine" or not len(x):
+            return x
+        if not self.query_buckets:
+            return np.asarray(ops.convert_to_numpy(dml.l2_normalize(x)), np.float32)
+        normalize = exact.compiled("normalize")
+        out = np.empty_like(x)  # row by row the same formula, in chunks of a few shapes
+        for start in range(0, len(x), self.chunk_size):
+            rows = x[start : start + self.chunk_size]
+            padded = _padded(rows, query_bucket(len(rows), self.chunk_size))
+            out[start : start + len(rows)] = ops.convert_to_numpy(normalize(padded))[: len(rows)]
+        return out
+
+    def _check_range(self, x, name):
+        """An approximate structure scores in float32 as given: rows whose ``"l2"`` or
+        ``"dot"`` scores could overflow it are refused (the exact index scales them)."""
+        if self.metric == "cosine" or not x.size:
+            return
+        top = float(np.abs(x).max())
+        if score_scale(top, int(x.shape[1]), self.metric) != 1.0:
+            raise ValueError(
+                f"`{name}` has entries up to {top:.3g}, whose {self.metric!r} scores can "
+                "overflow float32 in an approximate (faiss) index, which scores the rows as "
+                "given. Search such embeddings with the exact index (it rescales them "
+                "exactly), or normalize them (metric=\"cosine\").")
+
+    def add(self, embeddings, labels=None, ids=None):
+        """Appends embeddings ``[N, D]``, with their labels ``[N]`` and ids ``[N]``.
+
+        Labels (integer class ids) and ids (any integers or strings, e.g. file
+        names) are optional, but once the index has them every ``add`` must
+        give them, and the other way round.
+
+        ``embeddings`` may also be an iterable of batches (a generator, a
+        ``tf.data`` dataset): each an array of embeddings, a tuple
+        ``(embeddings, labels)`` or ``(embeddings, labels, ids)``, or a dict with
+        those keys; only one batch (and, for an untrained approximate structure,
+        its training sample) is held at a time. The batches before one that is
+        refused stay added (the error says how many rows).
+
+        An approximate structure that needs training (IVF, PQ) is trained on the
+        first add, on ``train_size`` rows: a random sample of an array, or the
+        first rows of the batches (shuffle them, or call :meth:`train` first).
+
+        Raises:
+            ValueError: for a row with a NaN or an Inf, another embedding size,
+                lengths that differ, labels/ids given for some adds only, or too
+                few rows to train the approximate structure on.
+        """
+        if _is_batches(embeddings):
+            if labels is not None or ids is not None:
+                raise ValueError("With batches, give the labels and ids inside each batch "
+                                 "(a tuple or a dict), not as `labels=` / `ids=`.")
+            return self._add_batches(embeddings)
+        self._add_rows(*self._checked(embeddings, labels, ids))
+        self._train_pending()
+        return None
+
+    def _add_batches(self, batches):
+        before, number = len(self), 0
+        for batch in batches:
+            try:
+                self._add_rows(*self._checked(*_unpack(batch)))
+            except ValueError as err:
+                raise ValueError(f"Batch {number}: {err} ({len(self) - before} rows of the "
+                                 "earlier batches were added.)") from None
+            number += 1
+        self._train_pending()
+
+    def _checked(self, embeddings, labels, ids):
+        """``(rows, labels, ids)``: validated, labels as int64."""
+        x = self._prepare(embeddings, "embeddings")
+        n = int(x.shape[0])
+        if labels is not None:
+            labels = ops.convert_to_numpy(dml.cast_labels(labels, "labels")).astype(np.int64)
+            if len(labels) != n:
+                raise ValueError(f"`labels` must have one entry per embedding ({n}). "
+                                 f"Received: {len(labels)}")
+        if ids is not None:
+            ids = np.asarray(ids)
+            if ids.ndim != 1 or len(ids) != n or ids.dtype.kind not in "iuU":
+                raise ValueError("`ids` must be a 1-D array of integers or strings with one "
+                                 f"entry per embedding ({n}). Received: shape {ids.shape}, "
+                                 f"dtype {ids.dtype}")
+        for name, given, stored in (("labels", labels, self._labels), ("ids", ids, self._ids)):
+            if len(self) and (given is None) != (stored is None):
+                state = "has" if stored is not None else "has no"
+                raise ValueError(f"The index {state} {name}: give `{name}` to every add or "
+                                 "to none.")
+        return x, labels, ids
+
+    def _add_rows(self, x, labels, ids):
+        if not len(x) and self.dim is not None:
+            return
+        if labels is not None:
+            self._labels = (self._labels or []) + [labels]
+        if ids is not None:
+            self._ids = (self._ids or []) + [ids]
+        self.dim = int(x.shape[-1])
+        self._size += len(x)
+        self._gallery = None
+        if self._vectors is not None:
+            self._vectors.append(x)
+        if self.metric != "cosine" and x.size:
+            self._max_abs = max(self._max_abs, float(np.abs(x).max()))
+        if self.approximate is None:
+            self._structure = None  # the exact faiss index is rebuilt on the next search
+            return
+        if self._structure is None:
+            self._structure = faiss_api.build(self.approximate, self.dim, self.metric)
+            if self._parameters:
+                faiss_api.set_parameters(self._structure, self._parameters)
+        if self._structure.is_trained:
+            faiss_api.add(self._structure, x)
+            return
+        self._pending.append(x)
+        if sum(len(p) for p in self._pending) >= self._train_rows():
+            self._train_pending()
+
+    def _train_rows(self) -> int:
+        """Rows to train the approximate structure on: ``train_size``, or 64 per inverted
+        list (at least 65,536)."""
+        if self.train_size is not None:
+            return self.train_size
+        return max(64 * faiss_api.nlist(self._structure), 65536)
+
+    def _train_pending(self):
+        """Trains the structure on the waiting rows (a random ``train_size`` of them) and
+        adds them; an empty index again when faiss cannot train on them."""
+        if not self._pending:
+            return
+        rows = np.concatenate(self._pending)
+        self._pending = []
+        try:
+            self._fit(rows, "embeddings")
+        except ValueError:
+            self._reset()
+            raise
+        faiss_api.add(self._structure, rows)
+
+    def _fit(self, rows, name):
+        """Trains the structure on (a random ``train_size`` of) ``rows``."""
+        size = self._train_rows()
+        if len(rows) > size:
+            pick = np.sort(np.random.default_rng(self.seed).choice(len(rows), size, False))
+            rows = rows[pick]
+        try:
+            self._structure.train(np.ascontiguousarray(rows))
+        except RuntimeError as err:
+            raise ValueError(f"`{name}`: faiss cannot train {self.approximate!r} on "
+                             f"{len(rows)} rows: {faiss_api.reason(err)} Add more rows at once, or call "
+                             f"`train` with a larger sample first.") from None
+
+    def _reset(self):
+        """Back to an empty index (same configuration)."""
+        place = self.vectors
+        if self._vectors is not None:
+            self._vectors.close()
+            self._vectors = VectorStore(place)
+        self._structure, self._pending, self._size = None, [], 0
+        self._labels = self._ids = self._gallery = None
+        self._max_abs = 0.0
+
+    def train(self, sample):
+        """Trains the approximate structure on ``sample`` (``[N, D]`` embeddings) before
+        anything is added. It is not added to the index.
+
+        Raises:
+            ValueError: for an exact index (nothing to train), an index that already
+                holds items, or a sample faiss cannot train on (too few rows).
+        """
+        if self.approximate is None:
+            raise ValueError("An exact index has nothing to train: `train` is for an "
+                             "approximate one (Index(approximate=...)).")
+        if len(self):
+            raise ValueError(f"The index already holds {len(self)} items: train it before "
+                             "the first add.")
+        x = self._prepare(sample, "sample")
+        if not len(x):
+            raise ValueError("`sample` is empty. Received: sample.shape=(0, ...)")
+        self.dim = int(x.shape[1])
+        self._structure = faiss_api.build(self.approximate, self.dim, self.metric)
+        if self._parameters:
+            faiss_api.set_parameters(self._structure, self._parameters)
+        self._fit(x, "sample")
+
+    @property
+    def embeddings(self) -> np.ndarray:
+        """The stored ``[N, D]`` float32 embeddings (L2-normalized for ``"cosine"``);
+        a read-only memory map with ``vectors="disk"``.
+
+        Raises:
+            ValueError: for an index created with ``vectors=None``.
+        """
+        if self._vectors is None:
+            raise ValueError("This index keeps no embeddings (vectors=None): only its "
+                             "approximate structure's codes.")
+        return self._vectors.array()
+
+    def rows(self, positions) -> np.ndarray:
+        """The stored embeddings at ``positions`` (int positions of any shape; ``[..., D]``
+        float32 out), gathered without a copy of the whole index.
+
+        Raises:
+            ValueError: for an index created with ``vectors=None``.
+        """
+        if self._vectors is None:
+            raise ValueError("This index keeps no embeddings (vectors=None): only its "
+                             "approximate structure's codes.")
+        return self._vectors.rows(positions)
+
+    @property
+    def labels(self) -> np.ndarray | None:
+        """The stored ``[N]`` labels, or None."""
+        if self._labels is not None and len(self._labels) > 1:
+            self._labels = [np.concatenate(self._labels)]
+        return None if self._labels is None else self._labels[0]
+
+    @property
+    def ids(self) -> np.ndarray | None:
+        """The stored ``[N]`` ids, or None."""
+        if self._ids is not None and len(self._ids) > 1:
+            self._ids = [np.concatenate(self._ids)]
+        return None if self._ids is None else self._ids[0]
+
+    def _check_search(self, k):
+        if not self.is_trained:
+            raise ValueError("The index's approximate structure is not trained: `add` "
+                             "embeddings (the first add trains it) or call `train` before "
+                             "searching.")
+        if not len(self):
+            raise ValueError("The index is empty: `add` embeddings before searching.")
+        k = check_int("k", k)
+        if k > len(self):
+            raise ValueError(f"`k` must be at most the size of the index ({len(self)}). "
+                             f"Received: k={k}")
+        return k
+
+    def search(self, queries, k: int = 1):
+        """The ``k`` nearest stored items of each query.
+
+        Exact, unless the index is approximate: then the structure's candidates
+        (``rerank`` of them, re-ordered by their exact scores, when ``rerank`` is
+        set), equal scores in index order among them. An approximate structure
+        may find fewer than ``k`` items for a query (an IVF index whose probed
+        lists hold fewer): the missing slots hold the position ``-1`` and the
+        worst score (``-inf`` for similarities, ``inf`` for distances).
+
+        Args:
+            queries: ``[Q, D]`` embeddings.
+            k: neighbours per query, at most ``len(index)``. Defaults to `1`.
+
+        Returns:
+            ``(scores, indices)``: ``[Q, k]`` float32 scores (similarities for
+            ``"cosine"`` and ``"dot"``, Euclidean distances for ``"l2"``) and
+            int64 positions in the index, nearest first, ties by position.
+
+        Raises:
+            ValueError: for an empty or untrained index, a bad ``k``, or a query
+                row with a NaN or an Inf.
+        """
+        k = self._check_search(k)
+        q = self._prepare(queries, "queries")  # on the host: chunks go to the device
+        if len(q) == 0:  # no query: no neighbour
+            return np.zeros((0, k), np.float32), np.zeros((0, k), np.int64)
+        if self.approximate is not None:
+            return self._approximate_search(q, k)
+        max_abs = max(self._max_abs, float(np.abs(q).max(initial=0.0)))
+        # faiss scores in float32 as given: rows that need scaling take the keras path.
+        if self.backend == "faiss" and score_scale(max_abs, self.dim, self.metric) == 1.0:
+            return self._faiss_search(q, k)
+        if self._gallery is None:
+            stored = self._vectors.array()
+            self._gallery = (stored if self.vectors == "disk"  # read block by block
+                             else ops.convert_to_tensor(stored))
+        num = int(q.shape[0])
+        scores = np.zeros((num, k), np.float32)
+        indices = np.zeros((num, k), np.int64)
+        for start, s, idx in neighbours(q, self._gallery, k, self.metric, False,
+                                        self.chunk_size, self.gallery_chunk_size, max_abs,
+                                        self.query_buckets):
+            scores[start:start + len(idx)] = s
+            indices[start:start + len(idx)] = idx
+        return scores, indices
+
+    def _approximate_search(self, queries, k):
+        """The structure's candidates, re-ranked by exact scores with ``rerank``."""
+        fetch = min(len(self), max(k, self.rerank or 0))
+        scores = np.zeros((len(queries), k), np.float32)
+        indices = np.zeros((len(queries), k), np.int64)
+        for start in range(0, len(queries), self.chunk_size):
+            chunk = np.ascontiguousarray(queries[start : start + self.chunk_size])
+            found_scores, found = self._structure.search(chunk, fetch)
+            found = found.astype(np.int64)
+            if self.rerank:
+                found_scores = self._exact_scores(chunk, found)
+            elif self.metric == "l2":
+                found_scores = np.sqrt(np.maximum(found_scores, 0.0))
+            key = found_scores if self.metric == "l2" else -found_scores  # smaller is nearer
+            key = np.where(found < 0, np.inf, key)
+            order = np.lexsort((np.where(found < 0, np.iinfo(np.int64).max, found), key),
+                               axis=-1)[:, :k]
+            rows = slice(start, start + len(chunk))
+            indices[rows] = np.take_along_axis(found, order, axis=1)
+            scores[rows] = np.take_along_axis(found_scores, order, axis=1)
+        worst = np.float32(np.inf if self.metric == "l2" else -np.inf)
+        scores[indices < 0] = worst
+        return scores, indices
+
+    def _exact_scores(self, queries, found):
+        """The float32 scores of each query with its candidates, from the stored rows."""
+        rows = self._vectors.rows(np.maximum(found, 0))  # [n, fetch, D]
+        if self.metric == "l2":
+            scores = np.sqrt(np.square(rows - queries[:, None, :]).sum(axis=2))
+        else:
+            scores = np.einsum("nfd,nd->nf", rows, queries)
+        return scores.astype(np.float32)
+
+    def _faiss_search(self, queries, k):
+        """faiss's exact search, re-sorted so that equal scores come in index order."""
+        faiss = faiss_api.import_faiss()
+        if self._structure is None:
+            self._structure = (faiss.IndexFlatL2 if self.metric == "l2" else faiss.IndexFlatIP)(
+                self.dim)
+            for _, rows in self._vectors.blocks(self.gallery_chunk_size):
+                self._structure.add(rows)
+        size = len(self)
+        fetch = min(size, k + 8)
+        while True:
+            scores, indices = self._structure.search(queries, fetch)
+            key = scores if self.metric == "l2" else -scores  # smaller is nearer
+            order = np.lexsort((indices, key), axis=-1)
+            key = np.take_along_axis(key, order, axis=1)
+            # Ties at the k-th place may continue past the fetched candidates: fetch more.
+            if fetch == size or not np.any(key[:, k - 1] == key[:, fetch - 1]):
+                break
+            fetch = min(size, 2 * fetch)
+        order = order[:, :k]
+        scores = np.take_along_axis(scores, order, axis=1).astype(np.float32)
+        if self.metric == "l2":
+            scores = np.sqrt(np.maximum(scores, 0.0))
+        return scores, np.take_along_axis(indices, order, axis=1).astype(np.int64)
+
+    def exact_search(self, queries, k: int = 1):
+        """:meth:`search` over the stored embeddings, exactly, even in an approximate index.
+
+        Raises:
+            ValueError: as :meth:`search`, and for an index that keeps no embeddings.
+        """
+        if self.approximate is None:
+            return self.search(queries, k)
+        k = self._check_search(k)
+        if self._vectors is None:
+            raise ValueError("An exact search needs the stored embeddings; this index keeps "
+                             "none (vectors=None).")
+        q = self._prepare(queries, "queries")
+        scores = np.zeros((len(q), k), np.float32)
+        indices = np.zeros((len(q), k), np.int64)
+        stored = self._vectors.array()
+        if self.vectors == "memory":
+            stored = ops.convert_to_tensor(stored)
+        for start, s, idx in neighbours(q, stored, k, self.metric, False, self.chunk_size,
+                                        self.gallery_chunk_size, None, self.query_buckets):
+            scores[start:start + len(idx)] = s
+            indices[start:start + len(idx)] = idx
+        return scores, indices
+
+    def tune(self, queries, k: int = 10, target_recall: float = 0.95) -> Tuning:
+        """Sets the fastest search parameters whose recall@k reaches ``target_recall``.
+
+        The exact ``k`` nearest neighbours of ``queries`` are computed from the
+        stored embeddings; then the settings of :func:`~tfdml.search.approximate.grid`
+        (``nprobe`` = 1, 2, 4, ... for IVF, ``efSearch`` = k, 16, 32, ... for
+        HNSW) are tried, cheapest first, each measured by its recall@k of the
+        exact neighbours (:func:`neighbour_recall`). The first that reaches the
+        target is the fastest that does (each step searches more); it is set on
+        the index. When none does, the one with the best recall is set, with
+        ``reached=False``. Tune on held-out queries, not on items of the index:
+        a query in the index finds itself, and the recall would not hold for
+        new queries.
+
+        Args:
+            queries: ``[Q, D]`` embeddings that are not in the index.
+            k: the neighbours the recall counts. Defaults to `10`.
+            target_recall: in ``(0, 1]``. Defaults to `0.95`.
+
+        Returns:
+            A :class:`Tuning`.
+
+        Raises:
+            ValueError: for an exact index, an index without stored embeddings
+                (``vectors=None``), a target outside ``(0, 1]``, a bad ``k``, no
+                query, or queries of which at least 10 % are copies of an item of
+                the index.
+        """
+        from tfdml.search.calibration import SELF_MATCH_SHARE, copies
+
+        if not dml.is_number(target_recall) or not 0 < target_recall <= 1:
+            raise ValueError("`target_recall` must be a number in (0, 1]. "
+                             f"Received: target_recall={target_recall!r}")
+        if self.approximate is None:
+            raise ValueError("An exact index has nothing to tune: `tune` sets an approximate "
+                             "index's search parameters (Index(approximate=...)).")
+        if self._vectors is None:
+            raise ValueError("`tune` compares with the exact neighbours, computed from the "
+                             "stored embeddings; this index keeps none (vectors=None).")
+        _, truth = self.exact_search(queries, k)
+        if not len(truth):
+            raise ValueError("`tune` needs at least one query. Received: 0 queries")
+        same = int(copies(self, queries, truth[:, 0]).sum())
+        if same >= SELF_MATCH_SHARE * len(truth):
+            raise ValueError(
+                f"`queries`: {same} of the {len(truth)} tuning queries are copies of an item "
+                "of the index (they find themselves at the best score), so their recall would "
+                "not hold for new queries. Tune on held-out queries.")
+        q = self._prepare(queries, "queries")
+        tried = []
+        for setting in faiss_api.grid(self._structure, k) or [{}]:
+            faiss_api.set_parameters(self._structure, setting)
+            began = time.perf_counter()
+            _, found = self._approximate_search(q, k)
+            seconds = (time.perf_counter() - began) / len(q)
+            tried.append((dict(setting), neighbour_recall(found, truth), seconds))
+            if tried[-1][1] >= target_recall:
+                break
+        best = next((t for t in tried if t[1] >= target_recall), None)
+        if best is None:
+            best = max(tried, key=lambda t: t[1])
+        faiss_api.set_parameters(self._structure, best[0])
+        self._parameters = dict(best[0])
+        return Tuning(dict(best[0]), best[1], best[1] >= target_recall, best[2], tried)
+
+    def lookup(self, queries, k: int = 1) -> Lookup:
+        """:meth:`search` with the neighbours' labels and ids (see :class:`Lookup`;
+        a missing neighbour, position ``-1``, has the label ``-1`` and the id ``-1``
+        or ``""``)."""
+        scores, indices = self.search(queries, k)
+        ids = self.ids
+        return Lookup(scores, indices, _gather(self.labels, indices, -1),
+                      _gather(ids, indices, "" if ids is not None and ids.dtype.kind == "U"
+                              else -1))
+
+    def match(self, queries, threshold, unknown=-1):
+        """The label of each query's nearest item when it is near enough, else ``unknown``.
+
+        Near enough: a similarity ``>= threshold`` (``"cosine"``, ``"dot"``) or a
+        distance ``<= threshold`` (``"l2"``); :func:`calibrate` picks a threshold
+        for a target precision.
+
+        Args:
+            queries: ``[Q, D]`` embeddings.
+            threshold: the score a match must reach.
+            unknown: the label of a query without a match. Defaults to `-1`.
+
+        Returns:
+            ``[Q]`` int64 labels.
+
+        Raises:
+            ValueError: when the index has no labels, or for a ``threshold``
+                that is not a finite number.
+        """
+        if not dml.is_number(threshold) or not np.isfinite(threshold):
+            raise ValueError(f"`threshold` must be a finite number. Received: threshold={threshold!r}")
+        if self._labels is None:
+            raise ValueError("`match` needs labels: `add` the embeddings with `labels=`.")
+        found = self.lookup(queries, 1)
+        near = _accepts(found.scores[:, 0], threshold, self.metric) & (found.indices[:, 0] >= 0)
+        return np.where(near, found.labels[:, 0], np.int64(unknown))
+
+    def save(self, path):
+        """Writes the index to one ``.npz`` file (no pickled objects), whole or not at all;
+        an approximate structure is stored in faiss's own serialization inside it."""
+        from tfdml.search.persist import save_index
+
+        save_index(self, path)
+
+    @classmethod
+    def load(cls, path, backend=None, vectors=None) -> Index:
+        """An index saved with :meth:`save` (with its backend and where it keeps its
+        embeddings, unless ``backend`` or ``vectors`` is given).
+
+        Raises:
+            ValueError: naming the file and the field, for a file that is not a
+                complete index: unreadable or truncated, a missing field, or a
+                field that does not hold what :meth:`save` writes (2-D finite
+                float32 embeddings, unit rows for ``"cosine"``, one integer
+                label and one id per row), an approximate structure written by
+                another faiss version, or one whose metric, size or dimension
+                disagree with the rest of the file.
+        """
+        from tfdml.search.persist import load_index
+
+        return load_index(cls, path, backend, vectors)

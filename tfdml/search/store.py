@@ -1,0 +1,92 @@
+"""Where an :class:`~tfdml.search.Index` keeps its float32 embeddings: in memory, or on disk.
+
+An exact index searches these rows; an approximate one re-ranks its candidates and tunes
+its parameters against them. ``"memory"`` keeps the added blocks as NumPy arrays.
+``"disk"`` appends them to an unnamed temporary file (``tempfile.TemporaryFile``: the
+system removes it when the index is closed or the process ends, killed or not) and reads
+them back through a read-only memory map, so a gallery larger than the memory can be
+searched: only the blocks being compared are read, and the operating system keeps in its
+page cache what fits.
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+import numpy as np
+
+#: The places an index keeps its embeddings in (``None``: nowhere; approximate indexes only).
+PLACES = ("memory", "disk")
+
+
+class VectorStore:
+    """A growing ``[N, dim]`` float32 array, in memory or in a temporary file."""
+
+    def __init__(self, place: str = "memory", directory=None):
+        if place not in PLACES:
+            raise ValueError(f"`vectors` must be one of {PLACES} or None. Received: "
+                             f"vectors={place!r}")
+        self.place = place
+        self.dim = None
+        self._blocks = []  # "memory": the added blocks
+        self._file = tempfile.TemporaryFile(dir=directory) if place == "disk" else None
+        self._size = 0
+        self._view = None  # the concatenation (memory) or the memory map (disk), cached
+
+    def __len__(self):
+        return self._size
+
+    def append(self, rows: np.ndarray):
+        """Appends ``[n, dim]`` float32 rows."""
+        rows = np.ascontiguousarray(rows, np.float32)
+        if self.dim is None:
+            self.dim = int(rows.shape[1])
+        if self._file is None:
+            self._blocks.append(rows)
+        else:
+            self._file.seek(self._size * 4 * self.dim)
+            self._file.write(rows.tobytes())
+            self._file.flush()
+        self._size += len(rows)
+        self._view = None
+
+    def array(self) -> np.ndarray:
+        """All the rows: one array in memory, or a read-only map of the file."""
+        if self._view is None:
+            dim = self.dim or 0
+            if not self._size:
+                self._view = np.zeros((0, dim), np.float32)
+            elif self._file is None:
+                if len(self._blocks) > 1:
+                    self._blocks = [np.concatenate(self._blocks)]
+                self._view = self._blocks[0]
+            else:
+                self._view = np.memmap(self._file, np.float32, "r", shape=(self._size, dim))
+        return self._view
+
+    def rows(self, positions) -> np.ndarray:
+        """The rows at ``positions`` (any shape of int64 positions; ``[..., dim]`` out)."""
+        positions = np.asarray(positions, np.int64)
+        flat = positions.reshape(-1)
+        order = np.argsort(flat, kind="stable")  # in file order: fewer pages touched
+        out = np.empty((len(flat), self.dim or 0), np.float32)
+        out[order] = self.array()[flat[order]]
+        return out.reshape(positions.shape + (self.dim or 0,))
+
+    def blocks(self, size: int):
+        """Yields ``(start, rows)``: the stored rows, ``size`` at a time."""
+        view = self.array()
+        for start in range(0, self._size, size):
+            yield start, np.asarray(view[start : start + size])
+
+    def max_abs(self) -> float:
+        """The largest absolute entry (0 when empty), read block by block."""
+        return max((float(np.abs(b).max(initial=0.0)) for _, b in self.blocks(1 << 18)),
+                   default=0.0)
+
+    def close(self):
+        """Frees the rows (and removes the file)."""
+        self._view = None
+        self._blocks = []
+        if self._file is not None:
+            self._file.close()
