@@ -98,6 +98,18 @@ def _unpack(batch):
     return batch, None, None
 
 
+def _host_normalize(x):
+    """:func:`tfdml.ops.l2_normalize` of float32 rows in NumPy (no device round trip: an
+    approximate index's queries go to faiss, on the host): each row divided by its largest
+    absolute entry, then by its norm; zero rows stay zero."""
+    top = np.abs(x).max(axis=1, keepdims=True)
+    top[top == 0] = 1
+    y = x / top
+    norm = np.sqrt(np.einsum("ij,ij->i", y, y))[:, None]
+    norm[norm == 0] = 1
+    return (y / norm).astype(np.float32, copy=False)
+
+
 def _gather(values, indices, fill):
     """``values[indices]`` with ``fill`` where an index is -1 (no item)."""
     if values is None:
@@ -261,14 +273,15 @@ class Index:
         compiles nothing (under JAX, even moving an array of a new shape to the device
         compiles).
         """
-        if ops.is_tensor(embeddings):
+        if not isinstance(embeddings, np.ndarray) and ops.is_tensor(embeddings):
             x = np.asarray(ops.convert_to_numpy(dml.check_embeddings(embeddings, name)))
         else:
             x = np.asarray(embeddings)
             if x.ndim != 2:
                 raise ValueError(f"`{name}` must be a rank-2 tensor of shape [B, D]. "
                                  f"Received: {name}.shape={tuple(x.shape)}")
-            dtype = keras.backend.standardize_dtype(x.dtype)
+            dtype = ("float" if x.dtype.kind == "f"  # NumPy's floats; others by name
+                     else keras.backend.standardize_dtype(x.dtype))
             if not dtype.startswith(("float", "bfloat")):
                 raise ValueError(f"`{name}` must have a floating dtype. Received: "
                                  f"{name}.dtype={dtype}")
@@ -283,6 +296,8 @@ class Index:
             self._check_range(x, name)
         if self.metric != "cosine" or not len(x):
             return x
+        if self.approximate is not None:
+            return _host_normalize(x)
         if not self.query_buckets:
             return np.asarray(ops.convert_to_numpy(dml.l2_normalize(x)), np.float32)
         normalize = exact.compiled("normalize")
@@ -568,26 +583,38 @@ class Index:
     def _approximate_search(self, queries, k):
         """The structure's candidates, re-ranked by exact scores with ``rerank``."""
         fetch = min(len(self), max(k, self.rerank or 0))
+        if len(queries) <= self.chunk_size:  # one chunk (a single query): no copies
+            return self._candidates(np.ascontiguousarray(queries), k, fetch)
         scores = np.zeros((len(queries), k), np.float32)
         indices = np.zeros((len(queries), k), np.int64)
         for start in range(0, len(queries), self.chunk_size):
-            chunk = np.ascontiguousarray(queries[start : start + self.chunk_size])
-            found_scores, found = self._structure.search(chunk, fetch)
-            found = found.astype(np.int64)
-            if self.rerank:
-                found_scores = self._exact_scores(chunk, found)
-            elif self.metric == "l2":
-                found_scores = np.sqrt(np.maximum(found_scores, 0.0))
-            key = found_scores if self.metric == "l2" else -found_scores  # smaller is nearer
-            key = np.where(found < 0, np.inf, key)
-            order = np.lexsort((np.where(found < 0, np.iinfo(np.int64).max, found), key),
-                               axis=-1)[:, :k]
-            rows = slice(start, start + len(chunk))
-            indices[rows] = np.take_along_axis(found, order, axis=1)
-            scores[rows] = np.take_along_axis(found_scores, order, axis=1)
-        worst = np.float32(np.inf if self.metric == "l2" else -np.inf)
-        scores[indices < 0] = worst
+            rows = slice(start, start + self.chunk_size)
+            scores[rows], indices[rows] = self._candidates(
+                np.ascontiguousarray(queries[rows]), k, fetch)
         return scores, indices
+
+    def _candidates(self, chunk, k, fetch):
+        """The top ``k`` of the structure's ``fetch`` candidates for a chunk of queries."""
+        found_scores, found = self._structure.search(chunk, fetch)
+        if self.rerank:
+            found_scores = self._exact_scores(chunk, found)
+        elif self.metric == "l2":
+            found_scores = np.sqrt(np.maximum(found_scores, 0.0))
+        key = found_scores if self.metric == "l2" else -found_scores  # smaller is nearer
+        missing = found < 0
+        if (self.rerank or missing.any()
+                or (key.shape[1] > 1 and (np.diff(key, axis=1) <= 0).any())):
+            # Re-ranked, or equal scores (or missing items) to put in index order.
+            key = np.where(missing, np.inf, key)
+            order = np.lexsort((np.where(missing, np.iinfo(np.int64).max, found), key),
+                               axis=-1)[:, :k]
+            found = np.take_along_axis(found, order, axis=1)
+            found_scores = np.take_along_axis(found_scores, order, axis=1)
+        found, found_scores = found[:, :k].astype(np.int64), found_scores[:, :k]
+        found_scores = found_scores.astype(np.float32)
+        if (found < 0).any():
+            found_scores[found < 0] = np.inf if self.metric == "l2" else -np.inf
+        return found_scores, found
 
     def _exact_scores(self, queries, found):
         """The float32 scores of each query with its candidates, from the stored rows."""
