@@ -619,6 +619,148 @@ def pairwise_f1_score(labels, clusters):
     return 2 * precision * recall / (precision + recall)
 
 
+# -- metrics at scale: exclusions by group, Precision@K, MAP@K, FNMR@FMR, PCF -------------------
+
+
+def visible_rankings(embeddings, gallery_embeddings=None, metric="cosine", groups=None,
+                     gallery_groups=None):
+    """:func:`ranked_gallery` without the gallery items of each query's group (``groups`` on
+    both sides without a gallery)."""
+    rankings = ranked_gallery(embeddings, gallery_embeddings, metric)
+    if groups is None:
+        return rankings
+    groups = [int(v) for v in groups]
+    gallery_groups = groups if gallery_embeddings is None else [int(v) for v in gallery_groups]
+    return [[g for g in ranking if gallery_groups[g] != groups[q]]
+            for q, ranking in enumerate(rankings)]
+
+
+def _average_precision(rel, cut, denominator):
+    """(1 / denominator) * sum_{i <= cut} P(i) rel(i); 0 when the denominator is 0."""
+    total, correct = 0.0, 0
+    for i in range(1, cut + 1):
+        if rel[i - 1]:
+            correct += 1
+            total += correct / i
+    return total / denominator if denominator > 0 else 0.0
+
+
+def _per_query(name, rel, k):
+    """One query's value of ``name`` at ``k``, from its relevance list (all visible items)."""
+    r = sum(rel)
+    if name == "recall":
+        return 1.0 if any(rel[:k]) else 0.0
+    if name == "precision":
+        return sum(rel[:k]) / k
+    if name == "map_at_k":
+        return _average_precision(rel, k, min(k, r))
+    if name == "map_at_r":
+        return _average_precision(rel, r, r)
+    if name == "r_precision":
+        return sum(rel[:r]) / r if r > 0 else 0.0
+    raise ValueError(name)
+
+
+def grouped_metric(name, embeddings, labels, ks=(1,), gallery_embeddings=None,
+                   gallery_labels=None, metric="cosine", unmatched=None, groups=None,
+                   gallery_groups=None):
+    """``"recall"``, ``"precision"``, ``"map_at_k"`` (``{k: value}``), ``"map_at_r"``,
+    ``"r_precision"`` (a value) over the rankings left by the exclusions: R is the number of
+    same-label items a query's ranking holds. ``unmatched`` defaults to ``"miss"`` for recall,
+    ``"exclude"`` otherwise."""
+    if unmatched is None:
+        unmatched = "miss" if name == "recall" else "exclude"
+    labels, gallery_labels, _ = _retrieval_setup(labels, gallery_embeddings, gallery_labels)
+    rankings = visible_rankings(embeddings, gallery_embeddings, metric, groups, gallery_groups)
+    rels = [[gallery_labels[g] == labels[q] for g in ranking]
+            for q, ranking in enumerate(rankings)]
+    matched = [sum(rel) > 0 for rel in rels]
+    if name in ("map_at_r", "r_precision"):
+        return _mean_over_queries([_per_query(name, rel, 0) for rel in rels], matched, unmatched)
+    return {k: _mean_over_queries([_per_query(name, rel, k) for rel in rels], matched, unmatched)
+            for k in ks}
+
+
+def pair_scores(embeddings, labels, gallery_embeddings=None, gallery_labels=None,
+                metric="cosine", groups=None, gallery_groups=None):
+    """``(genuine, impostor)`` lists of pair scores, larger is nearer (cosine similarities, or
+    minus squared distances): every (query, gallery item) pair, or without a gallery every
+    pair ``i < j`` once, leaving out the pairs of one group."""
+    queries = np.asarray(embeddings, dtype=np.float64)
+    exclude_self = gallery_embeddings is None
+    gallery = queries if exclude_self else np.asarray(gallery_embeddings, dtype=np.float64)
+    labels, gallery_labels, _ = _retrieval_setup(labels, gallery_embeddings, gallery_labels)
+    if groups is not None:
+        groups = [int(v) for v in groups]
+        gallery_groups = groups if exclude_self else [int(v) for v in gallery_groups]
+    if metric == "cosine":
+        queries, gallery = l2_normalize(queries), l2_normalize(gallery)
+    genuine, impostor = [], []
+    for q in range(len(queries)):
+        for g in range(len(gallery)):
+            if exclude_self and g <= q:
+                continue
+            if groups is not None and groups[q] == gallery_groups[g]:
+                continue
+            if metric == "cosine":
+                score = dot(queries[q], gallery[g])
+            else:
+                score = -squared_distance(queries[q], gallery[g])
+            (genuine if labels[q] == gallery_labels[g] else impostor).append(score)
+    return genuine, impostor
+
+
+def fnmr_at_fmr(embeddings, labels, fmrs, gallery_embeddings=None, gallery_labels=None,
+                metric="cosine", groups=None, gallery_groups=None):
+    """For each ``f``: among the thresholds ``t`` (every pair score, and +inf) that accept the
+    pairs with a score ``>= t``, the lowest one whose share of impostor pairs accepted is at
+    most ``f``; the share of genuine pairs it rejects (score ``< t``)."""
+    genuine, impostor = pair_scores(embeddings, labels, gallery_embeddings, gallery_labels,
+                                    metric, groups, gallery_groups)
+    genuine, impostor = np.array(genuine), np.array(impostor)
+    candidates = sorted(set(genuine.tolist()) | set(impostor.tolist())) + [math.inf]
+    result = {}
+    for f in fmrs:
+        for t in candidates:  # the most lenient first
+            if np.sum(impostor >= t) / len(impostor) <= f:
+                result[f] = float(np.sum(genuine < t) / len(genuine))
+                break
+    return result
+
+
+def oml_fnmr_at_fmr(genuine_distances, impostor_distances, fmrs):
+    """open-metric-learning's definition: the threshold is the ``f``-quantile of the impostor
+    distances (linear interpolation); genuine pairs at a distance >= it are rejected."""
+    genuine = np.asarray(genuine_distances, dtype=np.float64)
+    thresholds = np.quantile(np.asarray(impostor_distances, dtype=np.float64), fmrs)
+    return {f: float(np.mean(genuine >= t)) for f, t in zip(fmrs, thresholds, strict=True)}
+
+
+def pcf(embeddings, shares):
+    """Principal-components fraction: the fewest components whose eigenvalues (of the
+    covariance, those below D * eps * the largest counted as 0) reach ``r`` of their sum,
+    over D; ``nan`` when all rows are equal."""
+    x = np.asarray(embeddings, dtype=np.float32).astype(np.float64)
+    dim = x.shape[1]
+    if all((row == x[0]).all() for row in x):
+        return {r: math.nan for r in shares}
+    centred = x - x.mean(axis=0)
+    eig = sorted(np.linalg.eigvalsh(centred.T @ centred / len(x)).tolist(), reverse=True)
+    eig = [e if e > dim * np.finfo(np.float64).eps * eig[0] else 0.0 for e in eig]
+    total = 0.0
+    for e in eig:
+        total += e
+    result = {}
+    for r in shares:
+        running = 0.0
+        for n, e in enumerate(eig, start=1):
+            running += e
+            if running >= r * total:
+                result[r] = n / dim
+                break
+    return result
+
+
 # -- test data -----------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""Retrieval and clustering metrics on embeddings.
+"""Retrieval, verification and clustering metrics on embeddings.
 
 Nearest neighbours are exact. Queries are processed in chunks of ``chunk_size``
 rows and the gallery in chunks of ``gallery_chunk_size`` rows; each query chunk
@@ -17,6 +17,15 @@ Conventions shared by every retrieval metric:
   The query is excluded by its index, not by its score, so no score (equal to
   another row's, ``-inf``, NaN) can make a query its own neighbour. With a
   gallery nothing is excluded (In-shop protocol).
+* **Exclusions by group.** ``groups`` (``[Q]`` integer ids of the queries) and,
+  with a separate gallery, ``gallery_groups`` (``[G]``) leave out of a query's
+  ranking every gallery item of its group, by index as the query itself: such
+  an item is neither a hit nor a miss and does not count in ``R`` (the
+  ``sequence_ids`` of open-metric-learning: frames of one video, photos of one
+  session). Without a gallery ``groups`` gives the group of every item. The
+  search fetches ``k + m`` neighbours, ``m`` the most items left out of one
+  query's ranking, and drops the left-out ones; a ``k`` must be at most the
+  gallery size minus ``m``.
 * **Non-finite embeddings.** Every metric raises a ``ValueError`` naming the
   argument when an embedding row holds a NaN or an Inf (after the conversion
   to float32, so float64 values beyond the float32 range count as Inf): a
@@ -32,8 +41,13 @@ Conventions shared by every retrieval metric:
   each metric's definition: Recall@K and CMC average over *all* queries
   (``"miss"``, as in Song et al. 2016 and the FAPPY paper), MAP@R and
   R-precision are undefined for ``R = 0`` and leave such queries out
-  (``"exclude"``, as in Musgrave et al. 2020 and pytorch-metric-learning).
-  When every query is excluded the result is ``nan``.
+  (``"exclude"``, as in Musgrave et al. 2020 and pytorch-metric-learning), as
+  do Precision@K and MAP@K (``"exclude"``, as open-metric-learning's
+  ``validate_dataset`` asks). When every query is excluded the result is ``nan``.
+
+:func:`fnmr_at_fmr` (verification over all pairs) and :func:`pcf` (the
+principal-components fraction, a collapse indicator) live in
+:mod:`tfdml.verification` and are re-exported here.
 
 :class:`ActiveAnchors` is a Keras metric for ``model.compile``: the fraction of
 anchors of the training batches that a tfdml loss learns from.
@@ -43,6 +57,7 @@ from __future__ import annotations
 
 import textwrap
 import warnings
+from typing import NamedTuple
 
 import keras
 import numpy as np
@@ -54,15 +69,20 @@ from tfdml._docs import fill_doc
 from tfdml.search import at_indices as _at_indices
 from tfdml.search import check_finite as _check_finite
 from tfdml.search import neighbours, score_scale
+from tfdml.verification import fnmr_at_fmr, pcf
 
 __all__ = [
     "ActiveAnchors",
     "cmc",
     "f1_clustering",
+    "fnmr_at_fmr",
+    "map_at_k",
     "map_at_r",
     "nmi",
     "nmi_score",
     "pairwise_f1_score",
+    "pcf",
+    "precision_at_k",
     "r_precision",
     "recall_at_k",
     "vehicleid_match_rate",
@@ -88,6 +108,15 @@ metric: ``"cosine"`` or ``"l2"``. Defaults to `"cosine"`.
 chunk_size: queries per matrix product. Defaults to `1024`.
 gallery_chunk_size: gallery items per matrix product. Defaults to `65536`."""
 
+_GROUPS = """\
+groups: ``[Q]`` integer group ids of the queries (1-D; floats are refused).
+    A gallery item of a query's group is left out of that query's ranking:
+    neither a hit nor a miss, and not counted in ``R``. Without a gallery it
+    gives the group of every item (the query's own group holds the query).
+    Defaults to `None` (no exclusion but the query itself).
+gallery_groups: ``[G]`` integer group ids of a separate gallery, required
+    with ``groups`` and ``gallery_embeddings``. Defaults to `None`."""
+
 
 def _nonfinite_raises(*names):
     """The ``Raises`` entry of a metric that refuses non-finite rows of ``names``."""
@@ -98,6 +127,7 @@ def _nonfinite_raises(*names):
 
 
 _RETRIEVAL_DOCS = {"QUERIES": _QUERIES, "GALLERY": _GALLERY, "SEARCH": _SEARCH,
+                   "GROUPS": _GROUPS,
                    "RAISES": _nonfinite_raises("embeddings", "gallery_embeddings")}
 
 
@@ -146,10 +176,64 @@ def check_metric(metric):
     return dml.check_distance(metric, METRICS + tuple(dml.DEPRECATED_DISTANCES), "metric")
 
 
+def _group_ids(values, name, rows, rows_name):
+    """``values`` as a 1-D int64 NumPy array of ``rows`` group ids; a ValueError naming it
+    otherwise (floats, even whole ones, are refused: a group id is an integer)."""
+    if not isinstance(values, np.ndarray) and hasattr(values, "shape"):
+        values = ops.convert_to_numpy(values)  # a tensor
+    values = np.asarray(values)
+    _check_finite_labeling(values, name)
+    if values.ndim != 1:
+        raise ValueError(f"`{name}` must be a 1-D array of integer group ids. "
+                         f"Received: {name}.shape={values.shape}")
+    if values.dtype == bool or not np.issubdtype(values.dtype, np.integer):
+        raise ValueError(f"`{name}` must hold integer group ids. "
+                         f"Received: {name}.dtype={values.dtype}")
+    if len(values) != rows:
+        raise ValueError(f"`{name}` must have one group id per row of `{rows_name}` ({rows}). "
+                         f"Received: {name}.shape={values.shape}")
+    return values.astype(np.int64)
+
+
+def _check_groups(groups, gallery_groups, exclude_self, num_queries, num_gallery, emb_name):
+    """The query and gallery group arrays (the same array without a gallery), or Nones."""
+    if groups is None:
+        if gallery_groups is not None:
+            raise ValueError("`gallery_groups` was given without `groups`. "
+                             f"Received: gallery_groups with shape {np.shape(gallery_groups)}")
+        return None, None
+    groups = _group_ids(groups, "groups", num_queries, emb_name)
+    if exclude_self:
+        if gallery_groups is not None:
+            raise ValueError(
+                "`gallery_groups` was given without `gallery_embeddings`; without a gallery "
+                "`groups` gives the group of every item. "
+                f"Received: gallery_groups with shape {np.shape(gallery_groups)}")
+        return groups, groups
+    if gallery_groups is None:
+        raise ValueError("`groups` was given with `gallery_embeddings` but without "
+                         "`gallery_groups`. Received: gallery_groups=None")
+    return groups, _group_ids(gallery_groups, "gallery_groups", num_gallery, "gallery_embeddings")
+
+
+class _Retrieval(NamedTuple):
+    """What :func:`_prepare` returns: the search inputs and the NumPy labels and groups."""
+
+    queries: object  # float32 tensor, L2-normalized for "cosine"
+    gallery: object  # the queries themselves without a gallery
+    labels: np.ndarray  # int64 [Q]
+    gallery_labels: np.ndarray  # int64 [G]
+    exclude_self: bool
+    metric: str
+    groups: np.ndarray | None  # int64 [Q], or None
+    gallery_groups: np.ndarray | None  # int64 [G] (``groups`` without a gallery), or None
+
+
 def _prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
-             gallery_chunk_size, unmatched, names=("embeddings", "labels")):
-    """Validates the inputs; returns float32 queries/gallery, int64 label arrays, exclude_self
-    and the metric (:func:`check_metric`)."""
+             gallery_chunk_size, unmatched, names=("embeddings", "labels"), groups=None,
+             gallery_groups=None):
+    """Validates the inputs; returns a :class:`_Retrieval` (float32 queries/gallery, int64
+    labels and groups, exclude_self, the metric of :func:`check_metric`)."""
     metric = check_metric(metric)
     check_choice("unmatched", unmatched, UNMATCHED)
     check_int("chunk_size", chunk_size)
@@ -186,21 +270,79 @@ def _prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chu
                 f"{emb_name}.shape={queries.shape}"
             )
         _check_finite(gallery, "gallery_embeddings")
+    groups, gallery_groups = _check_groups(groups, gallery_groups, exclude_self,
+                                           int(queries.shape[0]), int(gallery.shape[0]),
+                                           emb_name)
     if metric == "cosine":
         queries = dml.l2_normalize(queries)
         gallery = queries if exclude_self else dml.l2_normalize(gallery)
-    return (queries, gallery, ops.convert_to_numpy(labels).astype(np.int64),
-            ops.convert_to_numpy(gallery_labels).astype(np.int64), exclude_self, metric)
+    return _Retrieval(queries, gallery, ops.convert_to_numpy(labels).astype(np.int64),
+                      ops.convert_to_numpy(gallery_labels).astype(np.int64), exclude_self,
+                      metric, groups, gallery_groups)
 
 
 # -- exact nearest neighbours: tfdml.search ------------------------------------------------------
 
 
-def _neighbour_chunks(queries, gallery, k, exclude_self, metric, chunk_size, gallery_chunk_size):
-    """``(start, indices)`` of :func:`tfdml.search.neighbours`."""
-    for start, _, idx in neighbours(queries, gallery, k, metric, exclude_self,
-                                    chunk_size, gallery_chunk_size):
-        yield start, idx
+def _count_in(values, reference):
+    """For each entry of ``values``, how many entries of ``reference`` equal it."""
+    classes, counts = np.unique(reference, return_counts=True)
+    if not len(classes):
+        return np.zeros(len(values), np.int64)
+    pos = np.minimum(np.searchsorted(classes, values), len(classes) - 1)
+    return np.where(classes[pos] == values, counts[pos], 0).astype(np.int64)
+
+
+def _exclusion_counts(num_queries, exclude_self, groups=None, gallery_groups=None):
+    """Per query, the gallery items left out of its ranking: itself (without a gallery) and
+    the items of its group (which hold itself)."""
+    if groups is None:
+        return np.full(num_queries, int(exclude_self), np.int64)
+    return _count_in(groups, gallery_groups)
+
+
+def _neighbour_chunks(queries, gallery, k, exclude_self, metric, chunk_size, gallery_chunk_size,
+                      *, groups=None, gallery_groups=None):
+    """Yields ``(start, indices)``: the ``k`` nearest gallery items of the queries
+    ``start : start + n`` that are not left out of their ranking, as an ``[n, k]`` int64 array.
+
+    The one way the metrics get neighbours (:func:`tfdml.search.neighbours`, exact): it
+    fetches ``k + m`` of them, ``m`` the most items left out of one query's ranking (the
+    query itself with ``exclude_self``, where query ``i`` is gallery row ``i``; the gallery
+    items whose ``gallery_groups`` equals the query's ``groups``), and drops the left-out
+    ones by index, keeping the order (nearest first, ties by the lower gallery index). A
+    row is padded with ``-1`` where fewer than ``k`` items are left for its query (only when
+    ``k`` is above the gallery size minus ``m``, which the ``R``-based metrics may ask);
+    ``k`` is at most the gallery size.
+    """
+    num_gallery = int(gallery.shape[0])
+    most = int(_exclusion_counts(int(queries.shape[0]), exclude_self, groups,
+                                 gallery_groups).max(initial=0))
+    fetch = min(k + most, num_gallery)
+    for start, _, idx in neighbours(queries, gallery, fetch, metric, False, chunk_size,
+                                    gallery_chunk_size):
+        rows = np.arange(start, start + len(idx))
+        drop = np.zeros(idx.shape, dtype=bool)
+        if exclude_self:
+            drop |= idx == rows[:, None]
+        if groups is not None:
+            drop |= gallery_groups[idx] == groups[rows, None]
+        if most:
+            # A stable sort moves the left-out items behind the others, in order.
+            order = np.argsort(drop, axis=1, kind="stable")
+            idx = np.where(np.take_along_axis(drop, order, axis=1), -1,
+                           np.take_along_axis(idx, order, axis=1))
+        yield start, idx[:, :k]
+
+
+def _relevance(data, k, chunk_size, gallery_chunk_size):
+    """Yields ``(start, relevant)``: whether each of the ``k`` neighbours of the queries
+    ``start...`` of a :class:`_Retrieval` has the query's label (False for padding)."""
+    for start, idx in _neighbour_chunks(data.queries, data.gallery, k, data.exclude_self,
+                                        data.metric, chunk_size, gallery_chunk_size,
+                                        groups=data.groups, gallery_groups=data.gallery_groups):
+        same = data.gallery_labels[idx] == data.labels[start : start + len(idx), None]
+        yield start, same & (idx >= 0)
 
 
 def _average(values, matched, unmatched):
@@ -214,16 +356,69 @@ def _average(values, matched, unmatched):
     return values[matched].mean(axis=0)
 
 
-def _match_counts(labels, gallery_labels, exclude_self):
-    """``R`` per query: the number of gallery items of its class, itself excluded."""
-    classes, counts = np.unique(gallery_labels, return_counts=True)
-    pos = np.searchsorted(classes, labels)
-    pos = np.minimum(pos, len(classes) - 1)
-    found = classes[pos] == labels
-    return np.where(found, counts[pos], 0) - int(exclude_self)
+def _match_counts(labels, gallery_labels, exclude_self, groups=None, gallery_groups=None):
+    """``R`` per query: the gallery items of its class left in its ranking (not itself, not
+    of its group)."""
+    counts = _count_in(labels, gallery_labels)
+    if groups is None:
+        return counts - int(exclude_self)
+    # The items of the query's class and group: codes of (label, group) pairs.
+    _, label_codes = np.unique(np.concatenate([labels, gallery_labels]), return_inverse=True)
+    _, group_codes = np.unique(np.concatenate([groups, gallery_groups]), return_inverse=True)
+    num_groups = int(group_codes.max()) + 1
+    pairs = label_codes.reshape(-1).astype(np.int64) * num_groups + group_codes.reshape(-1)
+    return counts - _count_in(pairs[: len(labels)], pairs[len(labels) :])
+
+
+def _data_match_counts(data):
+    return _match_counts(data.labels, data.gallery_labels, data.exclude_self, data.groups,
+                         data.gallery_groups)
+
+
+def _check_visible_ks(ks, data, name="ks"):
+    """:func:`_check_ks` against the gallery items every query can see: the gallery size
+    minus the most items left out of one query's ranking."""
+    num_gallery = int(data.gallery.shape[0])
+    most = int(_exclusion_counts(len(data.labels), data.exclude_self, data.groups,
+                                 data.gallery_groups).max())
+    if data.groups is None:
+        return _check_ks(ks, num_gallery - most, name)
+    ks = _check_ks(ks, num_gallery, name)
+    if max(ks) > num_gallery - most:
+        raise ValueError(
+            f"`{name}` asks for {max(ks)} neighbours but the gallery offers only "
+            f"{num_gallery - most} to some query: {most} of its {num_gallery} items are in "
+            "that query's group and left out of its ranking. With `groups`, every K must be "
+            "at most the gallery size minus the largest number of items left out for one "
+            f"query. Received: {name}={ks!r}"
+        )
+    return ks
 
 
 # -- retrieval metrics ---------------------------------------------------------------------------
+
+
+def _at_k(value, data, ks, chunk_size, gallery_chunk_size, unmatched, name="ks"):
+    """``{k: mean over queries}`` of ``value`` at each K: ``"recall"`` (a same-class item in
+    the top K), ``"precision"`` (their share of the top K) or ``"map"`` (AP@K)."""
+    ks = _check_visible_ks(ks, data, name)
+    kmax = max(ks)
+    r = _data_match_counts(data)
+    cut = np.array(ks) - 1
+    values = np.zeros((len(data.labels), len(ks)))
+    rank = np.arange(1, kmax + 1)
+    for start, rel in _relevance(data, kmax, chunk_size, gallery_chunk_size):
+        stop = start + len(rel)
+        correct = np.cumsum(rel, axis=1)
+        if value == "recall":
+            values[start:stop] = correct[:, cut] > 0
+        elif value == "precision":
+            values[start:stop] = correct[:, cut] / (cut + 1.0)
+        else:
+            ap = np.cumsum(correct / rank * rel, axis=1)[:, cut]
+            values[start:stop] = ap / np.maximum(np.minimum(cut + 1, r[start:stop, None]), 1)
+    values = _average(values, r > 0, unmatched)
+    return {k: float(v) for k, v in zip(ks, values, strict=True)}
 
 
 @fill_doc(**_RETRIEVAL_DOCS)
@@ -237,6 +432,8 @@ def recall_at_k(
     chunk_size: int = 1024,
     gallery_chunk_size: int = 65536,
     unmatched: str = "miss",
+    groups=None,
+    gallery_groups=None,
 ) -> dict:
     """Recall@K of metric learning: the share of queries with a same-class item in their top K.
 
@@ -244,7 +441,8 @@ def recall_at_k(
     (Song et al. 2016; the FAPPY paper's footnote 1). Without a separate
     gallery every embedding is a query against all the others, itself excluded
     (CUB-200, Cars196, SOP); with ``gallery_embeddings`` the query and gallery
-    sets are distinct and nothing is excluded (In-shop).
+    sets are distinct and nothing is excluded (In-shop). It is the CMC at K
+    (open-metric-learning's ``cmc@k``).
 
     Args:
         {QUERIES}
@@ -254,6 +452,7 @@ def recall_at_k(
         unmatched: what a query with no same-class item in the gallery counts as:
             ``"miss"`` (a 0) or ``"exclude"`` (left out of the average).
             Defaults to `"miss"` (all queries count).
+        {GROUPS}
 
     Returns:
         ``{k: recall}`` with Python floats in [0, 1] (``nan`` if every query is
@@ -269,42 +468,112 @@ def recall_at_k(
     {1: 1.0, 2: 1.0}
     >>> tfdml.metrics.recall_at_k(model.predict(x_test), y_test, ks=(1, 10, 100, 1000))
     """
-    queries, gallery, labels, gallery_labels, exclude_self, metric = _prepare(
-        embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
-        gallery_chunk_size, unmatched)
-    ks = _check_ks(ks, int(gallery.shape[0]) - int(exclude_self))
-    kmax = max(ks)
-    hits = np.zeros((len(labels), len(ks)), dtype=bool)
-    for start, idx in _neighbour_chunks(queries, gallery, kmax, exclude_self, metric,
-                                        chunk_size, gallery_chunk_size):
-        same = gallery_labels[idx] == labels[start : start + len(idx), None]
-        first = np.where(same.any(axis=1), same.argmax(axis=1), kmax)
-        hits[start : start + len(idx)] = first[:, None] < np.array(ks)[None, :]
-    matched = _match_counts(labels, gallery_labels, exclude_self) > 0
-    values = _average(hits, matched, unmatched)
-    return {k: float(v) for k, v in zip(ks, values, strict=True)}
+    data = _prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
+                    gallery_chunk_size, unmatched, groups=groups, gallery_groups=gallery_groups)
+    return _at_k("recall", data, ks, chunk_size, gallery_chunk_size, unmatched)
+
+
+@fill_doc(**_RETRIEVAL_DOCS)
+def precision_at_k(embeddings, labels, ks=(1, 5, 10), gallery_embeddings=None,
+                   gallery_labels=None, metric: str = "cosine", chunk_size: int = 1024,
+                   gallery_chunk_size: int = 65536, unmatched: str = "exclude", groups=None,
+                   gallery_groups=None) -> dict:
+    """Precision@K: the share of same-class items among a query's K nearest gallery items.
+
+    ``P@K = (1/K) sum_{i=1..K} rel(i)``, ``rel(i)`` 1 when the ``i``-th nearest
+    gallery item has the query's class, averaged over queries; neighbours,
+    self-exclusion and ties as in :func:`recall_at_k`. This is the plain
+    definition: a query with ``R < K`` same-class items scores at most ``R/K``.
+    open-metric-learning's ``precision@k`` divides by ``min(K, R)`` instead, so
+    that such a query can score 1; the two agree for queries with ``R >= K``.
+
+    Args:
+        {QUERIES}
+        ks: the values of K. Defaults to `(1, 5, 10)`.
+        {GALLERY}
+        {SEARCH}
+        unmatched: queries with no same-class item in the gallery (``R = 0``):
+            ``"exclude"`` (left out of the average) or ``"miss"`` (a 0).
+            Defaults to `"exclude"`.
+        {GROUPS}
+
+    Returns:
+        ``{k: precision}`` with Python floats in [0, 1] (``nan`` if every query
+        is excluded).
+
+    Raises:
+        {RAISES}
+
+    Examples:
+
+    >>> x = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.2, 0.9], [0.7, 0.7]])
+    >>> tfdml.metrics.precision_at_k(x, [0, 0, 1, 1, 1], ks=(1, 2))
+    {1: 1.0, 2: 0.7}
+    """
+    data = _prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
+                    gallery_chunk_size, unmatched, groups=groups, gallery_groups=gallery_groups)
+    return _at_k("precision", data, ks, chunk_size, gallery_chunk_size, unmatched)
+
+
+@fill_doc(**_RETRIEVAL_DOCS)
+def map_at_k(embeddings, labels, ks=(1, 5, 10), gallery_embeddings=None,
+             gallery_labels=None, metric: str = "cosine", chunk_size: int = 1024,
+             gallery_chunk_size: int = 65536, unmatched: str = "exclude", groups=None,
+             gallery_groups=None) -> dict:
+    """MAP@K: the mean average precision over a query's K nearest gallery items.
+
+    For a query with ``R`` same-class items in the gallery (itself and its
+    group left out), ``AP@K = (1 / min(K, R)) sum_{i=1..K} P(i) rel(i)``, where
+    ``rel(i)`` is 1 when the ``i``-th neighbour has the query's class and
+    ``P(i)`` is the precision at rank ``i``; MAP@K is its mean over queries. A
+    perfect ranking scores 1 whatever ``R``. This is open-metric-learning's
+    ``map@k``; with ``K = R`` for every query it is MAP@R (:func:`map_at_r`).
+    Neighbours, self-exclusion and ties as in :func:`recall_at_k`.
+
+    Args:
+        {QUERIES}
+        ks: the values of K. Defaults to `(1, 5, 10)`.
+        {GALLERY}
+        {SEARCH}
+        unmatched: queries with ``R = 0`` (undefined AP): ``"exclude"`` or
+            ``"miss"`` (a 0). Defaults to `"exclude"`.
+        {GROUPS}
+
+    Returns:
+        ``{k: map}`` with Python floats in [0, 1] (``nan`` if every query is
+        excluded).
+
+    Raises:
+        {RAISES}
+
+    Examples:
+
+    >>> x = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.2, 0.9], [0.7, 0.7]])
+    >>> tfdml.metrics.map_at_k(x, [0, 0, 1, 1, 1], ks=(1, 2))
+    {1: 1.0, 2: 0.9}
+    """
+    data = _prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
+                    gallery_chunk_size, unmatched, groups=groups, gallery_groups=gallery_groups)
+    return _at_k("map", data, ks, chunk_size, gallery_chunk_size, unmatched)
 
 
 def _r_metric(value, embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
-              gallery_chunk_size, unmatched):
+              gallery_chunk_size, unmatched, groups, gallery_groups):
     """The mean over queries of ``value``: ``"ap"`` (average precision at R, for MAP@R) or
     ``"rp"`` (R-precision)."""
-    queries, gallery, labels, gallery_labels, exclude_self, metric = _prepare(
-        embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
-        gallery_chunk_size, unmatched)
-    r = _match_counts(labels, gallery_labels, exclude_self)
+    data = _prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
+                    gallery_chunk_size, unmatched, groups=groups, gallery_groups=gallery_groups)
+    r = _data_match_counts(data)
     matched = r > 0
-    ap = np.zeros(len(labels))
-    rp = np.zeros(len(labels))
+    ap = np.zeros(len(data.labels))
+    rp = np.zeros(len(data.labels))
     kmax = int(r.max())
     if kmax > 0:
-        for start, idx in _neighbour_chunks(queries, gallery, kmax, exclude_self, metric,
-                                            chunk_size, gallery_chunk_size):
-            stop = start + len(idx)
-            rel = gallery_labels[idx] == labels[start:stop, None]
-            rank = np.arange(1, kmax + 1)
-            within = rank[None, :] <= r[start:stop, None]
-            rel = rel & within
+        rank = np.arange(1, kmax + 1)
+        for start, rel in _relevance(data, kmax, chunk_size, gallery_chunk_size):
+            stop = start + len(rel)
+            # R <= the items left for a query, so its first R columns are never padding.
+            rel = rel & (rank[None, :] <= r[start:stop, None])
             precision = np.cumsum(rel, axis=1) / rank[None, :]
             denom = np.maximum(r[start:stop], 1)
             ap[start:stop] = (precision * rel).sum(axis=1) / denom
@@ -321,6 +590,7 @@ Args:
     {{SEARCH}}
     unmatched: queries with ``R = 0``: ``"exclude"`` or ``"miss"`` (a 0).
         Defaults to `"exclude"`.
+    {{GROUPS}}
 
 Returns:
     A Python float in [0, 1] (``nan`` if every query is excluded).
@@ -341,7 +611,7 @@ Reference:
 @fill_doc(R_DOC=_r_doc("map_at_r"), **_RETRIEVAL_DOCS)
 def map_at_r(embeddings, labels, gallery_embeddings=None, gallery_labels=None,
              metric: str = "cosine", chunk_size: int = 1024, gallery_chunk_size: int = 65536,
-             unmatched: str = "exclude") -> float:
+             unmatched: str = "exclude", groups=None, gallery_groups=None) -> float:
     """MAP@R, the mean average precision at R of Musgrave et al. (2020).
 
     For a query with ``R`` same-class items in the gallery (itself excluded
@@ -354,13 +624,13 @@ def map_at_r(embeddings, labels, gallery_embeddings=None, gallery_labels=None,
     {R_DOC}
     """
     return _r_metric("ap", embeddings, labels, gallery_embeddings, gallery_labels, metric,
-                     chunk_size, gallery_chunk_size, unmatched)
+                     chunk_size, gallery_chunk_size, unmatched, groups, gallery_groups)
 
 
 @fill_doc(R_DOC=_r_doc("r_precision"), **_RETRIEVAL_DOCS)
 def r_precision(embeddings, labels, gallery_embeddings=None, gallery_labels=None,
                 metric: str = "cosine", chunk_size: int = 1024, gallery_chunk_size: int = 65536,
-                unmatched: str = "exclude") -> float:
+                unmatched: str = "exclude", groups=None, gallery_groups=None) -> float:
     """R-precision: the share of same-class items among a query's R nearest neighbours.
 
     ``R`` is the number of same-class items in the gallery for that query (itself
@@ -370,7 +640,7 @@ def r_precision(embeddings, labels, gallery_embeddings=None, gallery_labels=None
     {R_DOC}
     """
     return _r_metric("rp", embeddings, labels, gallery_embeddings, gallery_labels, metric,
-                     chunk_size, gallery_chunk_size, unmatched)
+                     chunk_size, gallery_chunk_size, unmatched, groups, gallery_groups)
 
 
 @fill_doc(SEARCH=_SEARCH, RAISES=_nonfinite_raises("query_embeddings", "gallery_embeddings"))
@@ -384,23 +654,33 @@ def cmc(
     chunk_size: int = 1024,
     gallery_chunk_size: int = 65536,
     unmatched: str = "miss",
+    groups=None,
+    gallery_groups=None,
 ) -> np.ndarray:
     """Cumulative match characteristic: top-k match rates for k = 1..``top_k``.
 
     ``cmc(...)[k - 1]`` is the share of queries whose nearest gallery item of
     their identity is among their ``k`` nearest gallery items (the top-k match
     rate of re-identification). Query and gallery sets are separate; nothing
-    is excluded. Ties as in :func:`recall_at_k`.
+    is excluded but the gallery items of a query's group. Ties as in
+    :func:`recall_at_k`.
 
     Args:
         query_embeddings: ``[Q, D]``.
         query_labels: ``[Q]`` integer identities.
         gallery_embeddings: ``[G, D]``.
         gallery_labels: ``[G]`` integer identities.
-        top_k: length of the curve, at most ``G``. Defaults to `20`.
+        top_k: length of the curve, at most ``G`` (minus the most gallery items
+            of one query's group). Defaults to `20`.
         {SEARCH}
         unmatched: queries whose identity is not in the gallery: ``"miss"``
             or ``"exclude"``. Defaults to `"miss"`.
+        groups: ``[Q]`` integer group ids of the queries; a gallery item of
+            the query's group is left out of its ranking (e.g. the ids of
+            (identity, camera) pairs, for the same-camera rule of Market-1501).
+            Defaults to `None`.
+        gallery_groups: ``[G]`` integer group ids of the gallery, required
+            with ``groups``. Defaults to `None`.
 
     Returns:
         A float64 NumPy array of shape ``[top_k]``, non-decreasing.
@@ -415,18 +695,14 @@ def cmc(
     """
     if gallery_embeddings is None:
         raise ValueError("`gallery_embeddings` is required. Received: gallery_embeddings=None")
-    queries, gallery, labels, gallery_labels, _, metric = _prepare(
-        query_embeddings, query_labels, gallery_embeddings, gallery_labels, metric, chunk_size,
-        gallery_chunk_size, unmatched, names=("query_embeddings", "query_labels"))
-    (top_k,) = _check_ks((top_k,), int(gallery.shape[0]), "top_k")
-    first = np.full(len(labels), top_k)
-    for start, idx in _neighbour_chunks(queries, gallery, top_k, False, metric, chunk_size,
-                                        gallery_chunk_size):
-        same = gallery_labels[idx] == labels[start : start + len(idx), None]
-        first[start : start + len(idx)] = np.where(same.any(axis=1), same.argmax(axis=1), top_k)
-    curve = first[:, None] < np.arange(1, top_k + 1)[None, :]
-    matched = _match_counts(labels, gallery_labels, False) > 0
-    return _average(curve, matched, unmatched)
+    data = _prepare(query_embeddings, query_labels, gallery_embeddings, gallery_labels, metric,
+                    chunk_size, gallery_chunk_size, unmatched,
+                    names=("query_embeddings", "query_labels"), groups=groups,
+                    gallery_groups=gallery_groups)
+    (top_k,) = _check_visible_ks((top_k,), data, "top_k")
+    curve = _at_k("recall", data, range(1, top_k + 1), chunk_size, gallery_chunk_size,
+                  unmatched, "top_k")
+    return np.array([curve[k] for k in range(1, top_k + 1)], dtype=np.float64)
 
 
 @fill_doc(RAISES=_nonfinite_raises("embeddings"))

@@ -1,6 +1,14 @@
 """Analysis tools of "Extreme triplet learning": the triplet scatter diagram, the movement of
-triplets under an optimizer step, and the gradient vector field of the triplet losses."""
+triplets under an optimizer step, and the gradient vector field of the triplet losses; and
+pictures of retrieval results (figures, an HTML page, a TensorBoard projector export)."""
 
+from tfdml.analysis.retrieval import (
+    plot_retrieval,
+    plot_worst_queries,
+    projector_export,
+    retrieval_html,
+    worst_queries,
+)
 from tfdml.analysis.scatter import (
     MovementStatistics,
     TripletScatterResult,
@@ -24,11 +32,16 @@ __all__ = [
     "TripletScatterResult",
     "movement_statistics",
     "plot_problem_regions",
+    "plot_retrieval",
     "plot_triplet_scatter",
     "plot_vector_field",
+    "plot_worst_queries",
     "problem_masks",
+    "projector_export",
     "rescore_triplets",
+    "retrieval_html",
     "similarity_change",
     "triplet_movement",
     "triplet_scatter",
+    "worst_queries",
 ]
