@@ -146,7 +146,7 @@ def test_labelings_with_nonfinite_values(fn, arg, value):
 def _search(x, k, metric, chunk_size, gallery_chunk_size):
     """All neighbour indices of the self-excluding search, bypassing the finiteness check."""
     q = dml.l2_normalize(x) if metric == "cosine" else x
-    parts = [idx for _, idx in metrics._neighbour_chunks(q, q, k, True, metric, chunk_size,
+    parts = [idx for _, idx in metrics.retrieval._neighbour_chunks(q, q, k, True, metric, chunk_size,
                                                          gallery_chunk_size)]
     return np.concatenate(parts)
 

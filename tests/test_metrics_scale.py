@@ -15,7 +15,8 @@ import pytest
 import references as ref
 from backends import BACKEND
 
-from tfdml import metrics, search, verification
+from tfdml import metrics, search
+from tfdml.metrics import verification
 
 MB = pytest.mark.multibackend  # also under JAX and PyTorch (see conftest.py)
 

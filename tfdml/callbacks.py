@@ -14,6 +14,7 @@ from tfdml import ops as dml
 from tfdml import search as _search
 from tfdml._checks import check_choice, check_int
 from tfdml.analysis import scatter as _scatter
+from tfdml.metrics import retrieval as _retrieval
 
 __all__ = ["ActiveAnchorsWarning", "RecallAtK", "TripletScatter"]
 
@@ -303,6 +304,15 @@ class RecallAtK(_EmbeddingCallback):
             each time); needed for an infinite dataset or one of unknown
             cardinality. Not for arrays. Defaults to `None` (the whole
             dataset).
+        groups: ``[N]`` integer group ids of the validation samples, in the
+            order they are embedded; a sample of a query's group is left out
+            of its ranking (see :func:`tfdml.metrics.recall_at_k`). Defaults to
+            `None`.
+        index: an approximate search instead of the exact one, as in
+            :func:`tfdml.metrics.recall_at_k` (a faiss factory string or an
+            empty ``tfdml.search.Index(approximate=...)``); the logs then also
+            hold ``val_index_recall``, its recall of the exact neighbours on
+            up to 1,000 sampled queries. Defaults to `None` (exact).
 
     Raises:
         ValueError: bad arguments, naming them: ``data`` without labels, with
@@ -341,6 +351,8 @@ class RecallAtK(_EmbeddingCallback):
         chunk_size: int = 1024,
         verbose="auto",
         steps=None,
+        groups=None,
+        index=None,
     ):
         super().__init__()
         self.every = check_int("every", every)
@@ -351,7 +363,7 @@ class RecallAtK(_EmbeddingCallback):
         check_choice("verbose", verbose, ("auto", 0, 1, 2))
         if not isinstance(prefix, str):
             raise ValueError(f"`prefix` must be a string. Received: prefix={prefix!r}")
-        self.ks = _metrics._check_ks(ks, float("inf"))
+        self.ks = _retrieval._check_ks(ks, float("inf"))
         self.metric = metric
         self.prefix = prefix
         self.unmatched = unmatched
@@ -366,12 +378,16 @@ class RecallAtK(_EmbeddingCallback):
                     f"{len(self.data[1])} samples, so a query (itself excluded) has {others} "
                     f"others to rank. Use smaller K or more data. Received: ks={ks!r}"
                 )
+        self.groups = None if groups is None else np.asarray(groups)
+        self.index = None if index is None else _retrieval._check_index(index, metric)
         self._warned_nonfinite = False
         self._epoch = None  # the epoch being evaluated by on_epoch_end, for the warning
 
     def names(self):
-        """The log names this callback writes, e.g. ``["val_recall@1", ...]``."""
-        return [f"{self.prefix}recall@{k}" for k in self.ks]
+        """The log names this callback writes, e.g. ``["val_recall@1", ...]`` (and
+        ``"val_index_recall"`` with an approximate ``index``)."""
+        names = [f"{self.prefix}recall@{k}" for k in self.ks]
+        return names + [f"{self.prefix}index_recall"] if self.index is not None else names
 
     def evaluate(self):
         """Recall@K of the validation set now: ``{"val_recall@1": float, ...}``.
@@ -383,9 +399,15 @@ class RecallAtK(_EmbeddingCallback):
         if self._nonfinite(embeddings, self._epoch,
                            f"{', '.join(self.names())} are nan for that evaluation"):
             return {name: float("nan") for name in self.names()}
-        values = _metrics.recall_at_k(embeddings, labels, self.ks, metric=self.metric,
-                                      chunk_size=self.chunk_size, unmatched=self.unmatched)
-        return {name: values[k] for name, k in zip(self.names(), self.ks, strict=True)}
+        data = _retrieval._prepare(embeddings, labels, None, None, self.metric,
+                                   self.chunk_size, 65536, self.unmatched, groups=self.groups,
+                                   index=self.index)
+        values = _retrieval._at_k("recall", data, self.ks, self.chunk_size, 65536,
+                                  self.unmatched)
+        out = {f"{self.prefix}recall@{k}": values[k] for k in self.ks}
+        if self.index is not None:
+            out[f"{self.prefix}index_recall"] = _retrieval._report_index(data)
+        return out
 
     def on_epoch_end(self, epoch, logs=None):
         if epoch > 0 and (epoch + 1) % self.every:

@@ -63,9 +63,10 @@ from tfdml.search.exact import (
     score_scale,
 )
 from tfdml.search.index import BACKENDS, VECTORS, Index, Lookup, Tuning, neighbour_recall
+from tfdml.search.rerank import PairReranker
 from tfdml.search.results import RetrievalResults
 
 __all__ = ["BACKENDS", "COPY_TOLERANCE", "METRICS", "MIN_BUCKET", "SELF_MATCH_SHARE", "VECTORS",
-           "Calibration", "Index", "Lookup", "RetrievalResults", "Tuning", "at_indices",
+           "Calibration", "Index", "Lookup", "PairReranker", "RetrievalResults", "Tuning", "at_indices",
            "calibrate", "check_finite", "match", "neighbour_recall", "neighbours",
            "nonfinite_rows", "plot_calibration", "query_bucket", "score_scale"]

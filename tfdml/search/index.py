@@ -22,6 +22,7 @@ from tfdml.search.exact import (
     query_bucket,
     score_scale,
 )
+from tfdml.search.results import RetrievalResults
 from tfdml.search.store import PLACES, VectorStore
 
 #: The search backends of an :class:`Index`.
@@ -748,6 +749,60 @@ class Index:
         return Lookup(scores, indices, _gather(self.labels, indices, -1),
                       _gather(ids, indices, "" if ids is not None and ids.dtype.kind == "U"
                               else -1))
+
+    def retrieve(self, queries, k: int = 10, query_labels=None, query_ids=None,
+                 exclude_self: bool = False) -> RetrievalResults:
+        """Each query's ``k`` nearest items as :class:`RetrievalResults` (scores,
+        positions, labels, ids, and with ``query_labels`` which are correct).
+
+        Args:
+            queries: ``[Q, D]`` embeddings.
+            k: neighbours per query. Defaults to `10`.
+            query_labels: ``[Q]`` labels of the queries, to mark the correct
+                neighbours (the index must have labels). Defaults to `None`.
+            query_ids: ``[Q]`` ids of the queries. Defaults to `None`.
+            exclude_self: the queries are the index's own items, in order:
+                query ``i`` is not its own neighbour. Defaults to `False`.
+
+        Raises:
+            ValueError: as :meth:`search`; for ``query_labels`` without labels in
+                the index, lengths that differ, or ``exclude_self`` with another
+                number of queries than items.
+        """
+        extra = int(bool(exclude_self))
+        if extra and int(np.shape(queries)[0]) != len(self):
+            raise ValueError(f"`exclude_self` needs the index's own {len(self)} items as the "
+                             f"queries. Received: {np.shape(queries)[0]} queries")
+        scores, indices = self.search(queries, k + extra if extra else k)
+        if extra:  # the query's own position, or else the last candidate, goes
+            own = indices == np.arange(len(indices))[:, None]
+            own[:, -1] |= ~own.any(axis=1)
+            order = np.argsort(own, axis=1, kind="stable")[:, :k]
+            scores = np.take_along_axis(scores, order, 1)
+            indices = np.take_along_axis(indices, order, 1)
+        found = Lookup(scores, indices, _gather(self.labels, indices, -1),
+                       _gather(self.ids, indices, "" if self.ids is not None
+                               and self.ids.dtype.kind == "U" else -1))
+        relevant = None
+        if query_labels is not None:
+            if self.labels is None:
+                raise ValueError("`query_labels` mark the correct neighbours by the index's "
+                                 "labels, and this index has none.")
+            query_labels = ops.convert_to_numpy(
+                dml.cast_labels(query_labels, "query_labels")).astype(np.int64)
+            if len(query_labels) != len(indices):
+                raise ValueError(f"`query_labels` must have one entry per query "
+                                 f"({len(indices)}). Received: {len(query_labels)}")
+            classes, counts = np.unique(self.labels, return_counts=True)
+            at = np.minimum(np.searchsorted(classes, query_labels), len(classes) - 1)
+            relevant = np.where(classes[at] == query_labels, counts[at], 0) - extra
+        if query_ids is not None:
+            query_ids = np.asarray(query_ids)
+            if query_ids.shape != (len(indices),):
+                raise ValueError(f"`query_ids` must have one entry per query ({len(indices)}). "
+                                 f"Received: shape {query_ids.shape}")
+        return RetrievalResults(self.metric, found.scores, found.indices, found.labels,
+                                found.ids, query_labels, query_ids, relevant)
 
     def match(self, queries, threshold, unknown=-1):
         """The label of each query's nearest item when it is near enough, else ``unknown``.

@@ -1,65 +1,16 @@
-"""Retrieval, verification and clustering metrics on embeddings.
+"""Retrieval metrics: Recall@K, Precision@K, MAP@K, MAP@R, R-precision, CMC, VehicleID.
 
-Nearest neighbours are exact. Queries are processed in chunks of ``chunk_size``
-rows and the gallery in chunks of ``gallery_chunk_size`` rows; each query chunk
-keeps a *running* top-k that is merged with every gallery chunk's scores, so
-memory is ``chunk_size x (gallery_chunk_size + k)`` scores, whatever the number
-of queries and gallery items (60,000 x 512 embeddings need well under 2 GiB).
-
-Conventions shared by every retrieval metric:
-
-* **Similarity.** ``metric="cosine"`` (default) ranks by the dot product of
-  L2-normalized embeddings; ``metric="l2"`` by the Euclidean distance (the
-  names of :data:`tfdml.ops.DISTANCES`; the old ``"euclidean"`` still means
-  ``"l2"``, with a ``DeprecationWarning``). Scores are computed in float32.
-* **Self-exclusion.** Without a separate gallery every embedding is a query
-  against all the others, itself excluded (CUB-200, Cars196, SOP protocol).
-  The query is excluded by its index, not by its score, so no score (equal to
-  another row's, ``-inf``, NaN) can make a query its own neighbour. With a
-  gallery nothing is excluded (In-shop protocol).
-* **Exclusions by group.** ``groups`` (``[Q]`` integer ids of the queries) and,
-  with a separate gallery, ``gallery_groups`` (``[G]``) leave out of a query's
-  ranking every gallery item of its group, by index as the query itself: such
-  an item is neither a hit nor a miss and does not count in ``R`` (the
-  ``sequence_ids`` of open-metric-learning: frames of one video, photos of one
-  session). Without a gallery ``groups`` gives the group of every item. The
-  search fetches ``k + m`` neighbours, ``m`` the most items left out of one
-  query's ranking, and drops the left-out ones; a ``k`` must be at most the
-  gallery size minus ``m``.
-* **Non-finite embeddings.** Every metric raises a ``ValueError`` naming the
-  argument when an embedding row holds a NaN or an Inf (after the conversion
-  to float32, so float64 values beyond the float32 range count as Inf): a
-  score computed on such rows would be meaningless, and a diverged model must
-  not get a good one. :class:`tfdml.callbacks.RecallAtK` turns this into NaN
-  log values instead of stopping the training.
-* **Ties.** Neighbours are ordered by decreasing similarity; items with equal
-  scores are ordered by increasing gallery index (a stable sort). Results are
-  therefore deterministic and do not depend on the chunk sizes.
-* **Queries without a match** (no other item of their class in the gallery, e.g.
-  a class with a single sample): ``unmatched="miss"`` counts them as 0,
-  ``unmatched="exclude"`` leaves them out of the average. The defaults follow
-  each metric's definition: Recall@K and CMC average over *all* queries
-  (``"miss"``, as in Song et al. 2016 and the FAPPY paper), MAP@R and
-  R-precision are undefined for ``R = 0`` and leave such queries out
-  (``"exclude"``, as in Musgrave et al. 2020 and pytorch-metric-learning), as
-  do Precision@K and MAP@K (``"exclude"``, as open-metric-learning's
-  ``validate_dataset`` asks). When every query is excluded the result is ``nan``.
-
-:func:`fnmr_at_fmr` (verification over all pairs) and :func:`pcf` (the
-principal-components fraction, a collapse indicator) live in
-:mod:`tfdml.verification` and are re-exported here.
-
-:class:`ActiveAnchors` is a Keras metric for ``model.compile``: the fraction of
-anchors of the training batches that a tfdml loss learns from.
+The conventions (metric, self-exclusion, groups, non-finite rows, ties, unmatched
+queries) are those of :mod:`tfdml.metrics`.
 """
 
 from __future__ import annotations
 
+import logging
 import textwrap
 import warnings
 from typing import NamedTuple
 
-import keras
 import numpy as np
 from keras import ops
 
@@ -68,25 +19,8 @@ from tfdml._checks import check_choice, check_int
 from tfdml._docs import fill_doc
 from tfdml.search import at_indices as _at_indices
 from tfdml.search import check_finite as _check_finite
-from tfdml.search import neighbours, score_scale
-from tfdml.verification import fnmr_at_fmr, pcf
-
-__all__ = [
-    "ActiveAnchors",
-    "cmc",
-    "f1_clustering",
-    "fnmr_at_fmr",
-    "map_at_k",
-    "map_at_r",
-    "nmi",
-    "nmi_score",
-    "pairwise_f1_score",
-    "pcf",
-    "precision_at_k",
-    "r_precision",
-    "recall_at_k",
-    "vehicleid_match_rate",
-]
+from tfdml.search import neighbours
+from tfdml.search.index import _host_normalize
 
 #: The values of ``metric`` (names of :data:`tfdml.ops.DISTANCES`).
 METRICS = ("cosine", "l2")
@@ -115,7 +49,14 @@ groups: ``[Q]`` integer group ids of the queries (1-D; floats are refused).
     gives the group of every item (the query's own group holds the query).
     Defaults to `None` (no exclusion but the query itself).
 gallery_groups: ``[G]`` integer group ids of a separate gallery, required
-    with ``groups`` and ``gallery_embeddings``. Defaults to `None`."""
+    with ``groups`` and ``gallery_embeddings``. Defaults to `None`.
+index: an approximate search instead of the exact one: a faiss index
+    factory string (``"HNSW32"``, ``"IVF4096,Flat"``...) or an empty
+    ``tfdml.search.Index(approximate=...)`` whose configuration is used (it
+    stays empty), built over the gallery. Its
+    recall of the exact neighbours on up to 1,000 sampled queries is logged
+    (logger ``"tfdml"``), with a ``UserWarning`` below 0.9. Defaults to
+    `None` (exact)."""
 
 
 def _nonfinite_raises(*names):
@@ -227,20 +168,33 @@ class _Retrieval(NamedTuple):
     metric: str
     groups: np.ndarray | None  # int64 [Q], or None
     gallery_groups: np.ndarray | None  # int64 [G] (``groups`` without a gallery), or None
+    index: object = None  # an approximate index (factory string or empty Index), or None
+    report: dict | None = None  # what the approximate search reports (``index_recall``)
 
 
 def _prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
              gallery_chunk_size, unmatched, names=("embeddings", "labels"), groups=None,
-             gallery_groups=None):
+             gallery_groups=None, index=None):
     """Validates the inputs; returns a :class:`_Retrieval` (float32 queries/gallery, int64
-    labels and groups, exclude_self, the metric of :func:`check_metric`)."""
+    labels and groups, exclude_self, the metric of :func:`check_metric`). With ``index``
+    (an approximate search, on the host) the embeddings are NumPy arrays: no device copy."""
+    data = _prepare_tensors(embeddings, labels, gallery_embeddings, gallery_labels, metric,
+                            chunk_size, gallery_chunk_size, unmatched, names, groups,
+                            gallery_groups, index)
+    if index is None:
+        return data
+    return data._replace(index=_check_index(index, data.metric), report={})
+
+
+def _prepare_tensors(embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
+                     gallery_chunk_size, unmatched, names, groups, gallery_groups, index):
     metric = check_metric(metric)
     check_choice("unmatched", unmatched, UNMATCHED)
     check_int("chunk_size", chunk_size)
     check_int("gallery_chunk_size", gallery_chunk_size)
     emb_name, lab_name = names
     labels = dml.cast_labels(labels, lab_name)
-    queries = ops.cast(dml.check_embeddings(embeddings, emb_name), "float32")
+    queries = _embeddings(embeddings, emb_name, index)
     dml.check_batch_sizes(labels, queries, lab_name, emb_name)
     if queries.shape[0] == 0:
         raise ValueError(f"`{emb_name}` is empty. Received: {emb_name}.shape={queries.shape}")
@@ -259,8 +213,7 @@ def _prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chu
                 "`gallery_embeddings` was given without `gallery_labels`. "
                 "Received: gallery_labels=None"
             )
-        gallery = ops.cast(dml.check_embeddings(gallery_embeddings, "gallery_embeddings"),
-                            "float32")
+        gallery = _embeddings(gallery_embeddings, "gallery_embeddings", index)
         gallery_labels = dml.cast_labels(gallery_labels, "gallery_labels")
         dml.check_batch_sizes(gallery_labels, gallery, "gallery_labels", "gallery_embeddings")
         if gallery.shape[-1] != queries.shape[-1]:
@@ -274,11 +227,97 @@ def _prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chu
                                            int(queries.shape[0]), int(gallery.shape[0]),
                                            emb_name)
     if metric == "cosine":
-        queries = dml.l2_normalize(queries)
-        gallery = queries if exclude_self else dml.l2_normalize(gallery)
+        normalize = dml.l2_normalize if index is None else _host_normalize
+        queries = normalize(queries)
+        gallery = queries if exclude_self else normalize(gallery)
     return _Retrieval(queries, gallery, ops.convert_to_numpy(labels).astype(np.int64),
                       ops.convert_to_numpy(gallery_labels).astype(np.int64), exclude_self,
                       metric, groups, gallery_groups)
+
+
+def _embeddings(values, name, index):
+    """``values`` checked, as float32: a tensor, or with ``index`` a NumPy array (no copy of
+    a float32 array)."""
+    if index is None:
+        return ops.cast(dml.check_embeddings(values, name), "float32")
+    if ops.is_tensor(values) and not isinstance(values, np.ndarray):
+        values = ops.convert_to_numpy(dml.check_embeddings(values, name))
+    values = np.asarray(values)
+    if values.ndim != 2 or values.dtype.kind not in "fiu":
+        raise ValueError(f"`{name}` must be a rank-2 float array of shape [B, D]. Received: "
+                         f"{name} of dtype {values.dtype} and shape {values.shape}")
+    with np.errstate(over="ignore"):
+        return values.astype(np.float32, copy=False)
+
+
+# -- nearest neighbours: tfdml.search, exact or approximate ----------------------------------------
+
+#: Queries whose exact neighbours are computed to measure an approximate index's recall.
+INDEX_SAMPLE = 1000
+
+#: Below this recall of the exact neighbours, a metric through an approximate index warns.
+INDEX_RECALL_WARNING = 0.9
+
+
+def _check_index(index, metric):
+    """``index``: a faiss factory string, or an empty approximate ``tfdml.search.Index`` of
+    the metric (its configuration is used); a ValueError naming ``index`` otherwise."""
+    from tfdml.search import Index
+
+    if isinstance(index, str):
+        return index
+    if isinstance(index, Index) and index.approximate is not None and not len(index):
+        if index.metric != metric:
+            raise ValueError(f"`index` measures {index.metric!r}, the metric {metric!r}. "
+                             f"Received: {index!r}")
+        return index
+    raise ValueError("`index` must be a faiss index factory string (\"HNSW32\", "
+                     "\"IVF4096,Flat\"...) or an empty tfdml.search.Index(approximate=...). "
+                     f"Received: index={index!r}")
+
+
+def _approximate_neighbours(queries, gallery, k, metric, chunk_size, gallery_chunk_size, index,
+                            report):
+    """Yields ``(start, None, indices)`` as :func:`tfdml.search.neighbours`, from an
+    approximate index built over ``gallery`` (``-1`` where it finds fewer items); then
+    puts into ``report`` the recall of the exact ``k`` neighbours of up to
+    :data:`INDEX_SAMPLE` evenly spread queries."""
+    from tfdml.search import Index, neighbour_recall
+
+    if isinstance(index, str):
+        index = Index(metric, chunk_size=chunk_size, gallery_chunk_size=gallery_chunk_size,
+                      query_buckets=False, approximate=index, vectors=None)
+    else:  # the configuration of an empty Index, in a new one: the given one stays empty
+        index = Index(metric, index.chunk_size, index.gallery_chunk_size, query_buckets=False,
+                      approximate=index.approximate, parameters=index.parameters,
+                      rerank=index.rerank, vectors=index.vectors, train_size=index.train_size,
+                      seed=index.seed)
+    index.add(gallery)
+    for start in range(0, len(queries), chunk_size):
+        yield start, None, index.search(queries[start : start + chunk_size], k)[1]
+    sample = np.unique(np.linspace(0, len(queries) - 1, min(len(queries), INDEX_SAMPLE))
+                       .astype(np.int64))
+    exact = np.concatenate([idx for _, _, idx in neighbours(
+        queries[sample], gallery, k, metric, False, chunk_size, gallery_chunk_size)])
+    report["index_recall"] = neighbour_recall(index.search(queries[sample], k)[1], exact)
+    report["index_k"] = k
+    report["index_queries"] = len(sample)
+
+
+def _report_index(data):
+    """Logs (and below :data:`INDEX_RECALL_WARNING` warns about) the approximate search's
+    recall of the exact neighbours; returns it (None without an index)."""
+    if not data.report or "index_recall" not in data.report:
+        return None
+    recall, k = data.report["index_recall"], data.report["index_k"]
+    text = (f"The approximate index {data.index!r} found {recall:.4f} of the exact {k} nearest "
+            f"neighbours of {data.report['index_queries']} sampled queries")
+    logging.getLogger("tfdml").info(text)
+    if recall < INDEX_RECALL_WARNING:
+        warnings.warn(text + ": the metric reflects the index as much as the embeddings. "
+                      "Search more of it (Index.tune, a larger nprobe or efSearch).",
+                      UserWarning, stacklevel=3)
+    return recall
 
 
 # -- exact nearest neighbours: tfdml.search ------------------------------------------------------
@@ -302,7 +341,7 @@ def _exclusion_counts(num_queries, exclude_self, groups=None, gallery_groups=Non
 
 
 def _neighbour_chunks(queries, gallery, k, exclude_self, metric, chunk_size, gallery_chunk_size,
-                      *, groups=None, gallery_groups=None):
+                      *, groups=None, gallery_groups=None, index=None, report=None):
     """Yields ``(start, indices)``: the ``k`` nearest gallery items of the queries
     ``start : start + n`` that are not left out of their ranking, as an ``[n, k]`` int64 array.
 
@@ -314,20 +353,29 @@ def _neighbour_chunks(queries, gallery, k, exclude_self, metric, chunk_size, gal
     row is padded with ``-1`` where fewer than ``k`` items are left for its query (only when
     ``k`` is above the gallery size minus ``m``, which the ``R``-based metrics may ask);
     ``k`` is at most the gallery size.
+
+    With ``index`` the candidates come from an approximate index built over the gallery
+    (:func:`_approximate_neighbours`, which fills ``report``); it may find fewer, padded
+    with ``-1`` too.
     """
     num_gallery = int(gallery.shape[0])
     most = int(_exclusion_counts(int(queries.shape[0]), exclude_self, groups,
                                  gallery_groups).max(initial=0))
     fetch = min(k + most, num_gallery)
-    for start, _, idx in neighbours(queries, gallery, fetch, metric, False, chunk_size,
-                                    gallery_chunk_size):
+    if index is None:
+        found = neighbours(queries, gallery, fetch, metric, False, chunk_size,
+                           gallery_chunk_size)
+    else:
+        found = _approximate_neighbours(queries, gallery, fetch, metric, chunk_size,
+                                        gallery_chunk_size, index, report)
+    for start, _, idx in found:
         rows = np.arange(start, start + len(idx))
-        drop = np.zeros(idx.shape, dtype=bool)
+        drop = idx < 0
         if exclude_self:
             drop |= idx == rows[:, None]
         if groups is not None:
-            drop |= gallery_groups[idx] == groups[rows, None]
-        if most:
+            drop |= (gallery_groups[np.maximum(idx, 0)] == groups[rows, None]) & (idx >= 0)
+        if most or index is not None:
             # A stable sort moves the left-out items behind the others, in order.
             order = np.argsort(drop, axis=1, kind="stable")
             idx = np.where(np.take_along_axis(drop, order, axis=1), -1,
@@ -340,8 +388,10 @@ def _relevance(data, k, chunk_size, gallery_chunk_size):
     ``start...`` of a :class:`_Retrieval` has the query's label (False for padding)."""
     for start, idx in _neighbour_chunks(data.queries, data.gallery, k, data.exclude_self,
                                         data.metric, chunk_size, gallery_chunk_size,
-                                        groups=data.groups, gallery_groups=data.gallery_groups):
-        same = data.gallery_labels[idx] == data.labels[start : start + len(idx), None]
+                                        groups=data.groups, gallery_groups=data.gallery_groups,
+                                        index=data.index, report=data.report):
+        same = data.gallery_labels[np.maximum(idx, 0)] == data.labels[start : start + len(idx),
+                                                                       None]
         yield start, same & (idx >= 0)
 
 
@@ -434,6 +484,7 @@ def recall_at_k(
     unmatched: str = "miss",
     groups=None,
     gallery_groups=None,
+    index=None,
 ) -> dict:
     """Recall@K of metric learning: the share of queries with a same-class item in their top K.
 
@@ -469,15 +520,18 @@ def recall_at_k(
     >>> tfdml.metrics.recall_at_k(model.predict(x_test), y_test, ks=(1, 10, 100, 1000))
     """
     data = _prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
-                    gallery_chunk_size, unmatched, groups=groups, gallery_groups=gallery_groups)
-    return _at_k("recall", data, ks, chunk_size, gallery_chunk_size, unmatched)
+                    gallery_chunk_size, unmatched, groups=groups, gallery_groups=gallery_groups,
+                    index=index)
+    values = _at_k("recall", data, ks, chunk_size, gallery_chunk_size, unmatched)
+    _report_index(data)
+    return values
 
 
 @fill_doc(**_RETRIEVAL_DOCS)
 def precision_at_k(embeddings, labels, ks=(1, 5, 10), gallery_embeddings=None,
                    gallery_labels=None, metric: str = "cosine", chunk_size: int = 1024,
                    gallery_chunk_size: int = 65536, unmatched: str = "exclude", groups=None,
-                   gallery_groups=None) -> dict:
+                   gallery_groups=None, index=None) -> dict:
     """Precision@K: the share of same-class items among a query's K nearest gallery items.
 
     ``P@K = (1/K) sum_{i=1..K} rel(i)``, ``rel(i)`` 1 when the ``i``-th nearest
@@ -511,15 +565,18 @@ def precision_at_k(embeddings, labels, ks=(1, 5, 10), gallery_embeddings=None,
     {1: 1.0, 2: 0.7}
     """
     data = _prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
-                    gallery_chunk_size, unmatched, groups=groups, gallery_groups=gallery_groups)
-    return _at_k("precision", data, ks, chunk_size, gallery_chunk_size, unmatched)
+                    gallery_chunk_size, unmatched, groups=groups, gallery_groups=gallery_groups,
+                    index=index)
+    values = _at_k("precision", data, ks, chunk_size, gallery_chunk_size, unmatched)
+    _report_index(data)
+    return values
 
 
 @fill_doc(**_RETRIEVAL_DOCS)
 def map_at_k(embeddings, labels, ks=(1, 5, 10), gallery_embeddings=None,
              gallery_labels=None, metric: str = "cosine", chunk_size: int = 1024,
              gallery_chunk_size: int = 65536, unmatched: str = "exclude", groups=None,
-             gallery_groups=None) -> dict:
+             gallery_groups=None, index=None) -> dict:
     """MAP@K: the mean average precision over a query's K nearest gallery items.
 
     For a query with ``R`` same-class items in the gallery (itself and its
@@ -553,16 +610,20 @@ def map_at_k(embeddings, labels, ks=(1, 5, 10), gallery_embeddings=None,
     {1: 1.0, 2: 0.9}
     """
     data = _prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
-                    gallery_chunk_size, unmatched, groups=groups, gallery_groups=gallery_groups)
-    return _at_k("map", data, ks, chunk_size, gallery_chunk_size, unmatched)
+                    gallery_chunk_size, unmatched, groups=groups, gallery_groups=gallery_groups,
+                    index=index)
+    values = _at_k("map", data, ks, chunk_size, gallery_chunk_size, unmatched)
+    _report_index(data)
+    return values
 
 
 def _r_metric(value, embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
-              gallery_chunk_size, unmatched, groups, gallery_groups):
+              gallery_chunk_size, unmatched, groups, gallery_groups, index):
     """The mean over queries of ``value``: ``"ap"`` (average precision at R, for MAP@R) or
     ``"rp"`` (R-precision)."""
     data = _prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
-                    gallery_chunk_size, unmatched, groups=groups, gallery_groups=gallery_groups)
+                    gallery_chunk_size, unmatched, groups=groups, gallery_groups=gallery_groups,
+                    index=index)
     r = _data_match_counts(data)
     matched = r > 0
     ap = np.zeros(len(data.labels))
@@ -578,6 +639,7 @@ def _r_metric(value, embeddings, labels, gallery_embeddings, gallery_labels, met
             denom = np.maximum(r[start:stop], 1)
             ap[start:stop] = (precision * rel).sum(axis=1) / denom
             rp[start:stop] = rel.sum(axis=1) / denom
+    _report_index(data)
     return float(_average(ap if value == "ap" else rp, matched, unmatched))
 
 
@@ -611,7 +673,8 @@ Reference:
 @fill_doc(R_DOC=_r_doc("map_at_r"), **_RETRIEVAL_DOCS)
 def map_at_r(embeddings, labels, gallery_embeddings=None, gallery_labels=None,
              metric: str = "cosine", chunk_size: int = 1024, gallery_chunk_size: int = 65536,
-             unmatched: str = "exclude", groups=None, gallery_groups=None) -> float:
+             unmatched: str = "exclude", groups=None, gallery_groups=None,
+             index=None) -> float:
     """MAP@R, the mean average precision at R of Musgrave et al. (2020).
 
     For a query with ``R`` same-class items in the gallery (itself excluded
@@ -624,13 +687,14 @@ def map_at_r(embeddings, labels, gallery_embeddings=None, gallery_labels=None,
     {R_DOC}
     """
     return _r_metric("ap", embeddings, labels, gallery_embeddings, gallery_labels, metric,
-                     chunk_size, gallery_chunk_size, unmatched, groups, gallery_groups)
+                     chunk_size, gallery_chunk_size, unmatched, groups, gallery_groups, index)
 
 
 @fill_doc(R_DOC=_r_doc("r_precision"), **_RETRIEVAL_DOCS)
 def r_precision(embeddings, labels, gallery_embeddings=None, gallery_labels=None,
                 metric: str = "cosine", chunk_size: int = 1024, gallery_chunk_size: int = 65536,
-                unmatched: str = "exclude", groups=None, gallery_groups=None) -> float:
+                unmatched: str = "exclude", groups=None, gallery_groups=None,
+             index=None) -> float:
     """R-precision: the share of same-class items among a query's R nearest neighbours.
 
     ``R`` is the number of same-class items in the gallery for that query (itself
@@ -640,7 +704,7 @@ def r_precision(embeddings, labels, gallery_embeddings=None, gallery_labels=None
     {R_DOC}
     """
     return _r_metric("rp", embeddings, labels, gallery_embeddings, gallery_labels, metric,
-                     chunk_size, gallery_chunk_size, unmatched, groups, gallery_groups)
+                     chunk_size, gallery_chunk_size, unmatched, groups, gallery_groups, index)
 
 
 @fill_doc(SEARCH=_SEARCH, RAISES=_nonfinite_raises("query_embeddings", "gallery_embeddings"))
@@ -656,6 +720,7 @@ def cmc(
     unmatched: str = "miss",
     groups=None,
     gallery_groups=None,
+    index=None,
 ) -> np.ndarray:
     """Cumulative match characteristic: top-k match rates for k = 1..``top_k``.
 
@@ -681,6 +746,8 @@ def cmc(
             Defaults to `None`.
         gallery_groups: ``[G]`` integer group ids of the gallery, required
             with ``groups``. Defaults to `None`.
+        index: an approximate search, as in :func:`recall_at_k`. Defaults to
+            `None` (exact).
 
     Returns:
         A float64 NumPy array of shape ``[top_k]``, non-decreasing.
@@ -698,10 +765,11 @@ def cmc(
     data = _prepare(query_embeddings, query_labels, gallery_embeddings, gallery_labels, metric,
                     chunk_size, gallery_chunk_size, unmatched,
                     names=("query_embeddings", "query_labels"), groups=groups,
-                    gallery_groups=gallery_groups)
+                    gallery_groups=gallery_groups, index=index)
     (top_k,) = _check_visible_ks((top_k,), data, "top_k")
     curve = _at_k("recall", data, range(1, top_k + 1), chunk_size, gallery_chunk_size,
                   unmatched, "top_k")
+    _report_index(data)
     return np.array([curve[k] for k in range(1, top_k + 1)], dtype=np.float64)
 
 
@@ -776,218 +844,3 @@ def vehicleid_match_rate(
                     metric=metric, chunk_size=chunk_size)
         totals += np.array([curve[k - 1] for k in ks])
     return {k: float(v / num_draws) for k, v in zip(ks, totals, strict=True)}
-
-
-# -- clustering metrics --------------------------------------------------------------------------
-
-
-def _kmeans(embeddings, labels, num_clusters, seed, metric):
-    """k-means cluster ids of the embeddings (scikit-learn, k-means++, one init)."""
-    from sklearn.cluster import KMeans
-
-    metric = check_metric(metric)
-    labels = ops.convert_to_numpy(dml.cast_labels(labels)).astype(np.int64)
-    x = ops.cast(dml.check_embeddings(embeddings), "float32")
-    dml.check_batch_sizes(labels, x)
-    _check_finite(x, "embeddings")
-    if metric == "cosine":
-        x = dml.l2_normalize(x)
-    n = len(labels)
-    if num_clusters is None:
-        num_clusters = len(np.unique(labels))
-    num_clusters = check_int("num_clusters", num_clusters)
-    if num_clusters > n:
-        raise ValueError(
-            f"`num_clusters` must be at most the number of samples ({n}). "
-            f"Received: num_clusters={num_clusters}"
-        )
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
-        raise ValueError(f"`seed` must be an integer. Received: seed={seed!r}")
-    x = ops.convert_to_numpy(x)
-    if metric == "l2":
-        # Multiplied by a power of two where float32 squared distances (or their sums over the
-        # samples) could overflow: the same clusters (tfdml.search.score_scale).
-        x = x * np.float32(score_scale(float(np.abs(x).max(initial=0.0)), x.shape[1] * n, "l2"))
-    km = KMeans(n_clusters=num_clusters, n_init=1, random_state=int(seed))
-    return labels, km.fit_predict(x)
-
-
-def _contingency(labels, clusters):
-    _, li = np.unique(labels, return_inverse=True)
-    _, ci = np.unique(clusters, return_inverse=True)
-    table = np.zeros((li.max() + 1, ci.max() + 1), dtype=np.int64)
-    np.add.at(table, (li, ci), 1)
-    return table
-
-
-def _entropy(counts):
-    p = counts[counts > 0] / counts.sum()
-    return float(-(p * np.log(p)).sum())
-
-
-def nmi_score(labels, clusters) -> float:
-    """NMI of two labelings: ``I(Y; C) / ((H(Y) + H(C)) / 2)`` (Manning et al. 2008).
-
-    The arithmetic-mean normalization, the same as scikit-learn's
-    ``normalized_mutual_info_score``. 1.0 when both labelings have a single group.
-    A float labeling with a NaN or an Inf raises a ``ValueError`` naming it.
-    """
-    _check_finite_labeling(labels, "labels")
-    _check_finite_labeling(clusters, "clusters")
-    table = _contingency(np.asarray(labels).reshape(-1), np.asarray(clusters).reshape(-1))
-    n = table.sum()
-    h_y, h_c = _entropy(table.sum(axis=1)), _entropy(table.sum(axis=0))
-    if h_y == 0.0 and h_c == 0.0:
-        return 1.0
-    nz = table > 0
-    outer = np.outer(table.sum(axis=1), table.sum(axis=0))
-    mi = float((table[nz] / n * np.log(table[nz] * n / outer[nz])).sum())
-    return float(max(mi, 0.0) / ((h_y + h_c) / 2.0))
-
-
-def pairwise_f1_score(labels, clusters) -> float:
-    """Pairwise F1 of a clustering against classes (Manning et al. 2008, Sec. 16.3).
-
-    Over all unordered pairs of samples: TP = same class and same cluster,
-    FP = same cluster but different classes, FN = same class but different
-    clusters; ``F1 = 2PR / (P + R)`` with ``P = TP/(TP+FP)``, ``R = TP/(TP+FN)``.
-    0.0 when there is no pair in the same cluster or no pair in the same class.
-    A float labeling with a NaN or an Inf raises a ``ValueError`` naming it.
-    """
-    _check_finite_labeling(labels, "labels")
-    _check_finite_labeling(clusters, "clusters")
-    table = _contingency(np.asarray(labels).reshape(-1), np.asarray(clusters).reshape(-1))
-
-    def pairs(c):
-        return float((c * (c - 1) // 2).sum())
-
-    tp = pairs(table)
-    same_cluster, same_class = pairs(table.sum(axis=0)), pairs(table.sum(axis=1))
-    if tp == 0.0:
-        return 0.0
-    precision, recall = tp / same_cluster, tp / same_class
-    return 2.0 * precision * recall / (precision + recall)
-
-
-def _clustering_doc(name):
-    """The arguments, results and example of :func:`nmi` and :func:`f1_clustering`."""
-    return f"""\
-Args:
-    embeddings: ``[N, D]`` embeddings.
-    labels: ``[N]`` integer class ids.
-    num_clusters: number of k-means clusters. Defaults to `None` (the
-        number of classes).
-    seed: k-means random state. Defaults to `0`.
-    metric: ``"cosine"`` (cluster L2-normalized embeddings) or
-        ``"l2"`` (as given). Defaults to `"cosine"`.
-
-Returns:
-    A Python float in [0, 1].
-
-Raises:
-    {{RAISES}}
-
-Examples:
-
->>> x = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
->>> tfdml.metrics.{name}(x, [0, 0, 1, 1])
-1.0"""
-
-
-@fill_doc(CLUSTERING_DOC=_clustering_doc("nmi"), RAISES=_nonfinite_raises("embeddings"))
-def nmi(embeddings, labels, num_clusters=None, seed: int = 0, metric: str = "cosine") -> float:
-    """Normalized mutual information between k-means clusters and classes.
-
-    Runs scikit-learn's k-means (k-means++ init, one run, ``random_state=seed``)
-    on the embeddings (L2-normalized first with ``metric="cosine"``) and
-    returns ``I(Y; C) / ((H(Y) + H(C)) / 2)`` (Manning et al. 2008), equal to
-    scikit-learn's ``normalized_mutual_info_score``. With ``num_clusters``
-    above the number of classes it is the NMI+ of the easy-positive paper
-    (Levi et al. 2021), which does not penalize classes split into
-    sub-clusters as heavily. Singleton classes are ordinary classes here.
-
-    {CLUSTERING_DOC}
-    >>> nmi_plus = tfdml.metrics.nmi(emb, y, num_clusters=30 * len(np.unique(y)))
-    """
-    labels, clusters = _kmeans(embeddings, labels, num_clusters, seed, metric)
-    return nmi_score(labels, clusters)
-
-
-@fill_doc(CLUSTERING_DOC=_clustering_doc("f1_clustering"), RAISES=_nonfinite_raises("embeddings"))
-def f1_clustering(embeddings, labels, num_clusters=None, seed: int = 0,
-                  metric: str = "cosine") -> float:
-    """Pairwise F1 of k-means clusters against classes (the F1 of LoOp and lifted structure).
-
-    The k-means run is the one of :func:`nmi` (same arguments, same clusters).
-    Over all unordered pairs of samples: TP = same class and same cluster,
-    FP = same cluster, different classes, FN = same class, different clusters;
-    ``P = TP / (TP + FP)``, ``R = TP / (TP + FN)``, ``F1 = 2PR / (P + R)``
-    (Manning et al. 2008, Section 16.3, cited by the LoOp paper). It is 0.0 when
-    no pair shares both class and cluster (e.g. every class a singleton).
-
-    {CLUSTERING_DOC}
-    """
-    labels, clusters = _kmeans(embeddings, labels, num_clusters, seed, metric)
-    return pairwise_f1_score(labels, clusters)
-
-
-# -- training-time metric ---------------------------------------------------------------------
-
-
-@keras.saving.register_keras_serializable(package="tfdml")
-class ActiveAnchors(keras.metrics.Mean):
-    """Fraction of anchors that have something to learn from under a tfdml loss.
-
-    An anchor is *active* when the loss's miner finds it a triplet or pair (a
-    positive and a negative in the batch, for most losses). A batch with no
-    active anchor gives a loss of 0 and zero gradients, so training on such
-    batches (e.g. shuffled batches over many classes with no two samples of
-    a class) learns nothing without any error. Added to ``compile``, this
-    metric puts the fraction into the ``fit`` logs (``active_anchors``,
-    averaged over the anchors of the epoch so far), where the progress bar,
-    ``History`` and ``tfdml.callbacks.ActiveAnchorsWarning`` see it.
-
-    It mines once more with a copy of the loss (same configuration, its own
-    random state, so the loss's random draws are not disturbed): about the
-    cost of the loss's mining per step. For a
-    :class:`tfdml.losses.CrossBatchMemory` it counts the anchors that the
-    wrapped loss finds active within the batch. The proxy and classification
-    losses have no mining (every sample is active) and are refused.
-
-    Args:
-        loss: the tfdml loss being trained (a :class:`tfdml.losses.MetricLoss`).
-        name: the log name. Defaults to `"active_anchors"`.
-        dtype: dtype of the result. Defaults to `None` (float32).
-
-    Examples:
-
-    >>> loss = tfdml.losses.TripletNCALoss()
-    >>> model.compile(optimizer="adam", loss=loss,
-    ...               metrics=[tfdml.metrics.ActiveAnchors(loss)])
-    >>> model.fit(ds, epochs=3, callbacks=[tfdml.callbacks.ActiveAnchorsWarning()])
-    """
-
-    def __init__(self, loss, name="active_anchors", dtype=None):
-        super().__init__(name=name, dtype=dtype)
-        from tfdml.losses.base import resolve_loss
-        from tfdml.losses.class_weights import ClassWeightLoss
-        from tfdml.losses.xbm import CrossBatchMemory
-
-        loss = resolve_loss(loss)
-        if isinstance(loss, CrossBatchMemory):
-            loss = loss.loss
-        if isinstance(loss, ClassWeightLoss):
-            raise ValueError(
-                f"ActiveAnchors: {type(loss).__name__} compares every sample with the class "
-                "vectors, so every anchor is active; there is nothing to measure.")
-        self._loss_config = keras.saving.serialize_keras_object(loss)
-        self._probe = keras.saving.deserialize_keras_object(self._loss_config)
-
-    def update_state(self, y_true, y_pred, sample_weight=None):
-        with warnings.catch_warnings():  # the copy's own warnings (e.g. an unowned beta)
-            warnings.simplefilter("ignore")
-            terms = self._probe.per_anchor(dml.cast_labels(y_true, "y_true"), y_pred)
-        return super().update_state(ops.cast(terms.active, self.dtype), sample_weight)
-
-    def get_config(self):
-        return {"loss": self._loss_config, "name": self.name, "dtype": self.dtype}

@@ -26,6 +26,7 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_int
+from tfdml.metrics import retrieval as _retrieval
 from tfdml.search import check_finite as _check_finite
 from tfdml.search import exact as _exact
 from tfdml.search import score_scale
@@ -73,11 +74,10 @@ def _allowed(fmr, num_impostors):
 
 def _pair_counts(data):
     """``(genuine, impostor)``: the numbers of pairs scored (unordered without a gallery)."""
-    from tfdml import metrics as _metrics
 
-    left_out = _metrics._exclusion_counts(len(data.labels), data.exclude_self, data.groups,
+    left_out = _retrieval._exclusion_counts(len(data.labels), data.exclude_self, data.groups,
                                           data.gallery_groups)
-    genuine = int(_metrics._data_match_counts(data).sum())
+    genuine = int(_retrieval._data_match_counts(data).sum())
     scored = int((int(data.gallery.shape[0]) - left_out).sum())
     if data.exclude_self:  # each pair {i, j} was counted from both sides
         genuine, scored = genuine // 2, scored // 2
@@ -213,10 +213,9 @@ def fnmr_at_fmr(embeddings, labels, fmr=(0.001, 0.01, 0.1), gallery_embeddings=N
     ...                           [0] * 10 + [1] * 10, metric="l2")
     {0.1: 0.4, 0.5: 0.2}
     """
-    from tfdml import metrics as _metrics
 
     fmr = _check_fmr(fmr)
-    data = _metrics._prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric,
+    data = _retrieval._prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric,
                              chunk_size, gallery_chunk_size, "exclude", groups=groups,
                              gallery_groups=gallery_groups)
     num_genuine, num_impostors = _pair_counts(data)
