@@ -126,6 +126,28 @@ def test_batches_from_a_generator_equal_one_array():
                                                        labels[:2])]))
 
 
+@pytest.mark.parametrize("structure", ["IVF16,Flat", None])
+def test_a_large_array_is_added_block_by_block_all_or_nothing(structure, monkeypatch):
+    import tfdml.search.index as index_module
+
+    gallery, labels = _clusters(1000)
+    queries, _ = _clusters(20, seed=6)
+    whole = Index("l2", approximate=structure, train_size=1000)
+    whole.add(gallery, labels=labels)
+    monkeypatch.setattr(index_module, "ADD_BLOCK", 128)
+    blocks = Index("l2", approximate=structure, train_size=1000)
+    bad = gallery.copy()
+    bad[[5, 900]] = np.nan
+    with pytest.raises(ValueError, match=r"`embeddings` contains 2 non-finite rows .* 5, 900"):
+        blocks.add(bad, labels=labels)
+    assert len(blocks) == 0 and not blocks.is_trained if structure else len(blocks) == 0
+    blocks.add(gallery, labels=labels)
+    gallery[:] = 0  # the index keeps its own copy
+    np.testing.assert_array_equal(blocks.labels, labels)
+    for a, b in zip(whole.search(queries, 6), blocks.search(queries, 6), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_train_first_then_add():
     gallery, _ = _clusters(1000)
     index = Index("cosine", approximate="IVF16,Flat")

@@ -14,11 +14,13 @@ from tfdml import ops as dml
 from tfdml._checks import check_int
 from tfdml.search import approximate as faiss_api
 from tfdml.search import exact
+from tfdml.search.approximate import ADD_BLOCK
 from tfdml.search.exact import (
     _check_metric,
     _padded,
     check_finite,
     neighbours,
+    nonfinite_rows,
     query_bucket,
     score_scale,
 )
@@ -105,10 +107,11 @@ def _host_normalize(x):
     absolute entry, then by its norm; zero rows stay zero."""
     top = np.abs(x).max(axis=1, keepdims=True)
     top[top == 0] = 1
-    y = x / top
+    y = x / top  # the one copy
     norm = np.sqrt(np.einsum("ij,ij->i", y, y))[:, None]
     norm[norm == 0] = 1
-    return (y / norm).astype(np.float32, copy=False)
+    y /= norm
+    return y.astype(np.float32, copy=False)
 
 
 def _gather(values, indices, fill):
@@ -291,7 +294,7 @@ class Index:
                              f"embeddings. Received: {name}.shape={tuple(x.shape)}")
         # float32 as ops.cast rounds (to nearest; Inf beyond the range: check_finite says so).
         with np.errstate(over="ignore"):
-            x = x.astype(np.float32)
+            x = x.astype(np.float32, copy=False)
         check_finite(x, name)
         if self.approximate is not None:
             self._check_range(x, name)
@@ -350,6 +353,10 @@ class Index:
                 raise ValueError("With batches, give the labels and ids inside each batch "
                                  "(a tuple or a dict), not as `labels=` / `ids=`.")
             return self._add_batches(embeddings)
+        if isinstance(embeddings, np.ndarray) and embeddings.ndim == 2 and (
+                len(embeddings) > ADD_BLOCK):
+            self._add_large(embeddings, labels, ids)
+            return None
         self._add_rows(*self._checked(embeddings, labels, ids))
         self._train_pending()
         return None
@@ -368,7 +375,10 @@ class Index:
     def _checked(self, embeddings, labels, ids):
         """``(rows, labels, ids)``: validated, labels as int64."""
         x = self._prepare(embeddings, "embeddings")
-        n = int(x.shape[0])
+        return (x, *self._checked_labels(int(x.shape[0]), labels, ids))
+
+    def _checked_labels(self, n, labels, ids):
+        """``(labels, ids)`` for ``n`` rows: validated, labels as int64."""
         if labels is not None:
             labels = ops.convert_to_numpy(dml.cast_labels(labels, "labels")).astype(np.int64)
             if len(labels) != n:
@@ -385,7 +395,40 @@ class Index:
                 state = "has" if stored is not None else "has no"
                 raise ValueError(f"The index {state} {name}: give `{name}` to every add or "
                                  "to none.")
-        return x, labels, ids
+        return labels, ids
+
+    def _add_large(self, x, labels, ids):
+        """Adds a large NumPy array block by block (:data:`ADD_BLOCK` rows prepared at a
+        time, not a copy of all of it), after checking all of it: all or nothing. An
+        untrained structure is trained first on a random ``train_size`` of its rows."""
+        labels, ids = self._checked_labels(len(x), labels, ids)
+        if self.dim is not None and x.shape[1] != self.dim:
+            self._prepare(x[:1], "embeddings")  # the error naming the number of columns
+        for start in range(0, len(x), ADD_BLOCK):
+            if nonfinite_rows(x[start : start + ADD_BLOCK]).size:
+                check_finite(x, "embeddings")  # the error naming every bad row
+            if self.approximate is not None:
+                self._check_range(np.asarray(x[start : start + ADD_BLOCK], np.float32),
+                                  "embeddings")
+        if self.approximate is not None and not self.is_trained:
+            fresh = self._structure is None
+            if fresh:
+                self._structure = faiss_api.build(self.approximate, x.shape[1], self.metric)
+            pick = np.random.default_rng(self.seed).choice(
+                len(x), min(len(x), self._train_rows()), replace=False)
+            try:
+                self._fit(self._prepare(x[np.sort(pick)], "embeddings"), "embeddings")
+            except ValueError:
+                if fresh:
+                    self._structure = None
+                raise
+            if self._parameters:
+                faiss_api.set_parameters(self._structure, self._parameters)
+        for start in range(0, len(x), ADD_BLOCK):
+            block = slice(start, start + ADD_BLOCK)
+            self._add_rows(self._prepare(x[block], "embeddings"),
+                           None if labels is None else labels[block],
+                           None if ids is None else ids[block])
 
     def _add_rows(self, x, labels, ids):
         if not len(x) and self.dim is not None:

@@ -38,7 +38,7 @@ class VectorStore:
 
     def append(self, rows: np.ndarray):
         """Appends ``[n, dim]`` float32 rows."""
-        rows = np.ascontiguousarray(rows, np.float32)
+        rows = np.array(rows, np.float32)  # a copy: the caller's array may change later
         if self.dim is None:
             self.dim = int(rows.shape[1])
         if self._file is None:
