@@ -27,18 +27,23 @@ worker regenerates the same rows without storing them.
         IVF4096,Flat IVF4096,PQ32 --output benchmarks/results/ann_1m.md
     python benchmarks/ann.py --size 10000000 --dim 96 --structures IVF4096_HNSW32,PQ32 \\
         --rerank 100 --vectors disk --target 0.9 --output benchmarks/results/ann_10m.md
-    python benchmarks/ann.py --recall-at-1 --size 1000000 --dim 128 --structures IVF4096,Flat
+    python benchmarks/ann.py --recall-at-1 --size 1000000 --dim 128 --structures IVF4096,Flat \\
+        --parameters '{"nprobe": 16}' --output benchmarks/results/ann_recall_at_1.md
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import logging
 import os
 import resource
 import sys
 import tempfile
 import time
+import warnings
 
 import numpy as np
 
@@ -206,12 +211,33 @@ def recall_at_1_worker(args):
 
     gallery = _queries(args, 1, args.size)
     queries = _queries(args, 2, args.size)
+    index = tfdml.search.Index(args.metric, approximate=args.structures[0],
+                               parameters=json.loads(args.parameters), vectors=None)
     began = time.perf_counter()
-    recall = tfdml.metrics.recall_at_k(queries[0], queries[1], ks=(1,),
-                                       gallery_embeddings=gallery[0], gallery_labels=gallery[1],
-                                       metric=args.metric, index=args.structures[0])
+    with warnings.catch_warnings(record=True) as caught, _logged() as log:
+        warnings.simplefilter("always")
+        recall = tfdml.metrics.recall_at_k(queries[0], queries[1], ks=(1,),
+                                           gallery_embeddings=gallery[0],
+                                           gallery_labels=gallery[1], metric=args.metric,
+                                           index=index)
     print(PREFIX + json.dumps({"seconds": time.perf_counter() - began, "recall@1": recall[1],
-                               "rss_mib": _rss_mib()}), flush=True)
+                               "rss_mib": _rss_mib(), "log": log.getvalue().strip(),
+                               "warnings": [str(w.message) for w in caught]}), flush=True)
+
+
+@contextlib.contextmanager
+def _logged():
+    """The ``tfdml`` logger's INFO lines, collected."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    logger = logging.getLogger("tfdml")
+    logger.addHandler(handler)
+    level, logger.level = logger.level, logging.INFO
+    try:
+        yield stream
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def _args(argv=None):
@@ -230,6 +256,8 @@ def _args(argv=None):
     p.add_argument("--vectors", default="memory", type=lambda v: None if v == "none" else v)
     p.add_argument("--train-size", type=int, default=None)
     p.add_argument("--raw-build", action="store_true")
+    p.add_argument("--parameters", default="{}", help="JSON search parameters for "
+                   "--recall-at-1, e.g. '{\"nprobe\": 16}'")
     p.add_argument("--recall-at-1", action="store_true")
     p.add_argument("--timeout", type=int, default=4 * 3600)
     p.add_argument("--truth", default=None)
@@ -265,8 +293,9 @@ def main():
     results = []
     if args.recall_at_1:
         for structure in args.structures:
-            r = run_worker(__file__, _forward(args, structure, ["--recall-at-1"]), PREFIX,
-                           args.timeout)
+            r = run_worker(__file__, _forward(args, structure, ["--recall-at-1", "--parameters",
+                                                                args.parameters]),
+                           PREFIX, args.timeout)
             results.append((structure, r))
             lines.append(f"- recall@1, {args.size:,} queries x {args.size:,} gallery through "
                          f"`index={structure!r}`: {json.dumps(r)}")

@@ -118,6 +118,8 @@ def _gather(values, indices, fill):
     """``values[indices]`` with ``fill`` where an index is -1 (no item)."""
     if values is None:
         return None
+    if values.dtype.kind == "u":  # unsigned ids: -1 marks a missing item
+        values = values.astype(np.int64)
     out = values[np.maximum(indices, 0)]
     if (indices < 0).any():
         out = np.where(indices < 0, np.asarray(fill, out.dtype), out)
@@ -812,11 +814,16 @@ class Index:
                 the index, lengths that differ, or ``exclude_self`` with another
                 number of queries than items.
         """
+        k = check_int("k", k)
         extra = int(bool(exclude_self))
         if extra and int(np.shape(queries)[0]) != len(self):
             raise ValueError(f"`exclude_self` needs the index's own {len(self)} items as the "
                              f"queries. Received: {np.shape(queries)[0]} queries")
-        scores, indices = self.search(queries, k + extra if extra else k)
+        if extra and len(self) and k >= len(self):
+            raise ValueError(f"`k` must be at most the size of the index minus one "
+                             f"({len(self) - 1}) with `exclude_self`: a query is not its own "
+                             f"neighbour. Received: k={k}")
+        scores, indices = self.search(queries, k + extra)
         if extra:  # the query's own position, or else the last candidate, goes
             own = indices == np.arange(len(indices))[:, None]
             own[:, -1] |= ~own.any(axis=1)
@@ -838,7 +845,9 @@ class Index:
                                  f"({len(indices)}). Received: {len(query_labels)}")
             classes, counts = np.unique(self.labels, return_counts=True)
             at = np.minimum(np.searchsorted(classes, query_labels), len(classes) - 1)
-            relevant = np.where(classes[at] == query_labels, counts[at], 0) - extra
+            relevant = np.where(classes[at] == query_labels, counts[at], 0)
+            if extra:  # the query's own item, where it is of the query's class
+                relevant = relevant - (self.labels == query_labels)
         if query_ids is not None:
             query_ids = np.asarray(query_ids)
             if query_ids.shape != (len(indices),):

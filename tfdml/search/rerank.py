@@ -47,8 +47,8 @@ class PairReranker:
             item. Defaults to `10`.
         hidden: the sizes of the hidden ``Dense`` layers. Defaults to
             `(128, 64)`.
-        seed: seed of the weights and of the training's shuffling. Defaults
-            to `0`.
+        seed: seed of the weights and of the one shuffle of the training
+            pairs (the global random state is not touched). Defaults to `0`.
 
     Examples:
 
@@ -70,12 +70,14 @@ class PairReranker:
         self.dim = None
 
     def _build(self, dim):
-        keras.utils.set_random_seed(self.seed)
         inputs = keras.Input((2 * dim + 1,))
         x = inputs
-        for units in self.hidden:
-            x = keras.layers.Dense(units, activation="relu")(x)
-        model = keras.Model(inputs, keras.layers.Dense(1)(x), name="pair_reranker")
+        for number, units in enumerate(self.hidden, 1):
+            x = keras.layers.Dense(units, activation="relu", kernel_initializer=(
+                keras.initializers.GlorotUniform(seed=self.seed + number)))(x)
+        logit = keras.layers.Dense(1, kernel_initializer=keras.initializers.GlorotUniform(
+            seed=self.seed))(x)
+        model = keras.Model(inputs, logit, name="pair_reranker")
         model.compile(optimizer=keras.optimizers.Adam(1e-3),
                       loss=keras.losses.BinaryCrossentropy(from_logits=True))
         return model
@@ -128,8 +130,10 @@ class PairReranker:
         features = ops.convert_to_numpy(_pair_features(
             stored[rows], stored[cols], found.scores.reshape(-1)))
         self.model = self._build(self.dim)
-        return self.model.fit(features, target, epochs=epochs, batch_size=batch_size,
-                              shuffle=True, verbose=verbose)
+        # Shuffled once with the re-ranker's seed (the global random state is left alone).
+        order = np.random.default_rng(self.seed).permutation(len(target))
+        return self.model.fit(features[order], target[order], epochs=epochs,
+                              batch_size=batch_size, shuffle=False, verbose=verbose)
 
     def score(self, queries, candidates, scores):
         """The logits of pairs (``[n, D]`` each, prepared as the index stores them, and
