@@ -3,7 +3,7 @@
 An IVF index with flat codes that probes every list searches exactly, so through it every
 metric equals the exact one: that checks the plumbing (self-exclusion, groups, padding,
 labels) exactly. Coarser settings check the reported recall of the exact neighbours.
-faiss is backend-independent: TensorFlow only.
+Under TensorFlow and JAX (faiss and PyTorch load two OpenMP runtimes into one process).
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import pytest
 from backends import BACKEND
 
 pytest.importorskip("faiss")
-pytestmark = pytest.mark.skipif(BACKEND != "tensorflow", reason="backend-independent; faiss "
-                                "and PyTorch load two OpenMP runtimes")
+pytestmark = [pytest.mark.multibackend,
+              pytest.mark.skipif(BACKEND == "torch", reason="faiss and PyTorch load two OpenMP "
+                                 "runtimes into one process")]
 
 import tfdml  # noqa: E402
 from tfdml import metrics  # noqa: E402

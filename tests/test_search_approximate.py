@@ -1,8 +1,9 @@
 """tfdml.search.Index with an approximate (faiss) structure: answers, training, tuning,
 batches, embeddings on disk, saving and loading, bad input.
 
-faiss is backend-independent (it gets NumPy arrays), and faiss and PyTorch load two OpenMP
-runtimes into one process, so these run under TensorFlow only.
+faiss gets NumPy arrays; the queries and embeddings may be tensors of the Keras backend.
+They run under TensorFlow and JAX: faiss and PyTorch load two OpenMP runtimes into one
+process.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import pytest
 from backends import BACKEND
 
 pytest.importorskip("faiss")
-pytestmark = pytest.mark.skipif(BACKEND != "tensorflow", reason="backend-independent; faiss "
-                                "and PyTorch load two OpenMP runtimes")
+pytestmark = [pytest.mark.multibackend,
+              pytest.mark.skipif(BACKEND == "torch", reason="faiss and PyTorch load two OpenMP "
+                                 "runtimes into one process")]
 
 from tfdml.search import Index, neighbour_recall  # noqa: E402
 
@@ -185,7 +187,8 @@ def test_save_and_load_give_the_same_answers(structure, vectors, tmp_path):
 def test_an_exact_index_on_disk_answers_as_in_memory(tmp_path):
     gallery, _ = _clusters(900)
     queries, _ = _clusters(20, seed=5)
-    memory, disk = Index("dot"), Index("dot", vectors="disk", gallery_chunk_size=128)
+    memory = Index("dot", gallery_chunk_size=128)
+    disk = Index("dot", vectors="disk", gallery_chunk_size=128)
     for index in (memory, disk):
         index.add(gallery[:400])
         index.add(gallery[400:])
@@ -309,3 +312,27 @@ def test_load_refuses_another_faiss_version_another_metric_and_a_damaged_structu
     _rewrite(path, labels=np.zeros(3, np.int64))
     with pytest.raises(ValueError, match=r"ann\.npz: field `labels` must hold 500 integers"):
         Index.load(path)
+
+
+def test_queries_an_approximate_index_finds_nothing_for_match_nothing():
+    from tfdml.search import calibrate
+
+    gallery, labels = _clusters(2000, centres=8)
+    index = Index("l2", approximate="IVF32,Flat", parameters={"nprobe": 1})
+    index.train(gallery)
+    index.add(gallery[labels == 0], labels=labels[labels == 0])  # the other lists stay empty
+    far = gallery[labels != 0][:50]
+    found = index.lookup(far, 1)
+    assert (found.indices[:, 0] == -1).any()
+    matched = index.match(far, 1e9)
+    np.testing.assert_array_equal(matched[found.indices[:, 0] < 0], -1)
+    near = gallery[labels == 0][:50] + 0.01
+    queries = np.concatenate([near, far])
+    query_labels = np.concatenate([np.zeros(50, np.int64), labels[labels != 0][:50]])
+    calibration = calibrate(index, queries, query_labels, 0.9)
+    assert np.isfinite(calibration.threshold) and calibration.reached
+    found_far = int((found.indices[:, 0] >= 0).sum())
+    assert len(np.unique(calibration.thresholds)) <= 50 + found_far
+    with pytest.raises(ValueError, match="found no neighbour for any calibration query"):
+        calibrate(index, far[found.indices[:, 0] < 0], labels[labels != 0][:50][
+            found.indices[:, 0] < 0], 0.9)

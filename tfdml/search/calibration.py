@@ -139,8 +139,14 @@ def calibrate(index: Index, queries, labels, target_precision: float = 0.99) -> 
             "are not in the index (a validation split), or remove the copies from "
             "`queries`.",
             UserWarning, stacklevel=2)
-    scores = found.scores[:, 0].astype(np.float64)
-    correct = found.labels[:, 0] == labels
+    # A query for which an approximate index found no item (position -1) matches at no
+    # threshold: it is left out of the curve (its correct match, if any, is missed).
+    found_one = found.indices[:, 0] >= 0
+    if not found_one.any():
+        raise ValueError("The index found no neighbour for any calibration query (an "
+                         "approximate index searching too little of itself: see `tune`).")
+    scores = found.scores[found_one, 0].astype(np.float64)
+    correct = found.labels[found_one, 0] == labels[found_one]
     # Strictest first: the best scores first (smallest distances for "l2").
     order = np.argsort(scores if index.metric == "l2" else -scores, kind="stable")
     scores, correct = scores[order], correct[order]

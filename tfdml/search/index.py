@@ -142,12 +142,20 @@ def neighbour_recall(found, exact) -> float:
 
 
 class Index:
-    """An exact nearest-neighbour index over embeddings, with optional labels and ids.
+    """A nearest-neighbour index over embeddings, with optional labels and ids: exact, or
+    approximate with a faiss structure.
 
     Add embeddings (as often as needed), then search: every query is compared
     with every stored embedding, in chunks, so answers are exact and memory is
     bounded by ``chunk_size x (gallery_chunk_size + k)`` scores. Ties go to the
     item added first.
+
+    **Approximate.** With ``approximate`` (a faiss ``index_factory`` string such
+    as ``"HNSW32"``, ``"IVF4096,Flat"`` or ``"OPQ32,IVF65536_HNSW32,PQ32"``)
+    faiss searches a structure instead: trained on the first add when it needs
+    training (or by :meth:`train`), searched with ``parameters`` that
+    :meth:`tune` can choose for a target recall of the exact neighbours, its
+    candidates optionally re-ranked by their exact scores (``rerank``).
 
     **Backends.** ``"keras"`` (default) is :func:`neighbours`, in ``keras.ops``
     on the Keras backend's device. ``"faiss"`` searches an exact faiss index
@@ -176,6 +184,19 @@ class Index:
             rows; ``None`` pads under the JAX backend only (TensorFlow and
             PyTorch do not compile these operations). Not saved by
             :meth:`save`. Defaults to `None`.
+        approximate: a faiss index factory string, or None for the exact
+            index. Implies ``backend="faiss"``. Defaults to `None`.
+        parameters: the structure's search parameters (``{"nprobe": 16}``,
+            ``{"efSearch": 64}``). Defaults to `None` (faiss's).
+        rerank: re-order this many candidates of the structure by their exact
+            scores from the stored embeddings. Defaults to `None`.
+        vectors: where the float32 embeddings are kept: ``"memory"``,
+            ``"disk"`` (a temporary file, read through a memory map) or None
+            (nowhere: only the structure's codes; approximate only). Defaults
+            to `"memory"`.
+        train_size: rows the structure is trained on. Defaults to `None` (64
+            per inverted list, at least 65,536).
+        seed: seed of the random training sample. Defaults to `0`.
 
     Examples:
 
@@ -185,6 +206,11 @@ class Index:
     >>> lookup.labels[:, 0]      # the nearest item's label for each query
     >>> index.save("gallery.npz")
     >>> index = tfdml.search.Index.load("gallery.npz")
+    >>> ann = tfdml.search.Index("cosine", approximate="IVF4096,PQ32", rerank=100,
+    ...                          vectors="disk")
+    >>> ann.add(batches_of_embeddings_and_labels())
+    >>> ann.tune(held_out_embeddings, k=10, target_recall=0.95).parameters
+    {'nprobe': 16}
     """
 
     def __init__(self, metric: str = "cosine", chunk_size: int = 1024,
