@@ -8,8 +8,11 @@ items a first search puts among its ``top_n`` nearest (itself excluded), labelle
 class or not: the pairs it will be asked about, hard ones included. Train it on classes
 of their own and measure its gain on held-out ones (``benchmarks/rerank_gain.py``).
 
-The pair features are symmetric in the two embeddings: ``q * g``, ``|q - g|`` and the
-first search's score; the model is ``Dense`` layers with ReLU and one logit.
+The model maps both embeddings with one learned linear map ``W`` (the identity at
+first), takes features that are symmetric in the pair, ``Wq * Wg``, ``|Wq - Wg|`` and the
+first search's score, and ends in ``Dense`` layers with ReLU and one logit: it can learn
+which directions of the embeddings tell the classes apart and which mislead the first
+similarity.
 open-metric-learning's post-processing re-ranks pairs of images with a transformer
 (its STIR paper); this one sees only the embeddings, so it can learn a better
 similarity of them, not what the embedder missed.
@@ -33,9 +36,8 @@ SCORE_CHUNK = 65536
 
 
 def _pair_features(queries, candidates, scores):
-    """``[n, 2 D + 1]`` features of pairs: ``q * g``, ``|q - g|``, the first score."""
-    return ops.concatenate([queries * candidates, ops.abs(queries - candidates),
-                            ops.expand_dims(scores, -1)], axis=-1)
+    """``[n, 2 D + 1]`` model inputs of pairs: ``q``, ``g`` and the first search's score."""
+    return ops.concatenate([queries, candidates, ops.expand_dims(scores, -1)], axis=-1)
 
 
 class PairReranker:
@@ -71,7 +73,12 @@ class PairReranker:
 
     def _build(self, dim):
         inputs = keras.Input((2 * dim + 1,))
-        x = inputs
+        # One linear map of both embeddings (the identity at first), then symmetric
+        # features of the mapped pair: what a learned similarity of them can use.
+        project = keras.layers.Dense(dim, use_bias=False, name="projection",
+                                     kernel_initializer=keras.initializers.Identity())
+        q, g = project(inputs[:, :dim]), project(inputs[:, dim : 2 * dim])
+        x = ops.concatenate([q * g, ops.abs(q - g), inputs[:, 2 * dim :]], axis=-1)
         for number, units in enumerate(self.hidden, 1):
             x = keras.layers.Dense(units, activation="relu", kernel_initializer=(
                 keras.initializers.GlorotUniform(seed=self.seed + number)))(x)
