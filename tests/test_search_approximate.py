@@ -336,3 +336,14 @@ def test_queries_an_approximate_index_finds_nothing_for_match_nothing():
     with pytest.raises(ValueError, match="found no neighbour for any calibration query"):
         calibrate(index, far[found.indices[:, 0] < 0], labels[labels != 0][:50][
             found.indices[:, 0] < 0], 0.9)
+
+
+def test_adding_batches_shows_progress_with_verbose(capsys):
+    gallery, _ = _clusters(600)
+    index = Index("l2", approximate="HNSW16")
+    index.add((gallery[s : s + 200] for s in range(0, 600, 200)), verbose=1)
+    assert "600/Unknown" in capsys.readouterr().out and len(index) == 600
+    index.add(gallery[:10])
+    assert capsys.readouterr().out == ""
+    with pytest.raises(ValueError, match="`verbose` must be 0 or 1"):
+        index.add(iter([gallery[:2]]), verbose=2)

@@ -101,6 +101,13 @@ def _unpack(batch):
     return batch, None, None
 
 
+def _progress(verbose, total):
+    """A ``keras.utils.Progbar`` counting rows with ``verbose=1``, else None."""
+    if verbose not in (0, 1) or isinstance(verbose, bool):
+        raise ValueError(f"`verbose` must be 0 or 1. Received: verbose={verbose!r}")
+    return keras.utils.Progbar(total, unit_name="row") if verbose else None
+
+
 def _host_normalize(x):
     """:func:`tfdml.ops.l2_normalize` of float32 rows in NumPy (no device round trip: an
     approximate index's queries go to faiss, on the host): each row divided by its largest
@@ -353,7 +360,7 @@ class Index:
                 "given. Search such embeddings with the exact index (it rescales them "
                 "exactly), or normalize them (metric=\"cosine\").")
 
-    def add(self, embeddings, labels=None, ids=None):
+    def add(self, embeddings, labels=None, ids=None, verbose=0):
         """Appends embeddings ``[N, D]``, with their labels ``[N]`` and ids ``[N]``.
 
         Labels (integer class ids) and ids (any integers or strings, e.g. file
@@ -371,6 +378,9 @@ class Index:
         first add, on ``train_size`` rows: a random sample of an array, or the
         first rows of the batches (shuffle them, or call :meth:`train` first).
 
+        With ``verbose=1`` a progress bar counts the rows added (of batches, or of
+        an array of more than 65,536 rows).
+
         Raises:
             ValueError: for a row with a NaN or an Inf, another embedding size,
                 lengths that differ, labels/ids given for some adds only, or too
@@ -380,16 +390,16 @@ class Index:
             if labels is not None or ids is not None:
                 raise ValueError("With batches, give the labels and ids inside each batch "
                                  "(a tuple or a dict), not as `labels=` / `ids=`.")
-            return self._add_batches(embeddings)
+            return self._add_batches(embeddings, _progress(verbose, None))
         if isinstance(embeddings, np.ndarray) and embeddings.ndim == 2 and (
                 len(embeddings) > ADD_BLOCK):
-            self._add_large(embeddings, labels, ids)
+            self._add_large(embeddings, labels, ids, _progress(verbose, len(embeddings)))
             return None
         self._add_rows(*self._checked(embeddings, labels, ids))
         self._train_pending()
         return None
 
-    def _add_batches(self, batches):
+    def _add_batches(self, batches, progress):
         before, number = len(self), 0
         for batch in batches:
             try:
@@ -398,7 +408,11 @@ class Index:
                 raise ValueError(f"Batch {number}: {err} ({len(self) - before} rows of the "
                                  "earlier batches were added.)") from None
             number += 1
+            if progress is not None:
+                progress.update(len(self) - before)
         self._train_pending()
+        if progress is not None:
+            progress.update(len(self) - before, finalize=True)
 
     def _checked(self, embeddings, labels, ids):
         """``(rows, labels, ids)``: validated, labels as int64."""
@@ -425,7 +439,7 @@ class Index:
                                  "to none.")
         return labels, ids
 
-    def _add_large(self, x, labels, ids):
+    def _add_large(self, x, labels, ids, progress):
         """Adds a large NumPy array block by block (:data:`ADD_BLOCK` rows prepared at a
         time, not a copy of all of it), after checking all of it: all or nothing. An
         untrained structure is trained first on a random ``train_size`` of its rows."""
@@ -457,6 +471,8 @@ class Index:
             self._add_rows(self._prepare(x[block], "embeddings"),
                            None if labels is None else labels[block],
                            None if ids is None else ids[block])
+            if progress is not None:
+                progress.update(min(start + ADD_BLOCK, len(x)))
 
     def _add_rows(self, x, labels, ids):
         if not len(x) and self.dim is not None:
