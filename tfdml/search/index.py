@@ -112,6 +112,9 @@ def _host_normalize(x):
     """:func:`tfdml.ops.l2_normalize` of float32 rows in NumPy (no device round trip: an
     approximate index's queries go to faiss, on the host): each row divided by its largest
     absolute entry, then by its norm; zero rows stay zero."""
+    squares = np.einsum("ij,ij->i", x, x)
+    if np.all((squares > 1e-30) & (squares < 1e30)):  # no overflow, no underflow: directly
+        return x / np.sqrt(squares)[:, None]
     top = np.abs(x).max(axis=1, keepdims=True)
     top[top == 0] = 1
     y = x / top  # the one copy
