@@ -101,6 +101,14 @@ def _unpack(batch):
     return batch, None, None
 
 
+def _ties_or_disorder(scores, metric) -> bool:
+    """Whether consecutive scores of a row are equal (or out of order): ties to put in index
+    order."""
+    if metric == "l2":
+        return bool((scores[:, 1:] <= scores[:, :-1]).any())
+    return bool((scores[:, 1:] >= scores[:, :-1]).any())
+
+
 def _progress(verbose, total):
     """A ``keras.utils.Progbar`` counting rows with ``verbose=1``, else None."""
     if verbose not in (0, 1) or isinstance(verbose, bool):
@@ -691,19 +699,21 @@ class Index:
             found_scores = self._exact_scores(chunk, found)
         elif self.metric == "l2":
             found_scores = np.sqrt(np.maximum(found_scores, 0.0))
-        key = found_scores if self.metric == "l2" else -found_scores  # smaller is nearer
-        missing = found < 0
-        if (self.rerank or missing.any()
-                or (key.shape[1] > 1 and (np.diff(key, axis=1) <= 0).any())):
+        some_missing = found.min() < 0
+        if self.rerank or some_missing or (fetch > 1 and _ties_or_disorder(
+                found_scores, self.metric)):
             # Re-ranked, or equal scores (or missing items) to put in index order.
+            missing = found < 0
+            key = found_scores if self.metric == "l2" else -found_scores  # smaller is nearer
             key = np.where(missing, np.inf, key)
             order = np.lexsort((np.where(missing, np.iinfo(np.int64).max, found), key),
                                axis=-1)[:, :k]
             found = np.take_along_axis(found, order, axis=1)
             found_scores = np.take_along_axis(found_scores, order, axis=1)
-        found, found_scores = found[:, :k].astype(np.int64), found_scores[:, :k]
-        found_scores = found_scores.astype(np.float32)
-        if (found < 0).any():
+        found = found[:, :k].astype(np.int64, copy=False)
+        found_scores = found_scores[:, :k].astype(np.float32, copy=False)
+        if some_missing:
+            found_scores = found_scores.copy()
             found_scores[found < 0] = np.inf if self.metric == "l2" else -np.inf
         return found_scores, found
 
