@@ -124,6 +124,24 @@ def test_save_model_of_a_plain_keras_model_and_an_index(tmp_path):
     assert _leftovers(tmp_path) == []
 
 
+@pytest.mark.skipif(BACKEND == "torch", reason="faiss and PyTorch load two OpenMP runtimes")
+def test_an_approximate_index_on_a_full_disk_keeps_the_old_file(tmp_path):
+    pytest.importorskip("faiss")
+    rows = np.random.default_rng(0).normal(size=(3000, 8)).astype("float32")
+    index = tfdml.search.Index("l2", approximate="IVF8,Flat", vectors="disk")
+    index.add(rows)
+    path = tmp_path / "ann.npz"
+    index.save(path)
+    index.add(rows[:10])
+    with write_limit(), pytest.raises(OSError):
+        index.save(path)
+    loaded = tfdml.search.Index.load(path)
+    assert len(loaded) == 3000 and loaded.approximate == "IVF8,Flat"
+    assert _leftovers(tmp_path) == []
+    index.save(path)
+    assert len(tfdml.search.Index.load(path)) == 3010
+
+
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="SavedModel export needs TensorFlow")
 def test_an_export_on_a_full_disk_keeps_the_old_export(tmp_path):
     from tfdml._tensorflow import tf
