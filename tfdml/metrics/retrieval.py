@@ -310,7 +310,10 @@ def _report_index(data):
     if not data.report or "index_recall" not in data.report:
         return None
     recall, k = data.report["index_recall"], data.report["index_k"]
-    text = (f"The approximate index {data.index!r} found {recall:.4f} of the exact {k} nearest "
+    index = data.index
+    name = repr(index) if isinstance(index, str) else (
+        f"{index.approximate!r} with {index.parameters or 'faiss defaults'}")
+    text = (f"The approximate index {name} found {recall:.4f} of the exact {k} nearest "
             f"neighbours of {data.report['index_queries']} sampled queries")
     logging.getLogger("tfdml").info(text)
     if recall < INDEX_RECALL_WARNING:
