@@ -206,13 +206,18 @@ def test_a_factory_string_faiss_rejects_names_approximate_and_quotes_faiss():
     index = Index("l2", approximate="IVF16,NoSuchCodec")
     with pytest.raises(ValueError, match=r"`approximate`: faiss cannot build 'IVF16,NoSuchCodec'"
                                          r" for 16-dimensional embeddings: .*\S"):
-        index.add(_clusters(100)[0])
+        index.add(_clusters(100)[0], labels=np.zeros(100, np.int64))
+    assert len(index) == 0 and index.labels is None and index.dim is None
     with pytest.raises(ValueError, match="`approximate` must be a faiss index factory string"):
         Index("l2", approximate="")
     with pytest.raises(ValueError, match="`rerank` re-orders"):
         Index("l2", rerank=10)
     with pytest.raises(ValueError, match="`parameters`: this structure takes"):
         Index("l2", approximate="HNSW16", parameters={"nprobe": 4}).add(_clusters(50)[0])
+    refused = Index("l2", approximate="HNSW16", parameters={"efSearch": 0})
+    with pytest.raises(ValueError, match="`parameters`: this structure takes"):
+        refused.add(_clusters(50)[0])
+    assert len(refused) == 0
 
 
 def test_searching_an_untrained_or_empty_index_says_why():

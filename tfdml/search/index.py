@@ -488,10 +488,19 @@ class Index:
     def _add_rows(self, x, labels, ids):
         if not len(x) and self.dim is not None:
             return
+        if self.approximate is not None and self._structure is None:
+            # Built (and its parameters checked) before anything changes: a string faiss
+            # refuses leaves the index as it was.
+            structure = faiss_api.build(self.approximate, int(x.shape[-1]), self.metric)
+            if self._parameters:
+                faiss_api.set_parameters(structure, self._parameters)
+            self._structure = structure
         if labels is not None:
-            self._labels = (self._labels or []) + [labels]
+            self._labels = self._labels or []
+            self._labels.append(labels)
         if ids is not None:
-            self._ids = (self._ids or []) + [ids]
+            self._ids = self._ids or []
+            self._ids.append(ids)
         self.dim = int(x.shape[-1])
         self._size += len(x)
         self._gallery = None
@@ -502,10 +511,6 @@ class Index:
         if self.approximate is None:
             self._structure = None  # the exact faiss index is rebuilt on the next search
             return
-        if self._structure is None:
-            self._structure = faiss_api.build(self.approximate, self.dim, self.metric)
-            if self._parameters:
-                faiss_api.set_parameters(self._structure, self._parameters)
         if self._structure.is_trained:
             faiss_api.add(self._structure, x)
             return
