@@ -2,20 +2,16 @@
 batches, embeddings on disk, saving and loading, bad input.
 
 faiss gets NumPy arrays; the queries and embeddings may be tensors of the Keras backend.
-They run under TensorFlow and JAX: faiss and PyTorch load two OpenMP runtimes into one
-process.
+They run under TensorFlow, JAX and PyTorch.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from backends import BACKEND
 
 pytest.importorskip("faiss")
-pytestmark = [pytest.mark.multibackend,
-              pytest.mark.skipif(BACKEND == "torch", reason="faiss and PyTorch load two OpenMP "
-                                 "runtimes into one process")]
+pytestmark = pytest.mark.multibackend
 
 from tfdml.search import Index, neighbour_recall  # noqa: E402
 
