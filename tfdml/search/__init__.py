@@ -1,4 +1,5 @@
-"""Exact nearest-neighbour search: the one implementation in tfdml, and an index to query.
+"""Nearest-neighbour search: the one exact search in tfdml, and an index to query, exact or
+approximate.
 
 :func:`neighbours` is the search every part of tfdml uses (the retrieval metrics
 and callbacks too): queries are processed in chunks of ``chunk_size`` rows and
@@ -9,9 +10,17 @@ and gallery items. It is written in ``keras.ops`` and runs on the backend's
 device.
 
 :class:`Index` holds a gallery (embeddings, and optionally labels and ids) that
-grows with :meth:`Index.add`, answers :meth:`Index.search` (scores and gallery
-indices) and :meth:`Index.lookup` (with labels and ids), and saves to one
-``.npz`` file.
+grows with :meth:`Index.add` (arrays or a generator of batches), answers
+:meth:`Index.search` (scores and gallery indices), :meth:`Index.lookup` (with labels
+and ids) and :meth:`Index.retrieve` (a :class:`RetrievalResults` to threshold,
+re-rank with a :class:`PairReranker` and look at), and saves to one ``.npz`` file.
+With ``approximate=`` (a faiss factory string) a faiss structure answers instead,
+tuned by :meth:`Index.tune` to a recall of the exact neighbours.
+
+Modules: ``exact`` (:func:`neighbours`), ``index`` (:class:`Index`), ``approximate``
+(faiss structures), ``store`` (the embeddings, in memory or on disk), ``persist``
+(the file), ``calibration`` (:func:`calibrate`, :func:`match`), ``results``
+(:class:`RetrievalResults`), ``rerank`` (:class:`PairReranker`).
 
 Conventions:
 
