@@ -374,7 +374,7 @@ def test_save_replaces_the_file_whole(tmp_path, monkeypatch):
     def fail(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(np, "savez", fail)
+    monkeypatch.setattr(np.lib.format, "write_array", fail)
     with pytest.raises(OSError, match="disk full"):
         index.save(path)
     assert path.read_bytes() == before  # the old file, untouched

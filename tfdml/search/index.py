@@ -671,7 +671,7 @@ class Index:
         if self.backend == "faiss" and score_scale(max_abs, self.dim, self.metric) == 1.0:
             return self._faiss_search(q, k)
         if self._gallery is None:
-            stored = self._vectors.array()
+            stored = self._vectors.source()
             self._gallery = (stored if self.vectors == "disk"  # read block by block
                              else ops.convert_to_tensor(stored))
         num = int(q.shape[0])
@@ -771,11 +771,12 @@ class Index:
         q = self._prepare(queries, "queries")
         scores = np.zeros((len(q), k), np.float32)
         indices = np.zeros((len(q), k), np.int64)
-        stored = self._vectors.array()
+        stored = self._vectors.source()  # the disk's rows read block by block
         if self.vectors == "memory":
             stored = ops.convert_to_tensor(stored)
+        max_abs = max(self._max_abs, float(np.abs(q).max(initial=0.0)))
         for start, s, idx in neighbours(q, stored, k, self.metric, False, self.chunk_size,
-                                        self.gallery_chunk_size, None, self.query_buckets):
+                                        self.gallery_chunk_size, max_abs, self.query_buckets):
             scores[start:start + len(idx)] = s
             indices[start:start + len(idx)] = idx
         return scores, indices

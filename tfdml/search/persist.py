@@ -35,8 +35,8 @@ def save_index(index, path):
         "size": np.array(len(index), np.int64),
         "vectors": np.array(index.vectors or "none"),
     }
-    if index.vectors is not None:
-        arrays["embeddings"] = index.embeddings  # a memory map is written block by block
+    if index.vectors == "memory":
+        arrays["embeddings"] = index.embeddings
     if index.labels is not None:
         arrays["labels"] = index.labels
     if index.ids is not None:
@@ -49,9 +49,27 @@ def save_index(index, path):
         arrays["faiss_version"] = np.array(faiss_api.version())
         if index._structure is not None:
             arrays["faiss_index"] = faiss_api.serialize(index._structure)
-    # Whole or not at all: a temporary file beside it, renamed over it once written.
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        np.savez(f, **arrays)  # a file object: np.savez would append ".npz" to a name
+    # Whole or not at all: a temporary file beside it, renamed over it once written. The
+    # fields as np.savez writes them (one .npy member each, stored), the rows on disk
+    # copied block by block.
+    with atomic_path(path) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED,
+                                                   allowZip64=True) as archive:
+        for name, value in arrays.items():
+            with archive.open(name + ".npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
+        if index.vectors == "disk":
+            _write_rows(archive, index)
+
+
+def _write_rows(archive, index):
+    """The ``embeddings`` member of an index whose rows are on disk, block by block."""
+    store = index._vectors
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
+              "fortran_order": False, "shape": (len(store), store.dim or index.dim or 0)}
+    with archive.open("embeddings.npy", "w", force_zip64=True) as member:
+        np.lib.format.write_array_header_1_0(member, header)
+        for _, rows in store.blocks(LOAD_BLOCK):
+            member.write(np.ascontiguousarray(rows, np.float32).tobytes())
 
 
 def _bad(path, name, why):

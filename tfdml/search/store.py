@@ -11,6 +11,7 @@ page cache what fits.
 
 from __future__ import annotations
 
+import os
 import tempfile
 
 import numpy as np
@@ -64,6 +65,14 @@ class VectorStore:
                 self._view = np.memmap(self._file, np.float32, "r", shape=(self._size, dim))
         return self._view
 
+    def source(self):
+        """What a search reads block by block: the array (memory), or a :class:`FileRows`
+        that reads each block from the file into its own buffer (disk), so that a scan of
+        the rows holds one block, not the pages of a memory map of all of them."""
+        if self._file is None:
+            return self.array()
+        return FileRows(self._file.fileno(), self._size, self.dim or 0)
+
     def rows(self, positions) -> np.ndarray:
         """The rows at ``positions`` (any shape of int64 positions; ``[..., dim]`` out)."""
         positions = np.asarray(positions, np.int64)
@@ -75,7 +84,7 @@ class VectorStore:
 
     def blocks(self, size: int):
         """Yields ``(start, rows)``: the stored rows, ``size`` at a time."""
-        view = self.array()
+        view = self.source()
         for start in range(0, self._size, size):
             yield start, np.asarray(view[start : start + size])
 
@@ -90,3 +99,23 @@ class VectorStore:
         self._blocks = []
         if self._file is not None:
             self._file.close()
+
+
+class FileRows:
+    """``[N, dim]`` float32 rows of a file, read slice by slice (``rows[a:b]``) with
+    ``os.pread`` into a new array each time."""
+
+    def __init__(self, fd: int, size: int, dim: int):
+        self._fd, self.shape, self.dtype = fd, (size, dim), np.dtype(np.float32)
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __getitem__(self, rows):
+        if not isinstance(rows, slice) or rows.step not in (None, 1):
+            raise TypeError("FileRows reads contiguous slices (rows[a:b]) only.")
+        start, stop, _ = rows.indices(self.shape[0])
+        count = max(stop - start, 0)
+        width = 4 * self.shape[1]
+        raw = os.pread(self._fd, count * width, start * width) if count else b""
+        return np.frombuffer(raw, np.float32).reshape(count, self.shape[1]).copy()
