@@ -19,7 +19,7 @@ from tfdml._checks import check_choice, check_int
 from tfdml._docs import fill_doc
 from tfdml.search import at_indices as _at_indices
 from tfdml.search import check_finite as _check_finite
-from tfdml.search import neighbours
+from tfdml.search import Index, neighbour_recall, neighbours
 from tfdml.search.index import _host_normalize
 
 #: The values of ``metric`` (names of :data:`tfdml.ops.DISTANCES`).
@@ -262,8 +262,6 @@ INDEX_RECALL_WARNING = 0.9
 def _check_index(index, metric):
     """``index``: a faiss factory string, or an empty approximate ``tfdml.search.Index`` of
     the metric (its configuration is used); a ValueError naming ``index`` otherwise."""
-    from tfdml.search import Index
-
     if isinstance(index, str):
         return index
     if isinstance(index, Index) and index.approximate is not None and not len(index):
@@ -282,8 +280,6 @@ def _approximate_neighbours(queries, gallery, k, metric, chunk_size, gallery_chu
     approximate index built over ``gallery`` (``-1`` where it finds fewer items); then
     puts into ``report`` the recall of the exact ``k`` neighbours of up to
     :data:`INDEX_SAMPLE` evenly spread queries."""
-    from tfdml.search import Index, neighbour_recall
-
     if isinstance(index, str):
         index = Index(metric, chunk_size=chunk_size, gallery_chunk_size=gallery_chunk_size,
                       query_buckets=False, approximate=index, vectors=None)
