@@ -17,9 +17,9 @@ from keras import ops
 from tfdml import ops as dml
 from tfdml._checks import check_choice, check_int
 from tfdml._docs import fill_doc
+from tfdml.search import Index, neighbour_recall, neighbours
 from tfdml.search import at_indices as _at_indices
 from tfdml.search import check_finite as _check_finite
-from tfdml.search import Index, neighbour_recall, neighbours
 from tfdml.search.index import _host_normalize
 
 #: The values of ``metric`` (names of :data:`tfdml.ops.DISTANCES`).
