@@ -466,7 +466,10 @@ class Index:
         if self.approximate is not None and not self.is_trained:
             fresh = self._structure is None
             if fresh:
-                self._structure = faiss_api.build(self.approximate, x.shape[1], self.metric)
+                structure = faiss_api.build(self.approximate, x.shape[1], self.metric)
+                if self._parameters:
+                    faiss_api.set_parameters(structure, self._parameters)
+                self._structure = structure
             pick = np.random.default_rng(self.seed).choice(
                 len(x), min(len(x), self._train_rows()), replace=False)
             try:
@@ -475,8 +478,6 @@ class Index:
                 if fresh:
                     self._structure = None
                 raise
-            if self._parameters:
-                faiss_api.set_parameters(self._structure, self._parameters)
         for start in range(0, len(x), ADD_BLOCK):
             block = slice(start, start + ADD_BLOCK)
             self._add_rows(self._prepare(x[block], "embeddings"),
@@ -579,11 +580,11 @@ class Index:
         x = self._prepare(sample, "sample")
         if not len(x):
             raise ValueError("`sample` is empty. Received: sample.shape=(0, ...)")
-        self.dim = int(x.shape[1])
-        self._structure = faiss_api.build(self.approximate, self.dim, self.metric)
+        structure = faiss_api.build(self.approximate, int(x.shape[1]), self.metric)
         if self._parameters:
-            faiss_api.set_parameters(self._structure, self._parameters)
-        self._fit(x, "sample")
+            faiss_api.set_parameters(structure, self._parameters)
+        self._structure, self.dim = structure, int(x.shape[1])
+        self._fit(x, "sample")  # on failure an untrained structure: the next add trains it
 
     @property
     def embeddings(self) -> np.ndarray:
