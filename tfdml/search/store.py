@@ -3,18 +3,24 @@
 An exact index searches these rows; an approximate one re-ranks its candidates and tunes
 its parameters against them. ``"memory"`` keeps the added blocks as NumPy arrays.
 ``"disk"`` appends them to an unnamed temporary file (``tempfile.TemporaryFile``: the
-system removes it when the index is closed or the process ends, killed or not) and reads
-them back through a read-only memory map, so a gallery larger than the memory can be
-searched: only the blocks being compared are read, and the operating system keeps in its
-page cache what fits.
+system removes it when the index is closed or the process ends, killed or not), so a
+gallery larger than the memory can be searched. Scans read the file a block at a time
+into their own buffers; gathers of scattered rows (re-ranking) read them through a
+read-only memory map without read-ahead, whose pages are dropped from the process after
+each gather. The operating system keeps in its page cache what fits; the process's
+resident memory stays that of the blocks in use.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import tempfile
 
 import numpy as np
+
+#: Rows gathered from the file before its mapped pages are dropped again (``"disk"``).
+GATHER_ROWS = 4096
 
 #: The places an index keeps its embeddings in (``None``: nowhere; approximate indexes only).
 PLACES = ("memory", "disk")
@@ -33,6 +39,7 @@ class VectorStore:
         self._file = tempfile.TemporaryFile(dir=directory) if place == "disk" else None
         self._size = 0
         self._view = None  # the concatenation (memory) or the memory map (disk), cached
+        self._map = None  # the mmap under the view (disk)
 
     def __len__(self):
         return self._size
@@ -49,7 +56,7 @@ class VectorStore:
             self._file.write(rows.tobytes())
             self._file.flush()
         self._size += len(rows)
-        self._view = None
+        self._view = self._map = None  # mapped again at the new size when read
 
     def array(self) -> np.ndarray:
         """All the rows: one array in memory, or a read-only map of the file."""
@@ -62,8 +69,18 @@ class VectorStore:
                     self._blocks = [np.concatenate(self._blocks)]
                 self._view = self._blocks[0]
             else:
-                self._view = np.memmap(self._file, np.float32, "r", shape=(self._size, dim))
+                self._map = mmap.mmap(self._file.fileno(), self._size * 4 * dim,
+                                      access=mmap.ACCESS_READ)
+                if hasattr(mmap, "MADV_RANDOM"):  # a row at a time: no read-ahead
+                    self._map.madvise(mmap.MADV_RANDOM)
+                self._view = np.frombuffer(self._map, np.float32).reshape(self._size, dim)
         return self._view
+
+    def _release(self):
+        """Drops the mapped pages of the file from the process (they stay in the system's
+        page cache): what :meth:`rows` read does not stay in the resident memory."""
+        if self._map is not None and hasattr(mmap, "MADV_DONTNEED"):
+            self._map.madvise(mmap.MADV_DONTNEED)
 
     def source(self):
         """What a search reads block by block: the array (memory), or a :class:`FileRows`
@@ -79,7 +96,11 @@ class VectorStore:
         flat = positions.reshape(-1)
         order = np.argsort(flat, kind="stable")  # in file order: fewer pages touched
         out = np.empty((len(flat), self.dim or 0), np.float32)
-        out[order] = self.array()[flat[order]]
+        view, ordered = self.array(), flat[order]
+        for start in range(0, len(ordered), GATHER_ROWS):  # a few pages mapped at a time
+            part = slice(start, start + GATHER_ROWS)
+            out[order[part]] = view[ordered[part]]
+            self._release()
         return out.reshape(positions.shape + (self.dim or 0,))
 
     def blocks(self, size: int):
@@ -95,7 +116,7 @@ class VectorStore:
 
     def close(self):
         """Frees the rows (and removes the file)."""
-        self._view = None
+        self._view = self._map = None
         self._blocks = []
         if self._file is not None:
             self._file.close()
