@@ -39,7 +39,7 @@ $(BACKENDS_STAMP): $(STAMP)
 # under TensorFlow, then the tests marked `multibackend` (the core: ops, miners, losses,
 # geometry, layers, metrics) under JAX and under PyTorch.
 #
-# `make test` (what CI runs: about 12 minutes on 2 cores from a fresh clone) runs a quarter
+# `make test` (what CI runs: about 13.5 minutes on 2 cores from a fresh clone) runs a quarter
 # of the TensorFlow tests and a sixth of the JAX ones, every PyTorch one: a stable hash of
 # each test's id picks the share, and the commit picks which share (tests/conftest.py), so
 # successive commits run different shares. `make test-full` runs all of them (about 35
