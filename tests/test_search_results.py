@@ -25,12 +25,10 @@ from tfdml.search import Index, PairReranker, RetrievalResults
 
 def _data(num, dim, seed, metric, classes=8):
     """Integer embeddings with duplicated rows, and uneven classes (some of one item)."""
-    rng = np.random.default_rng(seed)
-    if metric == "cosine":
-        x = rng.choice([-1.0, 1.0], size=(num, dim)).astype(np.float32)
-    else:
-        x = rng.integers(-2, 3, size=(num, dim)).astype(np.float32)
-    x[rng.integers(0, num, num // 4)] = x[0]  # duplicates of row 0
+    from test_search import _tied_data
+
+    x = _tied_data(num, dim, seed, metric)
+    rng = np.random.default_rng([seed, 1])
     labels = rng.integers(0, classes, num)
     labels[:3] = [classes, classes + 1, classes + 2]  # three classes of a single item
     return x, labels.astype(np.int64)
