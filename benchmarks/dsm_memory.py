@@ -77,6 +77,7 @@ def _dense_loss(labels, embeddings, histogram, min_val=-2.0, momentum=0.01):
     from keras import ops
 
     from tfdml import ops as dml
+    from tfdml._shims import dtype_name
     from tfdml.losses.base import functional_value, mined_triplets, prepare_inputs, triplet_terms
     from tfdml.miners import AllPairsMiner, gather_triplet_scores
 
@@ -88,7 +89,7 @@ def _dense_loss(labels, embeddings, histogram, min_val=-2.0, momentum=0.01):
     mask = triplets.mask
     x = ops.broadcast_to(d_ap - d_an, ops.shape(mask))
     num_bins = histogram.shape[0]
-    dtype = dml.dtype_name(x)
+    dtype = dtype_name(x)
     v = (ops.stop_gradient(x) - min_val) / (2.0 * abs(min_val) / num_bins)
     v = ops.clip(ops.where(ops.isfinite(v), v, ops.zeros_like(v)), 0.0, float(num_bins - 1))
     low = ops.floor(v)

@@ -1,4 +1,5 @@
-"""Shared pytest setup: puts tests/ on sys.path, hypothesis profiles, dtype-policy hygiene.
+"""Shared pytest setup: puts tests/ and tests/support/ on sys.path, hypothesis profiles,
+dtype-policy hygiene.
 
 Hypothesis profiles (select with ``HYPOTHESIS_PROFILE=<name>``):
 
@@ -19,8 +20,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 
 _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-if _TESTS_DIR not in sys.path:
-    sys.path.insert(0, _TESTS_DIR)
+# tests/support holds the helpers (references, harness, backends, pml_data), imported by
+# their plain names.
+for _path in (os.path.join(_TESTS_DIR, "support"), _TESTS_DIR):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
 
 import keras  # noqa: E402
 import pytest  # noqa: E402

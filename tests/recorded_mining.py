@@ -3,7 +3,7 @@
 Shared by the parity tests of the pair losses (margin, multi-similarity, contrastive,
 trimmed, triplet): the loss runs with a :class:`RecordingMiner`, and the reference loss is
 then evaluated on exactly the pairs or triplets the miner chose (random miners included).
-Backend-generic (keras.ops and tests/backends.py).
+Backend-generic (keras.ops and tests/support/backends.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import references as ref
 from backends import BACKEND, to_numpy, value_and_grad
 from keras import ops
 
-from tfdml import ops as dml
+from tfdml._shims import is_traced
 from tfdml.miners import Miner, Pairs
 
 
@@ -33,7 +33,7 @@ class RecordingMiner(Miner):
              ref_embeddings=None):
         mined = self.inner.mine(scores, labels, ref_labels=ref_labels, ref_offset=ref_offset,
                                 embeddings=embeddings, ref_embeddings=ref_embeddings)
-        if not dml.is_traced(scores):
+        if not is_traced(scores):
             self.scores = to_numpy(ops.stop_gradient(scores))
             self.mined = type(mined)(*(None if t is None else to_numpy(t) for t in mined))
         return mined

@@ -264,7 +264,7 @@ NOT_NORMALIZING = {
     "soft_nearest_neighbor": lambda: losses.SoftNearestNeighborLoss(),
     "lifted_structure": lambda: losses.LiftedStructureLoss(normalize=False),
     "hphn_triplet": lambda: losses.HPHNTripletLoss(normalize=False),
-    "loop_segments": lambda: losses.LoOpLoss(normalized=False),
+    "loop_segments": lambda: losses.LoOpLoss(normalize=False),
 }
 
 
@@ -401,7 +401,7 @@ FUNCTIONAL = {
         LABELS, x, normalize=n),
     "lifted_structure_loss": lambda x, n: losses.lifted_structure_loss(LABELS, x, normalize=n),
     "hphn_triplet_loss": lambda x, n: losses.hphn_triplet_loss(LABELS, x, normalize=n),
-    "loop_loss": lambda x, n: losses.loop_loss(LABELS, x, normalized=n),
+    "loop_loss": lambda x, n: losses.loop_loss(LABELS, x, normalize=n),
     "multiple_negatives_ranking_loss": lambda x, n: losses.multiple_negatives_ranking_loss(
         x, x[::-1], normalize=n),
     "with_reference_set": lambda x, n: losses.triplet_margin_loss(

@@ -1,7 +1,7 @@
 """The shape the package keeps: short functions and modules, public Keras only, one name per ops.
 
-Read from the source files (nothing is imported): no function body over 80 lines (after
-its docstring), no module over 1,000 lines, no ``keras.src`` import and no private Keras
+Read from the source files (nothing is imported): no function body over 60 lines (after
+its docstring), no module over 700 lines, no ``keras.src`` import and no private Keras
 attribute, and Keras' ops imported as ``ops`` while tfdml's are ``dml`` (their
 ``maximum``/``minimum`` differ in the gradient at ties).
 """
@@ -16,8 +16,8 @@ import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "tfdml"
 SOURCES = sorted(PACKAGE.rglob("*.py"))
-MAX_BODY = 80
-MAX_MODULE = 1000
+MAX_BODY = 60
+MAX_MODULE = 700
 
 
 def _body_lines(node) -> int:
@@ -41,7 +41,7 @@ def test_the_package_is_there():
     assert len(SOURCES) > 40
 
 
-def test_no_function_body_over_80_lines():
+def test_no_function_body_over_60_lines():
     long = []
     for path in SOURCES:
         for node in ast.walk(ast.parse(path.read_text())):
@@ -52,7 +52,7 @@ def test_no_function_body_over_80_lines():
     assert not long, long
 
 
-def test_no_module_over_1000_lines():
+def test_no_module_over_700_lines():
     long = [f"{_relative(p)} ({n})" for p in SOURCES
             if (n := len(p.read_text().splitlines())) > MAX_MODULE]
     assert not long, long
@@ -61,10 +61,10 @@ def test_no_module_over_1000_lines():
 # Private attributes of Keras objects: `x._name` where x is not tfdml's own object. The
 # attributes tfdml sets on its own classes are listed; anything else is flagged for a look.
 _OWN_PRIVATE = {
-    "_argument_names", "_config_dtype", "_fields", "_replace", "_asdict", "_seed_generator",
-    "_seed_generators", "_make_state", "_parts", "_labels", "_ids", "_check_ks",
-    "_check_strategies", "_import_pyplot", "_arc_solve", "_prepare", "_structure", "_vectors",
-    "_size", "_parameters", "_max_abs",
+    # NamedTuple's own API (underscored so as not to clash with field names).
+    "_fields", "_replace", "_asdict",
+    # The index file (tfdml/search/persist.py) writes and restores an Index's own fields.
+    "_structure", "_vectors", "_size", "_parameters", "_labels", "_ids", "_max_abs",
 }
 
 

@@ -46,11 +46,12 @@ from keras import ops
 
 import tfdml.geometry  # noqa: F401  (the package may not export the module yet)
 from tfdml import geometry
+from tfdml.geometry._arc_solver import ARC_CASES, arc_solve
+from tfdml.geometry._common import degenerate_sines
 
 DIMS = (3, 8, 64, 512)
-ARC_CASES = geometry._ARC_CASES
 EPS64 = np.finfo(np.float64).eps
-NEAR64, ANTIPODAL64 = geometry._degenerate_sines("float64")
+NEAR64, ANTIPODAL64 = degenerate_sines("float64")
 MB = pytest.mark.multibackend
 
 
@@ -387,7 +388,7 @@ def _end_kind(u, degenerate):
 
 
 def kind_names(tau, rho, deg_x, deg_y):
-    """The ``_ARC_CASES`` name of the brute-force optimum, or '' when ambiguous."""
+    """The ``ARC_CASES`` name of the brute-force optimum, or '' when ambiguous."""
     kx, ky = _end_kind(tau, deg_x), _end_kind(rho, deg_y)
     names = []
     for a, b in zip(kx, ky, strict=True):
@@ -430,7 +431,7 @@ def _arc_dots(x1, x2, y1, y2):
 
 def _solve_arc_np(x1, x2, y1, y2, dtype="float64"):
     dots = [_t(v, dtype) for v in _arc_dots(x1, x2, y1, y2)]
-    return [to_numpy(t) for t in geometry._arc_solve(*dots)]
+    return [to_numpy(t) for t in arc_solve(*dots)]
 
 
 # -- arcs: values against the brute force ------------------------------------------------------
@@ -525,7 +526,7 @@ def test_arc_points_lie_on_arcs(d):
     # The dot products as arc_distance computes them (ties pick the same candidate).
     dots = [ops.sum(_t(a) * _t(b), -1)
             for a, b in ((x1, x2), (y1, y2), (x1, y1), (x1, y2), (x2, y1), (x2, y2))]
-    s, a1, a2, b1, b2, _ = (to_numpy(t) for t in geometry._arc_solve(*dots))
+    s, a1, a2, b1, b2, _ = (to_numpy(t) for t in arc_solve(*dots))
     unique, _ = _unique_mask(data)
     assert np.sum(unique) >= 100
     for p, c1, c2, e1, e2 in ((p1, a1, a2, x1, x2), (p2, b1, b2, y1, y2)):

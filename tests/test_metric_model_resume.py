@@ -43,7 +43,7 @@ REQUIRED = {
                                                                             seed=4)),
                        losses.ProxyAnchorLoss(NUM_CLASSES)],
 }
-ABSTRACT = {"MetricLoss", "ClassWeightLoss"}
+ABSTRACT = {"MetricLoss", "ClassVectorLoss"}
 
 
 def _loss_classes():

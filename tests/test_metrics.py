@@ -1,4 +1,4 @@
-"""tfdml.metrics.recall_at_k against the naive reference of tests/references.py."""
+"""tfdml.metrics.recall_at_k against the naive reference of tests/support/references/."""
 
 from __future__ import annotations
 

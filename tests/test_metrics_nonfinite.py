@@ -15,6 +15,7 @@ from keras import ops
 
 from tfdml import metrics
 from tfdml import ops as dml
+from tfdml.metrics import _neighbours
 
 MB = pytest.mark.multibackend  # also run under JAX and PyTorch (see conftest.py)
 # JAX without x64 converts float64 inputs to float32 with a RuntimeWarning on overflow.
@@ -146,8 +147,8 @@ def test_labelings_with_nonfinite_values(fn, arg, value):
 def _search(x, k, metric, chunk_size, gallery_chunk_size):
     """All neighbour indices of the self-excluding search, bypassing the finiteness check."""
     q = dml.l2_normalize(x) if metric == "cosine" else x
-    parts = [idx for _, idx in metrics.retrieval._neighbour_chunks(q, q, k, True, metric, chunk_size,
-                                                         gallery_chunk_size)]
+    parts = [idx for _, idx in _neighbours.neighbour_chunks(q, q, k, True, metric, chunk_size,
+                                                            gallery_chunk_size)]
     return np.concatenate(parts)
 
 

@@ -1,6 +1,6 @@
 """Retrieval metrics at scale: exclusions by group, Precision@K, MAP@K, FNMR@FMR and PCF.
 
-Each metric against the plain references of tests/references.py (all pairs, loops), on
+Each metric against the plain references of tests/support/references/ (all pairs, loops), on
 inputs with exact ties, with and without a separate gallery and groups; every chunking
 gives the same result; the score blocks stay within the chunk sizes; open-metric-learning's
 definitions where they differ (tfdml does not depend on it: its formulas are written out).

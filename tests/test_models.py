@@ -41,7 +41,7 @@ def _bn_layers(model):
 def test_every_backbone_uses_its_keras_modules_preprocess_input():
     x = np.random.default_rng(1).uniform(0, 255, size=(2, 5, 4, 3)).astype(np.float32)
     for name in models.BACKBONES:
-        spec = models._BACKBONES[name]
+        spec = models.backbones._BACKBONES[name]
         if spec.module is None:
             continue
         assert hasattr(keras.applications, spec.constructor), name

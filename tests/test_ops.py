@@ -1,4 +1,4 @@
-"""tfdml.ops against naive loops of tests/references.py.
+"""tfdml.ops against naive loops of tests/support/references/.
 
 The tests marked ``multibackend`` also run under JAX and PyTorch; those comparing
 float64 values (or holding int64 ids beyond int32) enable float64 under JAX for the

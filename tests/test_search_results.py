@@ -145,7 +145,7 @@ def test_retrieve_is_search_with_labels_ids_and_class_counts(metric):
 @pytest.mark.parametrize("metric", ["cosine", "l2"])
 @pytest.mark.parametrize("k", [1, 3, 10, 29])
 def test_exclude_self_leaves_out_the_query_position_as_the_metrics_do(metric, k):
-    from tfdml.metrics.retrieval import _neighbour_chunks, _prepare
+    from tfdml.metrics._neighbours import neighbour_chunks, prepare
 
     x, labels = _data(30, 4, 2, metric)
     x[5:12] = x[20]  # eight equal rows: 5..11 and 20 tie with each other
@@ -155,9 +155,9 @@ def test_exclude_self_leaves_out_the_query_position_as_the_metrics_do(metric, k)
     want = _neighbours(x, x, k, metric, exclude_self=True)
     np.testing.assert_array_equal(found.indices, want)
     assert not (found.indices == np.arange(30)[:, None]).any()
-    data = _prepare(x, labels, None, None, metric, 1024, 65536, "exclude")
-    (_, metrics_idx), = _neighbour_chunks(data.queries, data.gallery, k, True, data.metric,
-                                          1024, 65536)
+    data = prepare(x, labels, None, None, metric, 1024, 65536, "exclude")
+    (_, metrics_idx), = neighbour_chunks(data.queries, data.gallery, k, True, data.metric,
+                                         1024, 65536)
     np.testing.assert_array_equal(found.indices, metrics_idx)
     scores, indices = index.search(x, k + 1)
     for q in range(30):  # the scores are those of the items kept, in order

@@ -1,8 +1,10 @@
 """Backend shims: every piece of tfdml's core that Keras lacks, or computes differently, on
-some backend, one small function each, re-exported by :mod:`tfdml.ops`.
+some backend, one small function each. Those users call to write a loss (the same
+semantics on every backend: ``maximum``, ``top_k``, ``scatter_rows``...) are re-exported
+by :mod:`tfdml.ops`; the plumbing (tracing, replicas, dtypes, bits) is imported from here.
 
 Nothing else in ``tfdml/`` branches on the backend for tensor work: the loss, miner
-and metric code calls these (``dml.scatter_rows``, ``dml.top_k``, ``dml.map_indices``,
+and metric code calls these (``dml.scatter_rows``, ``dml.top_k``, ``map_indices``,
 the replica functions) and ``keras.ops``. (The training steps of
 :class:`tfdml.models.MetricModel` are written per backend, as Keras' own trainers are.)
 """
@@ -13,14 +15,18 @@ import keras
 from keras import ops
 
 __all__ = [
+    "backend_name",
+    "bitcast_to_int64",
     "clip",
     "cos_sin",
     "cumsum",
     "divide_no_nan",
     "dtype_name",
+    "float_bits",
     "floor",
     "gather_replicas",
     "graph_assert",
+    "is_tensor",
     "is_traced",
     "map_indices",
     "matmul",
@@ -38,7 +44,7 @@ __all__ = [
 ]
 
 
-def _backend() -> str:
+def backend_name() -> str:
     return keras.backend.backend()
 
 
@@ -47,7 +53,7 @@ def dtype_name(x) -> str:
     return keras.backend.standardize_dtype(x.dtype)
 
 
-def _is_tensor(x) -> bool:
+def is_tensor(x) -> bool:
     return keras.ops.is_tensor(x) or isinstance(x, keras.KerasTensor)
 
 
@@ -62,7 +68,7 @@ def is_traced(x=None) -> bool:
     """
     if isinstance(x, keras.KerasTensor):
         return True
-    backend = _backend()
+    backend = backend_name()
     if backend == "tensorflow":
         import tensorflow as tf
 
@@ -89,7 +95,7 @@ def stable_argsort(x, axis: int = -1):
     x = ops.convert_to_tensor(x)
     if dtype_name(x) == "bool":
         x = ops.cast(x, "int32")
-    if _backend() == "tensorflow":
+    if backend_name() == "tensorflow":
         import tensorflow as tf
 
         return tf.argsort(x, axis=axis, stable=True)
@@ -104,7 +110,7 @@ def top_k(x, k: int):
     ``jax.lax.top_k`` document; ``torch.topk`` makes no such promise, so PyTorch takes the
     first ``k`` of a stable descending sort (NaN first, as ``jax.lax.top_k``).
     """
-    if _backend() == "torch":
+    if backend_name() == "torch":
         import torch
 
         values, indices = torch.sort(x, dim=-1, descending=True, stable=True)
@@ -120,13 +126,13 @@ def top_k(x, k: int):
 
 def _as_tensor_like(value, x):
     """``value`` as a tensor of ``x``'s dtype (a Python number becomes a scalar)."""
-    if _is_tensor(value):
+    if is_tensor(value):
         return value
     return ops.convert_to_tensor(value, dtype=dtype_name(x))
 
 
 def _torch_float64(*tensors) -> bool:
-    return _backend() == "torch" and any(dtype_name(t) == "float64" for t in tensors)
+    return backend_name() == "torch" and any(dtype_name(t) == "float64" for t in tensors)
 
 
 def matmul(x, y):
@@ -143,7 +149,7 @@ def maximum(x, y):
     split it evenly, so there it is a ``where``.
     """
     y = _as_tensor_like(y, x)
-    if _backend() == "tensorflow":
+    if backend_name() == "tensorflow":
         return ops.maximum(x, y)
     return ops.where(x < y, y, x)
 
@@ -151,7 +157,7 @@ def maximum(x, y):
 def minimum(x, y):
     """``min(x, y)`` in ``x``'s dtype; at ties the gradient goes to ``x`` (see :func:`maximum`)."""
     y = _as_tensor_like(y, x)
-    if _backend() == "tensorflow":
+    if backend_name() == "tensorflow":
         return ops.minimum(x, y)
     return ops.where(y < x, y, x)
 
@@ -214,9 +220,9 @@ def _native_float64(name, x):
     Keras 3.15 computes ``floor`` of float64 in float32 under JAX and PyTorch, and ``cos``
     and ``sin`` under JAX; ``jax.numpy`` and ``torch`` keep float64.
     """
-    if dtype_name(x) != "float64" or _backend() not in ("jax", "torch"):
+    if dtype_name(x) != "float64" or backend_name() not in ("jax", "torch"):
         return None
-    if _backend() == "jax":
+    if backend_name() == "jax":
         import jax.numpy as module
     else:
         import torch as module
@@ -231,7 +237,7 @@ def floor(x):
 
 def cos_sin(x):
     """``(cos(x), sin(x))`` in ``x``'s dtype."""
-    if _backend() == "jax" and dtype_name(x) == "float64":
+    if backend_name() == "jax" and dtype_name(x) == "float64":
         return _native_float64("cos", x), _native_float64("sin", x)
     return ops.cos(x), ops.sin(x)
 
@@ -244,7 +250,7 @@ def take_along_axis(x, indices, axis: int = -1):
     extra passes over the output that made eager mining about 15 % slower.
     """
     rank = len(x.shape)
-    if (_backend() == "tensorflow" and len(indices.shape) == rank
+    if (backend_name() == "tensorflow" and len(indices.shape) == rank
             and axis in (-1, rank - 1)):
         import tensorflow as tf
 
@@ -278,7 +284,7 @@ def scatter_rows(target, columns, updates, mode: str = "update"):
     target = ops.convert_to_tensor(target)
     columns = ops.cast(columns, "int32")
     updates = ops.cast(updates, dtype_name(target))
-    backend = _backend()
+    backend = backend_name()
     if backend == "tensorflow":
         import tensorflow as tf
 
@@ -310,7 +316,7 @@ def graph_assert(value, ok, message):
     ``InvalidArgumentError``; XLA, JAX and PyTorch tracing have no runtime
     assertions, so there the value passes unchecked.
     """
-    if _backend() != "tensorflow":
+    if backend_name() != "tensorflow":
         return value
     import tensorflow as tf
 
@@ -318,8 +324,8 @@ def graph_assert(value, ok, message):
         return tf.identity(value)
 
 
-def _bitcast_to_int64(x):
-    backend = _backend()
+def bitcast_to_int64(x):
+    backend = backend_name()
     if backend == "tensorflow":
         import tensorflow as tf
 
@@ -331,12 +337,12 @@ def _bitcast_to_int64(x):
     return x.view(__import__("torch").int64)
 
 
-def _float_bits(x):
+def float_bits(x):
     """The bits of a float32 (float64) tensor as int32 (int64), without gradient: exact for
     subnormal numbers, which XLA and TensorFlow's CPU kernels read as 0 in arithmetic."""
     x = ops.stop_gradient(x)
     wide = dtype_name(x) == "float64"
-    backend = _backend()
+    backend = backend_name()
     if backend == "tensorflow":
         import tensorflow as tf
 
@@ -377,7 +383,7 @@ def map_indices(fn, count, signature):
         signature: the ``(shape, dtype)`` of each output of ``fn``, ``None`` standing for
             an unknown dimension (TensorFlow needs it to build the loop).
     """
-    backend = _backend()
+    backend = backend_name()
     if backend == "tensorflow":
         import tensorflow as tf
 
@@ -427,7 +433,7 @@ def map_indices(fn, count, signature):
 
 def num_replicas() -> int:
     """Replicas in sync under a ``tf.distribute`` strategy (1 on other backends)."""
-    if _backend() != "tensorflow":
+    if backend_name() != "tensorflow":
         return 1
     import tensorflow as tf
 
@@ -437,7 +443,7 @@ def num_replicas() -> int:
 def replica_context():
     """The ``tf.distribute`` replica context when more than one replica is in sync, else None
     (always None on other backends)."""
-    if _backend() != "tensorflow":
+    if backend_name() != "tensorflow":
         return None
     import tensorflow as tf
 

@@ -9,8 +9,7 @@ import keras
 from tfdml import ops as dml
 from tfdml._files import atomic_path
 from tfdml._tensorflow import tf
-from tfdml.metric_model import unwrap
-from tfdml.models import get_preprocess
+from tfdml.models import get_preprocess, unwrap
 
 __all__ = ["export_embedding_model"]
 

@@ -72,7 +72,7 @@ def make_parser():
     g.add_argument("--trim", type=float, default=0.0,
                    help="TrimmedLoss: fraction of the anchors of a batch with the highest "
                         "loss to leave out (0: off)")
-    g.add_argument("--batch-size", type=experiments._positive_int, default=None,
+    g.add_argument("--batch-size", type=experiments.positive_int, default=None,
                    help="images per batch; when given, P = batch size / K (with -P: must be "
                         "P x K)")
     g.add_argument("--margin", type=float, default=0.2,

@@ -38,9 +38,9 @@ def make_parser():
     g = parser.add_argument_group("movement")
     g.add_argument("--order", type=int, choices=(1, 2), default=1)
     g.add_argument("--mining", choices=("HPHN", "EPEN"), default="HPHN")
-    g.add_argument("--group-size", "-n", type=experiments._positive_int, default=16,
+    g.add_argument("--group-size", "-n", type=experiments.positive_int, default=16,
                    help="n images per class in a batch, the same as -K")
-    g.add_argument("--batch-size", type=experiments._positive_int, default=128,
+    g.add_argument("--batch-size", type=experiments.positive_int, default=128,
                    help="images per batch; P = batch size / n unless -P is given")
     g.add_argument("--temperature", type=float, default=1.0)
     g.add_argument("--init-weights", default=None,

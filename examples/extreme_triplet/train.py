@@ -48,10 +48,10 @@ def make_parser():
     g.add_argument("--mining", choices=tuple(MINING), default="EPHN")
     g.add_argument("--disjoint", action="store_true",
                    help="each sample in at most one triplet per batch (Section 6.1)")
-    g.add_argument("--group-size", "-n", type=experiments._positive_int, default=None,
+    g.add_argument("--group-size", "-n", type=experiments.positive_int, default=None,
                    help="n images per class in a batch, the same as -K (default: the paper's "
                         "optimum per data set); P = batch size / n unless -P is given")
-    g.add_argument("--batch-size", type=experiments._positive_int, default=128,
+    g.add_argument("--batch-size", type=experiments.positive_int, default=128,
                    help="images per batch (with -P: must be P x n)")
     g.add_argument("--scatter", action="store_true",
                    help="record the test set's triplet scatter diagram after epochs "

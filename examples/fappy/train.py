@@ -78,10 +78,10 @@ def make_parser():
                         "negative margin (default 0.5)")
     g.add_argument("--positive-margin", type=float, default=0.0,
                    help="contrastive: no pull once a positive pair is closer than this")
-    g.add_argument("--batch-size", type=experiments._positive_int, default=None,
+    g.add_argument("--batch-size", type=experiments.positive_int, default=None,
                    help="images per batch (default: the paper's, 128 or 150 on VehicleID); "
                         "P = batch size / K unless -P is given (then it must be P x K)")
-    g.add_argument("--cmc-top-k", type=experiments._positive_int, default=CMC_TOP_K,
+    g.add_argument("--cmc-top-k", type=experiments.positive_int, default=CMC_TOP_K,
                    help="VehicleID: length of the CMC curve of the small test set")
     return parser
 

@@ -68,7 +68,7 @@ def make_parser():
     g.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=True,
                    help="l2-normalize the embeddings (model output and loss); --no-normalize: "
                         "LoOp between line segments (Section 4.2, Fig. 4)")
-    g.add_argument("--batch-size", type=experiments._positive_int, default=None,
+    g.add_argument("--batch-size", type=experiments.positive_int, default=None,
                    help="images per batch (default 32; 128 on SOP); P = batch size / K")
     return parser
 
@@ -137,7 +137,7 @@ def make_loss(args):
         if args.loss == "ms":
             options = dict(alpha=args.alpha, beta=args.beta, epsilon=args.epsilon)
             margin = args.lam
-        return tfdml.losses.LoOpLoss(LOOP_BASE[args.loss], margin=margin, normalized=normalize,
+        return tfdml.losses.LoOpLoss(LOOP_BASE[args.loss], margin=margin, normalize=normalize,
                                      **options)
     if args.loss == "triplet":
         positive, negative = SAMPLING[args.sampling]

@@ -18,7 +18,8 @@ import pytest
 from matplotlib.colors import to_hex
 
 import tfdml
-from tfdml.analysis.retrieval import COLORS, _display
+from tfdml.analysis._display import display
+from tfdml.analysis.retrieval import COLORS
 from tfdml.search.results import RetrievalResults
 
 matplotlib.use("Agg")
@@ -130,7 +131,7 @@ def test_plot_retrieval_frames_texts_and_images():
             mark = "\u2713" if kind == "correct" else "\u2717"
             assert ax.get_xlabel().startswith(mark + " ")
             position = results.indices[r, c - 1]
-            np.testing.assert_array_equal(ax.images[0].get_array(), _display(gallery[position]))
+            np.testing.assert_array_equal(ax.images[0].get_array(), display(gallery[position]))
     assert _tile(fig, 0, 1).get_xlabel() == "\u2713 0.9\nlabel 0\nid g4"
     assert _tile(fig, 1, 2).get_xlabel() == "\u2717 nan\nlabel 0\nid <b>&"  # NaN is shown
     assert _tile(fig, 1, 0).get_xlabel() == "query 1\nlabel 1\nid q1"
@@ -164,11 +165,11 @@ def test_plot_retrieval_without_labels_or_images():
 
 def test_display_scaling_of_images():
     grey = np.array([[0.0, 0.5], [1.0, 0.25]])
-    np.testing.assert_array_equal(_display(grey), [[0, 128], [255, 64]])  # [0, 1]: as it is
-    np.testing.assert_array_equal(_display(grey[..., None] * 10 - 5), [[0, 128], [255, 64]])
-    np.testing.assert_array_equal(_display(np.array([[2.0, np.nan]])), [[0, 0]])
+    np.testing.assert_array_equal(display(grey), [[0, 128], [255, 64]])  # [0, 1]: as it is
+    np.testing.assert_array_equal(display(grey[..., None] * 10 - 5), [[0, 128], [255, 64]])
+    np.testing.assert_array_equal(display(np.array([[2.0, np.nan]])), [[0, 0]])
     rgb = np.arange(12, dtype=np.uint8).reshape(2, 2, 3)
-    assert _display(rgb) is rgb
+    assert display(rgb) is rgb
 
 
 def test_plot_retrieval_validates_its_arguments():
@@ -249,7 +250,7 @@ def test_retrieval_html_rows_marks_images_and_escaping(tmp_path):
     first = Image.open(io.BytesIO(base64.b64decode(page.images[0].split(",", 1)[1])))
     np.testing.assert_array_equal(np.asarray(first), queries[0])
     neighbour = Image.open(io.BytesIO(base64.b64decode(page.images[1].split(",", 1)[1])))
-    np.testing.assert_array_equal(np.asarray(neighbour), _display(gallery[4]))
+    np.testing.assert_array_equal(np.asarray(neighbour), display(gallery[4]))
     assert os.listdir(tmp_path / "out") == ["page.html"]  # no temporary file left
 
 

@@ -17,6 +17,7 @@ import pytest
 from tfdml import experiments
 from tfdml._files import remove_temporaries
 from tfdml.experiments import saved_arrays
+from tfdml.experiments.resume import best_checkpoint
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "extreme_triplet" / "train.py"
@@ -98,13 +99,14 @@ import keras
 import numpy as np
 
 from tfdml import experiments
+from tfdml.experiments.resume import best_checkpoint
 
 out, start = sys.argv[1], int(sys.argv[2])
 model = keras.Sequential([keras.Input((1024,)), keras.layers.Dense(4096),
                           keras.layers.Dense(4096)])  # 21 M parameters: 84 MB a file
 model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
 model.optimizer.build(model.trainable_variables)
-best = experiments._best_checkpoint(f"{out}/best.weights.h5", "val_recall@1")
+best = best_checkpoint(f"{out}/best.weights.h5", "val_recall@1")
 resume = experiments.ResumeState(f"{out}/backup", history_csv=f"{out}/history.csv")
 for callback in (best, resume):
     callback.set_model(model)
@@ -233,11 +235,9 @@ def _dense(value):
 
 
 def test_best_weights_are_written_to_a_temporary_file_then_renamed(tmp_path, monkeypatch):
-    from tfdml import experiments
-
     path = tmp_path / "best.weights.h5"
     model = _dense(1.0)
-    checkpoint = experiments._best_checkpoint(str(path), "val_recall@1")
+    checkpoint = best_checkpoint(str(path), "val_recall@1")
     checkpoint.set_model(model)
     checkpoint.on_epoch_end(0, {"val_recall@1": 0.5})
     before = path.read_bytes()

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tfdml import experiments
+from tfdml.experiments.resume import best_checkpoint
 
 NAN = float("nan")
 
@@ -65,7 +66,7 @@ def test_run_checkpoint_never_saves_a_nan_epoch(tmp_path, values, want):
     # The checkpoint of experiments.run starts from -inf: a NaN first epoch is not an
     # improvement (with Keras' default start, None, it would be kept and never beaten).
     path = str(tmp_path / "best.weights.h5")
-    checkpoint = experiments._best_checkpoint(path, "val_recall@1")
+    checkpoint = best_checkpoint(path, "val_recall@1")
     assert _saved_epoch(checkpoint, values) == want
     history = [{"epoch": i + 1, "val_recall@1": v} for i, v in enumerate(values)]
     assert experiments.best_epoch(history, "val_recall@1") == want  # the same epoch

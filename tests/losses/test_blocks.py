@@ -79,7 +79,7 @@ BLOCKABLE = {
     "histogram": lambda **kw: HistogramLoss(bin_width=0.1, **kw),
     "loop_triplet": lambda **kw: LoOpLoss(**kw),
     "loop_hphn": lambda **kw: LoOpLoss("hphn_triplet", **kw),
-    "loop_lifted_segments": lambda **kw: LoOpLoss("lifted_structure", normalized=False, **kw),
+    "loop_lifted_segments": lambda **kw: LoOpLoss("lifted_structure", normalize=False, **kw),
     "loop_multi_similarity": lambda **kw: LoOpLoss("multi_similarity", epsilon=0.3, **kw),
     "hphn": lambda **kw: HPHNTripletLoss(**kw),
     "lifted_structure": lambda **kw: LiftedStructureLoss(**kw),

@@ -25,7 +25,7 @@ from tfdml.losses import (
     normalized_softmax_loss,
     soft_triple_loss,
 )
-from tfdml.losses.classification import _multiple_angle_target
+from tfdml.losses.large_margin import _multiple_angle_target
 
 pytestmark = pytest.mark.multibackend
 

@@ -46,8 +46,9 @@ from keras import ops
 from pml_data import DATA
 
 from tfdml import ops as dml
+from tfdml._shims import dtype_name
 from tfdml.losses import DynamicSoftMarginLoss, dynamic_soft_margin_loss
-from tfdml.losses import dynamic_soft_margin as dsm_module
+from tfdml.losses import _soft_margin_counts as dsm_counts
 from tfdml.losses.base import mined_triplets, prepare_inputs, resolve_miner
 from tfdml.miners import (
     AllPairsMiner,
@@ -361,7 +362,7 @@ def _dense_reference(labels, x, histogram, min_val=-2.0, momentum=0.01, miner="d
     d_ap, d_an = gather_triplet_scores(dist, triplets)
     mask = triplets.mask
     gaps = ops.broadcast_to(d_ap - d_an, ops.shape(mask))
-    dtype = dml.dtype_name(gaps)
+    dtype = dtype_name(gaps)
     num_bins = len(histogram)
     delta = 2.0 * abs(min_val) / num_bins
     v = ops.clip((ops.stop_gradient(gaps) - min_val) / delta, 0.0, num_bins - 1.0)
@@ -489,7 +490,7 @@ def test_chunks_of_anchors_and_groups_of_nodes(monkeypatch, entries):
     """The searches in chunks of anchors (60 entries: 4 of the 13 anchors at a time, the last
     chunk shifted back) and two of the 4 nodes at a time (400 entries: all anchors), eagerly
     and compiled: the dense formula's values, gradients and histograms."""
-    monkeypatch.setattr(dsm_module, "_GROUP_ENTRIES", entries)
+    monkeypatch.setattr(dsm_counts, "_GROUP_ENTRIES", entries)
     args = {"min_val": -1.0, "momentum": 0.3}
     labels, x = _random_batch(7)
     hist = _previous("random", 4, 7)
@@ -699,7 +700,7 @@ def test_unknown_batch_size_in_a_graph(monkeypatch, block_size):
     """Searches sized at run time, in chunks of 4 anchors (of 17, or of a block of 5)."""
     import tensorflow as tf
 
-    monkeypatch.setattr(dsm_module, "_DYNAMIC_ROWS", 4)
+    monkeypatch.setattr(dsm_counts, "_DYNAMIC_ROWS", 4)
 
     labels, x = _random_batch(6, batch=17, dim=5, dtype="float32")
     eager = DynamicSoftMarginLoss(block_size=block_size, min_val=-1.0)

@@ -7,6 +7,8 @@ tests marked ``multibackend`` also run under JAX and PyTorch.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import references as ref
@@ -120,7 +122,7 @@ def test_loop_loss_matches_reference(base, normalized):
     margin = 0.4 if base == "multi_similarity" else 0.3
     options = {"epsilon": 0.2} if base == "multi_similarity" else {}
     x = X if normalized else X * 0.4
-    loss = LoOpLoss(base, margin=margin, normalized=normalized, **options)
+    loss = LoOpLoss(base, margin=margin, normalize=normalized, **options)
     want, per_key = ref.loop_losses(LABELS, x, base, margin, normalized, **options)
     assert per_key, "the test batch must give the loss something to do"
     _check_against_reference(loss, LABELS, x, want, per_key)
@@ -188,7 +190,7 @@ def test_float64_gradients_match_finite_differences(base, normalized):
     labels = np.array([0, 1, 0, 1, 2, 2, 1, 1])
     x = np.random.default_rng(5).normal(size=(8, 4))
     options = {"epsilon": 0.3} if base == "multi_similarity" else {}
-    loss = LoOpLoss(base, margin=0.45, normalized=normalized, dtype="float64", **options)
+    loss = LoOpLoss(base, margin=0.45, normalize=normalized, dtype="float64", **options)
 
     def value(e):
         return loss(labels, e)
@@ -206,7 +208,7 @@ def test_gradients_finite_on_degenerate_pairs(base, normalized):
     e = np.array([[1.0, 0, 0], [1.0, 0, 0], [0, 1.0, 0], [0, -1.0, 0],
                   [0, 0, 1.0], [0, 0, -1.0], [1.0, 0, 0], [0, 1.0, 0]])
     labels = np.array([0, 0, 1, 1, 2, 2, 3, 3])
-    loss = LoOpLoss(base, normalized=normalized)
+    loss = LoOpLoss(base, normalize=normalized)
     value, grad = _value_and_grad(lambda xt: loss(labels, xt), e.astype(np.float32))
     assert np.isfinite(value) and np.all(np.isfinite(grad)), (base, normalized)
 
@@ -236,10 +238,29 @@ def test_shuffled_batch_matches_reference():
 def test_options_and_config():
     loss = LoOpLoss("multi_similarity", margin=0.6, epsilon=-0.02, alpha=3.0, beta=40.0)
     config = loss.get_config()
-    assert config["epsilon"] == -0.02 and config["alpha"] == 3.0 and config["normalized"]
+    assert config["epsilon"] == -0.02 and config["alpha"] == 3.0 and config["normalize"]
     clone = LoOpLoss.from_config(config)
     np.testing.assert_allclose(to_numpy(clone(LABELS, X)), to_numpy(loss(LABELS, X)), rtol=1e-6)
     assert LoOpLoss().margin == 0.2 and LoOpLoss("multi_similarity").margin == 0.5
+
+
+def test_normalized_is_the_deprecated_name_of_normalize():
+    with pytest.warns(DeprecationWarning, match="normalize"):
+        old = LoOpLoss("triplet", normalized=False)
+    assert old.normalize is False and old.get_config()["normalize"] is False
+    with pytest.warns(DeprecationWarning, match="normalize"):
+        assert old.normalized is False
+    # A config saved with `normalized` still loads, without a warning.
+    saved = {**LoOpLoss("triplet", normalize=False).get_config()}
+    saved["normalized"] = saved.pop("normalize")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        again = LoOpLoss.from_config(saved)
+    assert again.normalize is False and again.get_config() == old.get_config()
+    with pytest.warns(DeprecationWarning, match="normalize"):
+        value = loop_loss(LABELS, X, "triplet", normalized=False)
+    np.testing.assert_array_equal(to_numpy(value), to_numpy(loop_loss(LABELS, X, "triplet",
+                                                                     normalize=False)))
 
 
 @MB
@@ -266,11 +287,11 @@ def test_bad_input(make, match):
 @MB
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_pair_layout_puts_each_label_pair_at_t_and_s_plus_t(seed):
-    from tfdml.losses.loop import _pair_layout
+    from tfdml.losses.loop_pairs import pair_layout
 
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, 5, size=int(rng.integers(2, 17)))
-    perm, valid = to_numpy(_pair_layout(ops.convert_to_tensor(labels)))
+    perm, valid = to_numpy(pair_layout(ops.convert_to_tensor(labels)))
     half = len(labels) // 2
     assert sorted(perm.tolist()) == list(range(len(labels)))  # a permutation
     assert valid.shape == (half,) and not np.any(valid[1:] & ~valid[:-1])  # valid ones first
@@ -284,7 +305,7 @@ def test_envelope_gradient_is_the_solvers_own():
     optimal points' coefficients): the same value and, up to rounding, the same gradient
     as differentiating the solver itself."""
     from tfdml.geometry import arc_similarity_from_dots
-    from tfdml.losses.loop import _arc_similarity
+    from tfdml.losses.loop_pairs import _arc_similarity
 
     rng = np.random.default_rng(21)
 

@@ -1,9 +1,9 @@
 """VICRegLoss and SelfSupervisedLoss: two views stacked as ``y_pred = [view1; view2]``.
 
 Against NumPy references and pytorch-metric-learning 2.9 (tests/fixtures/pml_2.9.npz, the
-``two_views`` batch), and the contract tests they cannot take from tests/loss_cases.py (no
-labels): config and .keras round trips, compiled = eager, non-finite and degenerate batches,
-mixed precision, bad arguments.
+``two_views`` batch), and the contract tests that the cases of tests/loss_cases.py skip for
+them (no labels, an even number of rows): .keras round trips, non-finite and degenerate
+batches, mixed precision, bad arguments.
 """
 
 from __future__ import annotations

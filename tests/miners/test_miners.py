@@ -1,6 +1,6 @@
-"""TripletMiner against the naive reference miner of tests/references.py.
+"""TripletMiner against the naive reference miner of tests/support/references/.
 
-Backend-generic (``keras.ops`` and tests/backends.py). Every test runs under
+Backend-generic (``keras.ops`` and tests/support/backends.py). Every test runs under
 TensorFlow; the tests (and parameter rows) marked ``multibackend`` also run
 under JAX and PyTorch. Large parameter grids run in full under TensorFlow and
 thinned elsewhere (eager JAX compiles every op for every new shape).
@@ -974,13 +974,14 @@ def test_every_single_choice_strategy_is_in_the_one_table():
     """One table dispatches the strategies: every name but ``"all"`` is in it, and a miner
     has a seed generator exactly when one of its strategies draws noise."""
     from tfdml import miners
+    from tfdml.miners import selection
 
     for role, names in (("positive", miners.POSITIVE_STRATEGIES),
                         ("negative", miners.NEGATIVE_STRATEGIES)):
-        assert {name for r, name in miners._STRATEGIES if r == role} == set(names) - {"all"}
+        assert {name for r, name in selection.STRATEGIES if r == role} == set(names) - {"all"}
     for p in miners.POSITIVE_STRATEGIES:
         for n in miners.NEGATIVE_STRATEGIES:
-            draws = any(miners._STRATEGIES.get((role, name), miners._Strategy("")).noise
+            draws = any(selection.STRATEGIES.get((role, name), selection.Strategy("")).noise
                         for role, name in (("positive", p), ("negative", n)))
             assert (TripletMiner(p, n).seed_generator is not None) == bool(draws), (p, n)
 
@@ -991,12 +992,12 @@ def test_multi_similarity_pairs_is_the_miner_and_takes_other_negatives(positive)
     """The MS miner is one function: ``MultiSimilarityMiner.mine`` is it with the label
     masks, and other negatives (LoOp's pairs of samples) are kept against the same
     threshold, ``S'_an + epsilon > min_p S_ap``, with any sign of epsilon."""
-    from tfdml.miners import _multi_similarity_pairs
+    from tfdml.miners.selection import multi_similarity_pairs
 
     scores, labels, _, _ = MS_CASES["seed_10"]()
     positive_mask, negative_mask = ref.label_masks(labels, labels, 0)
     masks = (_t(positive_mask), _t(negative_mask))
-    got = _multi_similarity_pairs(_t(scores, np.float32), *masks, 0.1, positive)
+    got = multi_similarity_pairs(_t(scores, np.float32), *masks, 0.1, positive)
     want = MultiSimilarityMiner(0.1, positive).mine(_t(scores, np.float32), labels)
     for a, b in zip(got, want, strict=True):
         np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
@@ -1006,10 +1007,10 @@ def test_multi_similarity_pairs_is_the_miner_and_takes_other_negatives(positive)
     other = rng.uniform(-1, 1, size=(len(labels), 7)).astype(np.float32)
     candidates = rng.uniform(size=other.shape) < 0.7
     for epsilon in (0.1, -0.05):
-        pairs = _multi_similarity_pairs(_t(scores), *masks, epsilon, positive,
-                                        negatives=(_t(other), _t(candidates)))
+        pairs = multi_similarity_pairs(_t(scores), *masks, epsilon, positive,
+                                       negatives=(_t(other), _t(candidates)))
         least = np.where(positive_mask, scores, np.inf).min(axis=1, keepdims=True)
         want = candidates & (other + np.float32(epsilon) > least) & np.isfinite(least)
         np.testing.assert_array_equal(to_numpy(pairs.negative), want)
         np.testing.assert_array_equal(to_numpy(pairs.positive), to_numpy(
-            _multi_similarity_pairs(_t(scores), *masks, epsilon, positive).positive))
+            multi_similarity_pairs(_t(scores), *masks, epsilon, positive).positive))

@@ -20,8 +20,8 @@ from harness import assert_config_roundtrip
 from pml_data import BATCHES, DATA
 
 import tfdml
-from tfdml.distance_miners import histogram_bins, sample_per_bin
 from tfdml.miners import Pairs, UniformHistogramMiner
+from tfdml.miners.histogram import histogram_bins, sample_per_bin
 
 pytestmark = pytest.mark.multibackend
 

@@ -2,13 +2,9 @@
 triplets under an optimizer step, and the gradient vector field of the triplet losses; and
 pictures of retrieval results (figures, an HTML page, a TensorBoard projector export)."""
 
-from tfdml.analysis.retrieval import (
-    plot_retrieval,
-    plot_worst_queries,
-    projector_export,
-    retrieval_html,
-    worst_queries,
-)
+from tfdml.analysis.html_page import retrieval_html
+from tfdml.analysis.projector import projector_export
+from tfdml.analysis.retrieval import plot_retrieval, plot_worst_queries, worst_queries
 from tfdml.analysis.scatter import (
     MovementStatistics,
     TripletScatterResult,

@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-import keras
 import numpy as np
 from keras import ops
 
@@ -33,7 +32,10 @@ from tfdml import _files
 from tfdml import ops as dml
 from tfdml._checks import check_choice, check_int
 from tfdml._files import atomic_path
-from tfdml.metric_model import plus_model_losses
+from tfdml._pyplot import import_pyplot
+from tfdml._shims import dtype_name
+from tfdml._tensors import check_batch_sizes, check_embeddings, compute_dtype
+from tfdml.analysis._gradients import training_gradients
 from tfdml.miners import TripletMiner
 
 __all__ = [
@@ -113,7 +115,14 @@ class MovementStatistics(NamedTuple):
 # -- validation ---------------------------------------------------------------------------------
 
 
-def _check_strategies(positive, negative):
+def check_strategies(positive, negative):
+    """Checks the mining strategies of a scatter: one of :data:`POSITIVE_STRATEGIES` and
+    one of :data:`NEGATIVE_STRATEGIES` (``"all"`` is refused: a scatter has one triplet per
+    anchor).
+
+    Raises:
+        ValueError: an unknown strategy, or ``"all"``.
+    """
     for name, value, allowed in (("positive", positive, POSITIVE_STRATEGIES),
                                  ("negative", negative, NEGATIVE_STRATEGIES)):
         if value == "all":
@@ -125,8 +134,8 @@ def _check_strategies(positive, negative):
 
 
 def _normalized(embeddings, name="embeddings"):
-    x = dml.check_embeddings(embeddings, name)
-    return dml.l2_normalize(ops.cast(x, dml.compute_dtype(x.dtype)))
+    x = check_embeddings(embeddings, name)
+    return dml.l2_normalize(ops.cast(x, compute_dtype(x.dtype)))
 
 
 # -- the scatter --------------------------------------------------------------------------------
@@ -184,19 +193,19 @@ def triplet_scatter(
     >>> tfdml.analysis.plot_triplet_scatter(points.s_ap, points.s_an)
     >>> points.correct.mean()  # share of anchors whose triplet is correct
     """
-    _check_strategies(positive, negative)
+    check_strategies(positive, negative)
     chunk_size = check_int("chunk_size", chunk_size)
     labels = dml.cast_labels(labels, "labels")
     x = _normalized(embeddings)
-    dml.check_batch_sizes(labels, x, "labels", "embeddings")
+    check_batch_sizes(labels, x, "labels", "embeddings")
     n = int(x.shape[0])
     if n == 0:
         raise ValueError(f"`embeddings` is empty. Received: embeddings.shape={x.shape}")
     miner = TripletMiner(positive, negative, seed=seed)
     pos = np.zeros(n, np.int64)
     neg = np.zeros(n, np.int64)
-    s_ap = np.zeros(n, dml.dtype_name(x))
-    s_an = np.zeros(n, dml.dtype_name(x))
+    s_ap = np.zeros(n, dtype_name(x))
+    s_an = np.zeros(n, dtype_name(x))
     used = np.zeros(n, bool)
     for start in range(0, n, chunk_size):
         stop = min(start + chunk_size, n)
@@ -248,17 +257,6 @@ def rescore_triplets(embeddings, triplets: TripletScatterResult) -> TripletScatt
 
 
 # -- the plot -----------------------------------------------------------------------------------
-
-
-def _import_pyplot():
-    try:
-        import matplotlib.pyplot as plt
-    except ImportError as err:
-        raise ImportError(
-            "Plotting needs matplotlib: `pip install matplotlib` (or, in a clone of tfdml, "
-            "`pip install \".[plot]\"`)."
-        ) from err
-    return plt
 
 
 def _as_1d(name, value):
@@ -338,10 +336,10 @@ def plot_triplet_scatter(
     if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin < 1:
         raise ValueError(f"`margin` must be a number in [0, 1). Received: margin={margin!r}")
     if ax is None:
-        plt = _import_pyplot()
+        plt = import_pyplot()
         _, ax = plt.subplots(figsize=(4.5, 4.5))
     else:
-        _import_pyplot()
+        import_pyplot()
     low = -1.0 if region == "full" else 0.0
     correct = s_ap > s_an
     total = max(len(s_ap), 1)
@@ -453,59 +451,6 @@ def _model_embeddings(model, x):
     return ops.convert_to_numpy(out).astype(np.float64)
 
 
-def _training_loss(model, x, y, loss):
-    """``loss(y, model(x, training=True))`` plus the model's own losses."""
-    pred = model(x, training=True)
-    return plus_model_losses(loss(y, pred), model.losses)
-
-
-def _gradients(model, x, y, loss):
-    """Gradients of :func:`_training_loss` w.r.t. ``model.trainable_variables`` (None where
-    unconnected), by ``tf.GradientTape``, ``jax.grad`` or ``torch.autograd``.
-
-    The forward pass updates the model's non-trainable state (batch-norm statistics,
-    random seeds) as ``model(x, training=True)`` does; under JAX it runs in a
-    ``keras.StatelessScope`` and the updates are assigned afterwards.
-    """
-    variables = model.trainable_variables
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        with tf.GradientTape() as tape:
-            value = _training_loss(model, x, y, loss)
-        return tape.gradient(value, variables)
-    if backend == "jax":
-        import jax
-
-        others = model.non_trainable_variables
-
-        def value_and_state(trainable, non_trainable):
-            mapping = list(zip(variables, trainable, strict=True))
-            mapping += list(zip(others, non_trainable, strict=True))
-            with keras.StatelessScope(state_mapping=mapping, collect_losses=True) as scope:
-                pred = model(x, training=True)
-                extras = model.losses
-            value = plus_model_losses(loss(y, pred), extras)
-            return value, [scope.get_current_value(v) for v in others]
-
-        grads, state = jax.grad(value_and_state, has_aux=True)(
-            [v.value for v in variables], [v.value for v in others])
-        for v, new in zip(others, state, strict=True):
-            if new is not None:
-                v.assign(new)
-        return grads
-    if backend == "torch":
-        import torch
-
-        value = _training_loss(model, x, y, loss)
-        params = [v.value for v in variables]
-        if not value.requires_grad:
-            return [None] * len(params)
-        return list(torch.autograd.grad(value, params, allow_unused=True))
-    raise NotImplementedError(f"triplet_movement does not support the {backend} backend.")
-
-
 def triplet_movement(
     model,
     x,
@@ -582,11 +527,11 @@ def triplet_movement(
     positive = defaults[0] if positive is None else positive
     negative = defaults[1] if negative is None else negative
     disjoint = defaults[2] if disjoint is None else bool(disjoint)
-    _check_strategies(positive, negative)
+    check_strategies(positive, negative)
 
     labels = dml.cast_labels(y, "y")
     before_emb = _model_embeddings(model, x)
-    dml.check_batch_sizes(labels, before_emb, "y", "model(x)")
+    check_batch_sizes(labels, before_emb, "y", "model(x)")
     normed = dml.l2_normalize(ops.convert_to_tensor(before_emb))
     scores = dml.pairwise_similarity(normed)
     triplets = TripletMiner(positive, negative, disjoint=disjoint).mine(
@@ -599,7 +544,7 @@ def triplet_movement(
     before = rescore_triplets(before_emb, template)
 
     variables = model.trainable_variables
-    grads = _gradients(model, x, y, loss)
+    grads = training_gradients(model, x, y, loss)
     optimizer.apply_gradients(
         [(g, v) for g, v in zip(grads, variables, strict=True) if g is not None])
 

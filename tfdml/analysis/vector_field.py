@@ -20,8 +20,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tfdml import ops as dml
-from tfdml.analysis.scatter import _import_pyplot
+from tfdml._pyplot import import_pyplot
+from tfdml._tensors import is_number
 
 __all__ = [
     "LOSSES",
@@ -55,7 +55,6 @@ class SimilarityChange(NamedTuple):
     ds_an_total: np.ndarray
 
 
-
 def _as_array(value, name, low=None, high=None):
     try:
         arr = np.asarray(value, dtype=np.float64)
@@ -81,7 +80,7 @@ def _as_array(value, name, low=None, high=None):
 
 
 def _check_positive_scalar(value, name):
-    if not dml.is_number(value) or not np.isfinite(value) or not value > 0:
+    if not is_number(value) or not np.isfinite(value) or not value > 0:
         raise ValueError(f"`{name}` must be a finite number > 0. Received: {name}={value!r}")
     return float(value)
 
@@ -228,7 +227,7 @@ def similarity_change(
     lr = _check_positive_scalar(lr, "lr")
     temperature = _check_positive_scalar(temperature, "temperature")
     if margin is not None:
-        if not dml.is_number(margin) or not np.isfinite(margin) or margin < 0:
+        if not is_number(margin) or not np.isfinite(margin) or margin < 0:
             raise ValueError(f"`margin` must be None or a finite number >= 0. "
                              f"Received: margin={margin!r}")
         margin = float(margin)
@@ -299,7 +298,7 @@ def _extent(region):
 
 
 def _scalar_in(value, name, low, high=None):
-    if not dml.is_number(value) or not np.isfinite(value) or value < low or (
+    if not is_number(value) or not np.isfinite(value) or value < low or (
             high is not None and value > high):
         what = f"in [{low:g}, {high:g}]" if high is not None else f">= {low:g}"
         raise ValueError(f"`{name}` must be a number {what}. Received: {name}={value!r}")
@@ -378,7 +377,7 @@ def plot_vector_field(
     change = similarity_change(s_ap, s_an, gamma, p, loss, lr,
                                temperature=temperature, margin=margin)
     u, v = change.ds_ap_total, change.ds_an_total
-    plt = _import_pyplot()
+    plt = import_pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(4.2, 4.2))
     from matplotlib.colors import Normalize
@@ -491,7 +490,7 @@ def plot_problem_regions(
     extent = _extent(region)
     s_ap, s_an, masks = problem_masks(gamma, p, loss, grid, extent, lr,
                                       temperature=temperature, margin=margin)
-    plt = _import_pyplot()
+    plt = import_pyplot()
     from matplotlib.colors import ListedColormap
 
     if axes is None:

@@ -50,6 +50,7 @@ import keras
 import tensorflow as tf
 
 from tfdml import ops as dml
+from tfdml._tensors import check_batch_sizes, check_embeddings
 from tfdml.miners import negatives_at_or_below
 
 __all__ = [
@@ -133,8 +134,8 @@ def _check(margin, distance_metric):
 def _prepare(y_true, y_pred):
     labels = tf.reshape(dml.cast_labels(y_true, "y_true"), [-1])
     embeddings = tf.convert_to_tensor(y_pred)
-    dml.check_embeddings(embeddings, "y_pred")
-    dml.check_batch_sizes(labels, embeddings, "y_true", "y_pred")
+    check_embeddings(embeddings, "y_pred")
+    check_batch_sizes(labels, embeddings, "y_true", "y_pred")
     precise = embeddings
     if embeddings.dtype in (tf.float16, tf.bfloat16):
         precise = tf.cast(embeddings, tf.float32)
@@ -460,7 +461,7 @@ def npairs_multilabel_loss(y_true, y_pred):
             "`y_true` must be a rank-2 [B, C] label indicator. "
             f"Received: y_true.shape={tuple(y_true.shape)}"
         )
-    dml.check_batch_sizes(y_true, y_pred, "y_true", "y_pred")
+    check_batch_sizes(y_true, y_pred, "y_true", "y_pred")
     indicator = tf.cast(y_true, y_pred.dtype)
     shared = tf.matmul(indicator, indicator, transpose_b=True)  # [B, B] shared label counts
     row_sum = tf.reduce_sum(shared, axis=1, keepdims=True)
@@ -624,6 +625,8 @@ def _namespace(*objects, **more):
     return types.SimpleNamespace(**{obj.__name__: obj for obj in objects}, **more)
 
 
+#: ``tfa.losses`` of TensorFlow Addons: the loss classes and functional forms above, and
+#: ``losses.metric_learning.pairwise_distance`` / ``angular_distance``.
 losses = _namespace(
     ContrastiveLoss, LiftedStructLoss, NpairsLoss, NpairsMultilabelLoss, TripletHardLoss,
     TripletSemiHardLoss, contrastive_loss, lifted_struct_loss, npairs_loss,

@@ -23,8 +23,9 @@ import importlib
 
 from tfdml.data import numpy_augment
 from tfdml.data.pk import PKSampler
-from tfdml.data.py_dataset import EvalDataset, PKDataset, check_steps, fit_shuffle
+from tfdml.data.py_dataset import EvalDataset, PKDataset
 from tfdml.data.source import DatasetSplit
+from tfdml.models.checks import check_steps, fit_shuffle
 
 __all__ = ["DatasetSplit", "EvalDataset", "PKDataset", "PKSampler", "augment", "check_steps",
            "eval_batches", "fit_shuffle", "numpy_augment", "pk_batches"]

@@ -76,7 +76,7 @@ def check_pad_crop(size, padding):
 
 def unknown_preprocess(preprocess):
     """The ValueError of a `preprocess` that is neither None, a callable, a backbone nor a mode."""
-    from tfdml import models
+    from tfdml.models import backbones as models
 
     return ValueError(
         "`preprocess` must be None, a callable, a backbone name from "
@@ -255,7 +255,7 @@ def get_preprocess(preprocess):
         return to_pixels
     if callable(preprocess):
         return preprocess
-    from tfdml import models
+    from tfdml.models import backbones as models
 
     try:
         mode = models.resolve_preprocess_mode(preprocess)

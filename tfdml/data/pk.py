@@ -30,6 +30,28 @@ def _check_samples_per_class(value):
     return int(value)
 
 
+def _check_seed(seed):
+    """``seed`` as a non-negative int; a random one (drawn now) for None."""
+    if seed is None:
+        return int(np.random.SeedSequence().entropy % (2**63))
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"`seed` must be a non-negative integer or None. Received: seed={seed!r}")
+    return int(seed)
+
+
+def _check_labels(labels):
+    """``labels`` as a 1-D NumPy array of integer class ids (``[N, 1]`` is flattened)."""
+    labels = np.asarray(labels)
+    if labels.ndim == 2 and labels.shape[1] == 1:
+        labels = labels[:, 0]
+    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(
+            "`labels` must be a 1-D array of integer class ids. "
+            f"Received: labels with shape {labels.shape} and dtype {labels.dtype}"
+        )
+    return labels
+
+
 def check_channels(value):
     if value is None:
         return None
@@ -103,26 +125,29 @@ class PKSampler:
         if steps_per_epoch is not None:
             steps_per_epoch = check_int("steps_per_epoch", steps_per_epoch)
         self.drop_remainder = bool(drop_remainder)
-        if seed is None:
-            seed = int(np.random.SeedSequence().entropy % (2**63))
-        elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ValueError(f"`seed` must be a non-negative integer or None. Received: seed={seed!r}")
-        self.seed = int(seed)
-
-        labels = np.asarray(labels)
-        if labels.ndim == 2 and labels.shape[1] == 1:
-            labels = labels[:, 0]
-        if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+        self.seed = _check_seed(seed)
+        self.labels = _check_labels(labels)
+        self._keep_classes()
+        num = len(self.class_ids)
+        if num < self.classes_per_batch:
             raise ValueError(
-                "`labels` must be a 1-D array of integer class ids. "
-                f"Received: labels with shape {labels.shape} and dtype {labels.dtype}"
+                f"`classes_per_batch` must be at most the number of usable classes ({num} with "
+                f"at least {self.min_class_size} examples). Received: "
+                f"classes_per_batch={self.classes_per_batch}"
             )
-        self.labels = labels
-        ids, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
+        if steps_per_epoch is None:
+            per_perm = num / self.classes_per_batch
+            steps_per_epoch = math.floor(per_perm) if self.drop_remainder else math.ceil(per_perm)
+        self.steps_per_epoch = steps_per_epoch
+
+    def _keep_classes(self):
+        """Groups the examples by class and leaves out (and logs) the classes too small to
+        sample: sets ``class_ids``, ``skipped_classes`` and the members of each kept class."""
+        ids, inverse, counts = np.unique(self.labels, return_inverse=True, return_counts=True)
         order = np.argsort(inverse, kind="stable")
         members = np.split(order, np.cumsum(counts)[:-1])
         keep = counts >= self.min_class_size
-        if small_classes == "skip":
+        if self.small_classes == "skip":
             keep &= counts >= self.samples_per_class
         too_few = int(np.sum(counts < self.min_class_size))
         if too_few:
@@ -141,17 +166,6 @@ class PKSampler:
         self._members = [m for m, k in zip(members, keep, strict=True) if k]
         self._counts = counts[keep]
         self.skipped_classes = ids[~keep]
-        num = len(self.class_ids)
-        if num < self.classes_per_batch:
-            raise ValueError(
-                f"`classes_per_batch` must be at most the number of usable classes ({num} with "
-                f"at least {self.min_class_size} examples). Received: "
-                f"classes_per_batch={self.classes_per_batch}"
-            )
-        if steps_per_epoch is None:
-            per_perm = num / self.classes_per_batch
-            steps_per_epoch = math.floor(per_perm) if self.drop_remainder else math.ceil(per_perm)
-        self.steps_per_epoch = steps_per_epoch
 
     @property
     def batch_size(self) -> int:

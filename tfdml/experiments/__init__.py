@@ -25,7 +25,9 @@ and calls :func:`run`. What :func:`run` does:
 The modules:
 
 * ``flags``: :func:`make_parser` and the checks of overlapping or ignored flags
-  (:func:`given_flags`, :func:`reject_flags`, :func:`batch_shape`), :func:`apply_smoke`;
+  (:func:`given_flags`, :func:`reject_flags`, :func:`batch_shape`), :func:`apply_smoke`,
+  and the flag types of the scripts' own flags (:func:`positive_int`,
+  :func:`positive_float`);
 * ``data``: the data sets' evaluation splits, :class:`ExperimentData`,
   :func:`synthetic_data`, :func:`load_data`, :func:`transforms`;
 * ``train``: :func:`build_model`, :func:`learning_rate_schedule`,
@@ -53,9 +55,15 @@ from tfdml.experiments.data import BACKBONE_TINY as BACKBONE_TINY
 from tfdml.experiments.data import DATASETS as DATASETS
 from tfdml.experiments.data import EVAL_SPLITS as EVAL_SPLITS
 from tfdml.experiments.data import ExperimentData, load_data, synthetic_data, transforms
-from tfdml.experiments.flags import _positive_float as _positive_float
-from tfdml.experiments.flags import _positive_int as _positive_int
-from tfdml.experiments.flags import apply_smoke, batch_shape, given_flags, make_parser, reject_flags
+from tfdml.experiments.flags import (
+    apply_smoke,
+    batch_shape,
+    given_flags,
+    make_parser,
+    positive_float,
+    positive_int,
+    reject_flags,
+)
 from tfdml.experiments.report import RECALL_KS as RECALL_KS
 from tfdml.experiments.report import (
     Evaluation,
@@ -66,7 +74,6 @@ from tfdml.experiments.report import (
     sweep,
 )
 from tfdml.experiments.resume import ResumeState
-from tfdml.experiments.resume import _best_checkpoint as _best_checkpoint
 from tfdml.experiments.train import (
     build_model,
     fit_multi_worker,
@@ -91,6 +98,8 @@ __all__ = [
     "make_parser",
     "make_strategy",
     "markdown_table",
+    "positive_float",
+    "positive_int",
     "reject_flags",
     "run",
     "saved_arrays",

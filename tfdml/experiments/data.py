@@ -131,7 +131,9 @@ def load_data(args) -> ExperimentData:
                           evaluation={s: load(s) for s in EVAL_SPLITS[args.dataset]})
 
 
-def _preprocess(backbone):
+def backbone_preprocess(backbone):
+    """The input normalization of ``backbone``: ``tfdml.models.get_preprocess``, or pixels
+    scaled to ``[0, 1]`` for the small CNN of ``--backbone tiny``."""
     if backbone == BACKBONE_TINY:
         return lambda x: tf.cast(x, tf.float32) / 255.0
     from tfdml.models import get_preprocess
@@ -153,7 +155,7 @@ def transforms(args):
     resizes and center-crops. ``pad_crop``: resize to ``image_size``, pad 10 px, random
     crop, flip; evaluation resizes. ``none``: resize only, for training and evaluation.
     """
-    pre = _preprocess(args.backbone)
+    pre = backbone_preprocess(args.backbone)
     size, resize = args.image_size, args.resize_size
     if args.transform == "crop":
         train = augment.train_transform(crop_size=size, resize_size=resize, preprocess=pre)

@@ -7,17 +7,50 @@ import argparse
 
 from tfdml.experiments.data import BACKBONE_TINY, DATASETS
 
-__all__ = ["apply_smoke", "batch_shape", "given_flags", "make_parser", "reject_flags"]
+__all__ = ["apply_smoke", "batch_shape", "given_flags", "make_parser", "positive_float", "positive_int",
+           "reject_flags"]
 
 
-def _positive_int(text):
+def positive_int(text):
+    """An ``argparse`` type: an integer >= 1.
+
+    Args:
+        text: the flag's value on the command line.
+
+    Returns:
+        The integer.
+
+    Raises:
+        argparse.ArgumentTypeError: not an integer >= 1 (``argparse`` reports it as a
+            usage error naming the flag).
+
+    Examples:
+
+    >>> parser.add_argument("--batch-size", type=tfdml.experiments.positive_int)
+    """
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
     return value
 
 
-def _positive_float(text):
+def positive_float(text):
+    """An ``argparse`` type: a number > 0.
+
+    Args:
+        text: the flag's value on the command line.
+
+    Returns:
+        The float.
+
+    Raises:
+        argparse.ArgumentTypeError: not a number > 0 (``argparse`` reports it as a
+            usage error naming the flag).
+
+    Examples:
+
+    >>> parser.add_argument("--margin", type=tfdml.experiments.positive_float)
+    """
     value = float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text}")
@@ -60,6 +93,86 @@ _FLAG_DEFAULTS = dict(
 )
 
 
+def _add_data_flags(p, d):
+    """The ``data`` flags of :func:`make_parser` (``d``: the defaults by destination)."""
+    g = p.add_argument_group("data")
+    g.add_argument("--dataset", choices=DATASETS, default=d["dataset"])
+    g.add_argument("--data-dir", default=d["data_dir"],
+                   help="the extracted data set (files) or TFDS's data directory (tfds); "
+                        "default: $TFDML_DATA_DIR/<dataset>")
+    g.add_argument("--source", choices=("files", "tfds"), default=d["source"])
+    g.add_argument("--omniglot-label", choices=("character", "alphabet"),
+                   default=d["omniglot_label"], help="Omniglot: what a class is")
+    g.add_argument("--image-size", type=positive_int, default=d["image_size"],
+                   help="network input size (square)")
+    g.add_argument("--resize-size", type=positive_int, default=d["resize_size"],
+                   help="images are resized to this before cropping")
+    g.add_argument("--transform", choices=("crop", "pad_crop", "none"), default=d["transform"],
+                   help="training augmentation: resize + random crop + flip (crop), resize + "
+                        "10 px zero padding + random crop + flip (pad_crop), or resize only")
+    g.add_argument("-P", "--classes-per-batch", type=positive_int, default=d["classes_per_batch"])
+    g.add_argument("-K", "--samples-per-class", type=positive_int,
+                   default=d["samples_per_class"])
+
+
+def _add_model_flags(p, d):
+    """The ``model`` flags of :func:`make_parser` (``d``: the defaults by destination)."""
+    g = p.add_argument_group("model")
+    g.add_argument("--backbone", default=d["backbone"],
+                   help="a tfdml.models.BACKBONES name, or 'tiny' (a small CNN)")
+    g.add_argument("--weights", default=d["weights"], help="'imagenet' or 'none'")
+    g.add_argument("--embedding-dim", type=positive_int, default=d["embedding_dim"])
+    g.add_argument("--freeze-batchnorm", action=argparse.BooleanOptionalAction,
+                   default=d["freeze_batchnorm"])
+
+
+def _add_training_flags(p, d):
+    """The ``training`` flags of :func:`make_parser` (``d``: the defaults by destination)."""
+    g = p.add_argument_group("training")
+    g.add_argument("--epochs", type=positive_int, default=d["epochs"])
+    g.add_argument("--steps-per-epoch", type=positive_int, default=d["steps_per_epoch"],
+                   help="default: every training class once per epoch (ceil(C / P) batches)")
+    g.add_argument("--optimizer", choices=("sgd", "adam", "rmsprop"), default=d["optimizer"])
+    g.add_argument("--learning-rate", "--lr", type=positive_float, default=d["learning_rate"])
+    g.add_argument("--momentum", type=float, default=d["momentum"], help="SGD and RMSprop")
+    g.add_argument("--weight-decay", type=float, default=d["weight_decay"],
+                   help="decoupled weight decay of the Keras optimizer")
+    g.add_argument("--lr-milestones", type=positive_int, nargs="*", default=list(d["lr_milestones"]),
+                   help="epochs after which the learning rate is multiplied by --lr-gamma")
+    g.add_argument("--lr-gamma", type=positive_float, default=d["lr_gamma"])
+    g.add_argument("--seed", type=int, default=d["seed"])
+    g.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=d["jit_compile"])
+    g.add_argument("--deterministic", action="store_true",
+                   help="deterministic TensorFlow ops (slower): a resumed run then ends with "
+                        "the weights of an uninterrupted one")
+    g.add_argument("--mixed-precision", choices=("off", "float16", "bfloat16"),
+                   default=d["mixed_precision"])
+    g.add_argument("--strategy", choices=("default", "mirrored", "multiworker"),
+                   default=d["strategy"],
+                   help="tf.distribute: one device, MirroredStrategy (all GPUs of this "
+                        "machine), or MultiWorkerMirroredStrategy (configured by TF_CONFIG)")
+    g.add_argument("--logical-cpus", type=positive_int, default=d["logical_cpus"],
+                   help="split the CPU into this many logical devices (with --strategy "
+                        "mirrored on a machine without GPUs: one replica each)")
+
+
+def _add_output_flags(p, d):
+    """The ``output`` flags of :func:`make_parser` (``d``: the defaults by destination)."""
+    g = p.add_argument_group("output")
+    g.add_argument("--output-dir", default=d["output_dir"],
+                   help="default: runs/<script>-<dataset>-<method>; an unfinished run there "
+                        "resumes")
+    g.add_argument("--eval-every", type=positive_int, default=d["eval_every"])
+    g.add_argument("--eval-batch-size", type=positive_int, default=d["eval_batch_size"])
+    g.add_argument("--export", action=argparse.BooleanOptionalAction, default=d["export"],
+                   help="write a SavedModel of the best weights")
+    g.add_argument("--verbose", type=int, choices=(0, 1, 2), default=d["verbose"],
+                   help="1: progress bar, 2: one line per epoch, 0: quiet")
+    g.add_argument("--smoke", action="store_true", default=d["smoke"],
+                   help="a few steps on tiny generated data, a small CNN, no downloads: checks "
+                        "that the script works end to end")
+
+
 def make_parser(description: str, **defaults) -> argparse.ArgumentParser:
     """The command-line flags every example script shares, with a script's defaults.
 
@@ -79,70 +192,10 @@ def make_parser(description: str, **defaults) -> argparse.ArgumentParser:
     d = {**_FLAG_DEFAULTS, **defaults}
     p = argparse.ArgumentParser(description=description,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    g = p.add_argument_group("data")
-    g.add_argument("--dataset", choices=DATASETS, default=d["dataset"])
-    g.add_argument("--data-dir", default=d["data_dir"],
-                   help="the extracted data set (files) or TFDS's data directory (tfds); "
-                        "default: $TFDML_DATA_DIR/<dataset>")
-    g.add_argument("--source", choices=("files", "tfds"), default=d["source"])
-    g.add_argument("--omniglot-label", choices=("character", "alphabet"),
-                   default=d["omniglot_label"], help="Omniglot: what a class is")
-    g.add_argument("--image-size", type=_positive_int, default=d["image_size"],
-                   help="network input size (square)")
-    g.add_argument("--resize-size", type=_positive_int, default=d["resize_size"],
-                   help="images are resized to this before cropping")
-    g.add_argument("--transform", choices=("crop", "pad_crop", "none"), default=d["transform"],
-                   help="training augmentation: resize + random crop + flip (crop), resize + "
-                        "10 px zero padding + random crop + flip (pad_crop), or resize only")
-    g.add_argument("-P", "--classes-per-batch", type=_positive_int, default=d["classes_per_batch"])
-    g.add_argument("-K", "--samples-per-class", type=_positive_int,
-                   default=d["samples_per_class"])
-    g = p.add_argument_group("model")
-    g.add_argument("--backbone", default=d["backbone"],
-                   help="a tfdml.models.BACKBONES name, or 'tiny' (a small CNN)")
-    g.add_argument("--weights", default=d["weights"], help="'imagenet' or 'none'")
-    g.add_argument("--embedding-dim", type=_positive_int, default=d["embedding_dim"])
-    g.add_argument("--freeze-batchnorm", action=argparse.BooleanOptionalAction,
-                   default=d["freeze_batchnorm"])
-    g = p.add_argument_group("training")
-    g.add_argument("--epochs", type=_positive_int, default=d["epochs"])
-    g.add_argument("--steps-per-epoch", type=_positive_int, default=d["steps_per_epoch"],
-                   help="default: every training class once per epoch (ceil(C / P) batches)")
-    g.add_argument("--optimizer", choices=("sgd", "adam", "rmsprop"), default=d["optimizer"])
-    g.add_argument("--learning-rate", "--lr", type=_positive_float, default=d["learning_rate"])
-    g.add_argument("--momentum", type=float, default=d["momentum"], help="SGD and RMSprop")
-    g.add_argument("--weight-decay", type=float, default=d["weight_decay"],
-                   help="decoupled weight decay of the Keras optimizer")
-    g.add_argument("--lr-milestones", type=_positive_int, nargs="*", default=list(d["lr_milestones"]),
-                   help="epochs after which the learning rate is multiplied by --lr-gamma")
-    g.add_argument("--lr-gamma", type=_positive_float, default=d["lr_gamma"])
-    g.add_argument("--seed", type=int, default=d["seed"])
-    g.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=d["jit_compile"])
-    g.add_argument("--deterministic", action="store_true",
-                   help="deterministic TensorFlow ops (slower): a resumed run then ends with "
-                        "the weights of an uninterrupted one")
-    g.add_argument("--mixed-precision", choices=("off", "float16", "bfloat16"),
-                   default=d["mixed_precision"])
-    g.add_argument("--strategy", choices=("default", "mirrored", "multiworker"),
-                   default=d["strategy"],
-                   help="tf.distribute: one device, MirroredStrategy (all GPUs of this "
-                        "machine), or MultiWorkerMirroredStrategy (configured by TF_CONFIG)")
-    g.add_argument("--logical-cpus", type=_positive_int, default=d["logical_cpus"],
-                   help="split the CPU into this many logical devices (with --strategy "
-                        "mirrored on a machine without GPUs: one replica each)")
-    g = p.add_argument_group("output")
-    g.add_argument("--output-dir", default=d["output_dir"],
-                   help="default: runs/<script>-<dataset>-<method>; an unfinished run there "
-                        "resumes")
-    g.add_argument("--eval-every", type=_positive_int, default=d["eval_every"])
-    g.add_argument("--eval-batch-size", type=_positive_int, default=d["eval_batch_size"])
-    g.add_argument("--export", action=argparse.BooleanOptionalAction, default=d["export"],
-                   help="write a SavedModel of the best weights")
-    g.add_argument("--verbose", type=int, choices=(0, 1, 2), default=d["verbose"],
-                   help="1: progress bar, 2: one line per epoch, 0: quiet")
-    g.add_argument("--smoke", action="store_true", default=d["smoke"],
-                   help="a few steps on tiny generated data, a small CNN, no downloads: checks "
-                        "that the script works end to end")
+    _add_data_flags(p, d)
+    _add_model_flags(p, d)
+    _add_training_flags(p, d)
+    _add_output_flags(p, d)
     return p
 
 
@@ -238,4 +291,3 @@ def apply_smoke(args):
     args.eval_batch_size = 32
     args.mixed_precision = "off"
     return args
-

@@ -110,7 +110,7 @@ def _nan_unless_finite(embeddings, keys, fn, *args, **kwargs):
     return float("nan") if keys is None else {k: float("nan") for k in keys}
 
 
-class _Evaluate(keras.callbacks.Callback):
+class EvaluateCallback(keras.callbacks.Callback):
     """Puts the evaluation metrics into the epoch logs (before the callbacks that read them)."""
 
     def __init__(self, fn, every):
@@ -165,7 +165,9 @@ def best_epoch(history, monitor):
 # -- files -------------------------------------------------------------------------------------
 
 
-def _atomic_write_json(path, obj):
+def atomic_write_json(path, obj):
+    """Writes ``obj`` to ``path`` as JSON (NumPy scalars and arrays as numbers and lists),
+    whole or not at all."""
     write_json(path, obj, default=_json_default)
 
 
@@ -180,7 +182,9 @@ def _json_default(x):
     raise TypeError(f"not JSON serializable: {type(x).__name__}")
 
 
-def _write_csv(path, rows):
+def write_csv(path, rows):
+    """Writes dicts as CSV rows (the columns: every key, in order of first appearance; an
+    empty cell for a missing or None value), whole or not at all."""
     columns = []
     for row in rows:
         columns += [k for k in row if k not in columns]
@@ -224,13 +228,16 @@ def markdown_table(rows, columns=None, digits=4):
     return "\n".join(lines) + "\n"
 
 
-def _machine():
+def describe_machine():
+    """The machine a run ran on, in one line (CPUs, GPUs, TensorFlow, Keras and Python)."""
     return (f"{os.cpu_count()} CPUs, {len(tf.config.list_physical_devices('GPU'))} GPUs; "
             f"TensorFlow {tf.__version__}, Keras {keras.__version__}, "
             f"Python {platform.python_version()}")
 
 
-def _plot_history(history, keys, path, title):
+def plot_history(history, keys, path, title):
+    """Draws the ``keys`` of ``history`` (per-epoch dicts) by epoch into the image ``path``,
+    written whole or not at all."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -250,7 +257,7 @@ def _plot_history(history, keys, path, title):
     plt.close(fig)
 
 
-def _write_results(out, results, extra, *, title, smoke, best, epochs, monitor):
+def write_results(out, results, extra, *, title, smoke, best, epochs, monitor):
     """Writes ``results.json`` and ``results.md`` to ``out`` and prints the metrics table.
 
     Args:
@@ -263,7 +270,7 @@ def _write_results(out, results, extra, *, title, smoke, best, epochs, monitor):
         epochs: the epochs of the run (``--epochs``).
         monitor: the metric the best epoch is chosen by.
     """
-    _atomic_write_json(os.path.join(out, "results.json"), results)
+    atomic_write_json(os.path.join(out, "results.json"), results)
     rows = [{"metric": k, "value": v} for k, v in results["metrics"].items()]
     text = f"# {title}{' (smoke run, synthetic data)' if smoke else ''}\n\n"
     text += f"Best epoch {best} of {epochs} (by {monitor}).\n\n"
@@ -331,7 +338,7 @@ def sweep(main, argv, runs, output_dir, metric="val_recall@1", title="sweep", x_
         row = {"run": run_name, "method": results.get("name"), "best_epoch": results.get("best_epoch")}
         row.update(results["metrics"])
         rows.append(row)
-    _atomic_write_json(os.path.join(output_dir, "sweep.json"), rows)
+    atomic_write_json(os.path.join(output_dir, "sweep.json"), rows)
     _atomic_write_text(os.path.join(output_dir, "sweep.md"), f"# {title}\n\n" + markdown_table(rows))
     if x_label is not None:
         import matplotlib

@@ -13,7 +13,7 @@ import keras
 import numpy as np
 
 from tfdml._files import atomic_path
-from tfdml.experiments.report import _atomic_write_json, _write_csv
+from tfdml.experiments.report import atomic_write_json, write_csv
 
 __all__ = ["ResumeState"]
 
@@ -61,7 +61,7 @@ class _BestWeights(keras.callbacks.Callback):
             self.best = current  # once saved: after a failed save the file holds the old best
 
 
-def _best_checkpoint(path, monitor):
+def best_checkpoint(path, monitor):
     """The callback keeping the best weights by ``monitor`` (maximized), never a NaN epoch,
     written whole or not at all (:class:`_BestWeights`)."""
     return _BestWeights(path, monitor)
@@ -153,17 +153,17 @@ class ResumeState(keras.callbacks.Callback):
         best = None if self.checkpoint is None else self.checkpoint.best
         if best is not None and not np.isfinite(best):
             best = None
-        _atomic_write_json(self._state_path, {"epoch": epoch + 1, "checkpoint": name,
-                                              "history": self.history, "best": best,
-                                              "config": self.config})
+        atomic_write_json(self._state_path, {"epoch": epoch + 1, "checkpoint": name,
+                                             "history": self.history, "best": best,
+                                             "config": self.config})
         for other in os.listdir(self.directory):
             if other.startswith("ckpt-") and other != name:
                 shutil.rmtree(os.path.join(self.directory, other), ignore_errors=True)
         if self.history_csv:
-            _write_csv(self.history_csv, self.history)
+            write_csv(self.history_csv, self.history)
 
 
-def _config(args, name):
+def resume_config(args, name):
     """The settings a run is resumed with (``config.json``): the flags and the method's name."""
     # Not part of what a run computes: a run may resume with other values of these.
     skip = {"verbose", "output_dir", "export", "epochs", "eval_batch_size", "strategy",
@@ -173,7 +173,7 @@ def _config(args, name):
     return json.loads(json.dumps(config, default=str))
 
 
-def _handle_sigterm():
+def handle_sigterm():
     """SIGTERM ends the run like Ctrl-C (the last finished epoch is saved already)."""
     def handler(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")

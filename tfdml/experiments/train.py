@@ -19,24 +19,24 @@ from tfdml.data import pk_batches
 from tfdml.experiments.data import (
     BACKBONE_TINY,
     ExperimentData,
-    _preprocess,
+    backbone_preprocess,
     load_data,
     transforms,
 )
 from tfdml.experiments.flags import apply_smoke
 from tfdml.experiments.report import (
+    EvaluateCallback,
     Evaluation,
-    _atomic_write_json,
-    _Evaluate,
-    _machine,
-    _plot_history,
-    _write_results,
+    atomic_write_json,
     best_epoch,
+    describe_machine,
     evaluate,
+    plot_history,
+    write_results,
 )
-from tfdml.experiments.resume import ResumeState, _best_checkpoint, _config, _handle_sigterm
+from tfdml.experiments.resume import ResumeState, best_checkpoint, handle_sigterm, resume_config
 from tfdml.layers import L2Normalization
-from tfdml.metric_model import MetricModel, is_stateful_loss, plus_model_losses, unwrap
+from tfdml.models import MetricModel, is_stateful_loss, plus_model_losses, unwrap
 
 __all__ = ["build_model", "fit_multi_worker", "learning_rate_schedule", "make_strategy", "run"]
 
@@ -253,7 +253,7 @@ def _start(args, name):
     slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
     out = args.output_dir or os.path.join("runs", f"{script}-{args.dataset}-{slug}")
     os.makedirs(out, exist_ok=True)
-    _handle_sigterm()
+    handle_sigterm()
     strategy = make_strategy(args)
     replicas = strategy.num_replicas_in_sync
     if (args.classes_per_batch * args.samples_per_class) % replicas:
@@ -266,8 +266,8 @@ def _start(args, name):
     if args.mixed_precision != "off":
         keras.mixed_precision.set_global_policy(f"mixed_{args.mixed_precision}")
     start_time = time.perf_counter()
-    config = _config(args, name)
-    _atomic_write_json(os.path.join(out, "config.json"), config)
+    config = resume_config(args, name)
+    atomic_write_json(os.path.join(out, "config.json"), config)
     return out, strategy, config, start_time
 
 
@@ -306,7 +306,7 @@ def _resume(exp: _Experiment):
     Returns:
         ``(best-weights callback, resume state, finished epochs)``.
     """
-    checkpoint = _best_checkpoint(exp.best_path, exp.monitor)
+    checkpoint = best_checkpoint(exp.best_path, exp.monitor)
     resume = ResumeState(os.path.join(exp.out, "backup"), config=exp.config,
                          checkpoint=checkpoint, history_csv=os.path.join(exp.out, "history.csv"))
     # The temporary files that a run killed during a save left behind (never read).
@@ -344,8 +344,8 @@ def _fit(exp: _Experiment, callbacks, checkpoint, resume, initial_epoch):
     extra_callbacks = list(callbacks(model, exp.data, exp.eval_fn, exp.out) if callable(callbacks)
                            else callbacks)
     cbs = [
-        _Evaluate(lambda: evaluate(model, exp.data, exp.eval_fn, args.eval_batch_size),
-                  args.eval_every),
+        EvaluateCallback(lambda: evaluate(model, exp.data, exp.eval_fn, args.eval_batch_size),
+                         args.eval_every),
         keras.callbacks.LearningRateScheduler(
             learning_rate_schedule(args.learning_rate, args.lr_milestones, args.lr_gamma)),
         *extra_callbacks,
@@ -380,8 +380,8 @@ def _figures(exp: _Experiment, history, final: Evaluation, figures):
     fig_dir = os.path.join(exp.out, "figures")
     os.makedirs(fig_dir, exist_ok=True)
     keys = [k for k in final.values if k.startswith("val_") and "nmi" not in k][:4]
-    _plot_history(history, keys, os.path.join(fig_dir, "metrics.png"),
-                  f"{exp.name} on {exp.data.name}")
+    plot_history(history, keys, os.path.join(fig_dir, "metrics.png"),
+                 f"{exp.name} on {exp.data.name}")
     paths = ["figures/metrics.png"]
     if figures is not None:
         paths += [os.path.relpath(p, exp.out)
@@ -396,7 +396,7 @@ def _export(exp: _Experiment):
 
     with atomic_path(os.path.join(exp.out, "saved_model"), directory=True) as export_dir:
         export_embedding_model(unwrap(exp.model), export_dir,
-                               preprocess=_preprocess(exp.args.backbone), image_size=None,
+                               preprocess=backbone_preprocess(exp.args.backbone), image_size=None,
                                normalize=bool(getattr(exp.args, "normalize", True)))
     return "saved_model"
 
@@ -415,7 +415,7 @@ def _report(exp: _Experiment, history, final: Evaluation, best, figures, extra_r
         "metrics": final.values,
         "history": history,
         "epochs_run": [h["epoch"] for h in history],
-        "machine": _machine(),
+        "machine": describe_machine(),
         "strategy": f"{args.strategy} ({replicas} replica{'s' if replicas > 1 else ''})",
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
         "seconds_this_process": round(time.perf_counter() - exp.start_time, 1),
@@ -427,8 +427,8 @@ def _report(exp: _Experiment, history, final: Evaluation, best, figures, extra_r
     results["figures"] = _figures(exp, history, final, figures)
     if args.export:
         results["saved_model"] = _export(exp)
-    _write_results(exp.out, results, extra, title=f"{exp.name} on {exp.data.name}",
-                   smoke=args.smoke, best=best, epochs=args.epochs, monitor=exp.monitor)
+    write_results(exp.out, results, extra, title=f"{exp.name} on {exp.data.name}",
+                  smoke=args.smoke, best=best, epochs=args.epochs, monitor=exp.monitor)
     return results
 
 

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import math
 
+import keras
 from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_number, check_positive
-from tfdml.losses.base import MetricLoss, mined_pairs, resolve_miner, triplet_terms
-from tfdml.losses.spec import functional_form, loss_class
+from tfdml._docs import fill_doc
+from tfdml._shims import dtype_name
+from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
+from tfdml.losses.base import MetricLoss, functional_loss, mined_pairs, resolve_miner, triplet_terms
 from tfdml.miners import AllPairsMiner, Miner
 
 __all__ = ["AngularLoss", "TupletMarginLoss", "angular_loss", "tuplet_margin_loss"]
@@ -40,7 +43,7 @@ def _check_angular(alpha: float = math.radians(40), miner="default"):
 def _angular_terms(inputs, alpha, miner: Miner):
     sim, pairs = _pairs(inputs, miner)
     ref = inputs.ref
-    dtype = dml.dtype_name(sim)
+    dtype = dtype_name(sim)
     t2 = math.tan(alpha) ** 2
     c = ops.convert_to_tensor(4.0 * t2, dtype)
     # sum_n exp(c (s_an + s_pn)) = exp(2 c) [(N_a o e^{c (s_a. - 1)}) @ e^{c (s_.p - 1)}]_ap:
@@ -56,7 +59,8 @@ def _angular_terms(inputs, alpha, miner: Miner):
     return triplet_terms(values, pairs.positive)
 
 
-@loss_class("angular_loss", average="terms")
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(SHARED_ARGS=shared_args("angular_loss", average="terms"))
 class AngularLoss(MetricLoss):
     """Angular loss: the angle at the negative of each (anchor, positive, negative) triangle.
 
@@ -81,6 +85,7 @@ class AngularLoss(MetricLoss):
         miner: a :class:`tfdml.miners.Miner` selecting the positive and
             negative pairs; `None` or `"default"` for every pair
             (:class:`tfdml.miners.AllPairsMiner`). Defaults to `"default"`.
+        {SHARED_ARGS}
 
     Examples:
 
@@ -92,15 +97,33 @@ class AngularLoss(MetricLoss):
         ICCV 2017.
     """
 
-    terms = staticmethod(_angular_terms)
-    check_arguments = staticmethod(_check_angular)
+    def __init__(self, alpha: float = math.radians(40), miner="default", normalize=True,
+                 average="terms", reduction="sum_over_batch_size", name="angular_loss", dtype=None,
+                 block_size=None):
+        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
+                         dtype=dtype, block_size=block_size, **_check_angular(alpha, miner))
+
+    def terms(self, inputs):
+        return _angular_terms(inputs, **self.arguments)
 
 
-angular_loss = functional_form(
-    AngularLoss, "angular_loss",
-    "Functional form of :class:`AngularLoss`: the mean over the positive pairs.",
-    "A scalar of the dtype of ``y_pred``; 0 without a positive pair, NaN when an embedding is "
-    "NaN or Inf.")
+@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
+def angular_loss(y_true, y_pred, alpha: float = math.radians(40), miner="default", normalize=True,
+                 ref_embeddings=None, ref_labels=None, ref_offset=None, average="terms"):
+    """Functional form of :class:`AngularLoss`: the mean over the positive pairs.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_pred: ``[B, D]`` embeddings.
+        alpha, miner, normalize, average: as in :class:`AngularLoss`.
+        {REFERENCE_ARGS}
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 without a positive pair, NaN when an
+        embedding is NaN or Inf.
+    """
+    return functional_loss(AngularLoss, _angular_terms, y_true, y_pred, ref_embeddings, ref_labels,
+                           ref_offset, normalize, average, **_check_angular(alpha, miner))
 
 
 # -- tuplet margin loss -------------------------------------------------------------------------
@@ -114,7 +137,7 @@ def _check_tuplet(margin: float = math.radians(5.73), scale: float = 64.0, miner
 
 def _tuplet_terms(inputs, margin, scale, miner: Miner):
     sim, pairs = _pairs(inputs, miner)
-    dtype = dml.dtype_name(sim)
+    dtype = dtype_name(sim)
     scale = ops.convert_to_tensor(scale, dtype)
     # cos(theta_ap - margin), with sin(theta) = sqrt(1 - cos^2) (finite gradient at 0).
     sine = dml.safe_sqrt(ops.relu(1.0 - ops.square(sim)))
@@ -126,7 +149,8 @@ def _tuplet_terms(inputs, margin, scale, miner: Miner):
     return triplet_terms(values, pairs.positive)
 
 
-@loss_class("tuplet_margin_loss", average="terms")
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(SHARED_ARGS=shared_args("tuplet_margin_loss", average="terms"))
 class TupletMarginLoss(MetricLoss):
     """Tuplet margin loss: a scaled softmax of each positive pair against the negatives.
 
@@ -152,6 +176,7 @@ class TupletMarginLoss(MetricLoss):
         miner: a :class:`tfdml.miners.Miner` selecting the positive and
             negative pairs; `None` or `"default"` for every pair
             (:class:`tfdml.miners.AllPairsMiner`). Defaults to `"default"`.
+        {SHARED_ARGS}
 
     Examples:
 
@@ -162,12 +187,32 @@ class TupletMarginLoss(MetricLoss):
         Yu, Tao, "Deep metric learning with tuplet margin loss", ICCV 2019.
     """
 
-    terms = staticmethod(_tuplet_terms)
-    check_arguments = staticmethod(_check_tuplet)
+    def __init__(self, margin: float = math.radians(5.73), scale: float = 64.0, miner="default",
+                 normalize=True, average="terms", reduction="sum_over_batch_size",
+                 name="tuplet_margin_loss", dtype=None, block_size=None):
+        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
+                         dtype=dtype, block_size=block_size, **_check_tuplet(margin, scale, miner))
+
+    def terms(self, inputs):
+        return _tuplet_terms(inputs, **self.arguments)
 
 
-tuplet_margin_loss = functional_form(
-    TupletMarginLoss, "tuplet_margin_loss",
-    "Functional form of :class:`TupletMarginLoss`: the mean over the positive pairs.",
-    "A scalar of the dtype of ``y_pred``; 0 without a positive pair, NaN when an embedding is "
-    "NaN or Inf.")
+@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
+def tuplet_margin_loss(y_true, y_pred, margin: float = math.radians(5.73), scale: float = 64.0,
+                       miner="default", normalize=True, ref_embeddings=None, ref_labels=None,
+                       ref_offset=None, average="terms"):
+    """Functional form of :class:`TupletMarginLoss`: the mean over the positive pairs.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_pred: ``[B, D]`` embeddings.
+        margin, scale, miner, normalize, average: as in :class:`TupletMarginLoss`.
+        {REFERENCE_ARGS}
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 without a positive pair, NaN when an
+        embedding is NaN or Inf.
+    """
+    return functional_loss(TupletMarginLoss, _tuplet_terms, y_true, y_pred, ref_embeddings,
+                           ref_labels, ref_offset, normalize, average,
+                           **_check_tuplet(margin, scale, miner))

@@ -1,4 +1,4 @@
-"""The base class of tfdml losses: a loss is a spec, a per-anchor function and its arguments.
+"""The base class of tfdml losses, and the one contract every loss is written to.
 
 A tfdml loss takes ``y_true`` = integer class ids ``[B]`` (or ``[B, 1]``) and
 ``y_pred`` = embeddings ``[B, D]``. Per anchor it computes the *terms* it
@@ -7,21 +7,52 @@ its paper does (``average=``) and reduces them (``reduction=``, Keras' names);
 :mod:`tfdml.losses.terms` defines both, and is the one path from terms to a
 value for the loss classes and their functional forms alike.
 
-**One spec per loss.** A loss class sets
+**The contract.** A loss class (a :class:`MetricLoss`) has
 
-* ``terms``: its per-anchor function, ``terms(inputs, **arguments) ->
-  AnchorTerms``, where ``inputs`` are the checked, cast and (with
-  ``normalize``) L2-normalized embeddings and labels of :func:`prepare_inputs`;
-* ``check_arguments(**arguments) -> dict``: validates its own arguments
-  (a ValueError naming the argument) and returns the values to keep (a miner
-  resolved, numbers as floats);
+* an ``__init__`` with named arguments: its own first (checked, a ValueError
+  naming the argument), then the shared ones (``normalize``, ``average``,
+  ``reduction``, ``name``, ``dtype``, ``block_size``: those it takes), all
+  passed on to ``MetricLoss.__init__`` as keywords. Its own arguments become
+  attributes of the same names and entries of its config;
+* a ``terms(inputs) -> AnchorTerms`` method: its terms per anchor, from the
+  checked, cast and (with ``normalize``) L2-normalized embeddings and labels
+  (:class:`Inputs`, from :func:`prepare_inputs`).
 
-and its ``__init__`` passes its own arguments to ``MetricLoss.__init__`` as
-keywords. The rest comes from the spec: :meth:`MetricLoss.per_anchor`,
-``get_config`` (miners and wrapped losses serialized), blocks of anchors
-(``block_size``) and :meth:`MetricLoss.functional`, which the functional form
-(``tfdml.losses.triplet_nca_loss`` ...) calls, so that both forms validate,
-compute and reduce the same way.
+Optional, each named for what it does:
+
+* ``make_state()``: the loss's :class:`tfdml.losses.state.LossState` (learned
+  variables, buffers), made once at the end of ``MetricLoss.__init__``. By
+  default the seeds of its random miners, or None;
+* ``blockwise = False``: the loss's terms couple the whole batch (histograms,
+  pairs of samples), so that blocks of anchors against the batch would change
+  them; its ``terms`` then runs over blocks itself when
+  :meth:`MetricLoss.uses_blocks` says so. Otherwise ``block_size`` computes
+  the terms of blocks of anchors (:mod:`tfdml.losses.blocks`), with no code
+  in the loss;
+* ``split_terms = True``: a pair loss whose terms split into its positive and
+  negative pairs (``[B, 2]`` fields), so that it takes ``average="halves"``;
+* ``takes_reference_set = False``: a loss that works on the batch alone;
+* ``prepare(...)``: the inputs of ``terms``, for a family of losses that
+  takes other ones (:class:`tfdml.losses.class_weights.ClassVectorLoss`: the
+  unit embeddings and the loss's unit class vectors, :class:`ClassInputs
+  <tfdml.losses.class_weights.ClassInputs>`);
+* a check that needs the whole loss (a miner with a ``block_size``): at the end
+  of its ``__init__``.
+
+Everything else comes from the base class: :meth:`MetricLoss.per_anchor` and
+:meth:`MetricLoss.compute_terms` (the entry points other code calls), blocks,
+``get_config`` (miners and wrapped losses serialized), the state's ownership and
+the reduction. The functional form of a loss (``tfdml.losses.triplet_nca_loss``
+...) is a function with the same arguments that checks them as the class does
+and calls :func:`functional_loss` with the function behind the class's
+``terms``, so that both forms validate, compute and reduce the same way.
+
+Losses that wrap other losses (:class:`tfdml.losses.wrapper.LossWrapper`:
+trimmed, cross-batch memory, two views, sums) compute their terms from those
+of the losses they wrap, in ``compute_terms``; a loss whose buffer a training
+step updates (the dynamic soft margin loss's histogram) does too. A loss whose
+value is not a reduction of terms per anchor (Proxy Anchor: a sum over
+proxies) computes it in ``loss_value``.
 
 **Why ``MetricLoss`` reduces itself** instead of leaving it to
 ``keras.losses.Loss.__call__``: Keras converts ``y_true`` to the loss's dtype
@@ -49,15 +80,18 @@ of random miners) live in its :class:`tfdml.losses.state.LossState`, which the
 from __future__ import annotations
 
 import functools
+import inspect
 import warnings
-from typing import NamedTuple
 
 import keras
 from keras import ops
 
 from tfdml import ops as dml
-from tfdml.losses import replicas
-from tfdml.losses.blocks import _random_miners, blocked_terms, check_block_size
+from tfdml._shims import dtype_name, is_traced
+from tfdml.losses.blocks import blocked_terms, check_block_size
+from tfdml.losses.inputs import Inputs, mined_pairs, mined_triplets, prepare_inputs, resolve_miner
+from tfdml.losses.ownership import Ownership, check_loss_state, loss_owner
+from tfdml.losses.replicas import call_over_replicas
 from tfdml.losses.state import LossState
 from tfdml.losses.terms import (
     AVERAGES,
@@ -74,7 +108,7 @@ from tfdml.losses.terms import (
     split_pair_terms,
     triplet_terms,
 )
-from tfdml.miners import AllPairsMiner, Miner, Pairs, Triplets, as_pairs, as_triplets
+from tfdml.miners import Miner
 
 __all__ = [
     "AVERAGES",
@@ -85,12 +119,15 @@ __all__ = [
     "anchor_terms",
     "average_terms",
     "check_average",
+    "check_loss_average",
     "check_sample_weight",
+    "functional_loss",
     "functional_value",
     "mined_pairs",
     "mined_triplets",
     "pair_terms",
     "prepare_inputs",
+    "random_miners",
     "reduce_anchor_losses",
     "reduce_terms",
     "resolve_loss",
@@ -98,121 +135,6 @@ __all__ = [
     "split_pair_terms",
     "triplet_terms",
 ]
-
-
-class Inputs(NamedTuple):
-    """The checked inputs of a per-anchor function (:func:`prepare_inputs`).
-
-    Attributes:
-        labels: ``[B]`` integer class ids of the anchors.
-        x: ``[B, D]`` embeddings in the compute dtype.
-        ref_labels: ``[R]`` class ids of the reference set.
-        ref: ``[R, D]`` reference set (``x`` itself without one).
-        ref_offset: anchor ``i`` is row ``i + ref_offset`` of ``ref`` (0 for
-            the batch itself), or None when the anchors are not in it.
-    """
-
-    labels: object
-    x: object
-    ref_labels: object
-    ref: object
-    ref_offset: object
-
-    @property
-    def batch_is_reference(self) -> bool:
-        """The reference set is the batch itself (no ``ref_embeddings`` were given)."""
-        return self.ref is self.x
-
-
-def prepare_inputs(
-    labels,
-    embeddings,
-    ref_embeddings=None,
-    ref_labels=None,
-    ref_offset=None,
-    normalize: bool = True,
-):
-    """Validates and casts the inputs of a functional loss.
-
-    Returns:
-        :class:`Inputs` ``(labels, x, ref_labels, ref, ref_offset)``: integer
-        labels, the embeddings in the compute dtype (float32, or float64 for
-        float64 input), L2-normalized if ``normalize``, and the same for the
-        reference set (the batch itself when ``ref_embeddings`` is None, with
-        offset 0).
-
-    Raises:
-        ValueError: for embeddings that are not rank 2, labels that are not
-            ``[B]``/``[B, 1]`` integer ids, batch sizes that differ, a
-            reference set with embeddings but no labels (or the reverse), or
-            a ``ref_offset`` that puts the anchors outside the reference set.
-    """
-    labels = dml.cast_labels(labels, "y_true")
-    embeddings = dml.check_embeddings(embeddings, "y_pred")
-    dml.check_batch_sizes(labels, embeddings, "y_true", "y_pred")
-    dtype = dml.compute_dtype(embeddings.dtype)
-    x = ops.cast(embeddings, dtype)
-    if normalize:
-        x = dml.l2_normalize(x)
-    if ref_embeddings is None:
-        if ref_labels is not None:
-            raise ValueError(
-                "`ref_labels` was given without `ref_embeddings`. Pass both or neither."
-            )
-        return Inputs(labels, x, labels, x, 0)
-    if ref_labels is None:
-        raise ValueError("`ref_embeddings` was given without `ref_labels`. Pass both or neither.")
-    ref_labels = dml.cast_labels(ref_labels, "ref_labels")
-    ref = dml.check_embeddings(ref_embeddings, "ref_embeddings")
-    dml.check_batch_sizes(ref_labels, ref, "ref_labels", "ref_embeddings")
-    if ref.shape[-1] is not None and x.shape[-1] is not None and ref.shape[-1] != x.shape[-1]:
-        raise ValueError(
-            "`ref_embeddings` must have the same embedding size as `y_pred`. "
-            f"Received: ref_embeddings.shape={ref.shape}, y_pred.shape={embeddings.shape}"
-        )
-    batch = x.shape[0] if x.shape[0] is not None else ops.shape(x)[0]
-    num_ref = ref.shape[0] if ref.shape[0] is not None else ops.shape(ref)[0]
-    ref_offset = dml.check_ref_offset(ref_offset, batch, num_ref)
-    ref = ops.cast(ref, dtype)
-    if normalize:
-        ref = dml.l2_normalize(ref)
-    return Inputs(labels, x, ref_labels, ref, ref_offset)
-
-
-def mined_pairs(inputs: Inputs, scores, miner: Miner) -> Pairs:
-    """The pairs ``miner`` keeps, mined on the ``[B, R]`` ``scores`` (higher: more similar)."""
-    labels, x, ref_labels, ref, ref_offset = inputs
-    return as_pairs(miner.mine(scores, labels, ref_labels, ref_offset, x, ref),
-                    num_ref=ops.shape(scores)[1])
-
-
-def mined_triplets(inputs: Inputs, scores, miner: Miner) -> Triplets:
-    """The triplets ``miner`` keeps, mined on the ``[B, R]`` ``scores`` (higher: more
-    similar)."""
-    labels, x, ref_labels, ref, ref_offset = inputs
-    return as_triplets(miner.mine(scores, labels, ref_labels, ref_offset, x, ref))
-
-
-def resolve_miner(miner, default_factory):
-    """A Miner instance from ``miner``.
-
-    ``"default"`` gives the loss's own miner (``default_factory()``, the
-    paper's); ``None`` gives :class:`tfdml.miners.AllPairsMiner` (no mining:
-    every positive and negative pair), for every loss alike; a serialized
-    dict is deserialized.
-    """
-    if isinstance(miner, str) and miner == "default":
-        return default_factory()
-    if miner is None:
-        return AllPairsMiner()
-    if isinstance(miner, dict):
-        miner = keras.saving.deserialize_keras_object(miner)
-    if not isinstance(miner, Miner):
-        raise ValueError(
-            "`miner` must be a tfdml.miners.Miner instance, \"default\" (the loss's own "
-            f"miner) or None (no mining: every pair). Received: miner={miner!r}"
-        )
-    return miner
 
 
 def resolve_loss(loss):
@@ -239,38 +161,98 @@ def functional_value(terms: AnchorTerms, average, y_pred, ref_embeddings=None,
     overflow); cast to the dtype of ``y_pred``.
     """
     value = reduce_terms(terms, average, (y_pred, ref_embeddings), normalized)
-    return ops.cast(value, dml.dtype_name(ops.convert_to_tensor(y_pred)))
+    return ops.cast(value, dtype_name(ops.convert_to_tensor(y_pred)))
 
 
-def _check_loss_average(cls, average):
+def check_loss_average(cls, average):
     """:func:`check_average`, and the :data:`HALVES` averages only for a loss whose terms
-    split (a wrapper, without a ``terms`` function of its own, is checked when it reduces)."""
+    split (``cls.split_terms``; None for a wrapper, whose wrapped loss is checked when it
+    reduces)."""
     check_average(average)
-    if average in HALVES and cls.terms is not None and not cls.split_terms:
+    if average in HALVES and cls.split_terms is False:
         raise ValueError(
             f"{cls.__name__} cannot take `average={average!r}`: it averages the positive and "
-            "the negative pairs of a pair loss apart, and this loss's terms do not split into "
-            f"the two. Received: average={average!r}")
+            "the negative pairs apart, and this loss's terms do not split into the two. Use "
+            f"'anchors', 'batch', 'terms' or 'nonzero'. Received: average={average!r}")
+    return average
+
+
+def functional_loss(loss_class, terms, y_true, y_pred, ref_embeddings=None, ref_labels=None,
+                    ref_offset=None, normalize=True, average="anchors", **arguments):
+    """The value of a loss's functional form: the class's terms and reduction, without a loss.
+
+    The same checks, terms and reduction as ``loss_class`` with its default reduction; the
+    value has the dtype of ``y_pred``. ``ref_embeddings`` (``[R, D]``) and ``ref_labels``
+    (``[R]``) replace the batch as the set positives and negatives are mined from; anchor
+    ``i`` is row ``i + ref_offset`` of it (excluded from its positives), or not in it for
+    ``ref_offset=None``.
+
+    Args:
+        loss_class: the loss's class (whether its terms split, for ``average``).
+        terms: ``terms(inputs, **arguments) -> AnchorTerms``: the function the class's
+            ``terms`` method calls.
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_pred: ``[B, D]`` embeddings.
+        ref_embeddings, ref_labels, ref_offset: the reference set, as above.
+        normalize: L2-normalize the embeddings first.
+        average: what the loss averages over (:data:`AVERAGES`).
+        **arguments: the loss's own arguments, checked as its class checks them.
+
+    Returns:
+        A scalar of the dtype of ``y_pred``.
+
+    Example:
+
+    >>> def triplet_nca_loss(y_true, y_pred, order=1, temperature=1.0, miner="default",
+    ...                      normalize=True, ref_embeddings=None, ref_labels=None,
+    ...                      ref_offset=None, average="anchors"):
+    ...     return functional_loss(TripletNCALoss, _nca_terms, y_true, y_pred, ref_embeddings,
+    ...                            ref_labels, ref_offset, normalize, average,
+    ...                            **_check_nca(order, temperature, miner))
+    """
+    check_loss_average(loss_class, average)
+    inputs = prepare_inputs(y_true, y_pred, ref_embeddings, ref_labels, ref_offset, normalize)
+    return functional_value(terms(inputs, **arguments), average, y_pred, ref_embeddings,
+                            normalize)
+
+
+def random_miners(loss):
+    """The miners of ``loss`` and of the losses it wraps (at any depth) that draw with a seed
+    generator, each once."""
+    found = []
+    miner = loss.miner
+    if miner is not None and getattr(miner, "seed_generator", None) is not None:
+        found.append(miner)
+    for inner in loss.wrapped_losses:
+        found.extend(m for m in random_miners(inner) if all(m is not f for f in found))
+    return found
 
 
 def _config_value(value):
-    """A loss argument as its config holds it: miners and losses serialized."""
-    if isinstance(value, (Miner, keras.losses.Loss)):
+    """A loss argument as its config holds it: miners, losses and initializers serialized."""
+    if isinstance(value, (Miner, keras.losses.Loss, keras.initializers.Initializer)):
         return keras.saving.serialize_keras_object(value)
     return value
+
+
+@functools.cache
+def _init_parameters(cls):
+    """The names of the parameters of ``cls.__init__``; None when it takes ``**kwargs``."""
+    parameters = inspect.signature(cls.__init__).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return frozenset(p.name for p in parameters)
 
 
 class MetricLoss(keras.losses.Loss):
     """Base class of tfdml losses: labels + embeddings in, terms per anchor, averaged, reduced.
 
-    A subclass is a spec (module docstring): ``terms``, ``check_arguments``
-    and an ``__init__`` that passes its own arguments on as keywords. Losses
-    that compute their terms otherwise (wrappers, losses with learned class
-    vectors) override :meth:`per_anchor` or :meth:`compute_terms` instead.
-    ``__call__`` casts ``y_true`` to integer ids *before* any dtype conversion
-    (Keras' base class converts labels to the loss dtype, which in bfloat16
-    merges class ids above 256), and computes in float32 whatever the dtype of
-    ``y_pred`` (float64 for float64).
+    A subclass follows the contract of the module docstring: an ``__init__``
+    that passes its own arguments on as keywords, and a ``terms(inputs)``
+    method. ``__call__`` casts ``y_true`` to integer ids *before* any dtype
+    conversion (Keras' base class converts labels to the loss dtype, which in
+    bfloat16 merges class ids above 256), and computes in float32 whatever the
+    dtype of ``y_pred`` (float64 for float64).
 
     Args:
         normalize: L2-normalize the embeddings first. Defaults to `True`.
@@ -288,12 +270,26 @@ class MetricLoss(keras.losses.Loss):
             pass (:mod:`tfdml.losses.blocks`): peak memory ``O(block_size x
             B)`` instead of ``O(B^2)``, same values and gradients. `None`
             computes the whole batch at once. Defaults to `None`.
-        **arguments: the loss's own arguments (its spec's), checked by
-            ``check_arguments`` and kept as attributes of the same names.
-    """
+        **arguments: the loss's own arguments, checked by its ``__init__``;
+            kept as attributes of the same names and in its config.
 
-    #: The per-anchor function of the loss: ``terms(inputs, **arguments) -> AnchorTerms``.
-    terms = None
+    Raises:
+        ValueError: for a ``reduction``, ``average`` or ``block_size`` it does
+            not take.
+
+    Example:
+
+    >>> class CosineHingeLoss(MetricLoss):
+    ...     def __init__(self, margin=0.1, miner="default", normalize=True,
+    ...                  average="anchors", reduction="sum_over_batch_size",
+    ...                  name="cosine_hinge_loss", dtype=None, block_size=None):
+    ...         super().__init__(normalize=normalize, average=average, reduction=reduction,
+    ...                          name=name, dtype=dtype, block_size=block_size,
+    ...                          **_check(margin, miner))
+    ...
+    ...     def terms(self, inputs):
+    ...         return _terms(inputs, **self.arguments)
+    """
 
     _miner = None
 
@@ -301,71 +297,87 @@ class MetricLoss(keras.losses.Loss):
     #: :func:`tfdml.losses.terms.split_pair_terms`), so that it takes ``average="halves"``.
     split_terms = False
 
+    #: The terms of a block of anchors against the whole batch are those anchors' terms, so
+    #: that ``block_size`` computes them in blocks by itself (:mod:`tfdml.losses.blocks`).
+    #: False for a loss whose terms couple the whole batch: its ``terms`` runs over blocks
+    #: itself when :meth:`uses_blocks` says so.
+    blockwise = True
+
+    #: The loss mines from a reference set (``ref_embeddings``) as well as from the batch.
+    takes_reference_set = True
+
     #: Mine over the global batch under a ``tf.distribute`` strategy: ``None``
     #: (default) whenever more than one replica is in sync, ``True`` the same,
     #: ``False`` never (each replica mines within its own slice). See
     #: :mod:`tfdml.losses.replicas` for what it costs.
     cross_replica = None
 
-    @staticmethod
-    def check_arguments(**arguments) -> dict:
-        """The loss's own arguments, checked, as the loss keeps them (subclasses)."""
-        return arguments
-
     def __init__(self, normalize=True, reduction="sum_over_batch_size", name=None, dtype=None,
                  average="anchors", block_size=None, **arguments):
         check_reduction(reduction)
         block_size = check_block_size(block_size)
-        _check_loss_average(type(self), average)
-        arguments = self.check_arguments(**arguments)
+        check_loss_average(type(self), average)
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self.block_size = block_size
         self.normalize = bool(normalize)
         self.average = average
         self._config_dtype = dtype
         self._warned_inactive = False
+        self.ownership = Ownership()
         self._state = None
         self._state_made = False
         self._argument_names = tuple(arguments)
         for key, value in arguments.items():
             setattr(self, key, value)
+        self._state = self._new_state()
+        self._state_made = True
 
-    def check_spec(self):
-        """Checks that need the whole loss (its arguments and ``block_size``); subclasses."""
+    # -- what a loss implements -----------------------------------------------------------------
+
+    def terms(self, inputs: Inputs) -> AnchorTerms:
+        """The loss's terms per anchor, from the checked inputs (subclasses implement it).
+
+        Args:
+            inputs: the :class:`Inputs` of :meth:`prepare`: labels, embeddings (cast to
+                the compute dtype and, with ``normalize``, L2-normalized) and the
+                reference set.
+
+        Returns:
+            The :class:`AnchorTerms` of each anchor, in the compute dtype.
+        """
+        raise NotImplementedError(f"{type(self).__name__} implements no `terms` method.")
+
+    def make_state(self):
+        """The :class:`LossState` of this loss, or None (subclasses add their variables).
+
+        Called once, at the end of ``MetricLoss.__init__`` (the loss's arguments are
+        set). By default it holds the seed generators of the loss's random miners (a
+        deterministic loss has no state).
+        """
+        generators = self._seed_generators()
+        if not generators:
+            return None
+        return LossState(generators, name=f"{self.name}_state")
+
+    # -- its arguments ------------------------------------------------------------------------
 
     @property
     def arguments(self) -> dict:
-        """The loss's own arguments (those of its spec), as ``terms`` takes them."""
+        """The loss's own arguments (beyond the shared ones), as its config holds them."""
         return {key: getattr(self, key) for key in self._argument_names}
 
-    @classmethod
-    def functional(cls, y_true, y_pred, ref_embeddings=None, ref_labels=None, ref_offset=None,
-                   *, normalize=True, average="anchors", **arguments):
-        """The loss's functional form: the default reduction, without a loss object.
-
-        The same checks, terms and reduction as the class; the value has the
-        dtype of ``y_pred``. ``ref_embeddings`` (``[R, D]``) and ``ref_labels``
-        (``[R]``) replace the batch as the set positives and negatives are
-        mined from; anchor ``i`` is row ``i + ref_offset`` of it (excluded
-        from its positives), or not in it for ``ref_offset=None``.
-        """
-        _check_loss_average(cls, average)
-        arguments = cls.check_arguments(**arguments)
-        inputs = prepare_inputs(y_true, y_pred, ref_embeddings, ref_labels, ref_offset, normalize)
-        return functional_value(cls.terms(inputs, **arguments), average, y_pred, ref_embeddings,
-                                normalize)
-
-    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
-        """Returns the :class:`AnchorTerms` of each anchor, in the compute dtype."""
-        if type(self).terms is None:
-            raise NotImplementedError(f"{type(self).__name__} sets no `terms` function.")
-        inputs = prepare_inputs(labels, embeddings, ref_embeddings, ref_labels, ref_offset,
-                                self.normalize)
-        return self.terms(inputs, **self.arguments)
+    @property
+    def wrapped_losses(self) -> tuple:
+        """The tfdml losses this loss wraps: none (a wrapper's are its ``loss`` or ``losses``)."""
+        return ()
 
     @property
     def miner(self):
-        """The loss's :class:`tfdml.miners.Miner`, or None for a loss without one."""
+        """The loss's :class:`tfdml.miners.Miner`, or None for a loss without one.
+
+        A miner set after the loss was made becomes part of its state (its seed) while no
+        model owns the loss (:class:`tfdml.models.MetricModel`).
+        """
         return self._miner
 
     @miner.setter
@@ -379,6 +391,39 @@ class MetricLoss(keras.losses.Loss):
                 "whole batch does. Remove `block_size` or use a per-anchor miner. "
                 f"Received: block_size={self.block_size!r}, miner={miner!r}")
         self._miner = miner
+        if self._state_made and loss_owner(self) is None:
+            self._state = self._new_state()  # the new miner's seed
+
+    # -- the terms ------------------------------------------------------------------------------
+
+    def prepare(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
+                ref_offset=None):
+        """The checked :class:`Inputs` that :meth:`terms` takes (:func:`prepare_inputs`).
+
+        Raises:
+            ValueError: for a reference set given to a loss that takes none, or the
+                errors of :func:`prepare_inputs`.
+        """
+        if not self.takes_reference_set and (ref_embeddings is not None
+                                             or ref_labels is not None):
+            raise ValueError(
+                f"{type(self).__name__} computes over the batch alone; it takes no reference "
+                "set (`ref_embeddings`).")
+        return prepare_inputs(labels, embeddings, ref_embeddings, ref_labels, ref_offset,
+                              self.normalize)
+
+    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
+                   ref_offset=None):
+        """Returns the :class:`AnchorTerms` of each anchor, in the compute dtype."""
+        return self.terms(self.prepare(labels, embeddings, ref_embeddings, ref_labels,
+                                       ref_offset))
+
+    def uses_blocks(self, embeddings) -> bool:
+        """Whether a batch of ``embeddings`` is computed in blocks: ``block_size`` is set and
+        the batch is larger (or of unknown size)."""
+        rows = getattr(embeddings, "shape", (None,))[0]
+        return self.block_size is not None and not (rows is not None
+                                                    and rows <= self.block_size)
 
     def compute_terms(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
                       ref_offset=None, training=True):
@@ -390,58 +435,34 @@ class MetricLoss(keras.losses.Loss):
         ``training=False`` (evaluation) leaves buffers such as a memory bank
         unchanged; a loss without buffers ignores it.
         """
-        rows = getattr(embeddings, "shape", (None,))[0]
-        if self.block_size is None or (rows is not None and rows <= self.block_size):
+        if not self.blockwise or not self.uses_blocks(embeddings):
             return self.per_anchor(labels, embeddings, ref_embeddings, ref_labels, ref_offset)
-        return self.per_anchor_in_blocks(labels, embeddings, ref_embeddings, ref_labels,
-                                         ref_offset)
-
-    def per_anchor_in_blocks(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
-                             ref_offset=None):
-        """:meth:`per_anchor` over blocks of anchors, each against the whole reference set.
-
-        The generic form (:func:`tfdml.losses.blocks.blocked_terms`) calls
-        :meth:`per_anchor` on each block with ``ref_offset``; losses whose terms
-        couple the whole batch (histograms, label pairs) override it.
-        """
         return blocked_terms(self.per_anchor, labels, embeddings, self.block_size,
-                             ref_embeddings, ref_labels, ref_offset, _random_miners(self),
+                             ref_embeddings, ref_labels, ref_offset, random_miners(self),
                              self.trainable_variables, split=self.split_terms)
 
     # -- state: learned variables, buffers and the random miners' seeds ------------------------
 
-    def _make_state(self):
-        """The :class:`LossState` of this loss, or None (subclasses add their variables).
-
-        By default it holds the seed generators of the loss's random miners (a
-        deterministic loss has no state).
-        """
-        generators = self._seed_generators()
-        if not generators:
-            return None
-        return LossState(generators, name=f"{self.name}_state")
+    def _new_state(self):
+        """:meth:`make_state`, marked with the class of the loss that owns it."""
+        state = self.make_state()
+        if state is not None and state.loss_class_name is None:
+            # Saved with the variables, which then load into this class only. A wrapper
+            # that shares its wrapped loss's state (TrimmedLoss) keeps the wrapped class.
+            state.loss_class_name = type(self).__name__
+        return state
 
     def _seed_generators(self):
         """The ``keras.random.SeedGenerator`` of the miners this loss uses (wrapped losses too)."""
-        found = []
-        miner = getattr(self, "miner", None)
-        if isinstance(miner, Miner) and miner.seed_generator is not None:
-            found.append(miner.seed_generator)
-        wrapped = getattr(self, "loss", None)
-        if isinstance(wrapped, MetricLoss):
-            found.extend(g for g in wrapped._seed_generators() if all(g is not f for f in found))
-        return found
+        return [miner.seed_generator for miner in random_miners(self)]
 
     @property
     def state(self):
-        """The :class:`LossState` layer holding this loss's variables, or None without state."""
-        if not self._state_made:
-            self._state = self._make_state()
-            self._state_made = True
-            if self._state is not None and self._state.loss_class_name is None:
-                # Saved with the variables, which then load into this class only. A wrapper
-                # that shares its wrapped loss's state (TrimmedLoss) keeps the wrapped class.
-                self._state.loss_class_name = type(self).__name__
+        """The :class:`LossState` layer holding this loss's variables, or None without state.
+
+        Made with the loss (:meth:`make_state`); its variables are created by
+        :meth:`build_state`.
+        """
         return self._state
 
     def build_state(self, embedding_dim=None):
@@ -480,7 +501,7 @@ class MetricLoss(keras.losses.Loss):
 
     def _warn_if_inactive(self, terms):
         """Eagerly, once per loss: say so when no anchor of a batch has anything to learn."""
-        if self._warned_inactive or dml.is_traced(terms.count):
+        if self._warned_inactive or is_traced(terms.count):
             return
         if not bool(ops.convert_to_numpy(ops.any(terms.active))):
             self._warned_inactive = True
@@ -507,19 +528,21 @@ class MetricLoss(keras.losses.Loss):
                 differentiated step without a :class:`tfdml.models.MetricModel`
                 to train them.
         """
-        from tfdml.metric_model import check_loss_state  # the model owns the loss's state
-
         check_loss_state(self, y_pred)
         with keras.name_scope(self.name):
             labels = dml.cast_labels(y_true, "y_true")
             sample_weight, weights_ok = check_sample_weight(sample_weight)
-            value = replicas.call_over_replicas(
+            value = call_over_replicas(
                 functools.partial(self.loss_value, training=training), self.cross_replica,
                 labels, y_pred, sample_weight, self.reduction)
             return dml.nan_unless(ops.cast(value, self.dtype), weights_ok)
 
     def loss_value(self, labels, y_pred, sample_weight=None, training=True):
-        """The reduced loss of a batch (the global batch under a strategy), not cast."""
+        """The reduced loss of a batch (the global batch under a strategy), not cast.
+
+        Its terms (:meth:`compute_terms`) averaged and reduced; a loss whose value is
+        not a reduction of terms per anchor (a sum over proxies) overrides it.
+        """
         terms = self.compute_terms(labels, y_pred, training=training)
         self._warn_if_inactive(terms)
         return reduce_terms(terms, self.average, (y_pred,), self.normalize, sample_weight,
@@ -531,9 +554,16 @@ class MetricLoss(keras.losses.Loss):
         return dml.nan_unless_finite(values, y_pred, distances=not self.normalize)
 
     def get_config(self):
-        config = super().get_config()
-        config["normalize"] = self.normalize
-        config["average"] = self.average
+        """The config that rebuilds the loss: the shared arguments its ``__init__`` takes
+        (``dtype`` and ``block_size`` when set), and its own arguments (miners, losses and
+        initializers serialized)."""
+        takes = _init_parameters(type(self))
+        takes = (lambda key: True) if takes is None else takes.__contains__
+        config = {key: value for key, value in super().get_config().items() if takes(key)}
+        if takes("normalize"):
+            config["normalize"] = self.normalize
+        if takes("average"):
+            config["average"] = self.average
         if self._config_dtype is not None:
             config["dtype"] = keras.dtype_policies.serialize(
                 keras.dtype_policies.get(self._config_dtype))

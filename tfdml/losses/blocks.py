@@ -34,8 +34,11 @@ import keras
 from keras import ops
 
 from tfdml import ops as dml
+from tfdml._shims import dtype_name, map_indices
+from tfdml._tensors import check_batch_sizes, check_embeddings, compute_dtype
+from tfdml.losses.terms import AnchorTerms
 
-__all__ = ["RowBlocks", "batch_rows", "blocked_terms", "check_block_size"]
+__all__ = ["RowBlocks", "batch_rows", "block_draws", "blocked_terms", "check_block_size"]
 
 # Block i's seeds: the step's seed [s, c] moved to [s + _BLOCK_STRIDE (i + 1) + _DRAW_STRIDE k, c]
 # for its k-th draw, away from the seeds [s, c'] of unblocked draws of the same generator.
@@ -63,7 +66,7 @@ class _BlockSeed(keras.random.SeedGenerator):
     """
 
     def __init__(self, value, block):  # no super().__init__(): it would create a variable
-        dtype = dml.dtype_name(value)
+        dtype = dtype_name(value)
         self._first = value[0] + ops.cast(block + 1, dtype) * ops.cast(_BLOCK_STRIDE, dtype)
         self._second = value[1]
         self._dtype = dtype
@@ -75,17 +78,23 @@ class _BlockSeed(keras.random.SeedGenerator):
         return ops.stack([first, self._second])
 
 
-def _random_miners(loss):
-    """The miners of ``loss`` (wrapped losses too) that draw with a seed generator."""
-    found, seen = [], set()
-    while loss is not None:
-        miner = getattr(loss, "miner", None)
-        if miner is not None and getattr(miner, "seed_generator", None) is not None:
-            if id(miner) not in seen:
-                seen.add(id(miner))
-                found.append(miner)
-        loss = getattr(loss, "loss", None)
-    return found
+@contextlib.contextmanager
+def block_draws(miners, seeds, block):
+    """Within it, the random ``miners`` draw block ``block``'s numbers from the step's ``seeds``.
+
+    For a loss that runs its own passes over the blocks (the dynamic soft margin loss): the
+    same numbers in every pass over a block and in its recomputed backward pass, as
+    :func:`blocked_terms` draws them.
+
+    Args:
+        miners: the random miners (each with a ``seed_generator``).
+        seeds: one seed per miner, taken once per step (``miner.seed_generator.next()``).
+        block: the block's index.
+    """
+    with contextlib.ExitStack() as stack:
+        for miner, seed in zip(miners, seeds, strict=True):
+            stack.enter_context(miner.drawing_from(_BlockSeed(seed, block)))
+        yield
 
 
 class RowBlocks:
@@ -145,7 +154,7 @@ class RowBlocks:
             return keras.remat(lambda *a: tuple(fn(i, *a)))(*args)
 
         size = self.size if isinstance(self.size, int) else None
-        return dml.map_indices(one, self.count, [
+        return map_indices(one, self.count, [
             (tuple(size if d is None else d for d in shape), dtype) for shape, dtype in signature])
 
     def assemble(self, stacked):
@@ -172,7 +181,7 @@ def blocked_terms(per_anchor, labels, embeddings, block_size, ref_embeddings=Non
 
     Args:
         per_anchor: a loss's ``per_anchor(labels, x, ref_embeddings, ref_labels,
-            ref_offset)`` returning :class:`tfdml.losses.base.AnchorTerms`.
+            ref_offset)`` returning :class:`tfdml.losses.terms.AnchorTerms`.
         labels: ``[B]`` or ``[B, 1]`` class ids.
         embeddings: ``[B, D]``.
         block_size: anchors per block, a positive int. A batch of at most
@@ -190,16 +199,14 @@ def blocked_terms(per_anchor, labels, embeddings, block_size, ref_embeddings=Non
             negative pairs apart, :func:`tfdml.losses.terms.split_pair_terms`).
 
     Returns:
-        The :class:`tfdml.losses.base.AnchorTerms` of the ``B`` anchors, in
+        The :class:`tfdml.losses.terms.AnchorTerms` of the ``B`` anchors, in
         the compute dtype, equal to ``per_anchor`` on the whole batch (up to
         the summation order of the matrix products, and the draws of random
         miners).
     """
-    from tfdml.losses.base import AnchorTerms
-
     labels = dml.cast_labels(labels, "y_true")
-    y = dml.check_embeddings(embeddings, "y_pred")
-    dml.check_batch_sizes(labels, y, "y_true", "y_pred")
+    y = check_embeddings(embeddings, "y_pred")
+    check_batch_sizes(labels, y, "y_true", "y_pred")
     if y.shape[0] is not None and y.shape[0] <= block_size:
         return per_anchor(labels, y, ref_embeddings, ref_labels, ref_offset)
     labels = ops.reshape(labels, (-1,))
@@ -216,22 +223,16 @@ def blocked_terms(per_anchor, labels, embeddings, block_size, ref_embeddings=Non
         ref_lab = ops.reshape(ref_lab, (-1,))
     blocks = RowBlocks(batch_rows(y), block_size)
     seeds = [miner.seed_generator.next() for miner in miners]  # once per step
-    dtype = dml.compute_dtype(y.dtype)
+    dtype = compute_dtype(y.dtype)
 
     def one_block(i, y, ref, *values):
         start = blocks.start(i)
         block_offset = None if offset is None else offset + start
-        saved = [miner._seed_generator for miner in miners]
-        try:
-            for miner, seed in zip(miners, seeds, strict=True):
-                miner._seed_generator = _BlockSeed(seed, i)
-            with keras.StatelessScope(list(zip(variables, values, strict=True))) if variables \
-                    else contextlib.nullcontext():
-                terms = per_anchor(blocks.rows(labels, i), blocks.rows(y, i), ref, ref_lab,
-                                   block_offset)
-        finally:
-            for miner, generator in zip(miners, saved, strict=True):
-                miner._seed_generator = generator
+        scope = (keras.StatelessScope(list(zip(variables, values, strict=True))) if variables
+                 else contextlib.nullcontext())
+        with block_draws(miners, seeds, i), scope:
+            terms = per_anchor(blocks.rows(labels, i), blocks.rows(y, i), ref, ref_lab,
+                               block_offset)
         return tuple(ops.cast(t, dtype) for t in terms)
 
     # What a block is differentiated by (the embeddings, the learned variables' values)

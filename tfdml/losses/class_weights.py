@@ -3,8 +3,10 @@
 A loss of this family compares each embedding with ``C`` learned vectors, one
 per class (proxies, class weights) or ``k`` per class (sub-centres, SoftTriple
 centres), by the cosine of their angle. The functional forms take the vectors
-explicitly (``[C, D]`` or ``[C, k, D]``); the loss classes hold them in their
-:class:`ClassWeights` state, which :class:`tfdml.models.MetricModel` trains.
+explicitly (``[C, D]`` or ``[C, k, D]``); the loss classes
+(:class:`ClassVectorLoss`) hold them in their :class:`ClassWeights` state, which
+:class:`tfdml.models.MetricModel` trains. Both compute the ``[B]`` loss of each
+sample with the same function of :class:`ClassInputs`.
 
 Class ids must be in ``[0, C)``, in both forms: eagerly an id outside raises a
 ValueError; in a compiled step (XLA, ``jax.jit``, ``torch.compile``), where nothing
@@ -14,34 +16,51 @@ XLA also fails an assertion (:func:`prepare_class_inputs`).
 
 from __future__ import annotations
 
+import warnings
+from typing import NamedTuple
+
 import keras
 from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_int, check_positive
+from tfdml._shims import dtype_name
+from tfdml._tensors import check_batch_sizes, check_embeddings, compute_dtype, validate_class_ids
 from tfdml.losses.base import LossState, MetricLoss, anchor_terms, functional_value
 
 __all__ = [
-    "ClassWeightLoss",
+    "constant_like",
+    "LOGIT_LIMIT",
+    "ClassInputs",
+    "ClassVectorLoss",
     "ClassWeights",
     "check_scale",
     "class_cosines",
+    "class_inputs",
+    "functional_class_loss",
     "prepare_class_inputs",
+    "sample_terms",
     "softmax_cross_entropy",
+    "target_cosine",
 ]
 
 
-# The largest magnitude of a cosine logit (scale times a cosine): float32 logits carry
-# rounding errors of 6e-8 of their size, and compiled (XLA) softmaxes, which may round the
-# largest logit differently in the maximum and in the exponentials, return Inf or NaN from
-# logits of about 1e9 on (eagerly, every value NaN from 3.4e38 on).
-_LOGIT_LIMIT = 1e6
+#: The largest magnitude of a cosine logit (scale times a cosine): float32 logits carry
+#: rounding errors of 6e-8 of their size, and compiled (XLA) softmaxes, which may round the
+#: largest logit differently in the maximum and in the exponentials, return Inf or NaN from
+#: logits of about 1e9 on (eagerly, every value NaN from 3.4e38 on).
+LOGIT_LIMIT = 1e6
+
+
+def constant_like(value, like):
+    """``value`` as a tensor of the dtype of ``like`` (the logits' compute dtype)."""
+    return ops.convert_to_tensor(value, dtype_name(like))
 
 
 def check_scale(name, value):
     """A factor of the cosines, in ``(0, 1e6]``."""
     value = check_positive(name, value)
-    if value > _LOGIT_LIMIT:
+    if value > LOGIT_LIMIT:
         raise ValueError(
             f"`{name}` must be a number in (0, 1e6]: it scales cosines into float32 logits, "
             "whose rounding makes a compiled (XLA) softmax Inf or NaN from about 1e9 on. "
@@ -72,8 +91,8 @@ def prepare_class_inputs(y_true, y_pred, weights, rank, name="weights"):
             outside ``[0, C)``.
     """
     labels = dml.cast_labels(y_true, "y_true")
-    embeddings = dml.check_embeddings(y_pred, "y_pred")
-    dml.check_batch_sizes(labels, embeddings, "y_true", "y_pred")
+    embeddings = check_embeddings(y_pred, "y_pred")
+    check_batch_sizes(labels, embeddings, "y_true", "y_pred")
     w = ops.convert_to_tensor(weights)
     shape = tuple(w.shape)
     if len(shape) != rank:
@@ -86,12 +105,12 @@ def prepare_class_inputs(y_true, y_pred, weights, rank, name="weights"):
             f"`{name}` must have the embedding size of `y_pred` as its last axis. "
             f"Received: {name}.shape={shape}, y_pred.shape={tuple(embeddings.shape)}"
         )
-    dtype = dml.compute_dtype(embeddings.dtype)
+    dtype = compute_dtype(embeddings.dtype)
     x = dml.l2_normalize(ops.cast(embeddings, dtype))
     w = dml.l2_normalize(ops.cast(w, dtype))
     valid = True
     if shape[0] is not None:
-        labels, valid = dml.validate_class_ids(labels, shape[0], (
+        labels, valid = validate_class_ids(labels, shape[0], (
             f"Class ids (y_true) must index the rows of `{name}`: [0, {shape[0]})."))
     return labels, x, w, valid
 
@@ -108,13 +127,19 @@ def class_cosines(x, w):
 
 def class_mask(labels, num_classes):
     """``[B, C]`` boolean: column ``y`` of each row."""
-    columns = ops.arange(num_classes, dtype=dml.dtype_name(labels))
+    columns = ops.arange(num_classes, dtype=dtype_name(labels))
     return ops.equal(labels[:, None], columns[None, :])
+
+
+def target_cosine(cosines, target):
+    """Per row the cosine of the target class (``target``: a ``[B, C]`` mask)."""
+    dtype = dtype_name(cosines)
+    return ops.sum(ops.where(target, cosines, ops.zeros((), dtype)), axis=-1)
 
 
 def softmax_cross_entropy(logits, target):
     """Per row ``logsumexp(logits) - logits[target]`` (``target``: a ``[B, C]`` mask)."""
-    dtype = dml.dtype_name(logits)
+    dtype = dtype_name(logits)
     picked = ops.sum(ops.where(target, logits, ops.zeros((), dtype)), axis=-1)
     return ops.logsumexp(logits, axis=-1) - picked
 
@@ -157,75 +182,133 @@ class ClassWeights(LossState):
                                        name=self.variable_name)
 
 
-#: The arguments of a class-weight loss before its own, and after them (:func:`loss_class`).
+#: The arguments of a class-vector loss before its own, and after them (the deprecated
+#: ``tfdml.losses.spec.loss_class``'s ``head`` and ``common``).
 CLASS_HEAD = ("num_classes", "embedding_dim")
 CLASS_COMMON = ("initializer", "reduction", "name", "dtype", "average")
 
 
-class ClassWeightLoss(MetricLoss):
-    """Base class of the losses with learned per-class vectors (proxies, class weights).
+class ClassInputs(NamedTuple):
+    """The checked inputs of a class-vector loss's terms (:func:`class_inputs`).
 
-    A subclass is a spec: ``sample_losses`` (``sample_losses(labels, x, w,
-    **arguments)``: the ``[B]`` loss of each sample from integer labels and
-    unit embeddings and vectors) and ``check_arguments``, as
-    :class:`tfdml.losses.MetricLoss`; ``_variable_name``, ``weights_rank``
-    (3 for ``k`` vectors per class) and ``_per_class`` describe the vectors.
-    The vectors live in the loss's :class:`ClassWeights` state;
-    train with :class:`tfdml.models.MetricModel`, which owns it. These losses
-    compare embeddings with the vectors only: they take no reference set and
-    no miner, and every sample is an anchor (``average="anchors"`` is the
-    mean over the batch).
+    Attributes:
+        labels: ``[B]`` integer class ids.
+        x: ``[B, D]`` L2-normalized embeddings in the compute dtype.
+        vectors: ``[C, D]`` (or ``[C, k, D]``) L2-normalized class vectors.
+        valid: whether the class ids are in ``[0, C)``, as
+            :func:`prepare_class_inputs` gives it.
+        embeddings: the embeddings as given.
+        raw_vectors: the class vectors as given.
     """
 
-    _variable_name = "weights"
-    #: The rank of the vectors: 2 (``[C, D]``) or 3 (``[C, k, D]``).
-    weights_rank = 2
-    #: ``sample_losses(labels, x, w, **arguments) -> [B]`` losses.
-    sample_losses = None
-    #: ``sample_losses`` also takes ``norms``: the norms of the raw embeddings ``[B]`` and
-    #: vectors ``[C]`` (losses whose logits keep them: large-margin softmax, SphereFace).
-    uses_norms = False
+    labels: object
+    x: object
+    vectors: object
+    valid: object
+    embeddings: object
+    raw_vectors: object
+
+    def norms(self):
+        """``(|embeddings_b| [B], |raw_vectors_c| [C])`` in the compute dtype, for the losses
+        whose logits keep the norms (large-margin softmax, SphereFace)."""
+        dtype = dtype_name(self.x)
+        return tuple(dml.safe_sqrt(ops.sum(ops.square(ops.cast(t, dtype)), axis=-1), epsilon=0.0)
+                     for t in (self.embeddings, self.raw_vectors))
+
+
+def class_inputs(y_true, y_pred, weights, rank, name="weights") -> ClassInputs:
+    """:func:`prepare_class_inputs` as :class:`ClassInputs`, with the raw inputs kept."""
+    labels, x, w, valid = prepare_class_inputs(y_true, y_pred, weights, rank, name)
+    return ClassInputs(labels, x, w, valid, y_pred, weights)
+
+
+def sample_terms(inputs: ClassInputs, losses):
+    """One term per sample: the ``[B]`` ``losses``, NaN for a NaN/Inf class vector or where
+    the class ids are out of range (``inputs.valid``), as :class:`AnchorTerms`."""
+    losses = dml.nan_unless(dml.nan_unless_finite(losses, inputs.vectors), inputs.valid)
+    return anchor_terms(losses, ops.ones(ops.shape(losses), "bool"))
+
+
+def functional_class_loss(sample_losses, y_true, y_pred, weights, rank=2, weights_name="weights",
+                          **arguments):
+    """The value of a class-vector loss's functional form: the mean over the batch.
+
+    Args:
+        sample_losses: ``sample_losses(inputs, **arguments) -> [B]``, the function the
+            class's ``terms`` method calls.
+        y_true: ``[B]`` / ``[B, 1]`` integer class ids in ``[0, C)``.
+        y_pred: ``[B, D]`` embeddings.
+        weights: the class vectors, ``[C, D]`` (``rank=2``) or ``[C, k, D]`` (``rank=3``).
+        rank: the rank ``weights`` must have.
+        weights_name: the argument name of ``weights``, for error messages.
+        **arguments: the loss's own arguments, checked.
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; NaN when an embedding or a vector is NaN or
+        Inf, or (traced) a class id out of range.
+    """
+    inputs = class_inputs(y_true, y_pred, weights, rank, weights_name)
+    return per_sample_value(sample_losses(inputs, **arguments), y_pred, inputs.vectors,
+                            inputs.valid)
+
+
+class ClassVectorLoss(MetricLoss):
+    """Base class of the losses with learned per-class vectors (proxies, class weights).
+
+    A subclass follows the contract of :class:`tfdml.losses.MetricLoss`: its
+    ``__init__`` passes ``num_classes``, ``embedding_dim``, ``initializer`` and
+    its own arguments on (all kept as attributes and in its config), and its
+    ``terms(inputs)`` takes :class:`ClassInputs` (labels, unit embeddings and
+    unit class vectors) and returns one term per sample (:func:`sample_terms`
+    of the ``[B]`` losses that its functional form averages). ``vector_name``
+    names the vectors' variable, ``vectors_per_class`` gives their number per
+    class (``[C, k, D]``; None for ``[C, D]``). The vectors live in the loss's
+    :class:`ClassWeights` state; train with :class:`tfdml.models.MetricModel`,
+    which owns it. These losses compare embeddings with the vectors only: they
+    take no reference set and no miner, and every sample is an anchor
+    (``average="anchors"`` is the mean over the batch).
+
+    Args:
+        num_classes: ``C``; class ids must be in ``[0, C)``.
+        embedding_dim: ``D``, or None (from the model or the first batch).
+        initializer: a Keras initializer for the vectors, or None.
+        reduction: see :mod:`tfdml.losses.terms`.
+        name: name of the loss.
+        dtype: dtype of the returned value.
+        average: see :mod:`tfdml.losses.terms`.
+        **arguments: the loss's own arguments, checked.
+    """
+
+    #: The name of the vectors' variable (``"weights"``, ``"proxies"``, ``"centers"``).
+    vector_name = "weights"
+
+    takes_reference_set = False
 
     def __init__(self, num_classes, embedding_dim=None, initializer=None,
                  reduction="sum_over_batch_size", name=None, dtype=None, average="anchors",
                  **arguments):
-        self.num_classes = check_int("num_classes", num_classes)
-        self.embedding_dim = None if embedding_dim is None else check_int(
-            "embedding_dim", embedding_dim)
-        self.initializer = keras.initializers.get(initializer) if initializer is not None else None
+        num_classes = check_int("num_classes", num_classes)
+        if embedding_dim is not None:
+            embedding_dim = check_int("embedding_dim", embedding_dim)
+        if initializer is not None:
+            initializer = keras.initializers.get(initializer)
         super().__init__(normalize=True, reduction=reduction, name=name, dtype=dtype,
-                         average=average, **arguments)
-
-    @classmethod
-    def functional(cls, y_true, y_pred, weights, weights_name=None, **arguments):
-        """The functional form: the mean over the batch, with the vectors given.
-
-        ``weights_name`` names ``weights`` in error messages (the class's
-        variable name by default).
-        """
-        arguments = cls.check_arguments(**arguments)
-        labels, x, w, valid = prepare_class_inputs(y_true, y_pred, weights, cls.weights_rank,
-                                                   weights_name or cls._variable_name)
-        losses = cls.sample_losses(labels, x, w, **arguments,
-                                   **cls._norms(y_pred, weights, dml.dtype_name(x)))
-        return per_sample_value(losses, y_pred, w, valid)
-
-    @classmethod
-    def _norms(cls, y_pred, weights, dtype):
-        """``{"norms": (|y_pred_b| [B], |weights_c| [C])}`` for ``uses_norms``, else ``{}``."""
-        if not cls.uses_norms:
-            return {}
-        return {"norms": tuple(
-            dml.safe_sqrt(ops.sum(ops.square(ops.cast(t, dtype)), axis=-1), epsilon=0.0)
-            for t in (y_pred, weights))}
+                         average=average, num_classes=num_classes, embedding_dim=embedding_dim,
+                         initializer=initializer, **arguments)
 
     @property
-    def _per_class(self):
+    def vectors_per_class(self):
+        """``k``, the vectors per class (``[C, k, D]``), or None for one (``[C, D]``)."""
         return None
 
-    def _make_state(self):
-        return ClassWeights(self.num_classes, self._per_class, self.initializer,
-                            self._variable_name, name=f"{self.name}_state")
+    @property
+    def weights_rank(self) -> int:
+        """The rank of the vectors: 2 (``[C, D]``) or 3 (``[C, k, D]``)."""
+        return 2 if self.vectors_per_class is None else 3
+
+    def make_state(self):
+        return ClassWeights(self.num_classes, self.vectors_per_class, self.initializer,
+                            self.vector_name, name=f"{self.name}_state")
 
     def build_state(self, embedding_dim=None):
         if embedding_dim is None:
@@ -245,28 +328,27 @@ class ClassWeightLoss(MetricLoss):
             self.build_state()
         return state.vectors
 
-    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
+    def prepare(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
+                ref_offset=None) -> ClassInputs:
+        """The :class:`ClassInputs` of a batch, with the loss's class vectors.
+
+        Raises:
+            ValueError: for a reference set, or the errors of
+                :func:`prepare_class_inputs`.
+        """
         if ref_embeddings is not None or ref_labels is not None:
             raise ValueError(
                 f"Loss {self.name!r} compares embeddings with its learned class vectors and "
                 "takes no reference set (`ref_embeddings`)."
             )
-        raw_w = self.class_weights
-        labels, x, w, valid = prepare_class_inputs(
-            labels, embeddings, raw_w, self.weights_rank, self._variable_name)
-        losses = self.sample_losses(labels, x, w, **self.arguments,
-                                    **self._norms(embeddings, raw_w, dml.dtype_name(x)))
-        losses = dml.nan_unless(dml.nan_unless_finite(losses, w), valid)
-        active = ops.ones(ops.shape(losses), "bool")
-        return anchor_terms(losses, active)
+        return class_inputs(labels, embeddings, self.class_weights, self.weights_rank,
+                            self.vector_name)
 
-    def get_config(self):
-        config = super().get_config()
-        config.pop("normalize", None)
-        config.update(
-            num_classes=self.num_classes,
-            embedding_dim=self.embedding_dim,
-            initializer=(None if self.initializer is None
-                         else keras.initializers.serialize(self.initializer)),
-        )
-        return config
+
+def __getattr__(name):
+    if name == "ClassWeightLoss":
+        warnings.warn("`ClassWeightLoss` is now `ClassVectorLoss` (Keras' `class_weight` "
+                      "weighs the loss per class; these losses learn class vectors).",
+                      DeprecationWarning, stacklevel=2)
+        return ClassVectorLoss
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,8 +10,10 @@ scaled, margin-adjusted cosines:
 
 with ``f(cos) = cos`` (normalized softmax, ``s = 1 / temperature``),
 ``cos - m`` (CosFace) or ``cos(theta + m)`` (ArcFace). The loss is the mean
-over the batch. P2SGrad instead regresses the cosines onto the one-hot target. Computed in float32 (float64 for float64 embeddings) whatever
-the dtype policy, so the large scales (``s = 64``) never overflow float16.
+over the batch. P2SGrad instead regresses the cosines onto the one-hot target. The
+large-margin softmax and SphereFace (an angle multiplier) are in
+:mod:`tfdml.losses.large_margin`. Computed in float32 (float64 for float64 embeddings)
+whatever the dtype policy, so the large scales (``s = 64``) never overflow float16.
 """
 
 from __future__ import annotations
@@ -23,19 +25,32 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_int, check_positive
+from tfdml._docs import fill_doc
+from tfdml._shims import dtype_name
+from tfdml._tensors import is_number
+from tfdml.losses._docstrings import CLASS_VECTOR_ARGS, STATE_DOC
 from tfdml.losses.class_weights import (
-    _LOGIT_LIMIT,
-    CLASS_COMMON,
-    CLASS_HEAD,
-    ClassWeightLoss,
+    LOGIT_LIMIT,
+    ClassVectorLoss,
     check_scale,
     class_cosines,
     class_mask,
+    constant_like,
+    functional_class_loss,
+    sample_terms,
     softmax_cross_entropy,
+    target_cosine,
 )
-from tfdml.losses.spec import loss_class
+from tfdml.losses.large_margin import (
+    MAX_ANGLE_MULTIPLIER,
+    LargeMarginSoftmaxLoss,
+    SphereFaceLoss,
+    large_margin_softmax_loss,
+    sphereface_loss,
+)
 
 __all__ = [
+    "MAX_ANGLE_MULTIPLIER",
     "ArcFaceLoss",
     "CosFaceLoss",
     "LargeMarginSoftmaxLoss",
@@ -55,19 +70,10 @@ __all__ = [
 ]
 
 
-def _constant(value, like):
-    return ops.convert_to_tensor(value, dml.dtype_name(like))
-
-
 def _margin_logits(cosines, target, scale, modified_target):
     """``scale * cosines`` with the target column replaced by ``scale * modified_target``."""
     logits = ops.where(target, modified_target[:, None], cosines)
-    return logits * _constant(scale, cosines)
-
-
-def _target_cosine(cosines, target):
-    dtype = dml.dtype_name(cosines)
-    return ops.sum(ops.where(target, cosines, ops.zeros((), dtype)), axis=-1)
+    return logits * constant_like(scale, cosines)
 
 
 def _arcface_target(cos_y, margin):
@@ -78,18 +84,18 @@ def _arcface_target(cos_y, margin):
     ``cos(theta + m) = cos_y cos(m) - sin(theta) sin(m)`` with ``sin(theta) =
     sqrt(1 - cos_y^2)``, whose gradient stays finite at ``cos_y = +-1``.
     """
-    one = _constant(1.0, cos_y)
+    one = constant_like(1.0, cos_y)
     cos_y = dml.clip(cos_y, -one, one)
     sin_y = dml.safe_sqrt(one - ops.square(cos_y))
-    plus = cos_y * _constant(math.cos(margin), cos_y) - sin_y * _constant(math.sin(margin), cos_y)
-    past = cos_y - _constant(margin * math.sin(margin), cos_y)
-    return ops.where(cos_y >= _constant(-math.cos(margin), cos_y), plus, past)
+    plus = cos_y * constant_like(math.cos(margin), cos_y) - sin_y * constant_like(math.sin(margin), cos_y)
+    past = cos_y - constant_like(margin * math.sin(margin), cos_y)
+    return ops.where(cos_y >= constant_like(-math.cos(margin), cos_y), plus, past)
 
 
 def _check_divisor(name, value):
     """A divisor of the cosines, ``>= 1e-6``."""
     value = check_positive(name, value)
-    if value < 1.0 / _LOGIT_LIMIT:
+    if value < 1.0 / LOGIT_LIMIT:
         raise ValueError(
             f"`{name}` must be a number >= 1e-6: the cosines are divided by it into float32 "
             "logits, whose rounding makes a compiled (XLA) softmax Inf or NaN from about 1e9 "
@@ -117,7 +123,7 @@ def _check_margin_scale(margin: float = 0.35, scale: float = 64.0):
 
 
 def _check_arc_args(margin: float = 0.5, scale: float = 64.0):
-    if not dml.is_number(margin) or not 0 <= margin < math.pi / 2:
+    if not is_number(margin) or not 0 <= margin < math.pi / 2:
         raise ValueError("`margin` must be an angle in radians in [0, pi/2). "
                          f"Received: margin={margin!r}")
     return {"margin": float(margin), "scale": check_scale("scale", scale)}
@@ -126,26 +132,29 @@ def _check_arc_args(margin: float = 0.5, scale: float = 64.0):
 # -- the per-sample losses, from unit embeddings and weights ------------------------------------
 
 
-def _normalized_softmax(labels, x, w, temperature):
+def _normalized_softmax(inputs, temperature):
+    labels, x, w = inputs.labels, inputs.x, inputs.vectors
     cosines = class_cosines(x, w)
     target = class_mask(labels, w.shape[0])
-    return softmax_cross_entropy(cosines / _constant(temperature, cosines), target)
+    return softmax_cross_entropy(cosines / constant_like(temperature, cosines), target)
 
 
-def _cosface(labels, x, w, margin, scale):
+def _cosface(inputs, margin, scale):
+    labels, x, w = inputs.labels, inputs.x, inputs.vectors
     cosines = class_cosines(x, w)
     target = class_mask(labels, w.shape[0])
-    cos_y = _target_cosine(cosines, target)
+    cos_y = target_cosine(cosines, target)
     return softmax_cross_entropy(
-        _margin_logits(cosines, target, scale, cos_y - _constant(margin, cos_y)), target)
+        _margin_logits(cosines, target, scale, cos_y - constant_like(margin, cos_y)), target)
 
 
-def _arcface(labels, x, w, margin, scale):
+def _arcface(inputs, margin, scale):
+    labels, x, w = inputs.labels, inputs.x, inputs.vectors
     cosines = class_cosines(x, w)
     if len(cosines.shape) == 3:  # sub-centres: each class's nearest one
         cosines = ops.max(cosines, axis=-1)
     target = class_mask(labels, w.shape[0])
-    cos_y = _target_cosine(cosines, target)
+    cos_y = target_cosine(cosines, target)
     return softmax_cross_entropy(
         _margin_logits(cosines, target, scale, _arcface_target(cos_y, margin)), target)
 
@@ -155,122 +164,30 @@ def _check_soft_triple_args(la: float = 20.0, gamma: float = 0.1, margin: float 
             "margin": _check_cosine_margin(margin)}
 
 
-def _soft_triple(labels, x, w, la, gamma, margin):
+def _soft_triple(inputs, la, gamma, margin):
+    labels, x, w = inputs.labels, inputs.x, inputs.vectors
     cosines = class_cosines(x, w)  # [B, C, k]
-    weights = ops.softmax(cosines / _constant(gamma, cosines), axis=-1)
+    weights = ops.softmax(cosines / constant_like(gamma, cosines), axis=-1)
     similarity = ops.sum(weights * cosines, axis=-1)  # [B, C]
     target = class_mask(labels, w.shape[0])
-    logits = similarity - ops.where(target, _constant(margin, similarity),
-                                     ops.zeros((), dml.dtype_name(similarity)))
-    return softmax_cross_entropy(logits * _constant(la, logits), target)
-
-
-#: The largest angle multiplier of :class:`LargeMarginSoftmaxLoss` and :class:`SphereFaceLoss`.
-MAX_ANGLE_MULTIPLIER = 128
-
-
-def _check_large_margin(margin: int = 4, scale: float = 1.0):
-    margin = check_int("margin", margin)
-    if margin > MAX_ANGLE_MULTIPLIER:
-        raise ValueError(
-            f"`margin` must be an integer in [1, {MAX_ANGLE_MULTIPLIER}]: near theta = 0, "
-            "cos(m theta) moves m^2 times as fast as cos(theta), so float32 cosines (spaced "
-            "6e-8 below 1) resolve the target logit only to about m^2 * 6e-8 (1e-3 at "
-            f"m = {MAX_ANGLE_MULTIPLIER}). Received: margin={margin!r}")
-    return {"margin": margin, "scale": check_scale("scale", scale)}
-
-
-def _multiple_angle_target(cos_y, margin):
-    """``psi(theta) = (-1)^k cos(m theta) - 2k`` for ``theta`` in ``[k pi/m, (k+1) pi/m]``
-    (Liu et al. 2016, eq. 6), ``cos(m theta) = T_m(cos theta)`` by the Chebyshev recurrence
-    ``T_{n+1} = 2 c T_n - T_{n-1}``: a polynomial, with no ``arccos`` in the gradient.
-
-    The recurrence stays within about ``m^2`` rounding errors for ``|c| <= 1`` (below
-    1e-4 in float32 at ``m = 128``); the sum of the multiple-angle formula (the paper's
-    eq. 7) cancels terms as large as ``2^(m/2)`` (off by 150 at ``m = 64`` in float32) and
-    its binomial coefficients overflow float32 from ``m = 132``.
-    """
-    one = _constant(1.0, cos_y)
-    cos_y = dml.clip(cos_y, -one, one)
-    previous, cos_m = ops.ones_like(cos_y), cos_y  # T_0, T_1
-    for _ in range(margin - 1):
-        previous, cos_m = cos_m, 2.0 * cos_y * cos_m - previous
-    theta = ops.arccos(ops.stop_gradient(cos_y))
-    k = ops.stop_gradient(dml.floor(theta * _constant(margin / math.pi, cos_y)))
-    sign = one - 2.0 * (k - 2.0 * dml.floor(k / 2.0))  # (-1)^k
-    return sign * cos_m - 2.0 * k
-
-
-def _large_margin_logits(labels, x, w, margin, scale, magnitudes):
-    """``scale * magnitudes * [cos_c, psi(theta_y) at the target]`` and the target mask."""
-    cosines = class_cosines(x, w)
-    target = class_mask(labels, w.shape[0])
-    modified = _multiple_angle_target(_target_cosine(cosines, target), margin)
-    logits = ops.where(target, modified[:, None], cosines)
-    return logits * magnitudes * _constant(scale, cosines), target
-
-
-def _large_margin(labels, x, w, margin, scale, norms):
-    x_norm, w_norm = norms
-    logits, target = _large_margin_logits(labels, x, w, margin, scale,
-                                          x_norm[:, None] * w_norm[None, :])
-    return softmax_cross_entropy(logits, target)
-
-
-def _sphereface(labels, x, w, margin, scale, norms):
-    logits, target = _large_margin_logits(labels, x, w, margin, scale, norms[0][:, None])
-    return softmax_cross_entropy(logits, target)
+    logits = similarity - ops.where(target, constant_like(margin, similarity),
+                                     ops.zeros((), dtype_name(similarity)))
+    return softmax_cross_entropy(logits * constant_like(la, logits), target)
 
 
 def _check_p2s():
     return {}
 
 
-def _p2s_grad(labels, x, w):
+def _p2s_grad(inputs):
     """``1/2 sum_c (cos_c - [c = y])^2``: its gradient is P2SGrad's update (eq. 11)."""
+    labels, x, w = inputs.labels, inputs.x, inputs.vectors
     cosines = class_cosines(x, w)
-    target = ops.cast(class_mask(labels, w.shape[0]), dml.dtype_name(cosines))
+    target = ops.cast(class_mask(labels, w.shape[0]), dtype_name(cosines))
     return 0.5 * ops.sum(ops.square(cosines - target), axis=-1)
 
 
 # -- functional forms --------------------------------------------------------------------------
-
-
-def large_margin_softmax_loss(y_true, y_pred, weights, margin: int = 4, scale: float = 1.0):
-    """Large-margin softmax (L-Softmax, Liu et al. 2016): the target logit
-    ``|w_y| |x| psi(theta_y)``, the others ``|w_c| |x| cos(theta_c)``, times ``scale``.
-
-    Args:
-        y_true: ``[B]`` integer class ids in ``[0, C)``.
-        y_pred: ``[B, D]`` embeddings (their norms enter the logits).
-        weights: ``[C, D]`` class weights (their norms enter the logits).
-        margin: the integer angle multiplier ``m`` in ``[1, 128]``. Defaults to
-            `4`.
-        scale: ``s`` in ``(0, 1e6]``. Defaults to `1.0`.
-
-    Returns:
-        The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
-    """
-    return LargeMarginSoftmaxLoss.functional(y_true, y_pred, weights, margin=margin,
-                                             scale=scale)
-
-
-def sphereface_loss(y_true, y_pred, weights, margin: int = 4, scale: float = 1.0):
-    """SphereFace / A-Softmax (Liu et al. 2017): L-Softmax with unit class weights, the
-    logits ``|x| psi(theta_y)`` and ``|x| cos(theta_c)``, times ``scale``.
-
-    Args:
-        y_true: ``[B]`` integer class ids in ``[0, C)``.
-        y_pred: ``[B, D]`` embeddings (their norms enter the logits).
-        weights: ``[C, D]`` class weights (normalized here).
-        margin: the integer angle multiplier ``m`` in ``[1, 128]``. Defaults to
-            `4`.
-        scale: ``s`` in ``(0, 1e6]``. Defaults to `1.0`.
-
-    Returns:
-        The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
-    """
-    return SphereFaceLoss.functional(y_true, y_pred, weights, margin=margin, scale=scale)
 
 
 def p2s_grad_loss(y_true, y_pred, weights):
@@ -286,7 +203,7 @@ def p2s_grad_loss(y_true, y_pred, weights):
     Returns:
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
-    return P2SGradLoss.functional(y_true, y_pred, weights)
+    return functional_class_loss(_p2s_grad, y_true, y_pred, weights)
 
 
 def normalized_softmax_loss(y_true, y_pred, weights, temperature: float = 0.05):
@@ -302,7 +219,8 @@ def normalized_softmax_loss(y_true, y_pred, weights, temperature: float = 0.05):
         The mean over the batch, a scalar of the dtype of ``y_pred``; NaN when
         an embedding or a weight is NaN or Inf.
     """
-    return NormalizedSoftmaxLoss.functional(y_true, y_pred, weights, temperature=temperature)
+    return functional_class_loss(_normalized_softmax, y_true, y_pred, weights,
+                                 **_check_temperature(temperature))
 
 
 def cosface_loss(y_true, y_pred, weights, margin: float = 0.35, scale: float = 64.0):
@@ -319,7 +237,8 @@ def cosface_loss(y_true, y_pred, weights, margin: float = 0.35, scale: float = 6
     Returns:
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
-    return CosFaceLoss.functional(y_true, y_pred, weights, margin=margin, scale=scale)
+    return functional_class_loss(_cosface, y_true, y_pred, weights,
+                                 **_check_margin_scale(margin, scale))
 
 
 def arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: float = 64.0):
@@ -340,7 +259,8 @@ def arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: float = 64
     Returns:
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
-    return ArcFaceLoss.functional(y_true, y_pred, weights, margin=margin, scale=scale)
+    return functional_class_loss(_arcface, y_true, y_pred, weights,
+                                 **_check_arc_args(margin, scale))
 
 
 def subcenter_arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: float = 64.0):
@@ -358,8 +278,8 @@ def subcenter_arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: 
     Returns:
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
-    return SubCenterArcFaceLoss.functional(y_true, y_pred, weights, weights_name="weights",
-                                           margin=margin, scale=scale)
+    return functional_class_loss(_arcface, y_true, y_pred, weights, rank=3,
+                                 **_check_arc_args(margin, scale))
 
 
 def soft_triple_loss(y_true, y_pred, centers, la: float = 20.0, gamma: float = 0.1,
@@ -383,66 +303,24 @@ def soft_triple_loss(y_true, y_pred, centers, la: float = 20.0, gamma: float = 0
     Returns:
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
-    return SoftTripleLoss.functional(y_true, y_pred, centers, la=la, gamma=gamma, margin=margin)
+    return functional_class_loss(_soft_triple, y_true, y_pred, centers, rank=3,
+                                 weights_name="centers", **_check_soft_triple_args(la, gamma, margin))
 
 
-# -- classes -----------------------------------------------------------------------------------
-
-_STATE_DOC = """
-    The class vectors are a variable of the loss's state (``loss.class_weights``,
-    ``[C, D]``; ``[C, k, D]`` with centres), created with the embedding size.
-    Train with :class:`tfdml.models.MetricModel`, which owns the state: its
-    ``fit`` trains the vectors with the network and its ``save`` keeps them.
-    They are normalized in the loss, so their initial norm sets how fast an
-    adaptive optimizer such as Adam turns them (about ``lr / norm`` radians
-    per step): the default initializer gives norm about 1; a smaller
-    ``stddev`` trains them faster.
-"""
-
-_COMMON_ARGS = """
-        num_classes: ``C``; class ids must be in ``[0, C)``.
-        embedding_dim: ``D``. Defaults to `None`: taken from the model by
-            :class:`tfdml.models.MetricModel` (or from the first batch when
-            called eagerly).
-        initializer: a Keras initializer for the vectors. Defaults to `None`:
-            normal with standard deviation ``1 / sqrt(D)``.
-        reduction: see :mod:`tfdml.losses.base`. Defaults to
-            `"sum_over_batch_size"`.
-        average: see :mod:`tfdml.losses.base` (every sample is one term).
-            Defaults to `"anchors"`, the mean over the batch.
-        dtype: dtype of the returned value. Defaults to `None` (floatx)."""
+# -- classes ---------------------------------------------------------------------------------
 
 
-_LARGE_MARGIN_DOC = """
-    With ``theta_c`` the angle between the embedding ``x`` and the class
-    vector ``w_c`` and ``m`` the integer margin, the target class's cosine is
-    replaced by
-
-        psi(theta) = (-1)^k cos(m theta) - 2k,   theta in [k pi / m, (k + 1) pi / m]
-
-    (monotonically decreasing on ``[0, pi]``; ``cos(m theta)`` as a
-    polynomial of ``cos theta``, the Chebyshev polynomial ``T_m``, so no
-    ``arccos`` enters the gradient). Then the softmax cross-entropy, the mean
-    over the batch. ``m`` is at most 128: float32 cosines resolve
-    ``cos(m theta)`` near ``theta = 0`` only to about ``m^2 * 6e-8``.
-"""
-
-
-def _doc(cls):
-    cls.__doc__ = cls.__doc__.replace("    {STATE}\n", _STATE_DOC).replace(
-        "{ARGS}", _COMMON_ARGS.strip("\n")).replace("    {MARGIN}\n", _LARGE_MARGIN_DOC)
-    return cls
-
-
-@_doc
-@loss_class("normalized_softmax_loss", head=CLASS_HEAD, common=CLASS_COMMON, document=False)
-class NormalizedSoftmaxLoss(ClassWeightLoss):
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(STATE=STATE_DOC, CLASS_VECTOR_ARGS=CLASS_VECTOR_ARGS)
+class NormalizedSoftmaxLoss(ClassVectorLoss):
     """Normalized softmax loss: cross-entropy of cosines over a temperature.
 
     ``L = -log softmax_y(cos(x, w_c) / T)``, the mean over the batch.
+
     {STATE}
+
     Args:
-{ARGS}
+        {CLASS_VECTOR_ARGS}
         temperature: ``T >= 1e-6``. Defaults to `0.05`.
         name: name of the loss. Defaults to `"normalized_softmax_loss"`.
 
@@ -457,19 +335,27 @@ class NormalizedSoftmaxLoss(ClassWeightLoss):
         learning", BMVC 2019.
     """
 
-    sample_losses = staticmethod(_normalized_softmax)
-    check_arguments = staticmethod(_check_temperature)
+    def __init__(self, num_classes, embedding_dim=None, temperature: float = 0.05, initializer=None,
+                 reduction="sum_over_batch_size", name="normalized_softmax_loss", dtype=None,
+                 average="anchors"):
+        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average,
+                         **_check_temperature(temperature))
+
+    def terms(self, inputs):
+        return sample_terms(inputs, _normalized_softmax(inputs, self.temperature))
 
 
-@_doc
-@loss_class("cosface_loss", head=CLASS_HEAD, common=CLASS_COMMON, document=False)
-class CosFaceLoss(ClassWeightLoss):
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(STATE=STATE_DOC, CLASS_VECTOR_ARGS=CLASS_VECTOR_ARGS)
+class CosFaceLoss(ClassVectorLoss):
     """CosFace (large margin cosine) loss: the target logit is ``s (cos_y - m)``.
 
     ``L = -log softmax_y(s [cos_c - m [c = y]])``, the mean over the batch.
+
     {STATE}
+
     Args:
-{ARGS}
+        {CLASS_VECTOR_ARGS}
         margin: ``m`` in ``[0, 2]``. Defaults to `0.35`.
         scale: ``s`` in ``(0, 1e6]``. Defaults to `64.0`.
         name: name of the loss. Defaults to `"cosface_loss"`.
@@ -484,15 +370,19 @@ class CosFaceLoss(ClassWeightLoss):
         recognition", CVPR 2018.
     """
 
-    sample_losses = staticmethod(_cosface)
-    check_arguments = staticmethod(_check_margin_scale)
+    def __init__(self, num_classes, embedding_dim=None, margin: float = 0.35, scale: float = 64.0,
+                 initializer=None, reduction="sum_over_batch_size", name="cosface_loss", dtype=None,
+                 average="anchors"):
+        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average,
+                         **_check_margin_scale(margin, scale))
 
-    _variable_name = "weights"
+    def terms(self, inputs):
+        return sample_terms(inputs, _cosface(inputs, self.margin, self.scale))
 
 
-@_doc
-@loss_class("arcface_loss", head=CLASS_HEAD, common=CLASS_COMMON, document=False)
-class ArcFaceLoss(ClassWeightLoss):
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(STATE=STATE_DOC, CLASS_VECTOR_ARGS=CLASS_VECTOR_ARGS)
+class ArcFaceLoss(ClassVectorLoss):
     """ArcFace (additive angular margin) loss: the target logit is ``s cos(theta_y + m)``.
 
     ``theta_y = arccos(cos_y)``; past ``theta_y > pi - m`` the target logit is
@@ -500,9 +390,11 @@ class ArcFaceLoss(ClassWeightLoss):
     pytorch-metric-learning). The mean over the batch. The margin is in
     radians (pytorch-metric-learning takes degrees: its default 28.6 is
     0.4992 rad).
+
     {STATE}
+
     Args:
-{ARGS}
+        {CLASS_VECTOR_ARGS}
         margin: ``m`` in radians, in ``[0, pi/2)``. Defaults to `0.5`.
         scale: ``s`` in ``(0, 1e6]``. Defaults to `64.0`.
         name: name of the loss. Defaults to `"arcface_loss"`.
@@ -518,21 +410,29 @@ class ArcFaceLoss(ClassWeightLoss):
         deep face recognition", CVPR 2019.
     """
 
-    sample_losses = staticmethod(_arcface)
-    check_arguments = staticmethod(_check_arc_args)
+    def __init__(self, num_classes, embedding_dim=None, margin: float = 0.5, scale: float = 64.0,
+                 initializer=None, reduction="sum_over_batch_size", name="arcface_loss", dtype=None,
+                 average="anchors"):
+        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average,
+                         **_check_arc_args(margin, scale))
+
+    def terms(self, inputs):
+        return sample_terms(inputs, _arcface(inputs, self.margin, self.scale))
 
 
-@_doc
 @keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(STATE=STATE_DOC, CLASS_VECTOR_ARGS=CLASS_VECTOR_ARGS)
 class SubCenterArcFaceLoss(ArcFaceLoss):
     """Sub-centre ArcFace: ``k`` sub-centres per class, ArcFace on the nearest one.
 
     ``cos_c = max_j cos(x, w_c^j)``; then as :class:`ArcFaceLoss`. Samples of
     a class gather around a dominant sub-centre, and noisy ones around the
     others.
+
     {STATE}
+
     Args:
-{ARGS}
+        {CLASS_VECTOR_ARGS}
         sub_centers: ``k >= 1``. Defaults to `3`.
         margin: ``m`` in radians, in ``[0, pi/2)``. Defaults to `0.5`.
         scale: ``s`` in ``(0, 1e6]``. Defaults to `64.0`.
@@ -547,38 +447,35 @@ class SubCenterArcFaceLoss(ArcFaceLoss):
         recognition by large-scale noisy web faces", ECCV 2020.
     """
 
-    weights_rank = 3
+    vector_name = "centers"
 
-    _variable_name = "centers"
-
-    def __init__(self, num_classes, embedding_dim=None, sub_centers: int = 3,
-                 margin: float = 0.5, scale: float = 64.0, initializer=None,
-                 reduction="sum_over_batch_size", name="subcenter_arcface_loss", dtype=None,
-                 average="anchors"):
-        self.sub_centers = check_int("sub_centers", sub_centers)
-        super().__init__(num_classes, embedding_dim, margin, scale, initializer, reduction,
-                         name, dtype, average)
+    def __init__(self, num_classes, embedding_dim=None, sub_centers: int = 3, margin: float = 0.5,
+                 scale: float = 64.0, initializer=None, reduction="sum_over_batch_size",
+                 name="subcenter_arcface_loss", dtype=None, average="anchors"):
+        # ArcFaceLoss's arguments and the sub-centres, which ArcFaceLoss.__init__ does not take.
+        ClassVectorLoss.__init__(
+            self, num_classes, embedding_dim, initializer, reduction, name, dtype, average,
+            sub_centers=check_int("sub_centers", sub_centers), **_check_arc_args(margin, scale))
 
     @property
-    def _per_class(self):
+    def vectors_per_class(self):
         return self.sub_centers
 
-    def get_config(self):
-        return {**super().get_config(), "sub_centers": self.sub_centers}
 
-
-@_doc
 @keras.saving.register_keras_serializable(package="tfdml")
-class SoftTripleLoss(ClassWeightLoss):
+@fill_doc(STATE=STATE_DOC, CLASS_VECTOR_ARGS=CLASS_VECTOR_ARGS)
+class SoftTripleLoss(ClassVectorLoss):
     """SoftTriple loss: a softmax loss with ``k`` centres per class.
 
     ``S_c = sum_j softmax_j(cos(x, w_c^j) / gamma) cos(x, w_c^j)`` and
     ``L = -log softmax_y(la (S_c - delta [c = y]))``, the mean over the
     batch. The paper's regularizer that merges centres (``tau``) is not
     included, as in pytorch-metric-learning.
+
     {STATE}
+
     Args:
-{ARGS}
+        {CLASS_VECTOR_ARGS}
         centers_per_class: ``k >= 1``. Defaults to `10`.
         la: ``lambda`` in ``(0, 1e6]``, the scale. Defaults to `20.0`.
         gamma: ``gamma >= 1e-6``, the temperature of the softmax over centres.
@@ -595,31 +492,27 @@ class SoftTripleLoss(ClassWeightLoss):
         without triplet sampling", ICCV 2019.
     """
 
-    sample_losses = staticmethod(_soft_triple)
-    check_arguments = staticmethod(_check_soft_triple_args)
-    weights_rank = 3
-
-    _variable_name = "centers"
+    vector_name = "centers"
 
     def __init__(self, num_classes, embedding_dim=None, centers_per_class: int = 10,
                  la: float = 20.0, gamma: float = 0.1, margin: float = 0.01, initializer=None,
                  reduction="sum_over_batch_size", name="soft_triple_loss", dtype=None,
                  average="anchors"):
-        self.centers_per_class = check_int("centers_per_class", centers_per_class)
         super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average,
-                         la=la, gamma=gamma, margin=margin)
+                         **_check_soft_triple_args(la, gamma, margin),
+                         centers_per_class=check_int("centers_per_class", centers_per_class))
 
     @property
-    def _per_class(self):
+    def vectors_per_class(self):
         return self.centers_per_class
 
-    def get_config(self):
-        return {**super().get_config(), "centers_per_class": self.centers_per_class}
+    def terms(self, inputs):
+        return sample_terms(inputs, _soft_triple(inputs, self.la, self.gamma, self.margin))
 
 
-@_doc
-@loss_class("p2s_grad_loss", head=CLASS_HEAD, common=CLASS_COMMON, document=False)
-class P2SGradLoss(ClassWeightLoss):
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(STATE=STATE_DOC, CLASS_VECTOR_ARGS=CLASS_VECTOR_ARGS)
+class P2SGradLoss(ClassVectorLoss):
     """P2SGrad: the cosines to the class weights regressed onto the one-hot target.
 
     ``L = 1/2 sum_c (cos(x, w_c) - [c = y])^2``, the mean over the batch. Zhang
@@ -628,9 +521,11 @@ class P2SGradLoss(ClassWeightLoss):
     margin-softmax losses; this loss has exactly that gradient.
     pytorch-metric-learning takes the mean squared error over the batch and
     the classes instead, ``2 / C`` times this loss (and its gradients).
+
     {STATE}
+
     Args:
-{ARGS}
+        {CLASS_VECTOR_ARGS}
         name: name of the loss. Defaults to `"p2s_grad_loss"`.
 
     Examples:
@@ -644,77 +539,11 @@ class P2SGradLoss(ClassWeightLoss):
         optimizing deep face models", CVPR 2019.
     """
 
-    sample_losses = staticmethod(_p2s_grad)
-    check_arguments = staticmethod(_check_p2s)
+    def __init__(self, num_classes, embedding_dim=None, initializer=None,
+                 reduction="sum_over_batch_size", name="p2s_grad_loss", dtype=None,
+                 average="anchors"):
+        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average,
+                         **_check_p2s())
 
-
-
-
-@_doc
-@loss_class("large_margin_softmax_loss", head=CLASS_HEAD, common=CLASS_COMMON, document=False)
-class LargeMarginSoftmaxLoss(ClassWeightLoss):
-    """Large-margin softmax (L-Softmax): an angular margin by an angle multiplier.
-
-    The logits are ``s |w_c| |x| cos(theta_c)``, and ``s |w_y| |x| psi(theta_y)``
-    for the target: the norms of the embeddings and of the class weights stay
-    in the logits (eq. 5 of the paper), so the weights' scale matters here.
-    {MARGIN}
-    Liu et al. anneal from the softmax to this loss during training (logit
-    ``(lambda |w||x| cos + |w||x| psi) / (1 + lambda)``, ``lambda`` decreasing);
-    pytorch-metric-learning leaves that out, and so does this loss.
-    {STATE}
-    Args:
-{ARGS}
-        margin: the integer multiplier ``m`` in ``[1, 128]`` (1 is the
-            softmax). Defaults to `4`.
-        scale: ``s`` in ``(0, 1e6]``. Defaults to `1.0`.
-        name: name of the loss. Defaults to `"large_margin_softmax_loss"`.
-
-    Examples:
-
-    >>> loss = tfdml.losses.LargeMarginSoftmaxLoss(num_classes=100, margin=2)
-    >>> model = tfdml.models.MetricModel(embedder, loss)
-
-    Reference:
-        Liu, Wen, Yu, Yang, "Large-margin softmax loss for convolutional
-        neural networks", ICML 2016.
-    """
-
-    sample_losses = staticmethod(_large_margin)
-    check_arguments = staticmethod(_check_large_margin)
-    uses_norms = True
-
-
-@_doc
-@loss_class("sphereface_loss", head=CLASS_HEAD, common=CLASS_COMMON, document=False)
-class SphereFaceLoss(ClassWeightLoss):
-    """SphereFace (A-Softmax): L-Softmax with unit class weights.
-
-    The logits are ``s |x| cos(theta_c)``, and ``s |x| psi(theta_y)`` for the
-    target: the class weights are normalized, the embedding's norm stays
-    (eq. 6 of the paper).
-    {MARGIN}
-    Liu et al. anneal from the softmax to this loss during training
-    (``lambda``, their code); pytorch-metric-learning leaves that out, and so
-    does this loss.
-    {STATE}
-    Args:
-{ARGS}
-        margin: the integer multiplier ``m`` in ``[1, 128]``. Defaults to
-            `4`.
-        scale: ``s`` in ``(0, 1e6]``. Defaults to `1.0`.
-        name: name of the loss. Defaults to `"sphereface_loss"`.
-
-    Examples:
-
-    >>> loss = tfdml.losses.SphereFaceLoss(num_classes=10_000)
-    >>> model = tfdml.models.MetricModel(embedder, loss)
-
-    Reference:
-        Liu, Wen, Yu, Li, Raj, Song, "SphereFace: Deep hypersphere embedding
-        for face recognition", CVPR 2017.
-    """
-
-    sample_losses = staticmethod(_sphereface)
-    check_arguments = staticmethod(_check_large_margin)
-    uses_norms = True
+    def terms(self, inputs):
+        return sample_terms(inputs, _p2s_grad(inputs))

@@ -3,17 +3,21 @@ paper, and its signal-to-noise ratio form (Yuan et al.)."""
 
 from __future__ import annotations
 
+import keras
 from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_number
+from tfdml._docs import fill_doc
+from tfdml._shims import dtype_name
+from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
 from tfdml.losses.base import (
     MetricLoss,
+    functional_loss,
     mined_pairs,
     resolve_miner,
     split_pair_terms,
 )
-from tfdml.losses.spec import functional_form, loss_class
 from tfdml.miners import AllPairsMiner, Miner
 
 __all__ = ["ContrastiveLoss", "SNRContrastiveLoss", "contrastive_loss", "snr_contrastive_loss"]
@@ -30,8 +34,8 @@ def _hinge_terms(inputs, dist, positive_margin, negative_margin, miner: Miner):
     """Per pair ``max(d - positive_margin, 0)`` (positive) or ``max(negative_margin - d, 0)``
     (negative), over the pairs the miner keeps (mined on ``-dist``)."""
     pairs = mined_pairs(inputs, -dist, miner)
-    positive = ops.relu(dist - ops.convert_to_tensor(positive_margin, dml.dtype_name(dist)))
-    negative = ops.relu(ops.convert_to_tensor(negative_margin, dml.dtype_name(dist)) - dist)
+    positive = ops.relu(dist - ops.convert_to_tensor(positive_margin, dtype_name(dist)))
+    negative = ops.relu(ops.convert_to_tensor(negative_margin, dtype_name(dist)) - dist)
     return split_pair_terms(positive, negative, pairs)
 
 
@@ -40,7 +44,8 @@ def _contrastive_terms(inputs, positive_margin, negative_margin, distance, miner
     return _hinge_terms(inputs, dist, positive_margin, negative_margin, miner)
 
 
-@loss_class("contrastive_loss", average="terms")
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(SHARED_ARGS=shared_args("contrastive_loss", average="terms"))
 class ContrastiveLoss(MetricLoss):
     """Contrastive loss: pull positive pairs within a margin, push negatives beyond one.
 
@@ -80,6 +85,7 @@ class ContrastiveLoss(MetricLoss):
         miner: a :class:`tfdml.miners.Miner`; `None` or `"default"` for
             every pair (:class:`tfdml.miners.AllPairsMiner`). Defaults to
             `"default"`.
+        {SHARED_ARGS}
 
     Examples:
 
@@ -93,16 +99,40 @@ class ContrastiveLoss(MetricLoss):
         learning with easy positive sampling" (Section 3).
     """
 
-    terms = staticmethod(_contrastive_terms)
-    check_arguments = staticmethod(_check_args)
     split_terms = True
 
+    def __init__(self, positive_margin: float = 0.0, negative_margin: float = 0.5,
+                 distance: str = "l2", miner="default", normalize=True, average="terms",
+                 reduction="sum_over_batch_size", name="contrastive_loss", dtype=None,
+                 block_size=None):
+        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
+                         dtype=dtype, block_size=block_size,
+                         **_check_args(positive_margin, negative_margin, distance, miner))
 
-contrastive_loss = functional_form(
-    ContrastiveLoss, "contrastive_loss",
-    "Functional form of :class:`ContrastiveLoss`: by default the mean over all pairs.",
-    "A scalar of the dtype of ``y_pred``; 0 when no anchor has a pair, NaN when an embedding "
-    "is NaN or Inf.")
+    def terms(self, inputs):
+        return _contrastive_terms(inputs, **self.arguments)
+
+
+@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
+def contrastive_loss(y_true, y_pred, positive_margin: float = 0.0, negative_margin: float = 0.5,
+                     distance: str = "l2", miner="default", normalize=True, ref_embeddings=None,
+                     ref_labels=None, ref_offset=None, average="terms"):
+    """Functional form of :class:`ContrastiveLoss`: by default the mean over all pairs.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_pred: ``[B, D]`` embeddings.
+        positive_margin, negative_margin, distance, miner, normalize, average: as in
+            :class:`ContrastiveLoss`.
+        {REFERENCE_ARGS}
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 when no anchor has a pair, NaN when an
+        embedding is NaN or Inf.
+    """
+    return functional_loss(ContrastiveLoss, _contrastive_terms, y_true, y_pred, ref_embeddings,
+                           ref_labels, ref_offset, normalize, average,
+                           **_check_args(positive_margin, negative_margin, distance, miner))
 
 
 # -- signal-to-noise ratio ----------------------------------------------------------------------
@@ -138,7 +168,8 @@ def _snr_terms(inputs, pos_margin, neg_margin, miner: Miner):
                         miner)
 
 
-@loss_class("snr_contrastive_loss", average="terms")
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(SHARED_ARGS=shared_args("snr_contrastive_loss", average="terms"))
 class SNRContrastiveLoss(MetricLoss):
     """The contrastive loss on the signal-to-noise ratio distance of Yuan et al.
 
@@ -164,6 +195,7 @@ class SNRContrastiveLoss(MetricLoss):
         miner: a :class:`tfdml.miners.Miner`; `None` or `"default"` for
             every pair (:class:`tfdml.miners.AllPairsMiner`). Defaults to
             `"default"`.
+        {SHARED_ARGS}
 
     Examples:
 
@@ -175,13 +207,36 @@ class SNRContrastiveLoss(MetricLoss):
         distance metric for deep metric learning", CVPR 2019.
     """
 
-    terms = staticmethod(_snr_terms)
-    check_arguments = staticmethod(_check_snr)
     split_terms = True
 
+    def __init__(self, pos_margin: float = 0.0, neg_margin: float = 1.0, miner="default",
+                 normalize=True, average="terms", reduction="sum_over_batch_size",
+                 name="snr_contrastive_loss", dtype=None, block_size=None):
+        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
+                         dtype=dtype, block_size=block_size,
+                         **_check_snr(pos_margin, neg_margin, miner))
 
-snr_contrastive_loss = functional_form(
-    SNRContrastiveLoss, "snr_contrastive_loss",
-    "Functional form of :class:`SNRContrastiveLoss`: by default the mean over all pairs.",
-    "A scalar of the dtype of ``y_pred``; 0 when no anchor has a pair, NaN when an embedding "
-    "is NaN or Inf.")
+    def terms(self, inputs):
+        return _snr_terms(inputs, **self.arguments)
+
+
+@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
+def snr_contrastive_loss(y_true, y_pred, pos_margin: float = 0.0, neg_margin: float = 1.0,
+                         miner="default", normalize=True, ref_embeddings=None, ref_labels=None,
+                         ref_offset=None, average="terms"):
+    """Functional form of :class:`SNRContrastiveLoss`: by default the mean over all pairs.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_pred: ``[B, D]`` embeddings.
+        pos_margin, neg_margin, miner, normalize, average: as in
+            :class:`SNRContrastiveLoss`.
+        {REFERENCE_ARGS}
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 when no anchor has a pair, NaN when an
+        embedding is NaN or Inf.
+    """
+    return functional_loss(SNRContrastiveLoss, _snr_terms, y_true, y_pred, ref_embeddings,
+                           ref_labels, ref_offset, normalize, average,
+                           **_check_snr(pos_margin, neg_margin, miner))

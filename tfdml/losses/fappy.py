@@ -15,15 +15,18 @@ from __future__ import annotations
 
 import math
 
+import keras
 from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_number
+from tfdml._docs import fill_doc
+from tfdml._shims import dtype_name
+from tfdml.losses._docstrings import shared_args
 from tfdml.losses.base import AnchorTerms, MetricLoss, anchor_terms, prepare_inputs
 from tfdml.losses.blocks import RowBlocks, batch_rows
-from tfdml.losses.spec import loss_class
 
-__all__ = ["FAPPYLoss", "HistogramLoss", "false_positive_probability"]
+__all__ = ["FAPPYLoss", "HistogramLoss", "false_positive_probability", "node_histograms"]
 
 
 def _check_width(name, value, upper=2.0):
@@ -48,13 +51,13 @@ def _interpolate(s, bin_width, num_nodes):
     return ops.cast(v, "int32"), position - v
 
 
-def _node_histograms(s, mask, bin_width, num_nodes, normalize=True):
+def node_histograms(s, mask, bin_width, num_nodes, normalize=True):
     """Per row ``i``: the triangular-kernel histogram of ``s[i, k]`` over the ``k`` in ``mask``,
     normalized by the row's count: ``[B, n]`` (zeros for an empty row). With
     ``normalize=False``, the sums of the kernel weights."""
     rows = s.shape[0] if s.shape[0] is not None else ops.shape(s)[0]
     v, frac = _interpolate(s, bin_width, num_nodes)
-    weights = ops.cast(mask, dml.dtype_name(s))
+    weights = ops.cast(mask, dtype_name(s))
     if normalize:
         count = ops.sum(weights, axis=1, keepdims=True)
         weights = dml.divide_no_nan(weights, count)
@@ -75,7 +78,7 @@ def _tails(hist):
 def _fpp(sim, positive, negative, bin_width):
     """``P_ij^Delta`` (eq. 7) for every pair, ``[B, B]``; 0 where ``positive`` is false."""
     n = _num_nodes(bin_width)
-    tail = _tails(_node_histograms(sim, negative, bin_width, n))
+    tail = _tails(node_histograms(sim, negative, bin_width, n))
     t, h_right = _interpolate(sim, bin_width, n)
     h_left = 1.0 - h_right
 
@@ -143,7 +146,7 @@ def _fappy_terms(inputs, min_bin_width):
         pair_weights = 0.5 * (pair_weights + _fpp(sim, counted, negative, width))
     # Each unordered pair appears twice in the [B, B] table: half of it per anchor, so
     # that the sum over anchors divided by the summed counts is the mean over pairs.
-    dtype = dml.dtype_name(sim)
+    dtype = dtype_name(sim)
     total = 0.5 * ops.sum(pair_weights, axis=1)
     count = 0.5 * ops.sum(ops.cast(positive, dtype), axis=1)
     nonzero = 0.5 * ops.sum(
@@ -151,13 +154,13 @@ def _fappy_terms(inputs, min_bin_width):
     return AnchorTerms(total, count, nonzero)
 
 
-def _blocked_fappy(labels, embeddings, min_bin_width, block_size):
+def _blocked_fappy(inputs, min_bin_width, block_size):
     """:func:`_fappy_terms` in row blocks (two passes; see ``FAPPYLoss``)."""
-    labels, x, _, _, _ = prepare_inputs(labels, embeddings)
+    labels, x = inputs.labels, inputs.x
     blocks = RowBlocks(batch_rows(x), block_size)
     widths = _scales(min_bin_width)
     nodes = [_num_nodes(w) for w in widths]
-    dtype = dml.dtype_name(x)
+    dtype = dtype_name(x)
 
     def block_pairs(i, x):
         start = blocks.start(i)
@@ -167,7 +170,7 @@ def _blocked_fappy(labels, embeddings, min_bin_width, block_size):
 
     def histograms(i, x):  # pass 1: each row's histogram of its negatives, per scale
         sim, _, negative = block_pairs(i, x)
-        return tuple(_node_histograms(sim, negative, w, n) for w, n in zip(widths, nodes, strict=True))
+        return tuple(node_histograms(sim, negative, w, n) for w, n in zip(widths, nodes, strict=True))
 
     stacked = blocks.map(histograms, (x,), [((None, n), dtype) for n in nodes])
     tails = [_tails(blocks.assemble(h)) for h in stacked]
@@ -197,12 +200,12 @@ def _blocked_fappy(labels, embeddings, min_bin_width, block_size):
     return AnchorTerms(*(blocks.assemble(s) for s in stacked))
 
 
-def _blocked_histogram_loss(labels, embeddings, bin_width, block_size):
+def _blocked_histogram_loss(inputs, bin_width, block_size):
     """:func:`_histogram_terms` in row blocks: the two histograms summed over blocks."""
-    labels, x, _, _, _ = prepare_inputs(labels, embeddings)
+    labels, x = inputs.labels, inputs.x
     blocks = RowBlocks(batch_rows(x), block_size)
     n = _num_nodes(bin_width)
-    dtype = dml.dtype_name(x)
+    dtype = dtype_name(x)
 
     def sums(i, x):
         start = blocks.start(i)
@@ -215,7 +218,7 @@ def _blocked_histogram_loss(labels, embeddings, bin_width, block_size):
         out = []
         for mask in (ops.logical_and(positive, keep), ops.logical_and(negative, keep)):
             flat_mask = ops.reshape(mask, (1, -1))
-            out.append(_node_histograms(ops.reshape(sim, (1, -1)), flat_mask, bin_width, n,
+            out.append(node_histograms(ops.reshape(sim, (1, -1)), flat_mask, bin_width, n,
                                         normalize=False)[0])
             out.append(ops.sum(ops.cast(flat_mask, dtype)))
         out.append(ops.cast(ops.any(positive, axis=1), dtype))
@@ -237,32 +240,9 @@ def _blocked_histogram_loss(labels, embeddings, bin_width, block_size):
 _BATCH_PAIRS_ARGUMENTS = ("reduction", "name", "dtype", "average", "block_size")
 
 
-class _BatchPairsLoss(MetricLoss):
-    """A loss over the pairs of the batch (histograms of similarities): it takes no reference
-    set, and its blocks (``blocked``) make two passes over the batch."""
-
-    #: ``blocked(labels, embeddings, block_size=..., **arguments) -> AnchorTerms``.
-    blocked = None
-
-    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
-        if ref_embeddings is not None:
-            raise ValueError(f"{type(self).__name__} works on the batch; it takes no reference set.")
-        return super().per_anchor(labels, embeddings)
-
-    def per_anchor_in_blocks(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
-                             ref_offset=None):
-        if ref_embeddings is not None:  # not taken: per_anchor says so
-            return self.per_anchor(labels, embeddings, ref_embeddings, ref_labels, ref_offset)
-        return self.blocked(labels, embeddings, block_size=self.block_size, **self.arguments)
-
-    def get_config(self):
-        config = super().get_config()
-        config.pop("normalize", None)
-        return config
-
-
-@loss_class("fappy_loss", average="terms", normalize=None, common=_BATCH_PAIRS_ARGUMENTS)
-class FAPPYLoss(_BatchPairsLoss):
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(SHARED_ARGS=shared_args("fappy_loss", average="terms", arguments=_BATCH_PAIRS_ARGUMENTS))
+class FAPPYLoss(MetricLoss):
     """FAPPY: the false positive probability, fused over bin widths (Algorithm 1).
 
     For each positive pair ``(i, j)`` and bin width ``Delta``, ``P_ij^Delta``
@@ -300,6 +280,7 @@ class FAPPYLoss(_BatchPairsLoss):
         min_bin_width: the smallest ``Delta``, in ``(0, 2]``. Defaults to
             `0.01`; the paper reports the same results for 0.01, 0.001 and
             0.0001.
+        {SHARED_ARGS}
 
     Examples:
 
@@ -311,12 +292,19 @@ class FAPPYLoss(_BatchPairsLoss):
         Section 3 and Algorithm 1.
     """
 
-    terms = staticmethod(_fappy_terms)
-    blocked = staticmethod(_blocked_fappy)
+    blockwise = False  # the negatives' histograms of the whole batch: two passes, in terms
+    takes_reference_set = False
 
-    @staticmethod
-    def check_arguments(min_bin_width=0.01):
-        return {"min_bin_width": _check_width("min_bin_width", min_bin_width)}
+    def __init__(self, min_bin_width=0.01, reduction="sum_over_batch_size", name="fappy_loss",
+                 dtype=None, average="terms", block_size=None):
+        super().__init__(reduction=reduction, name=name, dtype=dtype, average=average,
+                         block_size=block_size,
+                         min_bin_width=_check_width("min_bin_width", min_bin_width))
+
+    def terms(self, inputs):
+        if self.uses_blocks(inputs.x):
+            return _blocked_fappy(inputs, self.min_bin_width, self.block_size)
+        return _fappy_terms(inputs, self.min_bin_width)
 
 
 def _histogram_terms(inputs, bin_width):
@@ -328,7 +316,7 @@ def _histogram_terms(inputs, bin_width):
     flat_sim = ops.reshape(sim, (1, -1))
 
     def histogram(mask):
-        return _node_histograms(flat_sim, ops.reshape(ops.logical_and(mask, upper), (1, -1)),
+        return node_histograms(flat_sim, ops.reshape(ops.logical_and(mask, upper), (1, -1)),
                                 bin_width, n)[0]
 
     h_pos, h_neg = histogram(positive), histogram(negative)
@@ -339,8 +327,9 @@ def _histogram_terms(inputs, bin_width):
     return anchor_terms(ops.broadcast_to(value, ops.shape(valid)), valid)
 
 
-@loss_class("histogram_loss", normalize=None, common=_BATCH_PAIRS_ARGUMENTS)
-class HistogramLoss(_BatchPairsLoss):
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(SHARED_ARGS=shared_args("histogram_loss", arguments=_BATCH_PAIRS_ARGUMENTS))
+class HistogramLoss(MetricLoss):
     """The histogram loss of Ustinova and Lempitsky (2016), the baseline of FAPPY.
 
     The cosine similarities of all positive pairs and of all negative pairs of
@@ -359,16 +348,23 @@ class HistogramLoss(_BatchPairsLoss):
     Args:
         bin_width: node spacing ``Delta`` in ``(0, 2]``. Defaults to `0.01`
             (201 nodes, Ustinova and Lempitsky's setting).
+        {SHARED_ARGS}
 
     Reference:
         Ustinova, Lempitsky, "Learning deep embeddings with histogram loss",
         NIPS 2016.
     """
 
-    terms = staticmethod(_histogram_terms)
-    blocked = staticmethod(_blocked_histogram_loss)
+    blockwise = False  # the two histograms of the whole batch: summed over blocks, in terms
+    takes_reference_set = False
 
-    @staticmethod
-    def check_arguments(bin_width=0.01):
-        return {"bin_width": _check_width("bin_width", bin_width)}
+    def __init__(self, bin_width=0.01, reduction="sum_over_batch_size", name="histogram_loss",
+                 dtype=None, average="anchors", block_size=None):
+        super().__init__(reduction=reduction, name=name, dtype=dtype, average=average,
+                         block_size=block_size, bin_width=_check_width("bin_width", bin_width))
+
+    def terms(self, inputs):
+        if self.uses_blocks(inputs.x):
+            return _blocked_histogram_loss(inputs, self.bin_width, self.block_size)
+        return _histogram_terms(inputs, self.bin_width)
 

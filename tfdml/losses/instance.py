@@ -3,12 +3,16 @@ anchor classified as its own instance (or as any sample of its class)."""
 
 from __future__ import annotations
 
+import keras
 from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_positive
-from tfdml.losses.base import MetricLoss, anchor_terms
-from tfdml.losses.spec import functional_form, loss_class
+from tfdml._docs import fill_doc
+from tfdml._shims import dtype_name
+from tfdml._tensors import same_label_dtype
+from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
+from tfdml.losses.base import MetricLoss, anchor_terms, functional_loss
 
 __all__ = ["InstanceLoss", "instance_loss"]
 
@@ -19,14 +23,14 @@ def _check_instance(gamma: float = 64.0):
 
 def _instance_terms(inputs, gamma):
     labels, x, ref_labels, ref, _ = inputs
-    logits = ops.convert_to_tensor(gamma, dml.dtype_name(x)) * dml.pairwise_similarity(x, ref)
-    labels, ref_labels = dml.same_label_dtype(labels, ref_labels)
+    logits = ops.convert_to_tensor(gamma, dtype_name(x)) * dml.pairwise_similarity(x, ref)
+    labels, ref_labels = same_label_dtype(labels, ref_labels)
     # The anchor's targets: every reference sample of its class, the anchor itself included
     # (it is its own reference row when the reference set is the batch).
     targets = ops.equal(labels[:, None], ref_labels[None, :])
     own, found = dml.masked_logsumexp(logits, targets)
     others, has_other = dml.masked_logsumexp(logits, ops.logical_not(targets))
-    zero = ops.zeros((), dml.dtype_name(logits))
+    zero = ops.zeros((), dtype_name(logits))
     # -log sum_{j: y_j = y_a} softmax_j(gamma s_a.) = softplus(lse_others - lse_own): exact
     # where the loss is tiny (no cancellation), 0 without another class. An anchor without a
     # target (a reference set without its class) has no term.
@@ -36,7 +40,8 @@ def _instance_terms(inputs, gamma):
     return anchor_terms(losses, found)
 
 
-@loss_class("instance_loss")
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(SHARED_ARGS=shared_args("instance_loss"))
 class InstanceLoss(MetricLoss):
     """Instance loss: each anchor classified among the batch by a softmax over ``gamma s``.
 
@@ -62,6 +67,7 @@ class InstanceLoss(MetricLoss):
 
     Args:
         gamma: the scale of the similarities, ``> 0``. Defaults to `64.0`.
+        {SHARED_ARGS}
 
     Examples:
 
@@ -73,11 +79,28 @@ class InstanceLoss(MetricLoss):
         image-text embeddings with instance loss", ACM TOMM 2020.
     """
 
-    terms = staticmethod(_instance_terms)
-    check_arguments = staticmethod(_check_instance)
+    def __init__(self, gamma: float = 64.0, normalize=True, average="anchors",
+                 reduction="sum_over_batch_size", name="instance_loss", dtype=None, block_size=None):
+        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
+                         dtype=dtype, block_size=block_size, **_check_instance(gamma))
+
+    def terms(self, inputs):
+        return _instance_terms(inputs, **self.arguments)
 
 
-instance_loss = functional_form(
-    InstanceLoss, "instance_loss",
-    "Functional form of :class:`InstanceLoss`: the mean over the anchors.",
-    "A scalar of the dtype of ``y_pred``; NaN when an embedding is NaN or Inf.")
+@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
+def instance_loss(y_true, y_pred, gamma: float = 64.0, normalize=True, ref_embeddings=None,
+                  ref_labels=None, ref_offset=None, average="anchors"):
+    """Functional form of :class:`InstanceLoss`: the mean over the anchors.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_pred: ``[B, D]`` embeddings.
+        gamma, normalize, average: as in :class:`InstanceLoss`.
+        {REFERENCE_ARGS}
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; NaN when an embedding is NaN or Inf.
+    """
+    return functional_loss(InstanceLoss, _instance_terms, y_true, y_pred, ref_embeddings,
+                           ref_labels, ref_offset, normalize, average, **_check_instance(gamma))

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import keras
 from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_number
-from tfdml.losses.base import MetricLoss, anchor_terms, mined_pairs, resolve_miner
-from tfdml.losses.spec import functional_form, loss_class
+from tfdml._docs import fill_doc
+from tfdml._shims import dtype_name
+from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
+from tfdml.losses.base import MetricLoss, anchor_terms, functional_loss, mined_pairs, resolve_miner
 from tfdml.miners import AllPairsMiner, Miner
 
 __all__ = ["GeneralizedLiftedStructureLoss", "generalized_lifted_structure_loss"]
@@ -23,7 +26,7 @@ def _generalized_lifted_terms(inputs, neg_margin, pos_margin, miner: Miner):
     x, ref = inputs.x, inputs.ref
     dist = dml.distance_matrix(x, ref, "l2")
     pairs = mined_pairs(inputs, -dist, miner)
-    dtype = dml.dtype_name(dist)
+    dtype = dtype_name(dist)
     positive, has_positive = dml.masked_logsumexp(
         dist - ops.convert_to_tensor(pos_margin, dtype), pairs.positive)
     negative, has_negative = dml.masked_logsumexp(
@@ -34,7 +37,8 @@ def _generalized_lifted_terms(inputs, neg_margin, pos_margin, miner: Miner):
     return anchor_terms(losses, active)
 
 
-@loss_class("generalized_lifted_structure_loss")
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(SHARED_ARGS=shared_args("generalized_lifted_structure_loss"))
 class GeneralizedLiftedStructureLoss(MetricLoss):
     """Generalized lifted structure loss: a soft hardest positive against a soft hardest negative.
 
@@ -63,6 +67,7 @@ class GeneralizedLiftedStructureLoss(MetricLoss):
         miner: a :class:`tfdml.miners.Miner` selecting the pairs; `None` or
             `"default"` for every pair (:class:`tfdml.miners.AllPairsMiner`).
             Defaults to `"default"`.
+        {SHARED_ARGS}
 
     Examples:
 
@@ -75,12 +80,35 @@ class GeneralizedLiftedStructureLoss(MetricLoss):
         generalized lifted embedding).
     """
 
-    terms = staticmethod(_generalized_lifted_terms)
-    check_arguments = staticmethod(_check_args)
+    def __init__(self, neg_margin: float = 1.0, pos_margin: float = 0.0, miner="default",
+                 normalize=True, average="anchors", reduction="sum_over_batch_size",
+                 name="generalized_lifted_structure_loss", dtype=None, block_size=None):
+        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
+                         dtype=dtype, block_size=block_size,
+                         **_check_args(neg_margin, pos_margin, miner))
+
+    def terms(self, inputs):
+        return _generalized_lifted_terms(inputs, **self.arguments)
 
 
-generalized_lifted_structure_loss = functional_form(
-    GeneralizedLiftedStructureLoss, "generalized_lifted_structure_loss",
-    "Functional form of :class:`GeneralizedLiftedStructureLoss`: the mean over anchors.",
-    "A scalar of the dtype of ``y_pred``; 0 when no anchor has a positive and a negative, NaN "
-    "when an embedding is NaN or Inf.")
+@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
+def generalized_lifted_structure_loss(y_true, y_pred, neg_margin: float = 1.0,
+                                      pos_margin: float = 0.0, miner="default", normalize=True,
+                                      ref_embeddings=None, ref_labels=None, ref_offset=None,
+                                      average="anchors"):
+    """Functional form of :class:`GeneralizedLiftedStructureLoss`: the mean over anchors.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_pred: ``[B, D]`` embeddings.
+        neg_margin, pos_margin, miner, normalize, average: as in
+            :class:`GeneralizedLiftedStructureLoss`.
+        {REFERENCE_ARGS}
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 when no anchor has a positive and a
+        negative, NaN when an embedding is NaN or Inf.
+    """
+    return functional_loss(GeneralizedLiftedStructureLoss, _generalized_lifted_terms, y_true,
+                           y_pred, ref_embeddings, ref_labels, ref_offset, normalize, average,
+                           **_check_args(neg_margin, pos_margin, miner))

@@ -16,7 +16,13 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_int, check_number
-from tfdml.losses.class_weights import ClassWeightLoss, class_mask
+from tfdml._shims import dtype_name
+from tfdml.losses.class_weights import (
+    ClassVectorLoss,
+    class_mask,
+    functional_class_loss,
+    sample_terms,
+)
 
 __all__ = ["ManifoldLoss", "manifold_loss"]
 
@@ -39,7 +45,7 @@ def random_walk_similarities(x, proxies, alpha):
         ``[N + K, N + K]`` in the dtype of ``x``.
     """
     nodes = ops.concatenate([x, proxies], axis=0)
-    dtype = dml.dtype_name(nodes)
+    dtype = dtype_name(nodes)
     cos = dml.matmul(nodes, ops.transpose(nodes))
     size = ops.shape(cos)[0]
     eye = ops.eye(size, dtype=dtype)
@@ -55,7 +61,7 @@ def random_walk_similarities(x, proxies, alpha):
 
 def _hinge_softplus(scores, target, margin):
     """Per row ``log(1 + sum_{j != y, z_j >= 0} exp(z_j))`` with ``z_j = s_j - s_y + margin``."""
-    dtype = dml.dtype_name(scores)
+    dtype = dtype_name(scores)
     own = ops.sum(ops.where(target, scores, ops.zeros((), dtype)), axis=1)
     z = scores - own[:, None] + ops.convert_to_tensor(margin, dtype)
     keep = ops.logical_and(ops.logical_not(target), z >= 0)
@@ -67,9 +73,10 @@ def _unit_rows(f):
     return f / ops.sqrt(ops.sum(ops.square(f), axis=1, keepdims=True))
 
 
-def _manifold_losses(labels, x, proxies, lambda_c, alpha, margin):
+def _manifold_losses(inputs, lambda_c, alpha, margin):
     """The ``[N]`` per-sample losses ``loss_int + lambda_c loss_ctx`` (``loss_ctx`` alone for
     ``lambda_c = inf``), from integer meta classes and unit embeddings and proxies."""
+    labels, x, proxies = inputs.labels, inputs.x, inputs.vectors
     num_proxies = proxies.shape[0]
     f = random_walk_similarities(x, proxies, alpha)
     rows = ops.shape(x)[0]
@@ -122,12 +129,13 @@ def manifold_loss(y_true, y_pred, proxies, l, k=50, lambda_c=1.0, alpha=0.8,  # 
             outside ``[0, k)``.
     """
     _check_sizes(l, k, proxies, y_pred)
-    return ManifoldLoss.functional(y_true, y_pred, proxies, "proxies", lambda_c=lambda_c,
-                                   alpha=alpha, margin=margin)
+    return functional_class_loss(_manifold_losses, y_true, y_pred, proxies,
+                                 weights_name="proxies",
+                                 **_check_manifold(lambda_c, alpha, margin))
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
-class ManifoldLoss(ClassWeightLoss):
+class ManifoldLoss(ClassVectorLoss):
     """Manifold loss: intrinsic and context losses of a random walk over samples and proxies.
 
     The embeddings ``x_1..x_N`` and ``K`` learned proxies are the nodes of a
@@ -210,16 +218,14 @@ class ManifoldLoss(ClassWeightLoss):
         hard proxies", CVPR 2019.
     """
 
-    check_arguments = staticmethod(_check_manifold)
-
-    _variable_name = "proxies"
+    vector_name = "proxies"
 
     def __init__(self, l, k=50, lambda_c=1.0, alpha=0.8, margin=5e-4,  # noqa: E741
                  initializer=None, reduction="sum_over_batch_size", name="manifold_loss",
                  dtype=None, average="anchors"):
         dim, k = _check_sizes(l, k)
         super().__init__(k, dim, initializer, reduction, name, dtype, average,
-                         lambda_c=lambda_c, alpha=alpha, margin=margin)
+                         **_check_manifold(lambda_c, alpha, margin))
 
     @property
     def l(self):  # noqa: E743 (the paper's and pytorch-metric-learning's name)
@@ -231,9 +237,9 @@ class ManifoldLoss(ClassWeightLoss):
         """The number of proxies."""
         return self.num_classes
 
-    @staticmethod
-    def sample_losses(labels, x, w, lambda_c, alpha, margin):
-        return _manifold_losses(labels, x, w, lambda_c, alpha, margin)
+    def terms(self, inputs):
+        return sample_terms(inputs, _manifold_losses(inputs, self.lambda_c, self.alpha,
+                                                     self.margin))
 
     def get_config(self):
         config = super().get_config()

@@ -10,6 +10,8 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_number
+from tfdml._shims import dtype_name
+from tfdml._tensors import is_number, validate_class_ids
 from tfdml.losses.base import (
     LossState,
     MetricLoss,
@@ -44,7 +46,7 @@ def _check_beta(beta, num_classes):
         raise ValueError(
             f"`num_classes` must be None or an int >= 1. Received: num_classes={num_classes!r}"
         )
-    if dml.is_number(beta):
+    if is_number(beta):
         beta = float(beta)
         if not np.isfinite(beta):
             raise ValueError(f"`beta` must be finite. Received: beta={beta!r}")
@@ -79,14 +81,14 @@ def _check_class_ids(labels, num_classes, given=True):
     else:
         message = (f"With a per-class `beta` of length {num_classes}, class ids (y_true) must "
                    f"be in [0, {num_classes}).")
-    return dml.validate_class_ids(labels, num_classes, message)
+    return validate_class_ids(labels, num_classes, message)
 
 
 def _margin_terms(inputs, margin, distance, miner, beta, num_classes=None):
     labels, x, ref_labels, ref, ref_offset = inputs
     dist = dml.distance_matrix(x, ref, distance)
     mined = miner.mine(-dist, labels, ref_labels, ref_offset, x, ref)
-    dtype = dml.dtype_name(dist)
+    dtype = dtype_name(dist)
     if isinstance(beta, (numbers.Real, np.ndarray, list, tuple)):
         # Rounded once from float64: full precision in float64.
         beta = ops.convert_to_tensor(np.asarray(beta, np.float64).astype(dtype))
@@ -103,7 +105,7 @@ def _margin_terms(inputs, margin, distance, miner, beta, num_classes=None):
         # traced) read the nearest valid entry, as XLA's gather does, and make beta (hence
         # the loss) NaN.
         last = beta.shape[0] - 1 if beta.shape[0] is not None else ops.cast(
-            ops.shape(beta)[0] - 1, dml.dtype_name(labels))
+            ops.shape(beta)[0] - 1, dtype_name(labels))
         beta = dml.nan_unless(ops.take(beta, ops.clip(labels, 0, last), axis=0)[:, None],
                               valid)
     elif rank != 0:
@@ -153,8 +155,8 @@ def margin_loss(
     """
     arguments = _check_args(margin, distance, miner)
     check_average(average)
-    if dml.is_number(beta) or isinstance(beta, (list, tuple, np.ndarray)):
-        beta = _check_beta(beta, None if dml.is_number(beta) else len(beta))
+    if is_number(beta) or isinstance(beta, (list, tuple, np.ndarray)):
+        beta = _check_beta(beta, None if is_number(beta) else len(beta))
     inputs = prepare_inputs(y_true, y_pred, ref_embeddings, ref_labels, ref_offset, normalize)
     return functional_value(_margin_terms(inputs, beta=beta, **arguments), average, y_pred,
                             ref_embeddings, normalize)
@@ -281,8 +283,6 @@ class MarginLoss(MetricLoss):
         with easy positive sampling" (Section 3 and 5.2).
     """
 
-    check_arguments = staticmethod(_check_args)
-
     def __init__(
         self,
         margin: float = 0.2,
@@ -300,22 +300,21 @@ class MarginLoss(MetricLoss):
         block_size=None,
     ):
         beta = _check_beta(beta, num_classes)
-        if not dml.is_number(beta_lr_multiplier) or not beta_lr_multiplier > 0:
+        if not is_number(beta_lr_multiplier) or not beta_lr_multiplier > 0:
             raise ValueError(
                 "`beta_lr_multiplier` must be a number > 0. "
                 f"Received: beta_lr_multiplier={beta_lr_multiplier!r}"
             )
+        self._fixed_beta = beta  # the initial value of the learned beta (make_state)
         super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
-                         average=average, block_size=block_size, margin=margin,
-                         distance=distance, miner=miner)
-        self.learn_beta = bool(learn_beta)
-        self.num_classes = None if num_classes is None else int(num_classes)
-        self.beta_lr_multiplier = float(beta_lr_multiplier)
-        self._fixed_beta = beta
+                         average=average, block_size=block_size,
+                         **_check_args(margin, distance, miner), learn_beta=bool(learn_beta),
+                         num_classes=None if num_classes is None else int(num_classes),
+                         beta_lr_multiplier=float(beta_lr_multiplier))
 
-    def _make_state(self):
+    def make_state(self):
         if not self.learn_beta:
-            return super()._make_state()
+            return super().make_state()
         return _MarginBeta(np.asarray(self._fixed_beta, np.float64) / self.beta_lr_multiplier,
                            seed_generators=self._seed_generators(), name=f"{self.name}_state")
 
@@ -326,19 +325,14 @@ class MarginLoss(MetricLoss):
             return ops.convert_to_tensor(np.asarray(self._fixed_beta, np.float32))
         return self.state.beta * self.beta_lr_multiplier
 
-    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
-        inputs = prepare_inputs(labels, embeddings, ref_embeddings, ref_labels, ref_offset,
-                                self.normalize)
+    def terms(self, inputs):
         beta = self.beta if self.learn_beta else self._fixed_beta
-        return _margin_terms(inputs, beta=beta, num_classes=self.num_classes, **self.arguments)
+        return _margin_terms(inputs, self.margin, self.distance, self.miner, beta,
+                             self.num_classes)
 
     def get_config(self):
+        """The config, with the current value of beta as the initial one."""
         config = super().get_config()
         beta = np.asarray(keras.ops.convert_to_numpy(self.beta), np.float64)
-        config.update(
-            beta=float(beta) if beta.ndim == 0 else beta.tolist(),
-            learn_beta=self.learn_beta,
-            num_classes=self.num_classes,
-            beta_lr_multiplier=self.beta_lr_multiplier,
-        )
+        config["beta"] = float(beta) if beta.ndim == 0 else beta.tolist()
         return config

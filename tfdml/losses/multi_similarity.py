@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
+import keras
 from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_number
-from tfdml.losses.base import (
-    MetricLoss,
-    anchor_terms,
-    mined_pairs,
-    resolve_miner,
-)
-from tfdml.losses.spec import functional_form, loss_class
+from tfdml._docs import fill_doc
+from tfdml._shims import dtype_name
+from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
+from tfdml.losses.base import MetricLoss, anchor_terms, functional_loss, mined_pairs, resolve_miner
 from tfdml.miners import MultiSimilarityMiner
 
-__all__ = ["MultiSimilarityLoss", "multi_similarity_loss"]
+__all__ = ["MultiSimilarityLoss", "ms_values", "multi_similarity_loss"]
 
 
 def _check_args(alpha: float = 2.0, beta: float = 50.0, base: float = 0.5, miner="default"):
@@ -27,18 +25,18 @@ def _check_args(alpha: float = 2.0, beta: float = 50.0, base: float = 0.5, miner
 
 def _log1p_sum_exp(z, mask):
     """``log(1 + sum_{mask} exp(z))`` per row, stable; 0 (zero gradient) for an empty row."""
-    z = ops.where(mask, z, ops.convert_to_tensor(-float("inf"), dml.dtype_name(z)))
+    z = ops.where(mask, z, ops.convert_to_tensor(-float("inf"), dtype_name(z)))
     return ops.logsumexp(ops.concatenate([ops.zeros_like(z[:, :1]), z], axis=1), axis=1)
 
 
-def _ms_values(scores, pairs, alpha, beta, base, negative_scores=None):
+def ms_values(scores, pairs, alpha, beta, base, negative_scores=None):
     """Per anchor, ``1/alpha log(1 + sum_{p in P} exp(-alpha (S_p - base)))
     + 1/beta log(1 + sum_{n in N} exp(beta (S'_n - base)))``.
 
     ``P``, ``N``: the :class:`tfdml.miners.Pairs` ``pairs``; ``S'``: ``negative_scores``
     (the scores of the negatives when they are not ``scores``' columns, as LoOp's pairs).
     """
-    base = ops.convert_to_tensor(base, dml.dtype_name(scores))
+    base = ops.convert_to_tensor(base, dtype_name(scores))
     shifted = scores - base
     negative = shifted if negative_scores is None else negative_scores - base
     return (_log1p_sum_exp(-alpha * shifted, pairs.positive) / alpha
@@ -51,10 +49,11 @@ def _ms_terms(inputs, alpha, beta, base, miner):
     pairs = mined_pairs(inputs, scores, miner)
     active = ops.logical_or(ops.any(pairs.positive, axis=1),
                              ops.any(pairs.negative, axis=1))
-    return anchor_terms(_ms_values(scores, pairs, alpha, beta, base), active)
+    return anchor_terms(ms_values(scores, pairs, alpha, beta, base), active)
 
 
-@loss_class("multi_similarity_loss", average="batch")
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(SHARED_ARGS=shared_args("multi_similarity_loss", average="batch"))
 class MultiSimilarityLoss(MetricLoss):
     """Multi-similarity loss: soft weighting of the mined positive and negative pairs.
 
@@ -95,6 +94,7 @@ class MultiSimilarityLoss(MetricLoss):
         miner: a :class:`tfdml.miners.Miner`; `"default"` for
             `MultiSimilarityMiner(epsilon=0.1)`; `None` for every pair.
             Defaults to `"default"`.
+        {SHARED_ARGS}
 
     Examples:
 
@@ -108,13 +108,34 @@ class MultiSimilarityLoss(MetricLoss):
         collapse in metric learning with easy positive sampling".
     """
 
-    terms = staticmethod(_ms_terms)
-    check_arguments = staticmethod(_check_args)
+    def __init__(self, alpha: float = 2.0, beta: float = 50.0, base: float = 0.5, miner="default",
+                 normalize=True, average="batch", reduction="sum_over_batch_size",
+                 name="multi_similarity_loss", dtype=None, block_size=None):
+        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
+                         dtype=dtype, block_size=block_size,
+                         **_check_args(alpha, beta, base, miner))
+
+    def terms(self, inputs):
+        return _ms_terms(inputs, **self.arguments)
 
 
-multi_similarity_loss = functional_form(
-    MultiSimilarityLoss, "multi_similarity_loss",
-    "Functional form of :class:`MultiSimilarityLoss`: by default the sum over anchors / batch"
-    " size.",
-    "A scalar of the dtype of ``y_pred``; 0 when no anchor has a pair, NaN when an embedding "
-    "is NaN or Inf.")
+@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
+def multi_similarity_loss(y_true, y_pred, alpha: float = 2.0, beta: float = 50.0, base: float = 0.5,
+                          miner="default", normalize=True, ref_embeddings=None, ref_labels=None,
+                          ref_offset=None, average="batch"):
+    """Functional form of :class:`MultiSimilarityLoss`: by default the sum over anchors / batch size.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_pred: ``[B, D]`` embeddings.
+        alpha, beta, base, miner, normalize, average: as in
+            :class:`MultiSimilarityLoss`.
+        {REFERENCE_ARGS}
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 when no anchor has a pair, NaN when an
+        embedding is NaN or Inf.
+    """
+    return functional_loss(MultiSimilarityLoss, _ms_terms, y_true, y_pred, ref_embeddings,
+                           ref_labels, ref_offset, normalize, average,
+                           **_check_args(alpha, beta, base, miner))

@@ -7,7 +7,9 @@ from keras import ops
 
 from tfdml._checks import check_number
 from tfdml.losses.base import MetricLoss, resolve_loss
+from tfdml.losses.ownership import check_loss_state
 from tfdml.losses.state import LossState
+from tfdml.losses.wrapper import LossWrapper
 from tfdml.miners import Miner
 
 __all__ = ["MultipleLosses"]
@@ -62,7 +64,7 @@ def _check_losses(losses, weights, miners):
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
-class MultipleLosses(MetricLoss):
+class MultipleLosses(LossWrapper):
     """A weighted sum of tfdml losses: ``sum_i weights[i] * losses[i](y_true, y_pred)``.
 
     Each loss computes, mines and reduces as it would alone (its own miner,
@@ -101,24 +103,25 @@ class MultipleLosses(MetricLoss):
 
     def __init__(self, losses, weights=None, miners=None, name="multiple_losses", dtype=None):
         losses, weights = _check_losses(losses, weights, miners)
-        super().__init__(name=name, dtype=dtype)
-        self.losses = losses
-        self.weights = weights
+        super().__init__(name=name, dtype=dtype, losses=losses, weights=weights)
 
     @property
     def wrapped_losses(self):
         """The losses summed (their states are held in this loss's state)."""
-        return list(self.losses)
+        return tuple(self.losses)
 
-    def _make_state(self):
-        children = [loss.state for loss in self.losses]
+    @property
+    def takes_reference_set(self) -> bool:
+        """False: it sums reduced losses, with no terms to compute against a reference set."""
+        return False
+
+    def make_state(self):
+        children = [loss.state for loss in self.wrapped_losses]
         if all(child is None for child in children):
             return None
         return LossState(children=children, name=f"{self.name}_state")
 
     def __call__(self, y_true, y_pred, sample_weight=None, training=True):
-        from tfdml.metric_model import check_loss_state
-
         check_loss_state(self, y_pred)
         _check_reductions(self.losses)
         with keras.name_scope(self.name):

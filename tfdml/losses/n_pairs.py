@@ -9,11 +9,15 @@ positives of every chosen pair; the loss is the cross-entropy of its own positiv
 
 from __future__ import annotations
 
+import keras
 from keras import ops
 
 from tfdml import ops as dml
-from tfdml.losses.base import MetricLoss, anchor_terms
-from tfdml.losses.spec import functional_form, loss_class
+from tfdml._docs import fill_doc
+from tfdml._shims import dtype_name
+from tfdml._tensors import same_label_dtype
+from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
+from tfdml.losses.base import MetricLoss, anchor_terms, functional_loss
 
 __all__ = ["NPairsLoss", "n_pairs_loss"]
 
@@ -54,7 +58,7 @@ def n_pairs_choice(labels, ref_labels=None, ref_offset=0):
     """
     labels = dml.cast_labels(labels)
     ref_labels = labels if ref_labels is None else dml.cast_labels(ref_labels, "ref_labels")
-    labels, ref_labels = dml.same_label_dtype(labels, ref_labels)
+    labels, ref_labels = same_label_dtype(labels, ref_labels)
     rank, count = _ranks(ref_labels)
     first = ops.logical_and(ops.equal(rank, 0), count >= 2)
     rows = ops.arange(ops.shape(labels)[0], dtype="int32") + ops.cast(ref_offset, "int32")
@@ -72,7 +76,7 @@ def _n_pairs_terms(inputs):
             "row of the first anchor in it), or no reference set.")
     anchor, positive, columns = n_pairs_choice(labels, ref_labels, ref_offset)
     logits = dml.pairwise_similarity(x, ref)
-    dtype = dml.dtype_name(logits)
+    dtype = dtype_name(logits)
     zero = ops.zeros((), dtype)
     own = ops.sum(ops.where(positive, logits, zero), axis=1)
     # log(1 + sum_{c' != c} exp(l_c' - l_c)): a pair without negatives is exactly 0, with a
@@ -86,7 +90,9 @@ def _check_n_pairs():
     return {}
 
 
-@loss_class("n_pairs_loss", common=_N_PAIRS_ARGUMENTS)
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(SHARED_ARGS=shared_args("n_pairs_loss",
+                        arguments=("normalize", "average", "reduction", "name", "dtype")))
 class NPairsLoss(MetricLoss):
     """The multi-class N-pair loss: each pair's anchor against the positives of all pairs.
 
@@ -112,6 +118,7 @@ class NPairsLoss(MetricLoss):
     (e.g. an activity regularizer on the embedding layer).
 
     Args:
+        {SHARED_ARGS}
 
     Examples:
 
@@ -123,12 +130,29 @@ class NPairsLoss(MetricLoss):
         objective", NIPS 2016.
     """
 
-    terms = staticmethod(_n_pairs_terms)
-    check_arguments = staticmethod(_check_n_pairs)
+    def __init__(self, normalize=True, average="anchors", reduction="sum_over_batch_size",
+                 name="n_pairs_loss", dtype=None):
+        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
+                         dtype=dtype, **_check_n_pairs())
+
+    def terms(self, inputs):
+        return _n_pairs_terms(inputs, **self.arguments)
 
 
-n_pairs_loss = functional_form(
-    NPairsLoss, "n_pairs_loss",
-    "Functional form of :class:`NPairsLoss`: the mean over the chosen pairs.",
-    "A scalar of the dtype of ``y_pred``; 0 without a class of two samples, NaN when an "
-    "embedding is NaN or Inf.")
+@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
+def n_pairs_loss(y_true, y_pred, normalize=True, ref_embeddings=None, ref_labels=None,
+                 ref_offset=None, average="anchors"):
+    """Functional form of :class:`NPairsLoss`: the mean over the chosen pairs.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_pred: ``[B, D]`` embeddings.
+        normalize, average: as in :class:`NPairsLoss`.
+        {REFERENCE_ARGS}
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 without a class of two samples, NaN when
+        an embedding is NaN or Inf.
+    """
+    return functional_loss(NPairsLoss, _n_pairs_terms, y_true, y_pred, ref_embeddings, ref_labels,
+                           ref_offset, normalize, average, **_check_n_pairs())

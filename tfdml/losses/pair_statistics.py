@@ -10,12 +10,22 @@ weighs, per anchor, the positives beyond and the negatives within its boundaries
 
 from __future__ import annotations
 
+import keras
 from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_number
-from tfdml.losses.base import MetricLoss, anchor_terms, mined_pairs, resolve_miner, split_pair_terms
-from tfdml.losses.spec import functional_form, loss_class
+from tfdml._docs import fill_doc
+from tfdml._shims import dtype_name
+from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
+from tfdml.losses.base import (
+    MetricLoss,
+    anchor_terms,
+    functional_loss,
+    mined_pairs,
+    resolve_miner,
+    split_pair_terms,
+)
 from tfdml.miners import AllPairsMiner, Miner
 
 __all__ = [
@@ -58,7 +68,7 @@ def _check_tcm(lambda_plus: float = 1.0, lambda_minus: float = 1.0, margin_plus:
 
 def _tcm_terms(inputs, lambda_plus, lambda_minus, margin_plus, margin_minus, miner: Miner):
     sim, pairs = _similarities(inputs, miner)
-    dtype = dml.dtype_name(sim)
+    dtype = dtype_name(sim)
 
     def constant(value):
         return ops.convert_to_tensor(value, dtype)
@@ -68,7 +78,8 @@ def _tcm_terms(inputs, lambda_plus, lambda_minus, margin_plus, margin_minus, min
     return split_pair_terms(positive, negative, pairs)
 
 
-@loss_class("threshold_consistent_margin_loss", average="halves")
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(SHARED_ARGS=shared_args("threshold_consistent_margin_loss", average="halves"))
 class ThresholdConsistentMarginLoss(MetricLoss):
     """Threshold-consistent margin loss: hinge the pairs' cosine similarities on two margins.
 
@@ -99,6 +110,7 @@ class ThresholdConsistentMarginLoss(MetricLoss):
         miner: a :class:`tfdml.miners.Miner` selecting the positive and
             negative pairs; `None` or `"default"` for every pair
             (:class:`tfdml.miners.AllPairsMiner`). Defaults to `"default"`.
+        {SHARED_ARGS}
 
     Raises:
         ValueError: naming the argument and the value received, for an
@@ -119,16 +131,42 @@ class ThresholdConsistentMarginLoss(MetricLoss):
         2023.
     """
 
-    terms = staticmethod(_tcm_terms)
-    check_arguments = staticmethod(_check_tcm)
     split_terms = True
 
+    def __init__(self, lambda_plus: float = 1.0, lambda_minus: float = 1.0,
+                 margin_plus: float = 0.9, margin_minus: float = 0.5, miner="default",
+                 normalize=True, average="halves", reduction="sum_over_batch_size",
+                 name="threshold_consistent_margin_loss", dtype=None, block_size=None):
+        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
+                         dtype=dtype, block_size=block_size,
+                         **_check_tcm(lambda_plus, lambda_minus, margin_plus, margin_minus, miner))
 
-threshold_consistent_margin_loss = functional_form(
-    ThresholdConsistentMarginLoss, "threshold_consistent_margin_loss",
-    "Functional form of :class:`ThresholdConsistentMarginLoss`: the halves' means added.",
-    "A scalar of the dtype of ``y_pred``; 0 when no pair costs anything, NaN when an "
-    "embedding is NaN or Inf.")
+    def terms(self, inputs):
+        return _tcm_terms(inputs, **self.arguments)
+
+
+@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
+def threshold_consistent_margin_loss(y_true, y_pred, lambda_plus: float = 1.0,
+                                     lambda_minus: float = 1.0, margin_plus: float = 0.9,
+                                     margin_minus: float = 0.5, miner="default", normalize=True,
+                                     ref_embeddings=None, ref_labels=None, ref_offset=None,
+                                     average="halves"):
+    """Functional form of :class:`ThresholdConsistentMarginLoss`: the halves' means added.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_pred: ``[B, D]`` embeddings.
+        lambda_plus, lambda_minus, margin_plus, margin_minus, miner, normalize, average:
+            as in :class:`ThresholdConsistentMarginLoss`.
+        {REFERENCE_ARGS}
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 when no pair costs anything, NaN when an
+        embedding is NaN or Inf.
+    """
+    return functional_loss(ThresholdConsistentMarginLoss, _tcm_terms, y_true, y_pred,
+                           ref_embeddings, ref_labels, ref_offset, normalize, average,
+                           **_check_tcm(lambda_plus, lambda_minus, margin_plus, margin_minus, miner))
 
 
 # -- intra-pair variance loss -------------------------------------------------------------------
@@ -142,7 +180,7 @@ def _check_ipv(pos_eps: float = 0.01, neg_eps: float = 0.01, miner="default"):
 
 def _ipv_terms(inputs, pos_eps, neg_eps, miner: Miner):
     sim, pairs = _similarities(inputs, miner)
-    dtype = dml.dtype_name(sim)
+    dtype = dtype_name(sim)
     zero = ops.zeros((), dtype)
 
     def mean(mask):  # over the batch's mined pairs of one kind (0 for none)
@@ -154,7 +192,8 @@ def _ipv_terms(inputs, pos_eps, neg_eps, miner: Miner):
     return split_pair_terms(ops.square(ops.relu(below)), ops.square(ops.relu(above)), pairs)
 
 
-@loss_class("intra_pair_variance_loss", average="halves_terms")
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(SHARED_ARGS=shared_args("intra_pair_variance_loss", average="halves_terms"))
 class IntraPairVarianceLoss(MetricLoss):
     """Intra-pair variance loss: keep each pair's cosine similarity near its kind's batch mean.
 
@@ -189,6 +228,7 @@ class IntraPairVarianceLoss(MetricLoss):
             negative pairs (the means are over the mined pairs); `None` or
             `"default"` for every pair (:class:`tfdml.miners.AllPairsMiner`).
             Defaults to `"default"`.
+        {SHARED_ARGS}
 
     Examples:
 
@@ -201,23 +241,43 @@ class IntraPairVarianceLoss(MetricLoss):
         Yu, Tao, "Deep metric learning with tuplet margin loss", ICCV 2019.
     """
 
-    terms = staticmethod(_ipv_terms)
-    check_arguments = staticmethod(_check_ipv)
     split_terms = True
 
-    def check_spec(self):
+    def __init__(self, pos_eps: float = 0.01, neg_eps: float = 0.01, miner="default",
+                 normalize=True, average="halves_terms", reduction="sum_over_batch_size",
+                 name="intra_pair_variance_loss", dtype=None, block_size=None):
+        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
+                         dtype=dtype, block_size=block_size, **_check_ipv(pos_eps, neg_eps, miner))
         if self.block_size is not None:
             raise ValueError(
                 "IntraPairVarianceLoss cannot run in blocks of anchors: its terms compare each "
                 "pair with the mean similarity over every pair of the batch. Use "
                 f"block_size=None. Received: block_size={self.block_size!r}")
 
+    def terms(self, inputs):
+        return _ipv_terms(inputs, **self.arguments)
 
-intra_pair_variance_loss = functional_form(
-    IntraPairVarianceLoss, "intra_pair_variance_loss",
-    "Functional form of :class:`IntraPairVarianceLoss`: the halves' means added.",
-    "A scalar of the dtype of ``y_pred``; 0 when no pair costs anything, NaN when an "
-    "embedding is NaN or Inf.")
+
+@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
+def intra_pair_variance_loss(y_true, y_pred, pos_eps: float = 0.01, neg_eps: float = 0.01,
+                             miner="default", normalize=True, ref_embeddings=None, ref_labels=None,
+                             ref_offset=None, average="halves_terms"):
+    """Functional form of :class:`IntraPairVarianceLoss`: the halves' means added.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_pred: ``[B, D]`` embeddings.
+        pos_eps, neg_eps, miner, normalize, average: as in
+            :class:`IntraPairVarianceLoss`.
+        {REFERENCE_ARGS}
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 when no pair costs anything, NaN when an
+        embedding is NaN or Inf.
+    """
+    return functional_loss(IntraPairVarianceLoss, _ipv_terms, y_true, y_pred, ref_embeddings,
+                           ref_labels, ref_offset, normalize, average,
+                           **_check_ipv(pos_eps, neg_eps, miner))
 
 
 # -- ranked list loss ---------------------------------------------------------------------------
@@ -235,7 +295,7 @@ def _check_rll(margin: float, tn: float, imbalance: float = 0.5, alpha=None, tp:
 def _weighted_mean(values, weights_exponent, mask):
     """Per row ``sum_mask e^{t_j} v_j / sum_mask e^{t_j}`` (0 for an empty mask), stable: the
     exponents are shifted by their row maximum over the mask."""
-    dtype = dml.dtype_name(values)
+    dtype = dtype_name(values)
     zero = ops.zeros((), dtype)
     top, found = dml.masked_max(ops.stop_gradient(weights_exponent), mask)
     weights = ops.where(mask, ops.exp(ops.where(mask, weights_exponent - top[:, None], zero)),
@@ -248,7 +308,7 @@ def _weighted_mean(values, weights_exponent, mask):
 def _rll_terms(inputs, margin, tn, imbalance, alpha, tp):
     labels, x, ref_labels, ref, ref_offset = inputs
     dist = dml.distance_matrix(x, ref, "l2")
-    dtype = dml.dtype_name(dist)
+    dtype = dtype_name(dist)
     alpha = 1.0 + margin / 2.0 if alpha is None else alpha
     positive, negative = dml.label_masks(labels, ref_labels, ref_offset)
     beyond = dist - ops.convert_to_tensor(alpha - margin, dtype)  # > 0: a violating positive
@@ -261,7 +321,8 @@ def _rll_terms(inputs, margin, tn, imbalance, alpha, tp):
     return anchor_terms(loss, active)
 
 
-@loss_class("ranked_list_loss", average="batch")
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(SHARED_ARGS=shared_args("ranked_list_loss", average="batch"))
 class RankedListLoss(MetricLoss):
     """Ranked list loss: per anchor, push the positives within ``alpha - margin`` and the
     negatives beyond ``alpha``, weighing the violators.
@@ -294,6 +355,7 @@ class RankedListLoss(MetricLoss):
             ``1 + margin / 2``. Defaults to `None`.
         tp: ``>= 0``, the temperature of the positives' weights. Defaults
             to `0.0`.
+        {SHARED_ARGS}
 
     Examples:
 
@@ -305,12 +367,34 @@ class RankedListLoss(MetricLoss):
         deep metric learning", CVPR 2019.
     """
 
-    terms = staticmethod(_rll_terms)
-    check_arguments = staticmethod(_check_rll)
+    def __init__(self, margin: float, tn: float, imbalance: float = 0.5, alpha=None,
+                 tp: float = 0.0, normalize=True, average="batch", reduction="sum_over_batch_size",
+                 name="ranked_list_loss", dtype=None, block_size=None):
+        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
+                         dtype=dtype, block_size=block_size,
+                         **_check_rll(margin, tn, imbalance, alpha, tp))
+
+    def terms(self, inputs):
+        return _rll_terms(inputs, **self.arguments)
 
 
-ranked_list_loss = functional_form(
-    RankedListLoss, "ranked_list_loss",
-    "Functional form of :class:`RankedListLoss`: the mean over the batch.",
-    "A scalar of the dtype of ``y_pred``; 0 when no pair violates its boundary, NaN when an "
-    "embedding is NaN or Inf.")
+@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
+def ranked_list_loss(y_true, y_pred, margin: float, tn: float, imbalance: float = 0.5, alpha=None,
+                     tp: float = 0.0, normalize=True, ref_embeddings=None, ref_labels=None,
+                     ref_offset=None, average="batch"):
+    """Functional form of :class:`RankedListLoss`: the mean over the batch.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_pred: ``[B, D]`` embeddings.
+        margin, tn, imbalance, alpha, tp, normalize, average: as in
+            :class:`RankedListLoss`.
+        {REFERENCE_ARGS}
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 when no pair violates its boundary, NaN
+        when an embedding is NaN or Inf.
+    """
+    return functional_loss(RankedListLoss, _rll_terms, y_true, y_pred, ref_embeddings, ref_labels,
+                           ref_offset, normalize, average,
+                           **_check_rll(margin, tn, imbalance, alpha, tp))

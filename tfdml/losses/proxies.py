@@ -7,24 +7,25 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_positive
+from tfdml._shims import dtype_name
 from tfdml.losses.class_weights import (
-    CLASS_COMMON,
-    CLASS_HEAD,
-    ClassWeightLoss,
+    ClassVectorLoss,
     check_scale,
     class_cosines,
     class_mask,
+    functional_class_loss,
     prepare_class_inputs,
+    sample_terms,
     softmax_cross_entropy,
 )
-from tfdml.losses.spec import loss_class
 
 __all__ = ["ProxyAnchorLoss", "ProxyNCALoss", "proxy_anchor_loss", "proxy_nca_loss"]
 
 
-def _proxy_nca(labels, x, proxies, scale):
+def _proxy_nca(inputs, scale):
+    labels, x, proxies = inputs.labels, inputs.x, inputs.vectors
     cosines = class_cosines(x, proxies)
-    dtype = dml.dtype_name(cosines)
+    dtype = dtype_name(cosines)
     two = ops.convert_to_tensor(2.0, dtype)
     squared = dml.maximum(two - two * cosines, ops.zeros((), dtype))  # |x - p|^2, unit vectors
     target = class_mask(labels, proxies.shape[0])
@@ -43,7 +44,7 @@ def _check_proxy_anchor_args(margin: float = 0.1, alpha: float = 32.0):
 def _proxy_anchor_parts(labels, x, proxies, margin, alpha, sample_weight=None):
     """Per proxy: ``(positive_terms, negative_terms, has_positive)``, all ``[C]``."""
     cosines = class_cosines(x, proxies)  # [B, C]
-    dtype = dml.dtype_name(cosines)
+    dtype = dtype_name(cosines)
     m = ops.convert_to_tensor(margin, dtype)
     a = ops.convert_to_tensor(alpha, dtype)
     positive = class_mask(labels, proxies.shape[0])
@@ -60,7 +61,7 @@ def _proxy_anchor_parts(labels, x, proxies, margin, alpha, sample_weight=None):
 
 
 def _proxy_anchor_value(pos_terms, neg_terms, has_positive):
-    dtype = dml.dtype_name(pos_terms)
+    dtype = dtype_name(pos_terms)
     count = ops.sum(ops.cast(has_positive, dtype))
     num_classes = ops.cast(ops.shape(neg_terms)[0], dtype)
     return dml.divide_no_nan(ops.sum(pos_terms), count) + ops.sum(neg_terms) / num_classes
@@ -91,7 +92,7 @@ def proxy_anchor_loss(y_true, y_pred, proxies, margin: float = 0.1, alpha: float
     labels, x, p, valid = prepare_class_inputs(y_true, y_pred, proxies, 2, "proxies")
     value = _proxy_anchor_value(*_proxy_anchor_parts(labels, x, p, margin, alpha))
     value = dml.nan_unless(dml.nan_unless_finite(value, y_pred, p), valid)
-    return ops.cast(value, dml.dtype_name(ops.convert_to_tensor(y_pred)))
+    return ops.cast(value, dtype_name(ops.convert_to_tensor(y_pred)))
 
 
 def proxy_nca_loss(y_true, y_pred, proxies, scale: float = 1.0):
@@ -113,11 +114,12 @@ def proxy_nca_loss(y_true, y_pred, proxies, scale: float = 1.0):
     Returns:
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
-    return ProxyNCALoss.functional(y_true, y_pred, proxies, scale=scale)
+    return functional_class_loss(_proxy_nca, y_true, y_pred, proxies, weights_name="proxies",
+                                 **_check_nca_scale(scale))
 
 
-@loss_class("proxy_nca_loss", head=CLASS_HEAD, common=CLASS_COMMON, document=False)
-class ProxyNCALoss(ClassWeightLoss):
+@keras.saving.register_keras_serializable(package="tfdml")
+class ProxyNCALoss(ClassVectorLoss):
     """Proxy-NCA loss: softmax over negative squared distances to one proxy per class.
 
     ``L = -log softmax_y(-s |x - p_c|^2)`` with unit embeddings and proxies,
@@ -150,14 +152,20 @@ class ProxyNCALoss(ClassWeightLoss):
         metric learning using proxies", ICCV 2017.
     """
 
-    sample_losses = staticmethod(_proxy_nca)
-    check_arguments = staticmethod(_check_nca_scale)
+    vector_name = "proxies"
 
-    _variable_name = "proxies"
+    def __init__(self, num_classes, embedding_dim=None, scale: float = 1.0, initializer=None,
+                 reduction="sum_over_batch_size", name="proxy_nca_loss", dtype=None,
+                 average="anchors"):
+        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average,
+                         **_check_nca_scale(scale))
+
+    def terms(self, inputs):
+        return sample_terms(inputs, _proxy_nca(inputs, self.scale))
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
-class ProxyAnchorLoss(ClassWeightLoss):
+class ProxyAnchorLoss(ClassVectorLoss):
     """Proxy Anchor loss: each proxy pulls its class's samples and pushes the others.
 
     ``L = 1/|P+| sum_{p in P+} log(1 + sum_{x in X_p+} exp(-alpha (s(x, p) - delta)))
@@ -202,9 +210,7 @@ class ProxyAnchorLoss(ClassWeightLoss):
         CVPR 2020.
     """
 
-    check_arguments = staticmethod(_check_proxy_anchor_args)
-
-    _variable_name = "proxies"
+    vector_name = "proxies"
 
     def __init__(self, num_classes, embedding_dim=None, margin: float = 0.1,
                  alpha: float = 32.0, initializer=None, reduction="sum_over_batch_size",
@@ -215,27 +221,22 @@ class ProxyAnchorLoss(ClassWeightLoss):
                 f"`reduction` cannot be 'none'. Received: reduction={reduction!r}"
             )
         super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype,
-                         margin=margin, alpha=alpha)
+                         **_check_proxy_anchor_args(margin, alpha))
+
+    def terms(self, inputs):
+        raise ValueError(
+            "ProxyAnchorLoss is a sum over proxies and has no terms per anchor: it cannot be "
+            "wrapped by a loss that reweights anchors (TrimmedLoss) or take a reference set.")
 
     def loss_value(self, labels, y_pred, sample_weight=None, training=True):
-        labels, x, p, valid = prepare_class_inputs(labels, y_pred, self.class_weights, 2,
-                                                   "proxies")
+        """The loss of a batch: a sum over the proxies, not a reduction of terms per anchor."""
+        labels, x, p, valid, _, _ = self.prepare(labels, y_pred)
         if sample_weight is not None:
-            sample_weight = ops.reshape(ops.cast(sample_weight, dml.dtype_name(x)), (-1,))
+            sample_weight = ops.reshape(ops.cast(sample_weight, dtype_name(x)), (-1,))
             sample_weight = ops.broadcast_to(sample_weight, ops.shape(labels))
         value = _proxy_anchor_value(
             *_proxy_anchor_parts(labels, x, p, self.margin, self.alpha, sample_weight))
         return dml.nan_unless(dml.nan_unless_finite(value, y_pred, p), valid)
 
-    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
-        raise ValueError(
-            "ProxyAnchorLoss is a sum over proxies and has no terms per anchor: it cannot be "
-            "wrapped by a loss that reweights anchors (TrimmedLoss) or take a reference set.")
-
     def call(self, y_true, y_pred):
         raise NotImplementedError("ProxyAnchorLoss has no value per sample; call the loss.")
-
-    def get_config(self):
-        config = super().get_config()
-        config.pop("average", None)
-        return config

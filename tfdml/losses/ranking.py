@@ -13,13 +13,16 @@ positive, so ``block_size`` splits the anchors as for any other loss.
 
 from __future__ import annotations
 
+import keras
 from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_choice, check_int, check_positive
-from tfdml.losses.base import MetricLoss, anchor_terms, triplet_terms
-from tfdml.losses.fappy import _node_histograms
-from tfdml.losses.spec import functional_form, loss_class
+from tfdml._docs import fill_doc
+from tfdml._shims import dtype_name
+from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
+from tfdml.losses.base import MetricLoss, anchor_terms, functional_loss, triplet_terms
+from tfdml.losses.fappy import node_histograms
 
 __all__ = [
     "PNP_VARIANTS",
@@ -45,7 +48,7 @@ def _similarities(inputs):
 def _ranked_before(sim, mask, temperature):
     """``[B, R]``: per anchor ``a`` and item ``i``, ``sum_{j in mask[a]} sigmoid((s_aj - s_ai) / t)``,
     the smoothed number of the items of ``mask`` ranked before ``i`` (a ``[B, R, R]`` tensor)."""
-    dtype = dml.dtype_name(sim)
+    dtype = dtype_name(sim)
     before = ops.sigmoid((sim[:, None, :] - sim[:, :, None]) / temperature)
     return ops.einsum("aij,aj->ai", before, ops.cast(mask, dtype))
 
@@ -59,12 +62,12 @@ def _check_fast_ap(num_bins=10):
 
 def _fast_ap_terms(inputs, num_bins):
     sim, positive, negative = _similarities(inputs)
-    dtype = dml.dtype_name(sim)
+    dtype = dtype_name(sim)
     # The squared distance 2 - 2 s on the nodes 4 k / num_bins is -s on the nodes
     # -1 + k (2 / num_bins): the same triangular kernel, on -s.
     width, nodes = 2.0 / num_bins, num_bins + 1
-    h_pos = _node_histograms(-sim, positive, width, nodes, normalize=False)
-    h_neg = _node_histograms(-sim, negative, width, nodes, normalize=False)
+    h_pos = node_histograms(-sim, positive, width, nodes, normalize=False)
+    h_neg = node_histograms(-sim, negative, width, nodes, normalize=False)
     # Every item spreads a unit weight over the nodes (sum_k h+_k = N+), so
     # 1 - FastAP = (1 / N+) sum_k h+_k H-_k / H_k with the cumulative histograms H:
     # exactly 0, with zero gradients, for an anchor without negatives.
@@ -75,7 +78,8 @@ def _fast_ap_terms(inputs, num_bins):
     return anchor_terms(losses, ops.any(positive, axis=1))
 
 
-@loss_class("fast_ap_loss", average="anchors")
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(SHARED_ARGS=shared_args("fast_ap_loss"))
 class FastAPLoss(MetricLoss):
     """FastAP: average precision from soft histograms of the distances to each anchor.
 
@@ -96,6 +100,7 @@ class FastAPLoss(MetricLoss):
     Args:
         num_bins: the number of bins ``>= 1`` (``num_bins + 1`` nodes). Defaults to
             `10`.
+        {SHARED_ARGS}
 
     Examples:
 
@@ -106,16 +111,32 @@ class FastAPLoss(MetricLoss):
         Cakir, He, Xia, Kulis, Sclaroff, "Deep metric learning to rank", CVPR 2019.
     """
 
-    terms = staticmethod(_fast_ap_terms)
-    check_arguments = staticmethod(_check_fast_ap)
+    def __init__(self, num_bins=10, normalize=True, average="anchors",
+                 reduction="sum_over_batch_size", name="fast_ap_loss", dtype=None, block_size=None):
+        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
+                         dtype=dtype, block_size=block_size, **_check_fast_ap(num_bins))
+
+    def terms(self, inputs):
+        return _fast_ap_terms(inputs, **self.arguments)
 
 
-fast_ap_loss = functional_form(
-    FastAPLoss, "fast_ap_loss",
-    "Functional form of :class:`FastAPLoss`: the mean of ``1 - FastAP`` over the anchors "
-    "with a positive.",
-    "A scalar of the dtype of ``y_pred``; 0 without a positive pair, NaN when an embedding is "
-    "NaN or Inf.")
+@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
+def fast_ap_loss(y_true, y_pred, num_bins=10, normalize=True, ref_embeddings=None, ref_labels=None,
+                 ref_offset=None, average="anchors"):
+    """Functional form of :class:`FastAPLoss`: the mean of ``1 - FastAP`` over the anchors with a positive.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_pred: ``[B, D]`` embeddings.
+        num_bins, normalize, average: as in :class:`FastAPLoss`.
+        {REFERENCE_ARGS}
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 without a positive pair, NaN when an
+        embedding is NaN or Inf.
+    """
+    return functional_loss(FastAPLoss, _fast_ap_terms, y_true, y_pred, ref_embeddings, ref_labels,
+                           ref_offset, normalize, average, **_check_fast_ap(num_bins))
 
 
 # -- PNP ---------------------------------------------------------------------------------------
@@ -146,7 +167,8 @@ def _pnp_terms(inputs, b, alpha, anneal, variant):
     return triplet_terms(_pnp_shape(rank, variant, b, alpha), positive)
 
 
-@loss_class("pnp_loss", average="anchors")
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(SHARED_ARGS=shared_args("pnp_loss"))
 class PNPLoss(MetricLoss):
     """PNP: penalizes the negatives ranked before each positive.
 
@@ -175,6 +197,7 @@ class PNPLoss(MetricLoss):
         anneal: the sigmoid's temperature ``tau > 0``. Defaults to `0.01`.
         variant: one of ``"O"``, ``"Ds"``, ``"Dq"``, ``"Iu"``, ``"Ib"``. Defaults to
             `"O"`.
+        {SHARED_ARGS}
 
     Examples:
 
@@ -187,15 +210,33 @@ class PNPLoss(MetricLoss):
         enough", AAAI 2022.
     """
 
-    terms = staticmethod(_pnp_terms)
-    check_arguments = staticmethod(_check_pnp)
+    def __init__(self, b=2, alpha=1, anneal=0.01, variant="O", normalize=True, average="anchors",
+                 reduction="sum_over_batch_size", name="pnp_loss", dtype=None, block_size=None):
+        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
+                         dtype=dtype, block_size=block_size,
+                         **_check_pnp(b, alpha, anneal, variant))
+
+    def terms(self, inputs):
+        return _pnp_terms(inputs, **self.arguments)
 
 
-pnp_loss = functional_form(
-    PNPLoss, "pnp_loss",
-    "Functional form of :class:`PNPLoss`: the mean over the anchors with a positive.",
-    "A scalar of the dtype of ``y_pred``; 0 without a positive pair, NaN when an embedding is "
-    "NaN or Inf.")
+@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
+def pnp_loss(y_true, y_pred, b=2, alpha=1, anneal=0.01, variant="O", normalize=True,
+             ref_embeddings=None, ref_labels=None, ref_offset=None, average="anchors"):
+    """Functional form of :class:`PNPLoss`: the mean over the anchors with a positive.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_pred: ``[B, D]`` embeddings.
+        b, alpha, anneal, variant, normalize, average: as in :class:`PNPLoss`.
+        {REFERENCE_ARGS}
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 without a positive pair, NaN when an
+        embedding is NaN or Inf.
+    """
+    return functional_loss(PNPLoss, _pnp_terms, y_true, y_pred, ref_embeddings, ref_labels,
+                           ref_offset, normalize, average, **_check_pnp(b, alpha, anneal, variant))
 
 
 # -- Smooth-AP --------------------------------------------------------------------------------
@@ -215,7 +256,8 @@ def _smooth_ap_terms(inputs, temperature):
     return triplet_terms(values, positive)
 
 
-@loss_class("smooth_ap_loss", average="anchors")
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(SHARED_ARGS=shared_args("smooth_ap_loss"))
 class SmoothAPLoss(MetricLoss):
     """Smooth-AP: average precision with the ranks smoothed by a sigmoid.
 
@@ -238,6 +280,7 @@ class SmoothAPLoss(MetricLoss):
 
     Args:
         temperature: ``> 0``. Defaults to `0.01` (the paper's).
+        {SHARED_ARGS}
 
     Examples:
 
@@ -249,13 +292,31 @@ class SmoothAPLoss(MetricLoss):
         large-scale image retrieval", ECCV 2020.
     """
 
-    terms = staticmethod(_smooth_ap_terms)
-    check_arguments = staticmethod(_check_smooth_ap)
+    def __init__(self, temperature=0.01, normalize=True, average="anchors",
+                 reduction="sum_over_batch_size", name="smooth_ap_loss", dtype=None,
+                 block_size=None):
+        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
+                         dtype=dtype, block_size=block_size, **_check_smooth_ap(temperature))
+
+    def terms(self, inputs):
+        return _smooth_ap_terms(inputs, **self.arguments)
 
 
-smooth_ap_loss = functional_form(
-    SmoothAPLoss, "smooth_ap_loss",
-    "Functional form of :class:`SmoothAPLoss`: the mean of ``1 - AP`` over the anchors with "
-    "a positive.",
-    "A scalar of the dtype of ``y_pred``; 0 without a positive pair, NaN when an embedding is "
-    "NaN or Inf.")
+@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
+def smooth_ap_loss(y_true, y_pred, temperature=0.01, normalize=True, ref_embeddings=None,
+                   ref_labels=None, ref_offset=None, average="anchors"):
+    """Functional form of :class:`SmoothAPLoss`: the mean of ``1 - AP`` over the anchors with a positive.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_pred: ``[B, D]`` embeddings.
+        temperature, normalize, average: as in :class:`SmoothAPLoss`.
+        {REFERENCE_ARGS}
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 without a positive pair, NaN when an
+        embedding is NaN or Inf.
+    """
+    return functional_loss(SmoothAPLoss, _smooth_ap_terms, y_true, y_pred, ref_embeddings,
+                           ref_labels, ref_offset, normalize, average,
+                           **_check_smooth_ap(temperature))

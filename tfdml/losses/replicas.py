@@ -19,7 +19,7 @@ Miners that draw at random draw independently on each replica. With
 
 Only TensorFlow has replicas in sync; on the other backends :func:`context`
 is None and :func:`num_replicas` is 1. The TensorFlow calls (the replica
-context, ``all_gather``) are shims of :mod:`tfdml.ops`; this module holds
+context, ``all_gather``) are shims of ``tfdml._shims``; this module holds
 the policy.
 """
 
@@ -27,21 +27,21 @@ from __future__ import annotations
 
 from keras import ops
 
-from tfdml import ops as dml
+from tfdml import _shims
 
 __all__ = ["call_over_replicas", "context", "num_replicas", "scale"]
 
 
 def num_replicas() -> int:
     """Replicas in sync under a ``tf.distribute`` strategy (1 on other backends)."""
-    return dml.num_replicas()
+    return _shims.num_replicas()
 
 
 def scale(value):
     """``value`` divided by the number of replicas in sync (as Keras' losses do)."""
     replicas = num_replicas()
     if replicas > 1:
-        value = value * ops.cast(1.0 / replicas, dml.dtype_name(value))
+        value = value * ops.cast(1.0 / replicas, _shims.dtype_name(value))
     return value
 
 
@@ -50,7 +50,7 @@ def context(cross_replica):
     if cross_replica is not None and not isinstance(cross_replica, bool):
         raise ValueError("`cross_replica` must be None, True or False. Received: "
                          f"cross_replica={cross_replica!r}")
-    return None if cross_replica is False else dml.replica_context()
+    return None if cross_replica is False else _shims.replica_context()
 
 
 def call_over_replicas(loss_value, cross_replica, labels, y_pred, sample_weight, reduction):
@@ -65,9 +65,9 @@ def call_over_replicas(loss_value, cross_replica, labels, y_pred, sample_weight,
     if ctx is None:
         value = loss_value(labels, y_pred, sample_weight)
         return value if reduction in ("sum", "none", None) else scale(value)
-    all_labels, all_pred, all_weights, local = dml.gather_replicas(ctx, labels, y_pred,
+    all_labels, all_pred, all_weights, local = _shims.gather_replicas(ctx, labels, y_pred,
                                                                    sample_weight)
     value = loss_value(all_labels, all_pred, all_weights)
     if reduction in ("none", None):
-        return dml.replica_rows(ctx, value, local)
+        return _shims.replica_rows(ctx, value, local)
     return scale(value)

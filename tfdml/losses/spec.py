@@ -1,56 +1,34 @@
-"""A loss from its spec: the class's ``__init__``, its docs and its functional form.
+"""Deprecated: a loss declared as a *spec*, its class and functional form generated from it.
 
-A loss of the pair and triplet family is written once, as a spec
-(:mod:`tfdml.losses.base`): its per-anchor function ``terms`` and
-``check_arguments``, whose signature lists the loss's own arguments and their
-defaults. :func:`loss_class` builds the class's ``__init__`` from that
-signature (the loss's own arguments first, then the ones every loss takes:
-``normalize``, ``average``, ``reduction``, ``name``, ``dtype``,
-``block_size``), registers the class for Keras serialization and completes
-its docstring with the shared arguments; :func:`functional_form` builds the
-functional form (``y_true, y_pred``, the loss's own arguments, ``normalize``,
-the reference set, ``average``), which computes through
-:meth:`MetricLoss.functional`. ``get_config`` and ``per_anchor`` come from
-:class:`tfdml.losses.base.MetricLoss`.
+A loss is now plain source (:mod:`tfdml.losses.base`): an ``__init__`` with named
+arguments that passes its own on to ``MetricLoss.__init__``, a ``terms(inputs)`` method,
+and a functional form that calls :func:`tfdml.losses.base.functional_loss`. This module
+still turns a loss written the former way (a static ``terms(inputs, **arguments)``
+function, a static ``check_arguments(**arguments) -> dict`` whose signature lists the
+loss's own arguments, and an optional ``check_spec`` method) into that contract, with a
+DeprecationWarning.
 """
 
 from __future__ import annotations
 
 import inspect
 import textwrap
+import warnings
 
 import keras
 
+from tfdml._docs import fill_doc
+from tfdml.losses._docstrings import REFERENCE_ARGS, SHARED, shared_args
+from tfdml.losses.base import functional_loss
+
 __all__ = ["COMMON_ARGUMENTS", "functional_form", "loss_class"]
 
-#: The arguments every loss of this family takes after its own, in this order.
-COMMON_ARGUMENTS = ("normalize", "average", "reduction", "name", "dtype", "block_size")
+#: The arguments every loss of the pair and triplet family takes after its own, in this order.
+COMMON_ARGUMENTS = SHARED
 
-_DOCS = {
-    "normalize": "normalize: L2-normalize the embeddings first. Defaults to `{}`.",
-    "average": ("average: what the loss averages over: ``\"anchors\"``, ``\"batch\"``,\n"
-                "    ``\"terms\"``, ``\"nonzero\"`` or, for a pair loss whose terms split,\n"
-                "    ``\"halves\"``/``\"halves_terms\"`` (:mod:`tfdml.losses.terms`).\n"
-                "    Defaults to `\"{}\"`."),
-    "reduction": ("reduction: see :mod:`tfdml.losses.terms`. Defaults to\n"
-                  "    `\"sum_over_batch_size\"`."),
-    "name": "name: name of the loss. Defaults to `\"{}\"`.",
-    "dtype": "dtype: dtype of the returned value. Defaults to `None` (floatx).",
-    "block_size": (
-        "block_size: compute the loss over blocks of this many anchors, each\n"
-        "    against the whole batch, recomputing each block in the backward\n"
-        "    pass: memory ``O(block_size x B)`` instead of ``O(B^2)``, the same\n"
-        "    values and gradients (docs/losses.md, \"Large batches\"). Defaults\n"
-        "    to `None` (the whole batch at once)."),
-}
-
-_REFERENCE_DOCS = """
-        ref_embeddings: ``[R, D]`` embeddings to mine positives and negatives
-            from instead of the batch. Defaults to `None` (the batch).
-        ref_labels: ``[R]`` class ids of ``ref_embeddings``.
-        ref_offset: anchor ``i`` is row ``i + ref_offset`` of the reference
-            set (excluded from its positives); `None` when the anchors are not
-            in it. Ignored without ``ref_embeddings``."""
+_DEPRECATED = ("tfdml.losses.spec.{} is deprecated: write the loss's __init__ and its "
+               "terms(inputs) method, and its functional form with "
+               "tfdml.losses.base.functional_loss (docs/losses.md, \"Writing a loss\").")
 
 
 def _parameter(name, default):
@@ -62,76 +40,75 @@ def _own_parameters(cls):
     return list(inspect.signature(cls.check_arguments).parameters.values())
 
 
-def _document(cls, defaults, common):
-    """Appends the shared arguments, with this loss's defaults, to the Args of its docstring."""
-    lines = []
-    for key in common:
-        text = _DOCS[key].format(defaults[key])
-        lines.extend("        " + line for line in text.split("\n"))
-    doc = cls.__doc__
+def _with_placeholder(doc):
+    """``doc`` with a ``{SHARED_ARGS}`` line at the end of its ``Args:`` section."""
     start = doc.index("    Args:\n")
     end = doc.find("\n\n", start)
     end = len(doc.rstrip()) if end < 0 else end
-    cls.__doc__ = doc[:end] + "\n" + "\n".join(lines) + doc[end:]
+    return doc[:end] + "\n        {SHARED_ARGS}" + doc[end:]
 
 
 def loss_class(name, average="anchors", normalize=True, common=COMMON_ARGUMENTS, head=(),
                document=True, package="tfdml"):
-    """Class decorator: a loss class from its spec (module docstring).
+    """Deprecated class decorator: a loss class from its spec (module docstring).
 
     Args:
         name: the loss's default ``name``.
         average: its default ``average`` (its paper's).
         normalize: its default ``normalize``; None for a loss that always
             normalizes (no ``normalize`` argument).
-        common: the shared arguments it takes, in the order of its
-            signature after its own.
-        head: arguments of its base class before its own (``num_classes``,
-            ``embedding_dim`` for the class-weight losses; ``num_classes``
-            without a default).
-        document: append the shared arguments to its docstring (the
-            class-weight losses document theirs themselves).
-        package: the package it is registered under for Keras
-            serialization (``keras.saving.register_keras_serializable``).
+        common: the shared arguments it takes, in the order of its signature.
+        head: arguments of its base class before its own.
+        document: append the shared arguments to its docstring.
+        package: the package it is registered under for Keras serialization.
     """
+    warnings.warn(_DEPRECATED.format("loss_class"), DeprecationWarning, stacklevel=2)
     defaults = {"normalize": normalize, "average": average, "reduction": "sum_over_batch_size",
                 "name": name, "dtype": None, "block_size": None, "embedding_dim": None,
                 "initializer": None, "num_classes": inspect.Parameter.empty}
 
     def decorate(cls):
         own = _own_parameters(cls)
-        first = [_parameter(key, defaults[key]) for key in head]
-        tail = [_parameter(key, defaults[key]) for key in common]
+        check = cls.check_arguments
+        spec_terms = inspect.getattr_static(cls, "terms")
+        spec_terms = getattr(spec_terms, "__func__", spec_terms)
         signature = inspect.Signature(
-            [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *first, *own,
-             *tail])
-        own_names = [p.name for p in own]
+            [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+             *(_parameter(key, defaults[key]) for key in head), *own,
+             *(_parameter(key, defaults[key]) for key in common)])
 
         def __init__(self, *args, **kwargs):
-            bound = signature.bind(self, *args, **kwargs)
-            bound.apply_defaults()
-            values = dict(bound.arguments)
+            values = signature.bind(self, *args, **kwargs)
+            values.apply_defaults()
+            values = dict(values.arguments)
             values.pop("self")
-            super(cls, self).__init__(**values)  # noqa: UP008 (cls is the decorated class)
-            self.check_spec()
+            arguments = check(**{p.name: values.pop(p.name) for p in own})
+            super(cls, self).__init__(**values, **arguments)  # noqa: UP008 (the decorated class)
+            if hasattr(self, "check_spec"):
+                self.check_spec()
+
+        def terms(self, inputs):
+            return spec_terms(inputs, **self.arguments)
 
         __init__.__signature__ = signature
-        __init__.__doc__ = f"Arguments: {', '.join([*head, *own_names, *common])}."
         __init__.__qualname__ = f"{cls.__qualname__}.__init__"
         cls.__init__ = __init__
+        cls.terms = terms
+        cls.spec_terms = staticmethod(spec_terms)
         if cls.__doc__ and document:
-            _document(cls, defaults, common)
+            cls.__doc__ = _with_placeholder(cls.__doc__)
+            fill_doc(SHARED_ARGS=shared_args(name, average, normalize, common))(cls)
         return keras.saving.register_keras_serializable(package=package)(cls)
 
     return decorate
 
 
 def functional_form(cls, name, summary, returns):
-    """The functional form of a loss class built by :func:`loss_class`.
+    """Deprecated: the functional form of a loss class built by :func:`loss_class`.
 
-    ``name(y_true, y_pred, <own arguments>, normalize, ref_embeddings,
-    ref_labels, ref_offset, average)``, with the class's defaults: the value
-    of the class's default reduction, computed by :meth:`MetricLoss.functional`.
+    ``name(y_true, y_pred, <own arguments>, normalize, ref_embeddings, ref_labels,
+    ref_offset, average)``, with the class's defaults, computed by
+    :func:`tfdml.losses.base.functional_loss`.
 
     Args:
         cls: the loss class.
@@ -139,6 +116,7 @@ def functional_form(cls, name, summary, returns):
         summary: the first line of its docstring.
         returns: what it returns, for its docstring.
     """
+    warnings.warn(_DEPRECATED.format("functional_form"), DeprecationWarning, stacklevel=2)
     init = inspect.signature(cls.__init__).parameters
     own = _own_parameters(cls)
     tail = [_parameter("normalize", init["normalize"].default),
@@ -149,22 +127,23 @@ def functional_form(cls, name, summary, returns):
          _parameter("y_pred", inspect.Parameter.empty), *own, *tail])
 
     def loss(*args, **kwargs):
-        bound = signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        values = dict(bound.arguments)
-        positional = [values.pop(k) for k in ("y_true", "y_pred", "ref_embeddings",
-                                             "ref_labels", "ref_offset")]
-        return cls.functional(*positional, **values)
+        values = signature.bind(*args, **kwargs)
+        values.apply_defaults()
+        values = dict(values.arguments)
+        inputs = [values.pop(k) for k in ("y_true", "y_pred", "ref_embeddings", "ref_labels",
+                                          "ref_offset", "normalize", "average")]
+        return functional_loss(cls, cls.spec_terms, *inputs, **cls.check_arguments(**values))
 
     loss.__signature__ = signature
     loss.__name__ = loss.__qualname__ = name
     loss.__module__ = cls.__module__
     own_names = ", ".join(p.name for p in own)
     as_in = textwrap.fill(f"{own_names}, normalize, average: as in :class:`{cls.__name__}`.",
-                          88, initial_indent=" " * 8, subsequent_indent=" " * 12)
-    returns = textwrap.fill(returns, 88, initial_indent=" " * 8, subsequent_indent=" " * 8)
+                          88, subsequent_indent="    ")
     loss.__doc__ = (
         f"{summary}\n\n    Args:\n        y_true: ``[B]`` or ``[B, 1]`` integer class ids.\n"
-        f"        y_pred: ``[B, D]`` embeddings.\n{as_in}"
-        f"{_REFERENCE_DOCS}\n\n    Returns:\n{returns}\n    ")
+        f"        y_pred: ``[B, D]`` embeddings.\n        {{AS_IN}}\n        {{REFERENCE_ARGS}}\n"
+        f"\n    Returns:\n        {{RETURNS}}\n    ")
+    fill_doc(AS_IN=as_in, REFERENCE_ARGS=REFERENCE_ARGS,
+             RETURNS=textwrap.fill(returns, 88))(loss)
     return loss

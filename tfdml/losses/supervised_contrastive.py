@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import keras
 from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_positive
+from tfdml._docs import fill_doc
+from tfdml._shims import dtype_name
+from tfdml._tensors import check_batch_sizes, check_embeddings, compute_dtype
+from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
 from tfdml.losses.base import (
     MetricLoss,
     anchor_terms,
+    functional_loss,
     mined_pairs,
     resolve_miner,
     triplet_terms,
 )
-from tfdml.losses.spec import functional_form, loss_class
 from tfdml.miners import AllPairsMiner
 
 __all__ = [
@@ -59,7 +64,7 @@ def _has_both(pairs):
 
 def _supcon_terms(inputs, temperature, miner):
     similarity, pairs = _mined_pairs(inputs, miner)
-    dtype = dml.dtype_name(similarity)
+    dtype = dtype_name(similarity)
     logits = similarity / ops.convert_to_tensor(temperature, dtype)
     others = ops.logical_or(pairs.positive, pairs.negative)
     denominator, _ = dml.masked_logsumexp(logits, others, axis=1)
@@ -75,7 +80,7 @@ def _supcon_terms(inputs, temperature, miner):
 
 def _ntxent_terms(inputs, temperature, miner):
     similarity, pairs = _mined_pairs(inputs, miner)
-    dtype = dml.dtype_name(similarity)
+    dtype = dtype_name(similarity)
     logits = similarity / ops.convert_to_tensor(temperature, dtype)
     negatives, has_negative = dml.masked_logsumexp(logits, pairs.negative, axis=1)
     negatives = ops.where(has_negative, negatives, ops.zeros((), dtype))
@@ -87,7 +92,7 @@ def _ntxent_terms(inputs, temperature, miner):
 
 def _circle_terms(inputs, margin, gamma, miner):
     similarity, pairs = _mined_pairs(inputs, miner)
-    dtype = dml.dtype_name(similarity)
+    dtype = dtype_name(similarity)
     zero = ops.zeros((), dtype)
     m, g = ops.convert_to_tensor(margin, dtype), ops.convert_to_tensor(gamma, dtype)
     one = ops.ones((), dtype)
@@ -106,7 +111,7 @@ def _snn_terms(inputs, temperature, distance, miner):
     x, ref = inputs.x, inputs.ref
     dist = dml.distance_matrix(x, ref, distance)
     pairs = mined_pairs(inputs, -dist, miner)
-    dtype = dml.dtype_name(dist)
+    dtype = dtype_name(dist)
     logits = -dist / ops.convert_to_tensor(temperature, dtype)
     same, active = dml.masked_logsumexp(logits, pairs.positive, axis=1)
     everyone, _ = dml.masked_logsumexp(logits, ops.logical_or(pairs.positive, pairs.negative),
@@ -159,10 +164,10 @@ def multiple_negatives_ranking_loss(query_embeddings, key_embeddings, scale: flo
         for smart reply", arXiv:1705.00652 (2017).
     """
     scale = check_positive("scale", scale)
-    queries = dml.check_embeddings(query_embeddings, "query_embeddings")
-    keys = dml.check_embeddings(key_embeddings, "key_embeddings")
-    dml.check_batch_sizes(queries, keys, "query_embeddings", "key_embeddings")
-    dtype = dml.compute_dtype(queries.dtype)
+    queries = check_embeddings(query_embeddings, "query_embeddings")
+    keys = check_embeddings(key_embeddings, "key_embeddings")
+    check_batch_sizes(queries, keys, "query_embeddings", "key_embeddings")
+    dtype = compute_dtype(queries.dtype)
     q, k = ops.cast(queries, dtype), ops.cast(keys, dtype)
     if normalize:
         q, k = dml.l2_normalize(q), dml.l2_normalize(k)
@@ -173,10 +178,11 @@ def multiple_negatives_ranking_loss(query_embeddings, key_embeddings, scale: flo
     rows = total - ops.diagonal(logits)
     value = ops.sum(rows) / ops.cast(ops.shape(rows)[0], dtype)
     value = dml.nan_unless_finite(value, queries, keys, distances=not normalize)
-    return ops.cast(value, dml.dtype_name(queries))
+    return ops.cast(value, dtype_name(queries))
 
 
-@loss_class("supcon_loss")
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(SHARED_ARGS=shared_args("supcon_loss"))
 class SupConLoss(MetricLoss):
     """Supervised contrastive loss: each positive against all other samples, in one softmax.
 
@@ -197,6 +203,7 @@ class SupConLoss(MetricLoss):
         temperature: ``T > 0``. Defaults to `0.1`.
         miner: a pair miner restricting ``P(a)`` and ``A(a)``. Defaults to
             `None` (every pair).
+        {SHARED_ARGS}
 
     Examples:
 
@@ -206,19 +213,37 @@ class SupConLoss(MetricLoss):
         Khosla et al., "Supervised contrastive learning", NeurIPS 2020.
     """
 
-    terms = staticmethod(_supcon_terms)
-    check_arguments = staticmethod(_check_supcon_args)
+    def __init__(self, temperature: float = 0.1, miner=None, normalize=True, average="anchors",
+                 reduction="sum_over_batch_size", name="supcon_loss", dtype=None, block_size=None):
+        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
+                         dtype=dtype, block_size=block_size,
+                         **_check_supcon_args(temperature, miner))
+
+    def terms(self, inputs):
+        return _supcon_terms(inputs, **self.arguments)
 
 
-supcon_loss = functional_form(
-    SupConLoss, "supcon_loss",
-    "Functional form of :class:`SupConLoss`: the mean over anchors with a positive and a "
-    "negative.",
-    "A scalar of the dtype of ``y_pred``; 0 when no anchor has a positive and a negative, NaN"
-    " when an embedding is NaN or Inf.")
+@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
+def supcon_loss(y_true, y_pred, temperature: float = 0.1, miner=None, normalize=True,
+                ref_embeddings=None, ref_labels=None, ref_offset=None, average="anchors"):
+    """Functional form of :class:`SupConLoss`: the mean over anchors with a positive and a negative.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_pred: ``[B, D]`` embeddings.
+        temperature, miner, normalize, average: as in :class:`SupConLoss`.
+        {REFERENCE_ARGS}
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 when no anchor has a positive and a
+        negative, NaN when an embedding is NaN or Inf.
+    """
+    return functional_loss(SupConLoss, _supcon_terms, y_true, y_pred, ref_embeddings, ref_labels,
+                           ref_offset, normalize, average, **_check_supcon_args(temperature, miner))
 
 
-@loss_class("ntxent_loss", average="terms")
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(SHARED_ARGS=shared_args("ntxent_loss", average="terms"))
 class NTXentLoss(MetricLoss):
     """NT-Xent (InfoNCE) loss with same-label pairs as positives: one softmax per positive pair.
 
@@ -235,6 +260,7 @@ class NTXentLoss(MetricLoss):
     Args:
         temperature: ``T > 0``. Defaults to `0.07`.
         miner: a pair miner. Defaults to `None` (every pair).
+        {SHARED_ARGS}
 
     Examples:
 
@@ -246,18 +272,37 @@ class NTXentLoss(MetricLoss):
         metric learning with multi-class N-pair loss objective", NeurIPS 2016.
     """
 
-    terms = staticmethod(_ntxent_terms)
-    check_arguments = staticmethod(_check_ntxent_args)
+    def __init__(self, temperature: float = 0.07, miner=None, normalize=True, average="terms",
+                 reduction="sum_over_batch_size", name="ntxent_loss", dtype=None, block_size=None):
+        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
+                         dtype=dtype, block_size=block_size,
+                         **_check_ntxent_args(temperature, miner))
+
+    def terms(self, inputs):
+        return _ntxent_terms(inputs, **self.arguments)
 
 
-ntxent_loss = functional_form(
-    NTXentLoss, "ntxent_loss",
-    "Functional form of :class:`NTXentLoss`: the mean over positive pairs.",
-    "A scalar of the dtype of ``y_pred``; 0 when no anchor has a positive and a negative, NaN"
-    " when an embedding is NaN or Inf.")
+@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
+def ntxent_loss(y_true, y_pred, temperature: float = 0.07, miner=None, normalize=True,
+                ref_embeddings=None, ref_labels=None, ref_offset=None, average="terms"):
+    """Functional form of :class:`NTXentLoss`: the mean over positive pairs.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_pred: ``[B, D]`` embeddings.
+        temperature, miner, normalize, average: as in :class:`NTXentLoss`.
+        {REFERENCE_ARGS}
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 when no anchor has a positive and a
+        negative, NaN when an embedding is NaN or Inf.
+    """
+    return functional_loss(NTXentLoss, _ntxent_terms, y_true, y_pred, ref_embeddings, ref_labels,
+                           ref_offset, normalize, average, **_check_ntxent_args(temperature, miner))
 
 
-@loss_class("circle_loss")
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(SHARED_ARGS=shared_args("circle_loss"))
 class CircleLoss(MetricLoss):
     """Circle loss: pairs re-weighted by how far each is from its optimum.
 
@@ -283,6 +328,7 @@ class CircleLoss(MetricLoss):
         margin: ``m >= 0``, the relaxation. Defaults to `0.4`.
         gamma: ``gamma > 0``, the scale. Defaults to `80.0`.
         miner: a pair miner. Defaults to `None` (every pair).
+        {SHARED_ARGS}
 
     Examples:
 
@@ -293,19 +339,40 @@ class CircleLoss(MetricLoss):
         optimization", CVPR 2020.
     """
 
-    terms = staticmethod(_circle_terms)
-    check_arguments = staticmethod(_check_circle_args)
+    def __init__(self, margin: float = 0.4, gamma: float = 80.0, miner=None, normalize=True,
+                 average="anchors", reduction="sum_over_batch_size", name="circle_loss", dtype=None,
+                 block_size=None):
+        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
+                         dtype=dtype, block_size=block_size,
+                         **_check_circle_args(margin, gamma, miner))
+
+    def terms(self, inputs):
+        return _circle_terms(inputs, **self.arguments)
 
 
-circle_loss = functional_form(
-    CircleLoss, "circle_loss",
-    "Functional form of :class:`CircleLoss`: the mean over anchors with a positive and a "
-    "negative.",
-    "A scalar of the dtype of ``y_pred``; 0 when no anchor has a positive and a negative, NaN"
-    " when an embedding is NaN or Inf.")
+@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
+def circle_loss(y_true, y_pred, margin: float = 0.4, gamma: float = 80.0, miner=None,
+                normalize=True, ref_embeddings=None, ref_labels=None, ref_offset=None,
+                average="anchors"):
+    """Functional form of :class:`CircleLoss`: the mean over anchors with a positive and a negative.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_pred: ``[B, D]`` embeddings.
+        margin, gamma, miner, normalize, average: as in :class:`CircleLoss`.
+        {REFERENCE_ARGS}
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 when no anchor has a positive and a
+        negative, NaN when an embedding is NaN or Inf.
+    """
+    return functional_loss(CircleLoss, _circle_terms, y_true, y_pred, ref_embeddings, ref_labels,
+                           ref_offset, normalize, average,
+                           **_check_circle_args(margin, gamma, miner))
 
 
-@loss_class("soft_nearest_neighbor_loss", normalize=False)
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(SHARED_ARGS=shared_args("soft_nearest_neighbor_loss", normalize=False))
 class SoftNearestNeighborLoss(MetricLoss):
     """Soft nearest neighbour loss: how much of a sample's neighbourhood is its own class.
 
@@ -340,6 +407,7 @@ class SoftNearestNeighborLoss(MetricLoss):
             `"squared_l2"`.
         miner: a pair miner restricting ``P(a)`` and ``A(a)``. Defaults to
             `None` (every pair).
+        {SHARED_ARGS}
 
     Examples:
 
@@ -352,13 +420,35 @@ class SoftNearestNeighborLoss(MetricLoss):
         and Hinton, AISTATS 2007.
     """
 
-    terms = staticmethod(_snn_terms)
-    check_arguments = staticmethod(_check_snn_args)
+    def __init__(self, temperature: float = 1.0, distance: str = "squared_l2", miner=None,
+                 normalize=False, average="anchors", reduction="sum_over_batch_size",
+                 name="soft_nearest_neighbor_loss", dtype=None, block_size=None):
+        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
+                         dtype=dtype, block_size=block_size,
+                         **_check_snn_args(temperature, distance, miner))
+
+    def terms(self, inputs):
+        return _snn_terms(inputs, **self.arguments)
 
 
-soft_nearest_neighbor_loss = functional_form(
-    SoftNearestNeighborLoss, "soft_nearest_neighbor_loss",
-    "Functional form of :class:`SoftNearestNeighborLoss`: the mean over anchors with a "
-    "positive.",
-    "A scalar of the dtype of ``y_pred``; 0 when no anchor has a positive, NaN when an "
-    "embedding is NaN or Inf.")
+@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
+def soft_nearest_neighbor_loss(y_true, y_pred, temperature: float = 1.0,
+                               distance: str = "squared_l2", miner=None, normalize=False,
+                               ref_embeddings=None, ref_labels=None, ref_offset=None,
+                               average="anchors"):
+    """Functional form of :class:`SoftNearestNeighborLoss`: the mean over anchors with a positive.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_pred: ``[B, D]`` embeddings.
+        temperature, distance, miner, normalize, average: as in
+            :class:`SoftNearestNeighborLoss`.
+        {REFERENCE_ARGS}
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 when no anchor has a positive, NaN when
+        an embedding is NaN or Inf.
+    """
+    return functional_loss(SoftNearestNeighborLoss, _snn_terms, y_true, y_pred, ref_embeddings,
+                           ref_labels, ref_offset, normalize, average,
+                           **_check_snn_args(temperature, distance, miner))

@@ -73,6 +73,7 @@ import numpy as np
 from keras import ops
 
 from tfdml import ops as dml
+from tfdml._shims import dtype_name, is_traced
 
 __all__ = [
     "AVERAGES",
@@ -140,7 +141,7 @@ class AnchorTerms(NamedTuple):
 
 
 def _nonzero(values):
-    return values > ops.zeros((), dml.dtype_name(values))
+    return values > ops.zeros((), dtype_name(values))
 
 
 def triplet_terms(values, mask) -> AnchorTerms:
@@ -153,7 +154,7 @@ def triplet_terms(values, mask) -> AnchorTerms:
     """
     values = ops.broadcast_to(values, ops.shape(mask))
     axes = tuple(range(1, len(mask.shape)))
-    dtype = dml.dtype_name(values)
+    dtype = dtype_name(values)
     weights = ops.cast(mask, dtype)
     total = ops.sum(ops.where(mask, values, ops.zeros((), dtype)), axis=axes)
     nonzero = ops.sum(ops.cast(ops.logical_and(mask, _nonzero(values)), dtype), axis=axes)
@@ -186,7 +187,7 @@ def split_pair_terms(positive_values, negative_values, pairs) -> AnchorTerms:
 
 def anchor_terms(losses, active) -> AnchorTerms:
     """One term per active anchor, for losses defined per anchor (MS, histogram, LoOp pairs)."""
-    dtype = dml.dtype_name(losses)
+    dtype = dtype_name(losses)
     count = ops.cast(active, dtype)
     total = ops.where(active, losses, ops.zeros((), dtype))
     return AnchorTerms(total, count, ops.cast(ops.logical_and(active, _nonzero(losses)), dtype))
@@ -231,13 +232,13 @@ def average_terms(terms: AnchorTerms, average: str):
     if average in HALVES:
         _check_halves(terms, average)
         values = ops.sum(_anchor_halves(terms, average), axis=-1)
-        batch = ops.cast(ops.shape(values)[0], dml.dtype_name(values))
+        batch = ops.cast(ops.shape(values)[0], dtype_name(values))
         return values, dml.divide_no_nan(ops.ones_like(values), batch)
     terms = terms.merged()
     if average in ("anchors", "batch"):
         values = dml.divide_no_nan(terms.total, terms.count)
         if average == "anchors":
-            return values, ops.cast(terms.active, dml.dtype_name(values))
+            return values, ops.cast(terms.active, dtype_name(values))
         return values, ops.ones_like(values)
     return terms.total, terms.count if average == "terms" else terms.nonzero
 
@@ -246,7 +247,7 @@ def _weights(values, sample_weight):
     """``[B]`` sample weights (ones without them), in the dtype of ``values``."""
     weights = ops.ones_like(values)
     if sample_weight is not None:
-        sample_weight = ops.cast(sample_weight, dml.dtype_name(values))
+        sample_weight = ops.cast(sample_weight, dtype_name(values))
         if len(sample_weight.shape) == 2 and sample_weight.shape[-1] == 1:
             sample_weight = ops.squeeze(sample_weight, axis=-1)
         weights = weights * sample_weight
@@ -327,7 +328,7 @@ def check_sample_weight(sample_weight):
     if sample_weight is None:
         return None, True
     sample_weight = ops.convert_to_tensor(sample_weight)
-    if dml.is_traced(sample_weight):
+    if is_traced(sample_weight):
         return sample_weight, ops.logical_and(ops.all(sample_weight >= 0),
                                               dml.all_finite(sample_weight))
     values = ops.convert_to_numpy(sample_weight)

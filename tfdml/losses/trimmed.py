@@ -8,7 +8,9 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_number
-from tfdml.losses.base import AnchorTerms, MetricLoss, resolve_loss
+from tfdml._shims import dtype_name
+from tfdml.losses.base import AnchorTerms, resolve_loss
+from tfdml.losses.wrapper import LossWrapper
 
 __all__ = ["TrimmedLoss", "trim_mask"]
 
@@ -29,7 +31,7 @@ def trim_mask(losses, valid, trim: float):
     valid = ops.convert_to_tensor(valid)
     count = ops.sum(ops.cast(valid, "int32"))
     keep = count - _num_dropped(count, trim, losses.shape[0])
-    inf = ops.convert_to_tensor(float("inf"), dml.dtype_name(losses))
+    inf = ops.convert_to_tensor(float("inf"), dtype_name(losses))
     ranked = ops.where(valid, losses, inf)
     order = dml.stable_argsort(ranked)
     # The inverse permutation of `order`: the rank of each anchor.
@@ -52,7 +54,7 @@ def _num_dropped(count, trim: float, size):
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
-class TrimmedLoss(MetricLoss):
+class TrimmedLoss(LossWrapper):
     """Wraps any tfdml loss and back-propagates only its lowest per-anchor losses.
 
     Per batch, the wrapped loss gives one value per anchor; the ``trim``
@@ -95,12 +97,8 @@ class TrimmedLoss(MetricLoss):
         trim = check_number("trim", trim, low=0, high=1, high_open=True)
         super().__init__(normalize=loss.normalize, reduction=reduction,
                          name=name or f"trimmed_{loss.name}", dtype=dtype,
-                         average=loss.average if average is None else average)
-        self.loss = loss
-        self.trim = float(trim)
-
-    def _make_state(self):
-        return self.loss.state
+                         average=loss.average if average is None else average, loss=loss,
+                         trim=float(trim))
 
     def compute_terms(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
                       ref_offset=None, training=True):
@@ -112,12 +110,3 @@ class TrimmedLoss(MetricLoss):
         if terms.split:  # [B, 2]: both halves of an anchor kept or dropped
             keep = ops.expand_dims(keep, -1)
         return AnchorTerms(*(ops.where(keep, t, ops.zeros_like(t)) for t in terms))
-
-    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
-        return self.compute_terms(labels, embeddings, ref_embeddings, ref_labels, ref_offset)
-
-    def get_config(self):
-        config = super().get_config()
-        config.pop("normalize", None)
-        config.update(loss=keras.saving.serialize_keras_object(self.loss), trim=self.trim)
-        return config

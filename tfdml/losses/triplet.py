@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import numbers
 
+import keras
 from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_number
-from tfdml.losses.base import MetricLoss, mined_triplets, resolve_miner, triplet_terms
-from tfdml.losses.spec import functional_form, loss_class
+from tfdml._docs import fill_doc
+from tfdml._shims import dtype_name
+from tfdml._tensors import is_number
+from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
+from tfdml.losses.base import (
+    MetricLoss,
+    functional_loss,
+    mined_triplets,
+    resolve_miner,
+    triplet_terms,
+)
 from tfdml.miners import TripletMiner, gather_triplet_scores
 
 __all__ = [
@@ -37,7 +47,7 @@ def _check_margin_args(margin: float = 0.2, distance: str = "squared_l2", miner=
 
 
 def _check_pn_args(margin: float | None = None, distance: str = "cosine", miner="default"):
-    if margin is not None and (not dml.is_number(margin) or not margin >= 0):
+    if margin is not None and (not is_number(margin) or not margin >= 0):
         raise ValueError(
             f"`margin` must be None (the soft margin) or a number >= 0. Received: margin={margin!r}")
     return {"margin": None if margin is None else float(margin),
@@ -64,7 +74,7 @@ def _nca_terms(inputs, order, temperature, miner):
         logits = s_an - s_ap
     else:
         logits = 0.5 * ops.square(s_an) - (s_ap - 0.5 * ops.square(s_ap))
-    values = ops.softplus(logits / ops.convert_to_tensor(temperature, dml.dtype_name(logits)))
+    values = ops.softplus(logits / ops.convert_to_tensor(temperature, dtype_name(logits)))
     return triplet_terms(values, triplets.mask)
 
 
@@ -72,7 +82,7 @@ def _margin_terms(inputs, margin, distance, miner):
     scores = -dml.distance_matrix(inputs.x, inputs.ref, distance)
     triplets = mined_triplets(inputs, scores, miner)
     s_ap, s_an = gather_triplet_scores(scores, triplets)
-    values = ops.relu(s_an - s_ap + ops.convert_to_tensor(margin, dml.dtype_name(scores)))
+    values = ops.relu(s_an - s_ap + ops.convert_to_tensor(margin, dtype_name(scores)))
     return triplet_terms(values, triplets.mask)
 
 
@@ -117,11 +127,12 @@ def _pn_terms(inputs, margin, distance, miner):
     if margin is None:
         values = ops.softplus(d_ap - d_n)
     else:
-        values = ops.relu(d_ap - d_n + ops.convert_to_tensor(margin, dml.dtype_name(dist)))
+        values = ops.relu(d_ap - d_n + ops.convert_to_tensor(margin, dtype_name(dist)))
     return triplet_terms(values, triplets.mask)
 
 
-@loss_class("triplet_nca_loss")
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(SHARED_ARGS=shared_args("triplet_nca_loss"))
 class TripletNCALoss(MetricLoss):
     """Triplet NCA loss (1st order) and the 2nd-order loss of "Extreme triplet learning".
 
@@ -153,6 +164,7 @@ class TripletNCALoss(MetricLoss):
             `TripletMiner("easy", "hard")` (EPHN); `None` for no mining
             (every triplet of the batch, :class:`tfdml.miners.AllPairsMiner`).
             Defaults to `"default"`.
+        {SHARED_ARGS}
 
     Examples:
 
@@ -166,19 +178,40 @@ class TripletNCALoss(MetricLoss):
         components analysis", NIPS 2005.
     """
 
-    terms = staticmethod(_nca_terms)
-    check_arguments = staticmethod(_check_nca_args)
+    def __init__(self, order: int = 1, temperature: float = 1.0, miner="default", normalize=True,
+                 average="anchors", reduction="sum_over_batch_size", name="triplet_nca_loss",
+                 dtype=None, block_size=None):
+        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
+                         dtype=dtype, block_size=block_size,
+                         **_check_nca_args(order, temperature, miner))
+
+    def terms(self, inputs):
+        return _nca_terms(inputs, **self.arguments)
 
 
-triplet_nca_loss = functional_form(
-    TripletNCALoss, "triplet_nca_loss",
-    "Functional form of :class:`TripletNCALoss`: by default the mean over anchors with a "
-    "triplet.",
-    "A scalar of the dtype of ``y_pred``; 0 when no anchor has a triplet, NaN when an "
-    "embedding is NaN or Inf.")
+@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
+def triplet_nca_loss(y_true, y_pred, order: int = 1, temperature: float = 1.0, miner="default",
+                     normalize=True, ref_embeddings=None, ref_labels=None, ref_offset=None,
+                     average="anchors"):
+    """Functional form of :class:`TripletNCALoss`: by default the mean over anchors with a triplet.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_pred: ``[B, D]`` embeddings.
+        order, temperature, miner, normalize, average: as in :class:`TripletNCALoss`.
+        {REFERENCE_ARGS}
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 when no anchor has a triplet, NaN when an
+        embedding is NaN or Inf.
+    """
+    return functional_loss(TripletNCALoss, _nca_terms, y_true, y_pred, ref_embeddings, ref_labels,
+                           ref_offset, normalize, average,
+                           **_check_nca_args(order, temperature, miner))
 
 
-@loss_class("triplet_margin_loss")
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(SHARED_ARGS=shared_args("triplet_margin_loss"))
 class TripletMarginLoss(MetricLoss):
     """The vanilla margin triplet loss (appendix E of "Extreme triplet learning").
 
@@ -210,6 +243,7 @@ class TripletMarginLoss(MetricLoss):
             semi-hard negative, as in FaceNet); `None` for no mining (every
             triplet, :class:`tfdml.miners.AllPairsMiner`). Defaults to
             `"default"`.
+        {SHARED_ARGS}
 
     Examples:
 
@@ -221,19 +255,40 @@ class TripletMarginLoss(MetricLoss):
         "Extreme triplet learning".
     """
 
-    terms = staticmethod(_margin_terms)
-    check_arguments = staticmethod(_check_margin_args)
+    def __init__(self, margin: float = 0.2, distance: str = "squared_l2", miner="default",
+                 normalize=True, average="anchors", reduction="sum_over_batch_size",
+                 name="triplet_margin_loss", dtype=None, block_size=None):
+        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
+                         dtype=dtype, block_size=block_size,
+                         **_check_margin_args(margin, distance, miner))
+
+    def terms(self, inputs):
+        return _margin_terms(inputs, **self.arguments)
 
 
-triplet_margin_loss = functional_form(
-    TripletMarginLoss, "triplet_margin_loss",
-    "Functional form of :class:`TripletMarginLoss`: by default the mean over anchors with a "
-    "triplet.",
-    "A scalar of the dtype of ``y_pred``; 0 when no anchor has a triplet, NaN when an "
-    "embedding is NaN or Inf.")
+@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
+def triplet_margin_loss(y_true, y_pred, margin: float = 0.2, distance: str = "squared_l2",
+                        miner="default", normalize=True, ref_embeddings=None, ref_labels=None,
+                        ref_offset=None, average="anchors"):
+    """Functional form of :class:`TripletMarginLoss`: by default the mean over anchors with a triplet.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_pred: ``[B, D]`` embeddings.
+        margin, distance, miner, normalize, average: as in :class:`TripletMarginLoss`.
+        {REFERENCE_ARGS}
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 when no anchor has a triplet, NaN when an
+        embedding is NaN or Inf.
+    """
+    return functional_loss(TripletMarginLoss, _margin_terms, y_true, y_pred, ref_embeddings,
+                           ref_labels, ref_offset, normalize, average,
+                           **_check_margin_args(margin, distance, miner))
 
 
-@loss_class("pn_loss")
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(SHARED_ARGS=shared_args("pn_loss"))
 class PNLoss(MetricLoss):
     """PN triplet loss: the negative must be far from the anchor *and* from the positive.
 
@@ -272,6 +327,7 @@ class PNLoss(MetricLoss):
         miner: a :class:`tfdml.miners.Miner`; `"default"` for
             `TripletMiner("hard", "semihard")`; `None` for every triplet.
             Defaults to `"default"`.
+        {SHARED_ARGS}
 
     Examples:
 
@@ -287,10 +343,12 @@ class PNLoss(MetricLoss):
         8914 (2019).
     """
 
-    terms = staticmethod(_pn_terms)
-    check_arguments = staticmethod(_check_pn_args)
-
-    def check_spec(self):
+    def __init__(self, margin: float | None = None, distance: str = "cosine", miner="default",
+                 normalize=True, average="anchors", reduction="sum_over_batch_size", name="pn_loss",
+                 dtype=None, block_size=None):
+        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
+                         dtype=dtype, block_size=block_size,
+                         **_check_pn_args(margin, distance, miner))
         if (self.block_size is not None and isinstance(self.miner, TripletMiner)
                 and self.miner.positive == "all" and self.miner.negative != "all"):
             raise ValueError(
@@ -298,9 +356,26 @@ class PNLoss(MetricLoss):
                 "d(p, n) would need the [B, B] distances of the batch. Remove `block_size` or "
                 f"use another miner. Received: block_size={self.block_size!r}, miner={self.miner!r}")
 
+    def terms(self, inputs):
+        return _pn_terms(inputs, **self.arguments)
 
-pn_loss = functional_form(
-    PNLoss, "pn_loss",
-    "Functional form of :class:`PNLoss`: by default the mean over anchors with a triplet.",
-    "A scalar of the dtype of ``y_pred``; 0 when no anchor has a triplet, NaN when an "
-    "embedding is NaN or Inf.")
+
+@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
+def pn_loss(y_true, y_pred, margin: float | None = None, distance: str = "cosine", miner="default",
+            normalize=True, ref_embeddings=None, ref_labels=None, ref_offset=None,
+            average="anchors"):
+    """Functional form of :class:`PNLoss`: by default the mean over anchors with a triplet.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_pred: ``[B, D]`` embeddings.
+        margin, distance, miner, normalize, average: as in :class:`PNLoss`.
+        {REFERENCE_ARGS}
+
+    Returns:
+        A scalar of the dtype of ``y_pred``; 0 when no anchor has a triplet, NaN when an
+        embedding is NaN or Inf.
+    """
+    return functional_loss(PNLoss, _pn_terms, y_true, y_pred, ref_embeddings, ref_labels,
+                           ref_offset, normalize, average,
+                           **_check_pn_args(margin, distance, miner))

@@ -18,7 +18,10 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_positive
-from tfdml.losses.base import AnchorTerms, MetricLoss, resolve_loss
+from tfdml._shims import dtype_name
+from tfdml._tensors import check_embeddings, compute_dtype
+from tfdml.losses.base import AnchorTerms, resolve_loss
+from tfdml.losses.wrapper import LossWrapper
 
 __all__ = ["SelfSupervisedLoss", "VICRegLoss", "split_views", "vicreg_loss"]
 
@@ -33,7 +36,7 @@ def split_views(y_pred, name: str = "y_pred"):
     Raises:
         ValueError: for embeddings that are not ``[2N, D]`` floats with a known even ``2N``.
     """
-    y_pred = dml.check_embeddings(y_pred, name)
+    y_pred = check_embeddings(y_pred, name)
     rows = y_pred.shape[0]
     if rows is not None:
         if rows % 2:
@@ -63,7 +66,7 @@ def _spread_terms(z, eps):
     standard deviations (halved, as the authors' code) and its squared off-diagonal
     covariances over ``D``. A batch of one has variance and covariance 0."""
     rows = z.shape[0] if z.shape[0] is not None else ops.shape(z)[0]
-    dtype = dml.dtype_name(z)
+    dtype = dtype_name(z)
     denominator = ops.cast(ops.maximum(rows - 1, 1), dtype)
     centered = z - dml.mean(z, axis=0, keepdims=True)
     cov = dml.matmul(ops.transpose(centered), centered) / denominator
@@ -80,7 +83,7 @@ def _spread_terms(z, eps):
 def _vicreg_value(z1, z2, invariance_lambda, variance_mu, covariance_v, eps):
     """The VICReg loss of two ``[N, D]`` views in their compute dtype, NaN for non-finite
     (or overflowing) inputs."""
-    dtype = dml.compute_dtype(z1.dtype)
+    dtype = compute_dtype(z1.dtype)
     a, b = ops.cast(z1, dtype), ops.cast(z2, dtype)
     invariance = dml.mean(ops.square(a - b))
     variance_a, covariance_a = _spread_terms(a, eps)
@@ -107,14 +110,14 @@ def vicreg_loss(embeddings, ref_embeddings, invariance_lambda=25, variance_mu=25
             shape.
     """
     arguments = _check_vicreg(invariance_lambda, variance_mu, covariance_v, eps)
-    z1 = dml.check_embeddings(embeddings, "embeddings")
-    z2 = dml.check_embeddings(ref_embeddings, "ref_embeddings")
+    z1 = check_embeddings(embeddings, "embeddings")
+    z2 = check_embeddings(ref_embeddings, "ref_embeddings")
     if any(s is not None and t is not None and s != t for s, t in zip(z1.shape, z2.shape,
                                                                       strict=True)):
         raise ValueError("`embeddings` and `ref_embeddings` must have the same shape [N, D]. "
                          f"Received: {tuple(z1.shape)} and {tuple(z2.shape)}")
     value = _vicreg_value(z1, z2, **arguments)
-    return ops.cast(value, dml.dtype_name(z1))
+    return ops.cast(value, dtype_name(z1))
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -212,7 +215,7 @@ def _view_labels(rows):
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
-class SelfSupervisedLoss(MetricLoss):
+class SelfSupervisedLoss(LossWrapper):
     """Any tfdml loss on two views of each sample, the views of a sample its only positives.
 
     ``y_pred`` is the two views stacked, ``[2N, D]`` (module docstring); ``y_true`` is
@@ -253,6 +256,9 @@ class SelfSupervisedLoss(MetricLoss):
         ICML 2020 (the symmetric setting).
     """
 
+    #: It makes its own reference set from the views (``symmetric=False``).
+    takes_reference_set = False
+
     @property
     def cross_replica(self):
         """Always False: the views' ids are per batch, so each replica computes over its own
@@ -272,18 +278,14 @@ class SelfSupervisedLoss(MetricLoss):
             raise ValueError(f"`symmetric` must be True or False. Received: symmetric={symmetric!r}")
         super().__init__(normalize=loss.normalize, reduction=reduction,
                          name=name or f"self_supervised_{loss.name}", dtype=dtype,
-                         average=loss.average if average is None else average)
-        self.loss = loss
-        self.symmetric = symmetric
-
-    def _make_state(self):
-        return self.loss.state
+                         average=loss.average if average is None else average, loss=loss,
+                         symmetric=symmetric)
 
     @staticmethod
     def _even(y_pred, sample_weight=None):
         """``(y_pred, labels, sample_weight, ok)``: the views' ids; with an odd dynamic batch
         size (``ok`` false: the loss is NaN) the last row is dropped, so shapes agree."""
-        y_pred = dml.check_embeddings(y_pred, "y_pred")
+        y_pred = check_embeddings(y_pred, "y_pred")
         _, _, ok = split_views(y_pred)
         if ok is not True:
             rows = 2 * (ops.shape(y_pred)[0] // 2)
@@ -309,7 +311,7 @@ class SelfSupervisedLoss(MetricLoss):
         if ref_embeddings is not None:
             raise ValueError("SelfSupervisedLoss makes its own reference set from the two "
                              "views; it takes no `ref_embeddings`.")
-        embeddings = dml.check_embeddings(embeddings, "y_pred")
+        embeddings = check_embeddings(embeddings, "y_pred")
         z1, z2, _ = split_views(embeddings)
         rows = embeddings.shape[0] if embeddings.shape[0] is not None else ops.shape(
             embeddings)[0]
@@ -319,14 +321,3 @@ class SelfSupervisedLoss(MetricLoss):
         half = labels[:rows // 2]
         terms = self.loss.compute_terms(half, z1, z2, half, None, training=training)
         return AnchorTerms(*(ops.concatenate([t, ops.zeros_like(t)], axis=0) for t in terms))
-
-    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
-                   ref_offset=None):
-        return self.compute_terms(labels, embeddings, ref_embeddings, ref_labels, ref_offset)
-
-    def get_config(self):
-        config = super().get_config()
-        config.pop("normalize", None)
-        config.update(loss=keras.saving.serialize_keras_object(self.loss),
-                      symmetric=self.symmetric)
-        return config

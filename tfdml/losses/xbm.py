@@ -7,8 +7,10 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_int
-from tfdml.losses.base import AnchorTerms, LossState, MetricLoss, resolve_loss
-from tfdml.losses.class_weights import ClassWeightLoss
+from tfdml._shims import dtype_name, is_traced
+from tfdml._tensors import compute_dtype
+from tfdml.losses.base import AnchorTerms, LossState, resolve_loss
+from tfdml.losses.wrapper import LossWrapper
 
 __all__ = ["CrossBatchMemory", "MemoryBank"]
 
@@ -55,7 +57,7 @@ class MemoryBank(LossState):
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
-class CrossBatchMemory(MetricLoss):
+class CrossBatchMemory(LossWrapper):
     """Cross-batch memory (XBM): a tfdml loss that mines against past batches too.
 
     A FIFO bank keeps the embeddings and labels of the last ``memory_size``
@@ -116,10 +118,13 @@ class CrossBatchMemory(MetricLoss):
         learning", CVPR 2020.
     """
 
+    #: It makes the reference set itself, from the batch and the bank.
+    takes_reference_set = False
+
     def __init__(self, loss, memory_size: int = 1024, warmup_steps: int = 0,
                  embedding_dim=None, reduction="sum_over_batch_size", name=None, dtype=None):
         loss = resolve_loss(loss)
-        if isinstance(loss, (ClassWeightLoss, CrossBatchMemory)):
+        if not loss.takes_reference_set:
             raise ValueError(
                 f"CrossBatchMemory cannot wrap {type(loss).__name__}: it needs a loss that "
                 "takes a reference set (`ref_embeddings`)."
@@ -127,15 +132,15 @@ class CrossBatchMemory(MetricLoss):
         memory_size = check_int("memory_size", memory_size)
         warmup_steps = check_int("warmup_steps", warmup_steps, minimum=0)
         super().__init__(normalize=loss.normalize, reduction=reduction,
-                         name=name or f"xbm_{loss.name}", dtype=dtype, average=loss.average)
-        self.loss = loss
-        self.memory_size = int(memory_size)
-        self.warmup_steps = int(warmup_steps)
-        self.embedding_dim = None if embedding_dim is None else int(embedding_dim)
+                         name=name or f"xbm_{loss.name}", dtype=dtype, average=loss.average,
+                         loss=loss, memory_size=int(memory_size),
+                         warmup_steps=int(warmup_steps),
+                         embedding_dim=None if embedding_dim is None else int(embedding_dim))
 
-    def _make_state(self):
+    def make_state(self):
         # The wrapped loss's state holds its miners' seeds.
-        return MemoryBank(self.memory_size, children=[self.loss.state], name=f"{self.name}_state")
+        return MemoryBank(self.memory_size, name=f"{self.name}_state",
+                          children=[loss.state for loss in self.wrapped_losses])
 
     def build_state(self, embedding_dim=None):
         return super().build_state(self.embedding_dim if embedding_dim is None else embedding_dim)
@@ -162,13 +167,13 @@ class CrossBatchMemory(MetricLoss):
                 f"`memory_size` ({self.memory_size}) must be at least the batch size ({batch}).")
         labels = dml.cast_labels(labels, "y_true")
         x = ops.convert_to_tensor(embeddings)
-        dtype = dml.compute_dtype(x.dtype)
+        dtype = compute_dtype(x.dtype)
         past = ops.stop_gradient(ops.cast(bank.embeddings, dtype))
         reference = ops.concatenate([ops.cast(x, dtype), past], axis=0)
-        bank_labels = ops.cast(bank.labels, dml.dtype_name(labels))
+        bank_labels = ops.cast(bank.labels, dtype_name(labels))
         ref_labels = ops.concatenate([labels, bank_labels], axis=0)
         use = ops.logical_and(bank.filled >= self.memory_size, bank.steps >= self.warmup_steps)
-        if not dml.is_traced(use):  # eagerly: only the terms in use
+        if not is_traced(use):  # eagerly: only the terms in use
             terms = (self.loss.compute_terms(labels, x, reference, ref_labels, 0)
                      if bool(ops.convert_to_numpy(use)) else self.loss.compute_terms(labels, x))
         else:
@@ -181,15 +186,3 @@ class CrossBatchMemory(MetricLoss):
         if training:
             bank.enqueue(x, labels)
         return terms
-
-    def per_anchor(self, labels, embeddings, ref_embeddings=None, ref_labels=None, ref_offset=None):
-        return self.compute_terms(labels, embeddings, ref_embeddings, ref_labels, ref_offset)
-
-    def get_config(self):
-        config = super().get_config()
-        config.pop("normalize", None)
-        config.pop("average", None)
-        config.update(loss=keras.saving.serialize_keras_object(self.loss),
-                      memory_size=self.memory_size, warmup_steps=self.warmup_steps,
-                      embedding_dim=self.embedding_dim)
-        return config

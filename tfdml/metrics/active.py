@@ -48,13 +48,13 @@ class ActiveAnchors(keras.metrics.Mean):
     def __init__(self, loss, name="active_anchors", dtype=None):
         super().__init__(name=name, dtype=dtype)
         from tfdml.losses.base import resolve_loss
-        from tfdml.losses.class_weights import ClassWeightLoss
+        from tfdml.losses.class_weights import ClassVectorLoss
         from tfdml.losses.xbm import CrossBatchMemory
 
         loss = resolve_loss(loss)
         if isinstance(loss, CrossBatchMemory):
             loss = loss.loss
-        if isinstance(loss, ClassWeightLoss):
+        if isinstance(loss, ClassVectorLoss):
             raise ValueError(
                 f"ActiveAnchors: {type(loss).__name__} compares every sample with the class "
                 "vectors, so every anchor is active; there is nothing to measure.")

@@ -8,7 +8,9 @@ from keras import ops
 from tfdml import ops as dml
 from tfdml._checks import check_int
 from tfdml._docs import fill_doc
-from tfdml.metrics.retrieval import _check_finite_labeling, _nonfinite_raises, check_metric
+from tfdml._tensors import check_batch_sizes, check_embeddings
+from tfdml.metrics._checks import check_finite_labeling, nonfinite_raises
+from tfdml.metrics.retrieval import check_metric
 from tfdml.search import check_finite as _check_finite
 from tfdml.search import score_scale
 
@@ -21,8 +23,8 @@ def _kmeans(embeddings, labels, num_clusters, seed, metric):
 
     metric = check_metric(metric)
     labels = ops.convert_to_numpy(dml.cast_labels(labels)).astype(np.int64)
-    x = ops.cast(dml.check_embeddings(embeddings), "float32")
-    dml.check_batch_sizes(labels, x)
+    x = ops.cast(check_embeddings(embeddings), "float32")
+    check_batch_sizes(labels, x)
     _check_finite(x, "embeddings")
     if metric == "cosine":
         x = dml.l2_normalize(x)
@@ -66,8 +68,8 @@ def nmi_score(labels, clusters) -> float:
     ``normalized_mutual_info_score``. 1.0 when both labelings have a single group.
     A float labeling with a NaN or an Inf raises a ``ValueError`` naming it.
     """
-    _check_finite_labeling(labels, "labels")
-    _check_finite_labeling(clusters, "clusters")
+    check_finite_labeling(labels, "labels")
+    check_finite_labeling(clusters, "clusters")
     table = _contingency(np.asarray(labels).reshape(-1), np.asarray(clusters).reshape(-1))
     n = table.sum()
     h_y, h_c = _entropy(table.sum(axis=1)), _entropy(table.sum(axis=0))
@@ -88,8 +90,8 @@ def pairwise_f1_score(labels, clusters) -> float:
     0.0 when there is no pair in the same cluster or no pair in the same class.
     A float labeling with a NaN or an Inf raises a ``ValueError`` naming it.
     """
-    _check_finite_labeling(labels, "labels")
-    _check_finite_labeling(clusters, "clusters")
+    check_finite_labeling(labels, "labels")
+    check_finite_labeling(clusters, "clusters")
     table = _contingency(np.asarray(labels).reshape(-1), np.asarray(clusters).reshape(-1))
 
     def pairs(c):
@@ -128,7 +130,7 @@ Examples:
 1.0"""
 
 
-@fill_doc(CLUSTERING_DOC=_clustering_doc("nmi"), RAISES=_nonfinite_raises("embeddings"))
+@fill_doc(CLUSTERING_DOC=_clustering_doc("nmi"), RAISES=nonfinite_raises("embeddings"))
 def nmi(embeddings, labels, num_clusters=None, seed: int = 0, metric: str = "cosine") -> float:
     """Normalized mutual information between k-means clusters and classes.
 
@@ -147,7 +149,7 @@ def nmi(embeddings, labels, num_clusters=None, seed: int = 0, metric: str = "cos
     return nmi_score(labels, clusters)
 
 
-@fill_doc(CLUSTERING_DOC=_clustering_doc("f1_clustering"), RAISES=_nonfinite_raises("embeddings"))
+@fill_doc(CLUSTERING_DOC=_clustering_doc("f1_clustering"), RAISES=nonfinite_raises("embeddings"))
 def f1_clustering(embeddings, labels, num_clusters=None, seed: int = 0,
                   metric: str = "cosine") -> float:
     """Pairwise F1 of k-means clusters against classes (the F1 of LoOp and lifted structure).

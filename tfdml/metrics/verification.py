@@ -24,9 +24,9 @@ import numbers
 import numpy as np
 from keras import ops
 
-from tfdml import ops as dml
 from tfdml._checks import check_int
-from tfdml.metrics import retrieval as _retrieval
+from tfdml._tensors import check_embeddings
+from tfdml.metrics._neighbours import data_match_counts, exclusion_counts, prepare
 from tfdml.search import check_finite as _check_finite
 from tfdml.search import exact as _exact
 from tfdml.search import score_scale
@@ -75,9 +75,9 @@ def _allowed(fmr, num_impostors):
 def _pair_counts(data):
     """``(genuine, impostor)``: the numbers of pairs scored (unordered without a gallery)."""
 
-    left_out = _retrieval._exclusion_counts(len(data.labels), data.exclude_self, data.groups,
+    left_out = exclusion_counts(len(data.labels), data.exclude_self, data.groups,
                                           data.gallery_groups)
-    genuine = int(_retrieval._data_match_counts(data).sum())
+    genuine = int(data_match_counts(data).sum())
     scored = int((int(data.gallery.shape[0]) - left_out).sum())
     if data.exclude_self:  # each pair {i, j} was counted from both sides
         genuine, scored = genuine // 2, scored // 2
@@ -215,7 +215,7 @@ def fnmr_at_fmr(embeddings, labels, fmr=(0.001, 0.01, 0.1), gallery_embeddings=N
     """
 
     fmr = _check_fmr(fmr)
-    data = _retrieval._prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric,
+    data = prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric,
                              chunk_size, gallery_chunk_size, "exclude", groups=groups,
                              gallery_groups=gallery_groups)
     num_genuine, num_impostors = _pair_counts(data)
@@ -317,7 +317,7 @@ def pcf(embeddings, explained_variance=0.5, chunk_size: int = 65536):
     """
     shares = _check_shares(explained_variance)
     chunk_size = check_int("chunk_size", chunk_size)
-    x = dml.check_embeddings(embeddings)
+    x = check_embeddings(embeddings)
     if x.shape[0] == 0:
         raise ValueError(f"`embeddings` is empty. Received: embeddings.shape={x.shape}")
     _check_finite(x, "embeddings")

@@ -17,10 +17,13 @@ re-rank with a :class:`PairReranker` and look at), and saves to one ``.npz`` fil
 With ``approximate=`` (a faiss factory string) a faiss structure answers instead,
 tuned by :meth:`Index.tune` to a recall of the exact neighbours.
 
-Modules: ``exact`` (:func:`neighbours`), ``index`` (:class:`Index`), ``approximate``
-(faiss structures), ``store`` (the embeddings, in memory or on disk), ``persist``
-(the file), ``calibration`` (:func:`calibrate`, :func:`match`), ``results``
-(:class:`RetrievalResults`), ``rerank`` (:class:`PairReranker`).
+Modules, from the bottom up: ``exact`` (:func:`neighbours`), ``approximate``
+(faiss structures, and putting their candidates in order), ``store`` (the
+embeddings, in memory or on disk), ``adding`` (the rows an index takes: checks,
+host-side normalization, batches, training samples), ``results`` (:class:`Lookup`,
+:class:`RetrievalResults`), ``calibration`` (:func:`calibrate`, :func:`match`),
+``tuning`` (:class:`Tuning`, :func:`neighbour_recall`), ``index`` (:class:`Index`,
+which composes them), ``persist`` (the file), ``rerank`` (:class:`PairReranker`).
 
 Conventions:
 
@@ -71,9 +74,10 @@ from tfdml.search.exact import (
     query_bucket,
     score_scale,
 )
-from tfdml.search.index import BACKENDS, VECTORS, Index, Lookup, Tuning, neighbour_recall
+from tfdml.search.index import BACKENDS, VECTORS, Index
 from tfdml.search.rerank import PairReranker
-from tfdml.search.results import RetrievalResults
+from tfdml.search.results import Lookup, RetrievalResults
+from tfdml.search.tuning import Tuning, neighbour_recall
 
 __all__ = ["BACKENDS", "COPY_TOLERANCE", "METRICS", "MIN_BUCKET", "SELF_MATCH_SHARE", "VECTORS",
            "Calibration", "Index", "Lookup", "PairReranker", "RetrievalResults", "Tuning", "at_indices",

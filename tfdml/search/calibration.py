@@ -1,4 +1,9 @@
-"""Match thresholds: calibrate on labelled queries, match, plot the curve."""
+"""Match thresholds: calibrate on labelled queries, match, plot the curve.
+
+The functions take any :class:`~tfdml.search.Index` (its public methods and
+attributes only); the index uses :func:`copies` to refuse tuning queries that are
+copies of its items.
+"""
 
 from __future__ import annotations
 
@@ -9,19 +14,9 @@ import numpy as np
 from keras import ops
 
 from tfdml import ops as dml
-from tfdml.search.index import Index
-
-PLOT_INSTALL = ("plot_calibration needs matplotlib: `pip install matplotlib` (or, in a clone "
-                "of tfdml, `pip install \".[plot]\"`).")
-
-
-def _import_pyplot():
-    try:
-        import matplotlib.pyplot as plt
-    except ImportError as err:
-        raise ImportError(PLOT_INSTALL) from err
-    return plt
-
+from tfdml._pyplot import import_pyplot
+from tfdml._tensors import is_number
+from tfdml.search.adding import prepare
 
 
 class Calibration(NamedTuple):
@@ -64,13 +59,14 @@ def copies(index, queries, nearest):
     nearest = np.asarray(nearest, np.int64)
     if index.vectors is None:
         return np.zeros(len(nearest), bool)
-    q = index._prepare(queries, "queries").astype(np.float64)
+    q = prepare(queries, "queries", index.metric, index.dim, index.approximate is not None,
+                index.query_buckets, index.chunk_size).astype(np.float64)
     g = index.rows(np.maximum(nearest, 0)).astype(np.float64)
     size = np.maximum(np.linalg.norm(q, axis=1), np.linalg.norm(g, axis=1))
     return (np.linalg.norm(q - g, axis=1) <= COPY_TOLERANCE * size) & (nearest >= 0)
 
 
-def calibrate(index: Index, queries, labels, target_precision: float = 0.99) -> Calibration:
+def calibrate(index, queries, labels, target_precision: float = 0.99) -> Calibration:
     """The loosest match threshold whose precision on labelled queries reaches a target.
 
     Each query is matched to its nearest item in ``index``; the match is
@@ -115,7 +111,7 @@ def calibrate(index: Index, queries, labels, target_precision: float = 0.99) -> 
     >>> calibration = tfdml.search.calibrate(index, val_embeddings, val_labels, 0.99)
     >>> index.match(new_embeddings, calibration.threshold)   # label, or -1 (unknown)
     """
-    if not dml.is_number(target_precision) or not 0 < target_precision <= 1:
+    if not is_number(target_precision) or not 0 < target_precision <= 1:
         raise ValueError("`target_precision` must be a number in (0, 1]. "
                          f"Received: target_precision={target_precision!r}")
     if index.labels is None:
@@ -165,7 +161,7 @@ def calibrate(index: Index, queries, labels, target_precision: float = 0.99) -> 
                        bool(ok.any()), thresholds, precisions, recalls)
 
 
-def match(index: Index, queries, threshold, unknown=-1):
+def match(index, queries, threshold, unknown=-1):
     """:meth:`Index.match`: the nearest item's label within ``threshold``, else ``unknown``."""
     return index.match(queries, threshold, unknown)
 
@@ -184,7 +180,7 @@ def plot_calibration(calibration: Calibration, ax=None, target_precision=None):
     Raises:
         ImportError: without matplotlib, naming the command that installs it.
     """
-    plt = _import_pyplot()
+    plt = import_pyplot()
 
     if ax is None:
         _, ax = plt.subplots(figsize=(5, 3.5))

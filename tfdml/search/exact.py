@@ -18,7 +18,7 @@ from tfdml import ops as dml
 METRICS = ("cosine", "dot", "l2")
 
 
-def _check_metric(metric):
+def check_metric(metric):
     """``metric`` as one of :data:`METRICS` (``"euclidean"``: ``"l2"``, with a
     ``DeprecationWarning``); a ValueError naming it and the accepted values otherwise."""
     return dml.check_distance(metric, METRICS + tuple(dml.DEPRECATED_DISTANCES), "metric")
@@ -209,7 +209,7 @@ def compiled(name):
     return _PROGRAMS[name]
 
 
-def _padded(rows, size):
+def padded(rows, size):
     """``rows`` (a ``[n, D]`` NumPy array) followed by zero rows up to ``size`` rows."""
     if len(rows) == size:
         return rows
@@ -251,7 +251,7 @@ def neighbours(queries, gallery, k, metric="cosine", exclude_self=False, chunk_s
     rows, equal up to float32 rounding (the product of a few rows may add in
     another order than that of many; exact where every product and sum is exact).
     """
-    metric = _check_metric(metric)
+    metric = check_metric(metric)
     num_queries = int(queries.shape[0])
     num_gallery = int(gallery.shape[0])
     keep = k + 1 if exclude_self else k
@@ -265,8 +265,8 @@ def neighbours(queries, gallery, k, metric="cosine", exclude_self=False, chunk_s
         chunk = queries[start : start + chunk_size]
         num = int(chunk.shape[0])
         if query_buckets:
-            chunk = _padded(np.asarray(ops.convert_to_numpy(chunk), np.float32),
-                            query_bucket(num, chunk_size))
+            chunk = padded(np.asarray(ops.convert_to_numpy(chunk), np.float32),
+                           query_bucket(num, chunk_size))
         chunk = _scaled(chunk, scale)
         best_scores = best_idx = None
         for g_start in range(0, num_gallery, gallery_chunk_size):

@@ -2,30 +2,22 @@
 
 from __future__ import annotations
 
-import collections.abc
-import time
-from typing import NamedTuple
-
 import keras
 import numpy as np
 from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_int
+from tfdml._tensors import is_number
+from tfdml.search import adding, tuning
 from tfdml.search import approximate as faiss_api
-from tfdml.search import exact
 from tfdml.search.approximate import ADD_BLOCK
-from tfdml.search.exact import (
-    _check_metric,
-    _padded,
-    check_finite,
-    neighbours,
-    nonfinite_rows,
-    query_bucket,
-    score_scale,
-)
-from tfdml.search.results import RetrievalResults
+from tfdml.search.calibration import SELF_MATCH_SHARE, copies
+from tfdml.search.exact import check_metric, neighbours, score_scale
+from tfdml.search.results import Lookup, RetrievalResults, count_relevant, gather, without_self
 from tfdml.search.store import PLACES, VectorStore
+from tfdml.search.tuning import Tuning
+from tfdml.search.tuning import neighbour_recall as neighbour_recall
 
 #: The search backends of an :class:`Index`.
 BACKENDS = ("keras", "faiss")
@@ -36,127 +28,8 @@ def _accepts(scores, threshold, metric):
     return scores <= threshold if metric == "l2" else scores >= threshold
 
 
-class Lookup(NamedTuple):
-    """The answer of :meth:`Index.lookup`, each ``[Q, k]``, nearest first.
-
-    Attributes:
-        scores: similarities (``"cosine"``, ``"dot"``) or distances (``"l2"``).
-        indices: positions in the index (the order of :meth:`Index.add`).
-        labels: the neighbours' labels, or None when the index has none.
-        ids: the neighbours' ids, or None when the index has none.
-    """
-
-    scores: np.ndarray
-    indices: np.ndarray
-    labels: np.ndarray | None
-    ids: np.ndarray | None
-
-
-class Tuning(NamedTuple):
-    """The answer of :meth:`Index.tune`.
-
-    Attributes:
-        parameters: the search parameters chosen (``{"nprobe": 16}``,
-            ``{"efSearch": 64}``...), now set on the index.
-        recall: their recall@k of the exact neighbours on the tuning queries.
-        reached: whether ``recall >= target_recall``.
-        seconds_per_query: the measured search time per query with them.
-        tried: ``(parameters, recall, seconds_per_query)`` of each setting tried,
-            cheapest first.
-    """
-
-    parameters: dict
-    recall: float
-    reached: bool
-    seconds_per_query: float
-    tried: list
-
-
 #: Where an :class:`Index` keeps its embeddings: :data:`~tfdml.search.store.PLACES` or None.
 VECTORS = (*PLACES, None)
-
-
-def _is_batches(x) -> bool:
-    """Whether ``x`` is an iterable of batches (a generator, an iterator, a ``tf.data``
-    dataset) rather than one array-like of embeddings."""
-    if isinstance(x, (np.ndarray, list, tuple)) or ops.is_tensor(x) or hasattr(x, "shape"):
-        return False
-    return isinstance(x, (collections.abc.Iterator, collections.abc.Iterable))
-
-
-def _unpack(batch):
-    """``(embeddings, labels, ids)`` of one batch: an array, a tuple or a dict."""
-    if isinstance(batch, dict):
-        unknown = set(batch) - {"embeddings", "labels", "ids"}
-        if unknown or "embeddings" not in batch:
-            raise ValueError("A batch given as a dict must have the keys `embeddings` and "
-                             f"optionally `labels` and `ids`. Received: keys {sorted(batch)}")
-        return batch["embeddings"], batch.get("labels"), batch.get("ids")
-    if isinstance(batch, tuple):
-        if not 1 <= len(batch) <= 3:
-            raise ValueError("A batch given as a tuple must be (embeddings,), (embeddings, "
-                             f"labels) or (embeddings, labels, ids). Received: {len(batch)} "
-                             "entries")
-        return tuple(batch) + (None,) * (3 - len(batch))
-    return batch, None, None
-
-
-def _ties_or_disorder(scores, metric) -> bool:
-    """Whether consecutive scores of a row are equal (or out of order): ties to put in index
-    order."""
-    if metric == "l2":
-        return bool((scores[:, 1:] <= scores[:, :-1]).any())
-    return bool((scores[:, 1:] >= scores[:, :-1]).any())
-
-
-def _progress(verbose, total):
-    """A ``keras.utils.Progbar`` counting rows with ``verbose=1``, else None."""
-    if verbose not in (0, 1) or isinstance(verbose, bool):
-        raise ValueError(f"`verbose` must be 0 or 1. Received: verbose={verbose!r}")
-    return keras.utils.Progbar(total, unit_name="row") if verbose else None
-
-
-def _host_normalize(x):
-    """:func:`tfdml.ops.l2_normalize` of float32 rows in NumPy (no device round trip: an
-    approximate index's queries go to faiss, on the host): each row divided by its largest
-    absolute entry, then by its norm; zero rows stay zero."""
-    squares = np.einsum("ij,ij->i", x, x)
-    if np.all((squares > 1e-30) & (squares < 1e30)):  # no overflow, no underflow: directly
-        return x / np.sqrt(squares)[:, None]
-    top = np.abs(x).max(axis=1, keepdims=True)
-    top[top == 0] = 1
-    y = x / top  # the one copy
-    norm = np.sqrt(np.einsum("ij,ij->i", y, y))[:, None]
-    norm[norm == 0] = 1
-    y /= norm
-    return y.astype(np.float32, copy=False)
-
-
-def _gather(values, indices, fill):
-    """``values[indices]`` with ``fill`` where an index is -1 (no item)."""
-    if values is None:
-        return None
-    if values.dtype.kind == "u":  # unsigned ids: -1 marks a missing item
-        values = values.astype(np.int64)
-    out = values[np.maximum(indices, 0)]
-    if (indices < 0).any():
-        out = np.where(indices < 0, np.asarray(fill, out.dtype), out)
-    return out
-
-
-def neighbour_recall(found, exact) -> float:
-    """The approximation's recall@k: the mean share of each query's exact ``k`` nearest
-    neighbours (``exact``, ``[Q, k]`` positions) among those found (``found``, ``[Q, k']``).
-
-    faiss's intersection measure; ``-1`` (no item) matches nothing. Equal scores at the
-    ``k``-th place make the exact set one of several; a search that returns another of
-    them counts those items as misses.
-    """
-    found, exact = np.asarray(found), np.asarray(exact)
-    if not exact.size:
-        return float("nan")
-    hits = sum(len(np.intersect1d(f[f >= 0], e)) for f, e in zip(found, exact, strict=True))
-    return hits / exact.size
 
 
 class Index:
@@ -244,7 +117,7 @@ class Index:
             raise ValueError("`query_buckets` must be True, False or None. "
                              f"Received: query_buckets={query_buckets!r}")
         self.query_buckets = bool(query_buckets)
-        self.metric = _check_metric(metric)
+        self.metric = check_metric(metric)
         self.chunk_size = check_int("chunk_size", chunk_size)
         self.gallery_chunk_size = check_int("gallery_chunk_size", gallery_chunk_size)
         if approximate is not None:
@@ -317,59 +190,10 @@ class Index:
                 f"labels={self._labels is not None}, ids={self._ids is not None})")
 
     def _prepare(self, embeddings, name):
-        """``[N, D]`` float32 NumPy rows, checked, L2-normalized for ``"cosine"``.
-
-        Everything but the normalization runs on the host, where a new number of rows
-        compiles nothing (under JAX, even moving an array of a new shape to the device
-        compiles).
-        """
-        if not isinstance(embeddings, np.ndarray) and ops.is_tensor(embeddings):
-            x = np.asarray(ops.convert_to_numpy(dml.check_embeddings(embeddings, name)))
-        else:
-            x = np.asarray(embeddings)
-            if x.ndim != 2:
-                raise ValueError(f"`{name}` must be a rank-2 tensor of shape [B, D]. "
-                                 f"Received: {name}.shape={tuple(x.shape)}")
-            dtype = ("float" if x.dtype.kind == "f"  # NumPy's floats; others by name
-                     else keras.backend.standardize_dtype(x.dtype))
-            if not dtype.startswith(("float", "bfloat")):
-                raise ValueError(f"`{name}` must have a floating dtype. Received: "
-                                 f"{name}.dtype={dtype}")
-        if self.dim is not None and x.shape[-1] != self.dim:
-            raise ValueError(f"`{name}` must have {self.dim} columns, the size of the index's "
-                             f"embeddings. Received: {name}.shape={tuple(x.shape)}")
-        # float32 as ops.cast rounds (to nearest; Inf beyond the range: check_finite says so).
-        with np.errstate(over="ignore"):
-            x = x.astype(np.float32, copy=False)
-        check_finite(x, name)
-        if self.approximate is not None:
-            self._check_range(x, name)
-        if self.metric != "cosine" or not len(x):
-            return x
-        if self.approximate is not None:
-            return _host_normalize(x)
-        if not self.query_buckets:
-            return np.asarray(ops.convert_to_numpy(dml.l2_normalize(x)), np.float32)
-        normalize = exact.compiled("normalize")
-        out = np.empty_like(x)  # row by row the same formula, in chunks of a few shapes
-        for start in range(0, len(x), self.chunk_size):
-            rows = x[start : start + self.chunk_size]
-            padded = _padded(rows, query_bucket(len(rows), self.chunk_size))
-            out[start : start + len(rows)] = ops.convert_to_numpy(normalize(padded))[: len(rows)]
-        return out
-
-    def _check_range(self, x, name):
-        """An approximate structure scores in float32 as given: rows whose ``"l2"`` or
-        ``"dot"`` scores could overflow it are refused (the exact index scales them)."""
-        if self.metric == "cosine" or not x.size:
-            return
-        top = float(np.abs(x).max())
-        if score_scale(top, int(x.shape[1]), self.metric) != 1.0:
-            raise ValueError(
-                f"`{name}` has entries up to {top:.3g}, whose {self.metric!r} scores can "
-                "overflow float32 in an approximate (faiss) index, which scores the rows as "
-                "given. Search such embeddings with the exact index (it rescales them "
-                "exactly), or normalize them (metric=\"cosine\").")
+        """``[N, D]`` float32 NumPy rows, checked, L2-normalized for ``"cosine"``
+        (:func:`~tfdml.search.adding.prepare`, on the host)."""
+        return adding.prepare(embeddings, name, self.metric, self.dim,
+                              self.approximate is not None, self.query_buckets, self.chunk_size)
 
     def add(self, embeddings, labels=None, ids=None, verbose=0):
         """Appends embeddings ``[N, D]``, with their labels ``[N]`` and ids ``[N]``.
@@ -397,14 +221,15 @@ class Index:
                 lengths that differ, labels/ids given for some adds only, or too
                 few rows to train the approximate structure on.
         """
-        if _is_batches(embeddings):
+        if adding.is_batches(embeddings):
             if labels is not None or ids is not None:
                 raise ValueError("With batches, give the labels and ids inside each batch "
                                  "(a tuple or a dict), not as `labels=` / `ids=`.")
-            return self._add_batches(embeddings, _progress(verbose, None))
+            return self._add_batches(embeddings, adding.progress(verbose, None))
         if isinstance(embeddings, np.ndarray) and embeddings.ndim == 2 and (
                 len(embeddings) > ADD_BLOCK):
-            self._add_large(embeddings, labels, ids, _progress(verbose, len(embeddings)))
+            self._add_large(embeddings, labels, ids,
+                            adding.progress(verbose, len(embeddings)))
             return None
         self._add_rows(*self._checked(embeddings, labels, ids))
         self._train_pending()
@@ -414,7 +239,7 @@ class Index:
         before, number = len(self), 0
         for batch in batches:
             try:
-                self._add_rows(*self._checked(*_unpack(batch)))
+                self._add_rows(*self._checked(*adding.unpack(batch)))
             except ValueError as err:
                 raise ValueError(f"Batch {number}: {err} ({len(self) - before} rows of the "
                                  "earlier batches were added.)") from None
@@ -431,18 +256,9 @@ class Index:
         return (x, *self._checked_labels(int(x.shape[0]), labels, ids))
 
     def _checked_labels(self, n, labels, ids):
-        """``(labels, ids)`` for ``n`` rows: validated, labels as int64."""
-        if labels is not None:
-            labels = ops.convert_to_numpy(dml.cast_labels(labels, "labels")).astype(np.int64)
-            if len(labels) != n:
-                raise ValueError(f"`labels` must have one entry per embedding ({n}). "
-                                 f"Received: {len(labels)}")
-        if ids is not None:
-            ids = np.asarray(ids)
-            if ids.ndim != 1 or len(ids) != n or ids.dtype.kind not in "iuU":
-                raise ValueError("`ids` must be a 1-D array of integers or strings with one "
-                                 f"entry per embedding ({n}). Received: shape {ids.shape}, "
-                                 f"dtype {ids.dtype}")
+        """``(labels, ids)`` for ``n`` rows: validated, labels as int64, given to every add
+        or to none."""
+        labels, ids = adding.check_labels_ids(n, labels, ids)
         for name, given, stored in (("labels", labels, self._labels), ("ids", ids, self._ids)):
             if len(self) and (given is None) != (stored is None):
                 state = "has" if stored is not None else "has no"
@@ -457,23 +273,16 @@ class Index:
         labels, ids = self._checked_labels(len(x), labels, ids)
         if self.dim is not None and x.shape[1] != self.dim:
             self._prepare(x[:1], "embeddings")  # the error naming the number of columns
-        for start in range(0, len(x), ADD_BLOCK):
-            if nonfinite_rows(x[start : start + ADD_BLOCK]).size:
-                check_finite(x, "embeddings")  # the error naming every bad row
-            if self.approximate is not None:
-                self._check_range(np.asarray(x[start : start + ADD_BLOCK], np.float32),
-                                  "embeddings")
+        adding.check_blocks(x, "embeddings", self.metric, self.approximate is not None,
+                            ADD_BLOCK)
         if self.approximate is not None and not self.is_trained:
             fresh = self._structure is None
             if fresh:
-                structure = faiss_api.build(self.approximate, x.shape[1], self.metric)
-                if self._parameters:
-                    faiss_api.set_parameters(structure, self._parameters)
-                self._structure = structure
-            pick = np.random.default_rng(self.seed).choice(
-                len(x), min(len(x), self._train_rows()), replace=False)
+                self._structure = faiss_api.build(self.approximate, x.shape[1], self.metric,
+                                                  self._parameters)
+            pick = adding.sample(len(x), self._train_rows(), self.seed)
             try:
-                self._fit(self._prepare(x[np.sort(pick)], "embeddings"), "embeddings")
+                self._fit(self._prepare(x[pick], "embeddings"), "embeddings")
             except ValueError:
                 if fresh:
                     self._structure = None
@@ -492,10 +301,8 @@ class Index:
         if self.approximate is not None and self._structure is None:
             # Built (and its parameters checked) before anything changes: a string faiss
             # refuses leaves the index as it was.
-            structure = faiss_api.build(self.approximate, int(x.shape[-1]), self.metric)
-            if self._parameters:
-                faiss_api.set_parameters(structure, self._parameters)
-            self._structure = structure
+            self._structure = faiss_api.build(self.approximate, int(x.shape[-1]), self.metric,
+                                              self._parameters)
         if labels is not None:
             self._labels = self._labels or []
             self._labels.append(labels)
@@ -542,16 +349,8 @@ class Index:
 
     def _fit(self, rows, name):
         """Trains the structure on (a random ``train_size`` of) ``rows``."""
-        size = self._train_rows()
-        if len(rows) > size:
-            pick = np.sort(np.random.default_rng(self.seed).choice(len(rows), size, False))
-            rows = rows[pick]
-        try:
-            self._structure.train(np.ascontiguousarray(rows))
-        except RuntimeError as err:
-            raise ValueError(f"`{name}`: faiss cannot train {self.approximate!r} on "
-                             f"{len(rows)} rows: {faiss_api.reason(err)} Add more rows at once, or call "
-                             f"`train` with a larger sample first.") from None
+        adding.fit(self._structure, rows, self._train_rows(), self.seed, self.approximate,
+                   name)
 
     def _reset(self):
         """Back to an empty index (same configuration)."""
@@ -580,10 +379,9 @@ class Index:
         x = self._prepare(sample, "sample")
         if not len(x):
             raise ValueError("`sample` is empty. Received: sample.shape=(0, ...)")
-        structure = faiss_api.build(self.approximate, int(x.shape[1]), self.metric)
-        if self._parameters:
-            faiss_api.set_parameters(structure, self._parameters)
-        self._structure, self.dim = structure, int(x.shape[1])
+        self._structure = faiss_api.build(self.approximate, int(x.shape[1]), self.metric,
+                                          self._parameters)
+        self.dim = int(x.shape[1])
         self._fit(x, "sample")  # on failure an untrained structure: the next add trains it
 
     @property
@@ -672,15 +470,22 @@ class Index:
         if self.backend == "faiss" and score_scale(max_abs, self.dim, self.metric) == 1.0:
             return self._faiss_search(q, k)
         if self._gallery is None:
-            stored = self._vectors.source()
-            self._gallery = (stored if self.vectors == "disk"  # read block by block
-                             else ops.convert_to_tensor(stored))
-        num = int(q.shape[0])
-        scores = np.zeros((num, k), np.float32)
-        indices = np.zeros((num, k), np.int64)
-        for start, s, idx in neighbours(q, self._gallery, k, self.metric, False,
-                                        self.chunk_size, self.gallery_chunk_size, max_abs,
-                                        self.query_buckets):
+            self._gallery = self._stored()
+        return self._exact(q, k, self._gallery, max_abs)
+
+    def _stored(self):
+        """The stored rows to search: a tensor in memory, or the disk's rows read block by
+        block."""
+        stored = self._vectors.source()
+        return stored if self.vectors == "disk" else ops.convert_to_tensor(stored)
+
+    def _exact(self, q, k, stored, max_abs):
+        """The exact ``(scores, indices)`` of prepared queries in ``stored``
+        (:func:`~tfdml.search.neighbours`)."""
+        scores = np.zeros((len(q), k), np.float32)
+        indices = np.zeros((len(q), k), np.int64)
+        for start, s, idx in neighbours(q, stored, k, self.metric, False, self.chunk_size,
+                                        self.gallery_chunk_size, max_abs, self.query_buckets):
             scores[start:start + len(idx)] = s
             indices[start:start + len(idx)] = idx
         return scores, indices
@@ -688,74 +493,25 @@ class Index:
     def _approximate_search(self, queries, k):
         """The structure's candidates, re-ranked by exact scores with ``rerank``."""
         fetch = min(len(self), max(k, self.rerank or 0))
+        rows = self._vectors.rows if self.rerank else None
         if len(queries) <= self.chunk_size:  # one chunk (a single query): no copies
-            return self._candidates(np.ascontiguousarray(queries), k, fetch)
+            return faiss_api.candidates(self._structure, np.ascontiguousarray(queries), k,
+                                        fetch, self.metric, rows)
         scores = np.zeros((len(queries), k), np.float32)
         indices = np.zeros((len(queries), k), np.int64)
         for start in range(0, len(queries), self.chunk_size):
-            rows = slice(start, start + self.chunk_size)
-            scores[rows], indices[rows] = self._candidates(
-                np.ascontiguousarray(queries[rows]), k, fetch)
+            chunk = slice(start, start + self.chunk_size)
+            scores[chunk], indices[chunk] = faiss_api.candidates(
+                self._structure, np.ascontiguousarray(queries[chunk]), k, fetch, self.metric,
+                rows)
         return scores, indices
-
-    def _candidates(self, chunk, k, fetch):
-        """The top ``k`` of the structure's ``fetch`` candidates for a chunk of queries."""
-        found_scores, found = self._structure.search(chunk, fetch)
-        if self.rerank:
-            found_scores = self._exact_scores(chunk, found)
-        elif self.metric == "l2":
-            found_scores = np.sqrt(np.maximum(found_scores, 0.0))
-        some_missing = found.min() < 0
-        if self.rerank or some_missing or (fetch > 1 and _ties_or_disorder(
-                found_scores, self.metric)):
-            # Re-ranked, or equal scores (or missing items) to put in index order.
-            missing = found < 0
-            key = found_scores if self.metric == "l2" else -found_scores  # smaller is nearer
-            key = np.where(missing, np.inf, key)
-            order = np.lexsort((np.where(missing, np.iinfo(np.int64).max, found), key),
-                               axis=-1)[:, :k]
-            found = np.take_along_axis(found, order, axis=1)
-            found_scores = np.take_along_axis(found_scores, order, axis=1)
-        found = found[:, :k].astype(np.int64, copy=False)
-        found_scores = found_scores[:, :k].astype(np.float32, copy=False)
-        if some_missing:
-            found_scores = found_scores.copy()
-            found_scores[found < 0] = np.inf if self.metric == "l2" else -np.inf
-        return found_scores, found
-
-    def _exact_scores(self, queries, found):
-        """The float32 scores of each query with its candidates, from the stored rows."""
-        rows = self._vectors.rows(np.maximum(found, 0))  # [n, fetch, D]
-        if self.metric == "l2":
-            scores = np.sqrt(np.square(rows - queries[:, None, :]).sum(axis=2))
-        else:
-            scores = np.einsum("nfd,nd->nf", rows, queries)
-        return scores.astype(np.float32)
 
     def _faiss_search(self, queries, k):
         """faiss's exact search, re-sorted so that equal scores come in index order."""
-        faiss = faiss_api.import_faiss()
         if self._structure is None:
-            self._structure = (faiss.IndexFlatL2 if self.metric == "l2" else faiss.IndexFlatIP)(
-                self.dim)
-            for _, rows in self._vectors.blocks(self.gallery_chunk_size):
-                self._structure.add(rows)
-        size = len(self)
-        fetch = min(size, k + 8)
-        while True:
-            scores, indices = self._structure.search(queries, fetch)
-            key = scores if self.metric == "l2" else -scores  # smaller is nearer
-            order = np.lexsort((indices, key), axis=-1)
-            key = np.take_along_axis(key, order, axis=1)
-            # Ties at the k-th place may continue past the fetched candidates: fetch more.
-            if fetch == size or not np.any(key[:, k - 1] == key[:, fetch - 1]):
-                break
-            fetch = min(size, 2 * fetch)
-        order = order[:, :k]
-        scores = np.take_along_axis(scores, order, axis=1).astype(np.float32)
-        if self.metric == "l2":
-            scores = np.sqrt(np.maximum(scores, 0.0))
-        return scores, np.take_along_axis(indices, order, axis=1).astype(np.int64)
+            self._structure = faiss_api.build_flat(
+                self.metric, self.dim, self._vectors.blocks(self.gallery_chunk_size))
+        return faiss_api.flat_search(self._structure, queries, k, self.metric)
 
     def exact_search(self, queries, k: int = 1):
         """:meth:`search` over the stored embeddings, exactly, even in an approximate index.
@@ -770,17 +526,8 @@ class Index:
             raise ValueError("An exact search needs the stored embeddings; this index keeps "
                              "none (vectors=None).")
         q = self._prepare(queries, "queries")
-        scores = np.zeros((len(q), k), np.float32)
-        indices = np.zeros((len(q), k), np.int64)
-        stored = self._vectors.source()  # the disk's rows read block by block
-        if self.vectors == "memory":
-            stored = ops.convert_to_tensor(stored)
-        max_abs = max(self._max_abs, float(np.abs(q).max(initial=0.0)))
-        for start, s, idx in neighbours(q, stored, k, self.metric, False, self.chunk_size,
-                                        self.gallery_chunk_size, max_abs, self.query_buckets):
-            scores[start:start + len(idx)] = s
-            indices[start:start + len(idx)] = idx
-        return scores, indices
+        return self._exact(q, k, self._stored(), max(self._max_abs,
+                                                     float(np.abs(q).max(initial=0.0))))
 
     def tune(self, queries, k: int = 10, target_recall: float = 0.95) -> Tuning:
         """Sets the fastest search parameters whose recall@k reaches ``target_recall``.
@@ -810,11 +557,7 @@ class Index:
                 query, or queries of which at least 10 % are copies of an item of
                 the index.
         """
-        from tfdml.search.calibration import SELF_MATCH_SHARE, copies
-
-        if not dml.is_number(target_recall) or not 0 < target_recall <= 1:
-            raise ValueError("`target_recall` must be a number in (0, 1]. "
-                             f"Received: target_recall={target_recall!r}")
+        tuning.check_target_recall(target_recall)
         if self.approximate is None:
             raise ValueError("An exact index has nothing to tune: `tune` sets an approximate "
                              "index's search parameters (Index(approximate=...)).")
@@ -830,32 +573,17 @@ class Index:
                 f"`queries`: {same} of the {len(truth)} tuning queries are copies of an item "
                 "of the index (they find themselves at the best score), so their recall would "
                 "not hold for new queries. Tune on held-out queries.")
-        q = self._prepare(queries, "queries")
-        tried = []
-        for setting in faiss_api.grid(self._structure, k) or [{}]:
-            faiss_api.set_parameters(self._structure, setting)
-            began = time.perf_counter()
-            _, found = self._approximate_search(q, k)
-            seconds = (time.perf_counter() - began) / len(q)
-            tried.append((dict(setting), neighbour_recall(found, truth), seconds))
-            if tried[-1][1] >= target_recall:
-                break
-        best = next((t for t in tried if t[1] >= target_recall), None)
-        if best is None:
-            best = max(tried, key=lambda t: t[1])
-        faiss_api.set_parameters(self._structure, best[0])
-        self._parameters = dict(best[0])
-        return Tuning(dict(best[0]), best[1], best[1] >= target_recall, best[2], tried)
+        chosen = tuning.walk(self._structure, self._approximate_search,
+                             self._prepare(queries, "queries"), truth, target_recall)
+        self._parameters = dict(chosen.parameters)
+        return chosen
 
     def lookup(self, queries, k: int = 1) -> Lookup:
         """:meth:`search` with the neighbours' labels and ids (see :class:`Lookup`;
         a missing neighbour, position ``-1``, has the label ``-1`` and the id ``-1``
         or ``""``)."""
         scores, indices = self.search(queries, k)
-        ids = self.ids
-        return Lookup(scores, indices, _gather(self.labels, indices, -1),
-                      _gather(ids, indices, "" if ids is not None and ids.dtype.kind == "U"
-                              else -1))
+        return Lookup(scores, indices, gather(self.labels, indices), gather(self.ids, indices))
 
     def retrieve(self, queries, k: int = 10, query_labels=None, query_ids=None,
                  exclude_self: bool = False) -> RetrievalResults:
@@ -886,15 +614,8 @@ class Index:
                              f"({len(self) - 1}) with `exclude_self`: a query is not its own "
                              f"neighbour. Received: k={k}")
         scores, indices = self.search(queries, k + extra)
-        if extra:  # the query's own position, or else the last candidate, goes
-            own = indices == np.arange(len(indices))[:, None]
-            own[:, -1] |= ~own.any(axis=1)
-            order = np.argsort(own, axis=1, kind="stable")[:, :k]
-            scores = np.take_along_axis(scores, order, 1)
-            indices = np.take_along_axis(indices, order, 1)
-        found = Lookup(scores, indices, _gather(self.labels, indices, -1),
-                       _gather(self.ids, indices, "" if self.ids is not None
-                               and self.ids.dtype.kind == "U" else -1))
+        if extra:
+            scores, indices = without_self(scores, indices, k)
         relevant = None
         if query_labels is not None:
             if self.labels is None:
@@ -905,18 +626,14 @@ class Index:
             if len(query_labels) != len(indices):
                 raise ValueError(f"`query_labels` must have one entry per query "
                                  f"({len(indices)}). Received: {len(query_labels)}")
-            classes, counts = np.unique(self.labels, return_counts=True)
-            at = np.minimum(np.searchsorted(classes, query_labels), len(classes) - 1)
-            relevant = np.where(classes[at] == query_labels, counts[at], 0)
-            if extra:  # the query's own item, where it is of the query's class
-                relevant = relevant - (self.labels == query_labels)
+            relevant = count_relevant(self.labels, query_labels, extra)
         if query_ids is not None:
             query_ids = np.asarray(query_ids)
             if query_ids.shape != (len(indices),):
                 raise ValueError(f"`query_ids` must have one entry per query ({len(indices)}). "
                                  f"Received: shape {query_ids.shape}")
-        return RetrievalResults(self.metric, found.scores, found.indices, found.labels,
-                                found.ids, query_labels, query_ids, relevant)
+        return RetrievalResults(self.metric, scores, indices, gather(self.labels, indices),
+                                gather(self.ids, indices), query_labels, query_ids, relevant)
 
     def match(self, queries, threshold, unknown=-1):
         """The label of each query's nearest item when it is near enough, else ``unknown``.
@@ -937,7 +654,7 @@ class Index:
             ValueError: when the index has no labels, or for a ``threshold``
                 that is not a finite number.
         """
-        if not dml.is_number(threshold) or not np.isfinite(threshold):
+        if not is_number(threshold) or not np.isfinite(threshold):
             raise ValueError(f"`threshold` must be a finite number. Received: threshold={threshold!r}")
         if self._labels is None:
             raise ValueError("`match` needs labels: `add` the embeddings with `labels=`.")

@@ -26,6 +26,7 @@ from keras import ops
 
 from tfdml._checks import check_int
 from tfdml.search.exact import check_finite
+from tfdml.search.index import Index
 from tfdml.search.results import RetrievalResults
 
 __all__ = ["PairReranker"]
@@ -110,8 +111,6 @@ class PairReranker:
                 ``top_n + 1`` items, pairs of one kind only (all same-class or
                 none), or a bad ``epochs`` or ``batch_size``.
         """
-        from tfdml.search.index import Index
-
         if labels is None:
             raise ValueError("`labels` must give the class of each embedding: the mined "
                              "pairs are labelled by them. Received: labels=None")

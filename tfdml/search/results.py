@@ -1,13 +1,70 @@
-"""Retrieval results a person can act on: each query's neighbours, and what to do with them."""
+"""Retrieval results a person can act on: each query's neighbours, and what to do with them.
+
+:class:`Lookup` is the answer of :meth:`~tfdml.search.Index.lookup` (scores,
+positions, labels, ids); :class:`RetrievalResults` that of
+:meth:`~tfdml.search.Index.retrieve`, which also knows which neighbours are
+correct and can be thresholded, re-ranked and scored.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import numbers
+from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["RetrievalResults"]
+__all__ = ["Lookup", "RetrievalResults"]
+
+
+class Lookup(NamedTuple):
+    """The answer of :meth:`Index.lookup`, each ``[Q, k]``, nearest first.
+
+    Attributes:
+        scores: similarities (``"cosine"``, ``"dot"``) or distances (``"l2"``).
+        indices: positions in the index (the order of :meth:`Index.add`).
+        labels: the neighbours' labels, or None when the index has none.
+        ids: the neighbours' ids, or None when the index has none.
+    """
+
+    scores: np.ndarray
+    indices: np.ndarray
+    labels: np.ndarray | None
+    ids: np.ndarray | None
+
+
+def gather(values, indices):
+    """``values[indices]``, with the empty label or id where a position is ``-1`` (no item):
+    ``-1``, or ``""`` for string ids (unsigned integer ids become int64). None for None."""
+    if values is None:
+        return None
+    fill = _empty_id(values)
+    if values.dtype.kind == "u":  # unsigned ids: -1 marks a missing item
+        values = values.astype(np.int64)
+    out = values[np.maximum(indices, 0)]
+    if (indices < 0).any():
+        out = np.where(indices < 0, np.asarray(fill, out.dtype), out)
+    return out
+
+
+def without_self(scores, indices, k):
+    """The first ``k`` of ``k + 1`` neighbours of the gallery's own items (query ``i`` is
+    item ``i``), in order: the query's own position goes, or else the last candidate."""
+    own = indices == np.arange(len(indices))[:, None]
+    own[:, -1] |= ~own.any(axis=1)
+    order = np.argsort(own, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(scores, order, 1), np.take_along_axis(indices, order, 1)
+
+
+def count_relevant(gallery_labels, query_labels, exclude_self=False):
+    """``[Q]`` int64: the gallery items of each query's label, less the query's own item
+    with ``exclude_self`` (query ``i`` is item ``i``)."""
+    classes, counts = np.unique(gallery_labels, return_counts=True)
+    at = np.minimum(np.searchsorted(classes, query_labels), len(classes) - 1)
+    relevant = np.where(classes[at] == query_labels, counts[at], 0)
+    if exclude_self:  # the query's own item, where it is of the query's class
+        relevant = relevant - (gallery_labels == query_labels)
+    return relevant
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

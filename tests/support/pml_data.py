@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from backends import BACKEND
 
-FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "pml_2.9.npz")
+_TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURE = os.path.join(_TESTS_DIR, "fixtures", "pml_2.9.npz")
 DATA = np.load(FIXTURE)
 
 #: The recorded batches, as pytest params; under JAX only ``uneven`` (eager JAX compiles

@@ -22,7 +22,7 @@ Checks:
 
 Everything but the graph inspection (:func:`walk_graph_ops`, :func:`large_tensor_ops`,
 :func:`trace_loss_graph`, :func:`xla_large_shapes`) and :func:`pk_dataset` (``tf.data``)
-runs under every Keras backend, through ``tests/backends.py``; TensorFlow is imported
+runs under every Keras backend, through ``tests/support/backends.py``; TensorFlow is imported
 only inside those TensorFlow-only helpers.
 """
 

@@ -10,107 +10,26 @@ pixels to be normalized.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import numbers
-import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import keras
 
-from tfdml._files import save_atomically
 from tfdml.layers import GeneralizedMeanPooling2D, L2Normalization
-from tfdml.metric_model import MetricModel
+from tfdml.models.resnet import resnet18
+from tfdml.models.weights import check_input_shape, check_weights, explain_missing_weights
 
 __all__ = [
     "BACKBONES",
     "all_layers",
-    "MetricModel",
-    "WeightsUnavailableError",
     "build_embedding_model",
     "freeze_batchnorm_layers",
     "get_preprocess",
-    "load_model",
+    "keras_preprocess_input",
     "preprocess_mode",
-    "resnet18",
-    "save_model",
+    "resolve_preprocess_mode",
 ]
-
-
-class WeightsUnavailableError(FileNotFoundError):
-    """Pretrained weights are neither in the Keras cache nor downloadable (offline).
-
-    The message names the exact file Keras looks for, the directory to put it
-    in, and the address to fetch it from on a machine with network access.
-    """
-
-
-def load_model(filepath, **kwargs):
-    """``keras.saving.load_model``, with an error that names a truncated or corrupt file.
-
-    Keras reports a ``.keras`` file that is not a complete zip archive (e.g.
-    a save killed part-way) as "File not found"; this says what is wrong with
-    which file. tfdml's layers, losses and :class:`MetricModel` are
-    registered when tfdml is imported, so they load without
-    ``custom_objects``.
-
-    Args:
-        filepath: the ``.keras`` file.
-        **kwargs: for ``keras.saving.load_model`` (``compile``, ``safe_mode``...).
-
-    Raises:
-        tfdml._files.CorruptFileError: (a ``ValueError`` and an ``OSError``)
-            for a truncated or corrupt file, naming it.
-    """
-    from tfdml._files import raise_if_incomplete
-
-    try:
-        return keras.saving.load_model(filepath, **kwargs)
-    except Exception as error:
-        raise_if_incomplete(filepath, error)
-        raise
-
-
-def save_model(model, filepath, overwrite=True, zipped=None, weights_only=False, **kwargs):
-    """``model.save(filepath)`` (or ``save_weights``), written whole or not at all.
-
-    Keras writes a ``.keras`` or ``.weights.h5`` file in place: a full disk
-    or a kill part-way leaves a file that no longer loads, where the
-    previous save was. This writes to a temporary file beside ``filepath``
-    (a hidden ``.<name>.tmp-...``), flushes it to disk (``fsync``) and
-    renames it over ``filepath``, so that a reader, or a later run, finds
-    the old file or the new one, never a part of one. On an error (e.g.
-    ``OSError`` for a full disk) the temporary file is removed, the old file
-    is left as it was, and the error is raised. :class:`MetricModel`'s
-    ``save`` and ``save_weights`` do the same.
-
-    Args:
-        model: any Keras model (or layer with ``save``/``save_weights``).
-        filepath: the ``.keras`` (or ``.weights.h5`` with
-            ``weights_only=True``) file; an unzipped save (``zipped=False``)
-            is a directory, replaced whole the same way. A remote path
-            (``gs://...``) is written by Keras directly.
-        overwrite: replace an existing file. `False` asks, as Keras does,
-            before writing over one. Defaults to `True`.
-        zipped: for ``keras.Model.save``. Defaults to `None`.
-        weights_only: ``model.save_weights`` instead of ``model.save``.
-            Defaults to `False`.
-        **kwargs: for ``model.save`` / ``model.save_weights``.
-
-    Examples:
-
-    >>> tfdml.models.save_model(model, "run.keras")
-    >>> tfdml.models.save_model(model, "run.weights.h5", weights_only=True)
-    """
-    if isinstance(model, MetricModel):  # its own save and save_weights write atomically
-        write = functools.partial(
-            keras.Model.save_weights if weights_only else keras.Model.save, model)
-    else:
-        write = model.save_weights if weights_only else model.save
-    save_atomically(write, filepath, overwrite=overwrite, zipped=zipped,
-                    weights_only=weights_only, **kwargs)
 
 
 # -- backbones ------------------------------------------------------------------------------
@@ -277,193 +196,6 @@ def get_preprocess(backbone: str) -> Callable:
 # -- weights --------------------------------------------------------------------------------
 
 
-def _check_weights(weights, allow_imagenet=True):
-    if weights is None or (allow_imagenet and weights == "imagenet"):
-        return weights
-    if isinstance(weights, os.PathLike):
-        weights = os.fspath(weights)
-    if isinstance(weights, str) and weights != "imagenet" and os.path.isfile(weights):
-        return weights
-    allowed = '"imagenet", None or' if allow_imagenet else "None or"
-    raise ValueError(
-        f"`weights` must be {allowed} the path of an existing weights file. "
-        f"Received: weights={weights!r}"
-    )
-
-
-def _keras_models_dir():
-    """Where Keras Applications cache their weights: ``$KERAS_HOME/models`` (``~/.keras`` when
-    ``KERAS_HOME`` is not set; ``/tmp/.keras`` when that is not writable), as Keras documents."""
-    base = os.path.expanduser(os.environ.get("KERAS_HOME") or os.path.join("~", ".keras"))
-    if not os.access(base, os.W_OK):
-        base = os.path.join("/tmp", ".keras")
-    return os.path.join(base, "models")
-
-
-#: How Keras' ``get_file`` reports a failed download: "URL fetch failure on <url>: ...".
-_FETCH_FAILURE = re.compile(r"URL fetch failure on\s+(\S+?):?\s")
-
-
-@contextlib.contextmanager
-def _explain_missing_weights(backbone):
-    """While Keras builds a backbone, a failed weights download becomes a clear error."""
-    try:
-        yield
-    except Exception as err:
-        match = _FETCH_FAILURE.search(str(err))
-        if match is None:
-            raise
-        origin = match.group(1)
-        name = os.path.basename(origin)
-        folder = _keras_models_dir()
-        raise WeightsUnavailableError(
-            f"The ImageNet weights of backbone {backbone!r} are not in the Keras cache and "
-            f"could not be downloaded ({type(err).__name__}: {err}). Keras looks for the "
-            f"file {name!r} in the directory {folder!r} (the 'models' folder of "
-            "$KERAS_HOME, which defaults to ~/.keras). Download it on a machine with "
-            f"network access from {origin} and copy it there under exactly that name, "
-            "or pass weights=None, or weights='/path/to/that/file'."
-        ) from err
-
-
-# -- ResNet18 -------------------------------------------------------------------------------
-
-
-def _conv_bn(x, filters, kernel, stride, name, relu=True):
-    pad = kernel // 2
-    if pad:
-        x = keras.layers.ZeroPadding2D(pad, name=f"{name}_pad")(x)
-    x = keras.layers.Conv2D(filters, kernel, strides=stride, use_bias=False, name=name,
-                            kernel_initializer="he_normal")(x)
-    bn_name = name.replace("conv", "bn") if "conv" in name else f"{name}_bn"
-    x = keras.layers.BatchNormalization(epsilon=1e-5, momentum=0.9, name=bn_name)(x)
-    if relu:
-        x = keras.layers.ReLU(name=f"{bn_name}_relu")(x)
-    return x
-
-
-def _basic_block(x, filters, stride, name):
-    shortcut = x
-    out = _conv_bn(x, filters, 3, stride, f"{name}_conv1")
-    out = _conv_bn(out, filters, 3, 1, f"{name}_conv2", relu=False)
-    if stride != 1 or x.shape[-1] != filters:
-        shortcut = keras.layers.Conv2D(filters, 1, strides=stride, use_bias=False,
-                                       name=f"{name}_downsample_0",
-                                       kernel_initializer="he_normal")(x)
-        shortcut = keras.layers.BatchNormalization(epsilon=1e-5, momentum=0.9,
-                                                   name=f"{name}_downsample_1")(shortcut)
-    out = keras.layers.Add(name=f"{name}_add")([out, shortcut])
-    return keras.layers.ReLU(name=f"{name}_out")(out)
-
-
-def resnet18(
-    include_top: bool = False,
-    weights=None,
-    input_tensor=None,
-    input_shape=None,
-    pooling=None,
-    classes: int = 1000,
-    classifier_activation="softmax",
-    name: str = "resnet18",
-):
-    """ResNet18 (He et al. 2016), laid out as torchvision's ``resnet18``.
-
-    ``keras.applications`` has no ResNet18 and Keras publishes no ImageNet
-    weights for it, so ``weights="imagenet"`` is refused: use ``weights=None``
-    (random He initialization) or the path of a weights file you saved or
-    converted yourself (``model.save_weights("resnet18.weights.h5")``).
-
-    The layers follow torchvision (7x7/2 stem, 3x3/2 max-pool, four stages of
-    two basic blocks with 64, 128, 256, 512 filters, explicit symmetric zero
-    padding, BatchNormalization epsilon 1e-5) and are named after its
-    parameters with ``.`` replaced by ``_`` (``layer2_0_conv1``,
-    ``layer2_0_downsample_0``, ``bn1``, ...), which makes porting a torchvision
-    checkpoint a renaming exercise (transpose conv kernels from OIHW to HWIO).
-    Without the top it has 11,176,512 trainable parameters (plus 9,600
-    BatchNormalization moving statistics). It expects ``"torch"``
-    preprocessing (:func:`get_preprocess`).
-
-    Args:
-        include_top: add global average pooling and a ``classes``-way Dense
-            classifier. Defaults to `False`.
-        weights: `None` or the path of a weights file. Defaults to `None`.
-        input_tensor: a Keras tensor to build the model on. Defaults to `None`.
-        input_shape: ``(height, width, 3)``; heights and widths may be `None`.
-            Defaults to `None` (``(224, 224, 3)`` with the top, else
-            ``(None, None, 3)``).
-        pooling: without the top: `None` (4D feature map), ``"avg"`` or
-            ``"max"``. Defaults to `None`.
-        classes: number of classes of the top. Defaults to `1000`.
-        classifier_activation: activation of the top. Defaults to `"softmax"`.
-        name: model name. Defaults to `"resnet18"`.
-
-    Returns:
-        A functional ``keras.Model``.
-
-    Examples:
-
-    >>> backbone = tfdml.models.resnet18(input_shape=(64, 64, 3))
-    >>> backbone.output.shape
-    (None, 2, 2, 512)
-    """
-    if weights == "imagenet":
-        raise ValueError(
-            "`weights` for ResNet18 must be None or the path of a weights file: Keras "
-            "publishes no ImageNet weights for ResNet18. Received: weights='imagenet'"
-        )
-    weights = _check_weights(weights, allow_imagenet=False)
-    if pooling not in (None, "avg", "max"):
-        raise ValueError(f"`pooling` must be None, 'avg' or 'max'. Received: pooling={pooling!r}")
-    if not isinstance(classes, numbers.Integral) or isinstance(classes, bool) or classes < 1:
-        raise ValueError(f"`classes` must be an integer >= 1. Received: classes={classes!r}")
-    if input_shape is None:
-        input_shape = (224, 224, 3) if include_top else (None, None, 3)
-    _check_input_shape(input_shape, min_size=32)
-    if input_tensor is None:
-        inputs = keras.Input(shape=tuple(input_shape), name="images")
-    else:
-        inputs = input_tensor
-    x = _conv_bn(inputs, 64, 7, 2, "conv1")
-    x = keras.layers.ZeroPadding2D(1, name="maxpool_pad")(x)
-    x = keras.layers.MaxPooling2D(3, strides=2, name="maxpool")(x)
-    for stage, filters in enumerate((64, 128, 256, 512), start=1):
-        for block in range(2):
-            stride = 2 if stage > 1 and block == 0 else 1
-            x = _basic_block(x, filters, stride, f"layer{stage}_{block}")
-    if include_top:
-        x = keras.layers.GlobalAveragePooling2D(name="avgpool")(x)
-        x = keras.layers.Dense(classes, activation=classifier_activation, name="fc")(x)
-    elif pooling == "avg":
-        x = keras.layers.GlobalAveragePooling2D(name="avgpool")(x)
-    elif pooling == "max":
-        x = keras.layers.GlobalMaxPooling2D(name="maxpool_global")(x)
-    model = keras.Model(inputs, x, name=name)
-    if weights is not None:
-        model.load_weights(weights)
-    return model
-
-
-# -- the embedding model --------------------------------------------------------------------
-
-
-def _check_input_shape(input_shape, min_size=1):
-    ok = isinstance(input_shape, list | tuple) and len(input_shape) == 3
-    if ok:
-        for i, d in enumerate(input_shape):
-            if d is None and i < 2:
-                continue
-            if not isinstance(d, numbers.Integral) or isinstance(d, bool) or d < 1:
-                ok = False
-        ok = ok and input_shape[2] == 3 and all(
-            d is None or d >= min_size for d in input_shape[:2]
-        )
-    if not ok:
-        raise ValueError(
-            "`input_shape` must be (height, width, 3) with height and width integers "
-            f">= {min_size} (or None). Received: input_shape={input_shape!r}"
-        )
-    return tuple(input_shape)
-
 
 def all_layers(layer):
     """``layer`` and every layer nested in it, once each, parents first.
@@ -533,7 +265,7 @@ def _make_backbone(backbone, input_shape, weights):
         return resnet18(include_top=False, weights=weights, input_shape=input_shape)
     constructor = getattr(keras.applications, spec.constructor)
     if weights == "imagenet":
-        with _explain_missing_weights(backbone):
+        with explain_missing_weights(backbone):
             return constructor(include_top=False, weights="imagenet", input_shape=input_shape)
     model = constructor(include_top=False, weights=None, input_shape=input_shape)
     if weights is not None:
@@ -624,7 +356,7 @@ def build_embedding_model(
             f"`embedding_dim` must be an integer >= 1 or None. Received: "
             f"embedding_dim={embedding_dim!r}"
         )
-    input_shape = _check_input_shape(input_shape)
+    input_shape = check_input_shape(input_shape)
     pool = _pooling_layer(pooling)
     if backbone == "resnet18":
         if weights == "imagenet":
@@ -632,9 +364,9 @@ def build_embedding_model(
                 "`weights` for backbone 'resnet18' must be None or the path of a weights file: "
                 "Keras publishes no ImageNet weights for ResNet18. Received: weights='imagenet'"
             )
-        weights = _check_weights(weights, allow_imagenet=False)
+        weights = check_weights(weights, allow_imagenet=False)
     else:
-        weights = _check_weights(weights)
+        weights = check_weights(weights)
     if not isinstance(normalize, bool):
         raise ValueError(f"`normalize` must be True or False. Received: normalize={normalize!r}")
     if not isinstance(freeze_batchnorm, bool):
@@ -657,3 +389,4 @@ def build_embedding_model(
     model.preprocess = _BACKBONES[backbone].preprocess
     model.backbone_name = backbone
     return model
+

@@ -1,0 +1,45 @@
+"""Embedding models and the model that trains them with a tfdml loss.
+
+* :mod:`tfdml.models.backbones`: ``backbone -> global pooling -> Dense -> L2
+  normalize`` networks from a Keras Applications name (or ResNet18,
+  :mod:`tfdml.models.resnet`), and how each backbone expects its pixels;
+* :class:`MetricModel` (:mod:`tfdml.models.metric_model`): an embedding model
+  trained with a tfdml loss, owning the loss's state, with the network in
+  chunks (:mod:`tfdml.models.gradient_cache`, one step per backend) and
+  files written whole (:mod:`tfdml.models.saving`);
+* :func:`save_model` / :func:`load_model` (:mod:`tfdml.models.files`).
+
+Lower layers (ops, miners, losses) never import this package.
+"""
+
+from __future__ import annotations
+
+from tfdml.models.backbones import (
+    BACKBONES,
+    all_layers,
+    build_embedding_model,
+    freeze_batchnorm_layers,
+    get_preprocess,
+    preprocess_mode,
+)
+from tfdml.models.files import load_model, save_model
+from tfdml.models.metric_model import MetricModel, is_stateful_loss, plus_model_losses, unwrap
+from tfdml.models.resnet import resnet18
+from tfdml.models.weights import WeightsUnavailableError
+
+__all__ = [
+    "BACKBONES",
+    "MetricModel",
+    "WeightsUnavailableError",
+    "all_layers",
+    "build_embedding_model",
+    "freeze_batchnorm_layers",
+    "get_preprocess",
+    "is_stateful_loss",
+    "load_model",
+    "plus_model_losses",
+    "preprocess_mode",
+    "resnet18",
+    "save_model",
+    "unwrap",
+]

@@ -1,0 +1,230 @@
+"""What :class:`tfdml.models.MetricModel` checks before it trains: its arguments, the labels
+and data given to ``fit``, and what the embedder returns.
+
+:func:`check_steps` and :func:`fit_shuffle` are exported as ``tfdml.data.check_steps``
+and ``tfdml.data.fit_shuffle`` too, for a plain ``keras.Model``.
+"""
+
+from __future__ import annotations
+
+import numbers
+import sys
+import warnings
+
+import keras
+import numpy as np
+
+from tfdml._tensors import check_label_array
+from tfdml.losses.class_weights import ClassVectorLoss
+from tfdml.losses.ownership import losses_within
+from tfdml.losses.xbm import CrossBatchMemory
+
+__all__ = [
+    "check_array_labels",
+    "check_chunk_output",
+    "check_chunk_size",
+    "check_labels",
+    "check_one_output",
+    "check_steps",
+    "fit_shuffle",
+    "output_dim",
+    "warn_batches_without_positives",
+]
+
+
+def output_dim(model):
+    """The embedding size of a built model, or None."""
+    try:
+        shape = model.output_shape
+    except (AttributeError, ValueError):
+        return None
+    if isinstance(shape, (list, tuple)) and shape and isinstance(shape[0], (list, tuple)):
+        return None  # several outputs
+    return None if not shape else shape[-1]
+
+
+def check_chunk_size(chunk_size):
+    """``chunk_size`` as an int, or None; a ValueError for anything else."""
+    if chunk_size is None:
+        return None
+    if (isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral)
+            or chunk_size < 1):
+        raise ValueError("`chunk_size` must be an integer >= 1 or None. "
+                         f"Received: chunk_size={chunk_size!r}")
+    return int(chunk_size)
+
+
+def check_one_output(y_pred):
+    """The embedder's output must be one ``[B, D]`` tensor, what every tfdml loss takes."""
+    if isinstance(y_pred, (list, tuple, dict)):
+        raise ValueError(
+            "MetricModel's embedder must return one tensor of embeddings [B, D], which its "
+            f"loss takes as y_pred; it returns {len(y_pred)} outputs. Several views of a "
+            "sample go in one tensor, stacked along the batch axis (docs/losses.md, \"Two "
+            "views\"). Received: an embedder output of type "
+            f"{type(y_pred).__name__} with {len(y_pred)} entries")
+
+
+def check_chunk_output(out, rows, chunk_size):
+    """A chunk of ``rows`` input rows must give ``rows`` embedding rows: the chunks' outputs
+    are put together in input order, so an embedder that makes several rows of a sample
+    (two views stacked) would mix the views of different chunks."""
+    check_one_output(out)
+    got = out.shape[0]
+    if got is not None and rows is not None and got != rows:
+        raise ValueError(
+            f"MetricModel with `chunk_size` needs an embedder that gives one embedding row "
+            f"per input row; it gives {got} rows for a chunk of {rows} (several views of a "
+            "sample stacked in its output?). Its chunks' outputs would be put together in "
+            "the wrong order, and the loss would pair the views of different samples. Train "
+            f"it without chunks, or embed each view as its own input row. Received: "
+            f"chunk_size={chunk_size!r}")
+
+
+def check_array_labels(y, name):
+    """Labels given as arrays (NumPy, lists, pandas), checked before Keras converts them.
+
+    Keras turns string labels into a dtype error of its own, and under JAX without 64-bit
+    mode holds int64 ids in 32 bits (merging distinct ids); tensors and datasets pass.
+    """
+    if y is None or keras.ops.is_tensor(y):
+        return
+    if hasattr(y, "to_numpy") and hasattr(y, "dtype"):  # pandas
+        y = y.to_numpy()
+    if not isinstance(y, (np.ndarray, list, tuple)):
+        return
+    try:
+        array = np.asarray(y)
+    except ValueError:  # ragged: Keras says what is wrong
+        return
+    check_label_array(array, name)
+
+
+def warn_batches_without_positives(model, y, batch_size, shuffle):
+    """Labels given as arrays: warns (once per fit) when the batches ``fit`` will cut from
+    them have no two samples of a class, where a mining loss has nothing to learn.
+
+    A compiled step cannot warn from the loss (its values are not known while it is
+    traced), so the batches are looked at here, from the labels alone: exactly with
+    ``shuffle=False``, and for ``shuffle=True`` over one shuffle drawn here with a fixed
+    seed of its own (the model's random state is not touched).
+    """
+    inner = losses_within(model.metric_loss)
+    if (y is None or keras.ops.is_tensor(y) or not isinstance(y, (np.ndarray, list, tuple))
+            or any(isinstance(loss, (ClassVectorLoss, CrossBatchMemory)) for loss in inner)):
+        return
+    ids = np.asarray(y)
+    if ids.ndim == 0 or ids.size == 0 or ids.dtype.kind not in "iub":
+        return
+    ids = ids.reshape(len(ids), -1)[:, 0]
+    size = 32 if batch_size is None else batch_size
+    if not isinstance(size, numbers.Integral) or size < 1:
+        return  # Keras refuses it
+    order = (np.random.default_rng(0).permutation(len(ids))
+             if shuffle is True else np.arange(len(ids)))
+    batches = [ids[order[i:i + size]] for i in range(0, len(ids), size)]
+    lacking = sum(len(np.unique(b)) == len(b) for b in batches)
+    if lacking and (shuffle is not True or 2 * lacking >= len(batches)):
+        warnings.warn(
+            f"MetricModel {model.name!r}: {lacking} of the {len(batches)} batches of "
+            f"{size} that fit cuts from `y`{' (one shuffle)' if shuffle is True else ''} "
+            f"have no two samples of a class, so the loss {model.metric_loss.name!r} is 0 "
+            "on them and nothing is learned. Use batches with several samples of each "
+            "class, e.g. tfdml.data.PKDataset or tfdml.data.pk_batches.",
+            stacklevel=3,
+        )
+
+
+def check_labels(loss, y, name):
+    """Labels given as arrays: :func:`check_array_labels`, and the class ids against the
+    class count of every loss with class vectors (a traced step would give NaN)."""
+    check_array_labels(y, name)
+    if y is None or keras.ops.is_tensor(y) or not isinstance(y, (np.ndarray, list, tuple)):
+        return
+    counts = [n for n in (getattr(inner, "num_classes", None)
+                          for inner in losses_within(loss))
+              if isinstance(n, numbers.Integral)]
+    ids = np.asarray(y)
+    if counts and ids.size and (ids.min() < 0 or ids.max() >= min(counts)):
+        raise ValueError(
+            f"`{name}` holds class ids from {ids.min()} to {ids.max()}, and the loss "
+            f"{loss.name!r} has class vectors for [0, {min(counts)}) "
+            f"(num_classes={min(counts)}): give it num_classes > {ids.max()}, or map the "
+            f"labels to 0..num_classes-1. Received: {name} with ids up to {ids.max()}")
+
+
+def _endless(data):
+    """Whether `data` is a dataset Keras would iterate forever: a `keras.utils.PyDataset`
+    whose `num_batches` is None, or a ``tf.data.Dataset`` of infinite cardinality."""
+    if isinstance(data, keras.utils.PyDataset):
+        return data.num_batches is None
+    tf = sys.modules.get("tensorflow")  # a tf.data.Dataset means TensorFlow is imported
+    if tf is not None and isinstance(data, tf.data.Dataset):
+        return int(data.cardinality()) == int(tf.data.INFINITE_CARDINALITY)
+    return False
+
+
+def check_steps(data, steps, name="steps_per_epoch"):
+    """`steps`, or a ValueError naming `name` if `data` is endless and `steps` is None.
+
+    Keras iterates an endless dataset (a `PKDataset` with `repeat=True`, any
+    `keras.utils.PyDataset` whose `num_batches` is None, `pk_batches(repeat=True)` or
+    another ``tf.data.Dataset`` of infinite cardinality) without end when `model.fit` gets
+    no `steps_per_epoch`: the first epoch never ends. `PKDataset` cannot see the argument
+    it is iterated with, so the check is made where `fit` is called: `MetricModel.fit`
+    makes it; with a plain `keras.Model`, call it yourself. Use `name="validation_steps"`
+    for `validation_data`, and `name="steps"` for `evaluate` and `predict`.
+
+    Args:
+        data: what `fit` (or `evaluate`, `predict`) is given.
+        steps: the `steps_per_epoch` (or `validation_steps`, `steps`) given with it, or
+            `None`.
+        name: the argument's name, for the message. Defaults to `"steps_per_epoch"`.
+
+    Returns:
+        `steps`, unchanged.
+
+    Raises:
+        ValueError: if `data` is endless and `steps` is None.
+
+    Examples:
+
+    >>> stream = tfdml.data.PKDataset((x, y), 4, 3, seed=0)  # repeat=True: endless
+    >>> tfdml.data.check_steps(stream, None)
+    Traceback (most recent call last):
+    ValueError: `steps_per_epoch` must be given for an endless dataset: ...
+    >>> model.fit(stream, epochs=2, steps_per_epoch=tfdml.data.check_steps(stream, 20),
+    ...           shuffle=tfdml.data.fit_shuffle(stream))
+    """
+    if steps is None and _endless(data):
+        raise ValueError(
+            f"`{name}` must be given for an endless dataset: without it Keras never ends the "
+            f"first epoch. Received: {name}=None with {type(data).__name__} "
+            f"{data!r:.200} (pass {name}=..., e.g. PKSampler(labels, P, K).steps_per_epoch "
+            "for one visit of every class, or build the dataset with repeat=False)"
+        )
+    return steps
+
+
+def fit_shuffle(data, shuffle=True):
+    """The `shuffle` to give `model.fit`: `False` for an endless `keras.utils.PyDataset`,
+    else `shuffle`.
+
+    `model.fit` defaults to `shuffle=True`, and Keras warns "`shuffle=True` was passed, but
+    will be ignored since the data `x` was provided as an infinite PyDataset" at every
+    `fit` on an endless `PyDataset` (a `PKDataset` with `repeat=True`): it cannot shuffle
+    an endless stream. Nothing on the dataset's side changes that (Keras reads only
+    `num_batches`); `shuffle=False` is what Keras does anyway, without the warning.
+    `MetricModel.fit` passes it; with a plain `keras.Model`, pass `shuffle=False`
+    yourself. A finite `PyDataset`'s `shuffle` is kept (Keras shuffles its batch order).
+
+    Args:
+        data: what `fit` is given.
+        shuffle: the `shuffle` given to `fit`. Defaults to `True` (`fit`'s default).
+
+    Returns:
+        `False` for an endless `PyDataset`, else `shuffle`.
+    """
+    if isinstance(data, keras.utils.PyDataset) and data.num_batches is None:
+        return False
+    return shuffle
