@@ -70,3 +70,17 @@ def test_run_checkpoint_never_saves_a_nan_epoch(tmp_path, values, want):
     assert _saved_epoch(checkpoint, values) == want
     history = [{"epoch": i + 1, "val_recall@1": v} for i, v in enumerate(values)]
     assert experiments.best_epoch(history, "val_recall@1") == want  # the same epoch
+
+
+def test_fit_multi_worker_refuses_a_model_in_chunks():
+    import tensorflow as tf
+
+    import tfdml
+
+    embedder = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    model = tfdml.models.MetricModel(embedder, tfdml.losses.TripletNCALoss(), chunk_size=2)
+    model.compile(optimizer="sgd")
+    data = tf.data.Dataset.from_tensor_slices(
+        (np.zeros((4, 4), "float32"), np.array([0, 0, 1, 1]))).batch(4)
+    with pytest.raises(ValueError, match="chunk_size"):
+        experiments.fit_multi_worker(model, tf.distribute.get_strategy(), data, epochs=1)

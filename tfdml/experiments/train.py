@@ -141,7 +141,17 @@ def fit_multi_worker(model, strategy, dataset, epochs, initial_epoch=0, callback
     (the replicas' values summed: each is the global loss divided by the number
     of replicas) and calls the callbacks as ``fit`` does. Each pass over
     ``dataset`` is one epoch.
+
+    Raises:
+        ValueError: for a :class:`tfdml.models.MetricModel` with ``chunk_size``
+            (gradient caching runs in ``model.fit``'s step only).
     """
+    if getattr(model, "chunk_size", None) is not None:
+        raise ValueError(
+            "fit_multi_worker trains with one step per replica and no chunks; a MetricModel "
+            "with `chunk_size` would be trained without them. Train it with one worker "
+            "(model.fit, which runs the chunked step) or without `chunk_size`. Received: "
+            f"chunk_size={model.chunk_size!r}")
     dist = strategy.experimental_distribute_dataset(dataset)
     loss_fn = model.metric_loss if isinstance(model, MetricModel) else model.loss
     optimizer = model.optimizer
