@@ -72,7 +72,7 @@ lint: $(STAMP)
 # The documentation site (mkdocs.yml, docs/) into site/: the guides and an API reference
 # rendered from the docstrings. --strict: a warning (a broken link, a docstring that cannot
 # be read) fails, and so does a public name on no API page or without a docstring
-# (docs/hooks.py). About 45 s on 2 cores (measured after `make test`, the venv in place).
+# (docs/hooks.py). 16 to 45 s on 2 cores (the venv in place).
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict --site-dir site
 
