@@ -13,7 +13,10 @@ that its peak memory is its own:
 * **fit** (``--fit``): one compiled training step (``train_on_batch``) of
   ``tfdml.models.MetricModel`` around a small convolutional embedder (32 x 32 x 3 images,
   3 convolutions, 128-d embeddings) with ``SupConLoss``, without chunks and with
-  ``chunk_size`` (gradient caching), for every batch size.
+  ``chunk_size`` (gradient caching), for every batch size. With ``--contrastive simclr``
+  (or ``moco``): ``tfdml.models.ContrastiveModel`` on ``B`` two-view pairs instead (the
+  same embedder, a ``Dense(128)`` projector), the chunks holding both views of their
+  samples.
 
 Inputs: ``B/4`` classes of 4 samples, shuffled; standard-normal embeddings (or images);
 fixed seed. Compiled with XLA: ``tf.function(jit_compile=True)`` under TensorFlow,
@@ -35,6 +38,7 @@ Usage::
         [--repeats 2] [--output benchmarks/results/large_batch.md]
     python benchmarks/large_batch.py --fit [--sizes 512 1024 2048] [--chunk-size 128] [--no-xla]
         [--chunked-without-xla]  # the whole step with XLA, the chunked one without
+        [--contrastive simclr|moco]  # a ContrastiveModel on B two-view pairs
 
 Dense configurations above ``--dense-max`` are not run (their ``[B, B]`` float32 matrix
 alone is listed instead). A configuration that fails (out of memory, a time-out) is a
@@ -231,7 +235,20 @@ def _conv_embedder():
     return keras.Model(inputs, keras.layers.Dense(128)(h), name="conv_embedder")
 
 
-def _measure_fit(batch, chunk_size, repeats, xla=True):
+def _contrastive_model(algorithm, chunk_size):
+    """A ContrastiveModel on the conv embedder, a linear projector and the algorithm's loss
+    (MoCo: a queue of 16,384 keys)."""
+    import keras
+
+    import tfdml
+
+    loss = tfdml.losses.MoCoLoss(queue_size=16384, seed=SEED) if algorithm == "moco" else None
+    return tfdml.models.ContrastiveModel(_conv_embedder(),
+                                         keras.Sequential([keras.layers.Dense(128)]),
+                                         algorithm=algorithm, loss=loss, chunk_size=chunk_size)
+
+
+def _measure_fit(batch, chunk_size, repeats, xla=True, contrastive=None):
     import keras
 
     import tfdml
@@ -239,12 +256,19 @@ def _measure_fit(batch, chunk_size, repeats, xla=True):
     keras.utils.set_random_seed(SEED)
     labels, rng = _labels(batch)
     images = rng.standard_normal((batch, 32, 32, 3)).astype("float32")
-    model = tfdml.models.MetricModel(_conv_embedder(), tfdml.losses.SupConLoss(),
-                                     chunk_size=chunk_size)
+    if contrastive:  # two views of each of the B samples
+        model = _contrastive_model(contrastive, chunk_size)
+        labels = rng.standard_normal(images.shape).astype("float32")
+    else:
+        model = tfdml.models.MetricModel(_conv_embedder(), tfdml.losses.SupConLoss(),
+                                         chunk_size=chunk_size)
     model.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=xla)
 
     def step(images, labels):
-        logs = model.train_on_batch(images, labels, return_dict=True)
+        if contrastive:
+            logs = model.train_on_batch(x=(images, labels), return_dict=True)
+        else:
+            logs = model.train_on_batch(images, labels, return_dict=True)
         return logs["loss"], 0.0
 
     result = {"loss": "fit", "mode": "chunked" if chunk_size else "whole", "batch": batch,
@@ -256,8 +280,8 @@ def _measure_fit(batch, chunk_size, repeats, xla=True):
         state = tuple([v.value for v in variables] for variables in (
             model.trainable_variables, model.non_trainable_variables,
             model.optimizer.variables, model.metrics_variables))
-        result["xla_temp_mib"] = _xla_temp_mib(jax.jit(model.train_step),
-                                               (state, (images, labels)))
+        data = ((images, labels),) if contrastive else (images, labels)
+        result["xla_temp_mib"] = _xla_temp_mib(jax.jit(model.train_step), (state, data))
     return result
 
 
@@ -271,10 +295,11 @@ def _worker(argv):
     parser.add_argument("--chunk-size", type=int)
     parser.add_argument("--repeats", type=int)
     parser.add_argument("--no-xla", action="store_true")
+    parser.add_argument("--contrastive")
     args = parser.parse_args(argv)
     if args.loss == "fit":
         result = _measure_fit(args.batch, args.chunk_size or None, args.repeats,
-                              xla=not args.no_xla)
+                              xla=not args.no_xla, contrastive=args.contrastive)
     else:
         result = _measure_loss(args.loss, args.mode, args.batch, args.dim, args.block_size,
                                args.repeats)
@@ -316,6 +341,8 @@ def main(argv=None):
                         help="--fit: compile the step without XLA (jit_compile=False)")
     parser.add_argument("--chunked-without-xla", action="store_true",
                         help="--fit: the whole step with XLA, the chunked one without")
+    parser.add_argument("--contrastive", choices=("simclr", "moco"),
+                        help="--fit: a ContrastiveModel on B two-view pairs instead")
     parser.add_argument("--sizes", type=int, nargs="+")
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--losses", nargs="+", default=list(LOSSES), choices=LOSSES)
@@ -351,6 +378,7 @@ def main(argv=None):
         if args.fit:
             no_xla = args.no_xla or (args.chunked_without_xla and config["chunk"])
             worker_args += ["--chunk-size", config["chunk"]] + (["--no-xla"] if no_xla else [])
+            worker_args += ["--contrastive", args.contrastive] if args.contrastive else []
         else:
             worker_args += ["--mode", config["mode"], "--dim", args.dim,
                             "--block-size", args.block_size]
@@ -375,7 +403,10 @@ def main(argv=None):
         "",
     ]
     if args.fit:
-        lines += [f"MetricModel(conv embedder, SupConLoss()), one train_on_batch compiled "
+        what = (f"ContrastiveModel(conv embedder, Dense(128) projector, "
+                f"algorithm={args.contrastive!r}) on B two-view pairs"
+                if args.contrastive else "MetricModel(conv embedder, SupConLoss())")
+        lines += [f"{what}, one train_on_batch compiled "
                   f"{'without' if args.no_xla else 'with'} XLA"
                   f"{' (the chunked one without)' if args.chunked_without_xla else ''}; chunked: "
                   f"chunk_size={args.chunk_size}.", ""]

@@ -58,6 +58,22 @@ def xbm_steps(x, y, distributed):
             [np.asarray(w) for w in model.get_weights()])
 
 
+def contrastive_steps(algorithm, x, distributed):
+    """Two steps of a ContrastiveModel (SimCLR's negatives, MoCo's momentum target and
+    queue) on two views: its weights (the target's included) and its loss state."""
+    keras.distribution.set_distribution(
+        keras.distribution.DataParallel(devices=jax.devices()) if distributed else None)
+    keras.utils.set_random_seed(0)
+    loss = tfdml.losses.MoCoLoss(queue_size=64, seed=0) if algorithm == "moco" else None
+    model = tfdml.models.ContrastiveModel(
+        keras.Sequential([keras.Input((x.shape[1],)), keras.layers.Dense(16)]),
+        keras.Sequential([keras.layers.Dense(8)]), algorithm=algorithm, loss=loss)
+    model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=True)
+    views = (x, x[::-1] * 0.5 + 0.1)
+    model.fit(x=views, batch_size=len(x) // 2, epochs=1, shuffle=False, verbose=0)
+    return [np.asarray(v) for v in model.weights]
+
+
 def main():
     assert len(jax.devices()) == 2, jax.devices()
     rng = np.random.default_rng(0)
@@ -83,6 +99,13 @@ def main():
                       "xbm_weight_diff": max(float(np.max(np.abs(a - b)))
                                              for a, b in zip(weights, weights_dp, strict=True)),
                       "labels": y.tolist()}))
+    row = {}
+    for algorithm in ("simclr", "moco"):
+        single = contrastive_steps(algorithm, x, distributed=False)
+        multi = contrastive_steps(algorithm, x, distributed=True)
+        row[algorithm] = max(float(np.max(np.abs(a - b))) for a, b in zip(single, multi,
+                                                                         strict=True))
+    print(json.dumps({"contrastive_weight_diff": row}))
 
 
 if __name__ == "__main__":

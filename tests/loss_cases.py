@@ -18,6 +18,7 @@ from harness import LossCase
 from tfdml.losses import (
     AngularLoss,
     ArcFaceLoss,
+    BarlowTwinsLoss,
     CircleLoss,
     ContrastiveLoss,
     CosFaceLoss,
@@ -206,6 +207,8 @@ LOSS_CASES = [
     Case("self_supervised_ntxent", lambda: SelfSupervisedLoss(NTXentLoss(0.5)), two_views=True,
          zero_without_triplet=False),
     Case("vicreg", lambda: VICRegLoss(), two_views=True, per_anchor=False,
+         zero_without_triplet=False),
+    Case("barlow_twins", lambda: BarlowTwinsLoss(), two_views=True, per_anchor=False,
          zero_without_triplet=False),
 ]
 

@@ -83,7 +83,11 @@ def test_jax_data_parallel_step_equals_single_device_on_the_global_batch():
     result = _run(os.path.join(ROOT, "tests", "jax_data_parallel_check.py"), {})
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
-    assert len(rows) == 4, result.stdout
+    assert len(rows) == 5, result.stdout
+    # ContrastiveModel: SimCLR's negatives over the global batch; MoCo's target and queue.
+    contrastive = rows.pop()["contrastive_weight_diff"]
+    assert set(contrastive) == {"simclr", "moco"} and max(contrastive.values()) < 1e-5, (
+        contrastive)
     xbm = rows.pop()
     # A CrossBatchMemory's bank holds the global batches, as on one device.
     assert xbm["xbm_labels"] == xbm["xbm_labels_distributed"] == xbm["labels"], xbm

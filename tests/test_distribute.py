@@ -85,3 +85,19 @@ def test_cross_batch_memory_holds_the_global_batches_under_mirrored_strategy():
     assert one["counters"] == mirrored["counters"] == [0, 16, 4]
     np.testing.assert_allclose(mirrored["embeddings"], one["embeddings"], atol=1e-5)
     assert _max_diff(mirrored["weights"], one["weights"]) < 1e-5
+
+
+def test_simclr_gathers_the_views_of_every_replica():
+    """A SimCLR step of a ContrastiveModel on 2 replicas equals the step on one device with
+    the global batch (TensorFlow Similarity's SimCLR loss gathers across replicas only in
+    part, its issue #258); the per-replica loss differs, so the check can fail."""
+    script = pathlib.Path(__file__).resolve().parent / "simclr_distribute_check.py"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run([sys.executable, str(script), "--replicas", "2"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["replicas"] == 2
+    np.testing.assert_allclose(result["mirrored_loss"], result["one_loss"], rtol=1e-5)
+    assert abs(result["per_replica_loss"] - result["one_loss"]) > 0.1
+    assert _max_diff(result["mirrored_weights"], result["one_weights"]) < 1e-5

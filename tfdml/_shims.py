@@ -15,6 +15,7 @@ import keras
 from keras import ops
 
 __all__ = [
+    "arccos",
     "backend_name",
     "bitcast_to_int64",
     "clip",
@@ -233,6 +234,14 @@ def floor(x):
     """``keras.ops.floor(x)`` in ``x``'s dtype."""
     native = _native_float64("floor", x)
     return ops.floor(x) if native is None else native
+
+
+def arccos(x):
+    """``keras.ops.arccos(x)`` in ``x``'s dtype (Keras 3.15 computes it in float32 for a
+    float64 ``x`` under JAX)."""
+    if backend_name() == "jax" and dtype_name(x) == "float64":
+        return _native_float64("arccos", x)
+    return ops.arccos(x)
 
 
 def cos_sin(x):

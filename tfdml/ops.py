@@ -37,6 +37,7 @@ from tfdml._distances import (  # noqa: F401
 __all__ = [
     "all_finite",
     "cast_labels",
+    "arccos",
     "clip",
     "cos_sin",
     "cumsum",
@@ -71,6 +72,7 @@ __all__ = [
 # Backend shims with the same semantics on every backend (tfdml._shims), part of the API.
 # TRANSITION: plumbing still reached as dml.<name> by callers not yet moved.
 from tfdml._shims import (  # noqa: E402, F401
+    arccos,
     clip,
     cos_sin,
     cumsum,

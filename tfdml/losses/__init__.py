@@ -48,6 +48,7 @@ from tfdml.losses.loop import (
 )
 from tfdml.losses.manifold import ManifoldLoss, manifold_loss
 from tfdml.losses.margin import MarginLoss, margin_loss
+from tfdml.losses.moco import KeyQueue, MoCoLoss, moco_loss
 from tfdml.losses.multi_similarity import MultiSimilarityLoss, multi_similarity_loss
 from tfdml.losses.multiple import MultipleLosses
 from tfdml.losses.n_pairs import NPairsLoss, n_pairs_loss
@@ -67,6 +68,14 @@ from tfdml.losses.ranking import (
     fast_ap_loss,
     pnp_loss,
     smooth_ap_loss,
+)
+from tfdml.losses.self_supervised import (
+    BarlowTwinsLoss,
+    BYOLLoss,
+    SimSiamLoss,
+    barlow_twins_loss,
+    byol_loss,
+    simsiam_loss,
 )
 from tfdml.losses.supervised_contrastive import (
     CircleLoss,
@@ -94,6 +103,8 @@ from tfdml.losses.xbm import CrossBatchMemory, MemoryBank
 __all__ = [
     "AngularLoss",
     "ArcFaceLoss",
+    "BYOLLoss",
+    "BarlowTwinsLoss",
     "CircleLoss",
     "ClassVectorLoss",
     "ClassWeights",
@@ -108,6 +119,7 @@ __all__ = [
     "HistogramLoss",
     "InstanceLoss",
     "IntraPairVarianceLoss",
+    "KeyQueue",
     "LargeMarginSoftmaxLoss",
     "LiftedStructureLoss",
     "LoOpLoss",
@@ -116,6 +128,7 @@ __all__ = [
     "MarginLoss",
     "MemoryBank",
     "MetricLoss",
+    "MoCoLoss",
     "MultiSimilarityLoss",
     "MultipleLosses",
     "NPairsLoss",
@@ -129,6 +142,7 @@ __all__ = [
     "RankedListLoss",
     "SNRContrastiveLoss",
     "SelfSupervisedLoss",
+    "SimSiamLoss",
     "SmoothAPLoss",
     "SoftNearestNeighborLoss",
     "SoftTripleLoss",
@@ -143,6 +157,8 @@ __all__ = [
     "VICRegLoss",
     "angular_loss",
     "arcface_loss",
+    "barlow_twins_loss",
+    "byol_loss",
     "circle_loss",
     "contrastive_loss",
     "cosface_loss",
@@ -155,9 +171,10 @@ __all__ = [
     "intra_pair_variance_loss",
     "large_margin_softmax_loss",
     "lifted_structure_loss",
-    "manifold_loss",
     "loop_loss",
+    "manifold_loss",
     "margin_loss",
+    "moco_loss",
     "multi_similarity_loss",
     "multiple_negatives_ranking_loss",
     "n_pairs_loss",
@@ -169,6 +186,7 @@ __all__ = [
     "proxy_anchor_loss",
     "proxy_nca_loss",
     "ranked_list_loss",
+    "simsiam_loss",
     "smooth_ap_loss",
     "snr_contrastive_loss",
     "soft_nearest_neighbor_loss",

@@ -543,7 +543,11 @@ class MetricLoss(keras.losses.Loss):
         Its terms (:meth:`compute_terms`) averaged and reduced; a loss whose value is
         not a reduction of terms per anchor (a sum over proxies) overrides it.
         """
-        terms = self.compute_terms(labels, y_pred, training=training)
+        return self.reduced(self.compute_terms(labels, y_pred, training=training), y_pred,
+                            sample_weight)
+
+    def reduced(self, terms, y_pred, sample_weight=None):
+        """The terms of ``y_pred``'s anchors averaged (``average``) and reduced."""
         self._warn_if_inactive(terms)
         return reduce_terms(terms, self.average, (y_pred,), self.normalize, sample_weight,
                             self.reduction)

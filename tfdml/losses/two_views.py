@@ -18,12 +18,12 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_positive
-from tfdml._shims import dtype_name
+from tfdml._shims import dtype_name, replica_context
 from tfdml._tensors import check_embeddings, compute_dtype
 from tfdml.losses.base import AnchorTerms, resolve_loss
 from tfdml.losses.wrapper import LossWrapper
 
-__all__ = ["SelfSupervisedLoss", "VICRegLoss", "split_views", "vicreg_loss"]
+__all__ = ["SelfSupervisedLoss", "VICRegLoss", "WholeBatchViewsLoss", "split_views", "vicreg_loss"]
 
 
 def split_views(y_pred, name: str = "y_pred"):
@@ -120,8 +120,58 @@ def vicreg_loss(embeddings, ref_embeddings, invariance_lambda=25, variance_mu=25
     return ops.cast(value, dtype_name(z1))
 
 
+class WholeBatchViewsLoss(keras.losses.Loss):
+    """The base of the losses of the whole batch of two stacked views (VICReg, Barlow
+    Twins): ``y_pred = [Z; Z']`` (the module's calling convention), ``y_true`` ignored, one
+    number for the batch (no per-sample loss: no ``reduction``, no ``sample_weight``).
+
+    A subclass checks its arguments, passes them to ``__init__`` as keywords (they become
+    attributes and config entries), and implements ``value(z1, z2)``: the loss of two
+    ``[N, D]`` views in their compute dtype (float32 for float16 and bfloat16 views),
+    NaN for non-finite ones.
+    """
+
+    def __init__(self, name=None, dtype=None, **arguments):
+        super().__init__(name=name, dtype=dtype)
+        self._config_dtype = dtype
+        self._argument_names = tuple(arguments)
+        for key, value in arguments.items():
+            setattr(self, key, value)
+
+    @property
+    def arguments(self) -> dict:
+        return {key: getattr(self, key) for key in self._argument_names}
+
+    def value(self, z1, z2):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        """The loss of the stacked views ``y_pred``; ``y_true`` is ignored.
+
+        Raises:
+            ValueError: for a ``sample_weight``, or ``y_pred`` that is not ``[2N, D]``.
+        """
+        if sample_weight is not None:
+            raise ValueError(
+                f"{type(self).__name__} takes no `sample_weight`: its terms are of the whole "
+                "batch, not sums over samples.")
+        with keras.name_scope(self.name):
+            return self.call(y_true, y_pred)
+
+    def call(self, y_true, y_pred):
+        z1, z2, ok = split_views(y_pred)
+        return dml.nan_unless(ops.cast(self.value(z1, z2), self.dtype), ok)
+
+    def get_config(self):
+        config = {"name": self.name, **self.arguments}
+        if self._config_dtype is not None:
+            config["dtype"] = keras.dtype_policies.serialize(
+                keras.dtype_policies.get(self._config_dtype))
+        return config
+
+
 @keras.saving.register_keras_serializable(package="tfdml")
-class VICRegLoss(keras.losses.Loss):
+class VICRegLoss(WholeBatchViewsLoss):
     """VICReg: invariance between the two views, variance and decorrelation within each.
 
     With ``Z``, ``Z'`` the ``[N, D]`` views (``y_pred`` = ``[Z; Z']``, the module's calling
@@ -167,41 +217,11 @@ class VICRegLoss(keras.losses.Loss):
 
     def __init__(self, invariance_lambda=25, variance_mu=25, covariance_v=1, eps=1e-4,
                  name="vicreg_loss", dtype=None):
-        arguments = _check_vicreg(invariance_lambda, variance_mu, covariance_v, eps)
-        super().__init__(name=name, dtype=dtype)
-        self._config_dtype = dtype
-        for key, value in arguments.items():
-            setattr(self, key, value)
+        super().__init__(name=name, dtype=dtype, **_check_vicreg(
+            invariance_lambda, variance_mu, covariance_v, eps))
 
-    @property
-    def arguments(self) -> dict:
-        return {key: getattr(self, key)
-                for key in ("invariance_lambda", "variance_mu", "covariance_v", "eps")}
-
-    def __call__(self, y_true, y_pred, sample_weight=None):
-        """The loss of the stacked views ``y_pred``; ``y_true`` is ignored.
-
-        Raises:
-            ValueError: for a ``sample_weight``, or ``y_pred`` that is not ``[2N, D]``.
-        """
-        if sample_weight is not None:
-            raise ValueError(
-                "VICRegLoss takes no `sample_weight`: its variance and covariance terms are "
-                "of the whole batch, not sums over samples.")
-        with keras.name_scope(self.name):
-            return self.call(y_true, y_pred)
-
-    def call(self, y_true, y_pred):
-        z1, z2, ok = split_views(y_pred)
-        value = _vicreg_value(z1, z2, **self.arguments)
-        return dml.nan_unless(ops.cast(value, self.dtype), ok)
-
-    def get_config(self):
-        config = {"name": self.name, **self.arguments}
-        if self._config_dtype is not None:
-            config["dtype"] = keras.dtype_policies.serialize(
-                keras.dtype_policies.get(self._config_dtype))
-        return config
+    def value(self, z1, z2):
+        return _vicreg_value(z1, z2, **self.arguments)
 
 
 # -- SelfSupervisedLoss -------------------------------------------------------------------------
@@ -233,7 +253,7 @@ class SelfSupervisedLoss(LossWrapper):
     The value is the wrapped loss's, averaged as it averages (``average``, its own by
     default). The wrapped loss's state (learned variables, a miner's seed) is this
     loss's: train it with :class:`tfdml.models.MetricModel`. Under ``tf.distribute`` each
-    replica computes over its own views (``cross_replica=False``): the ids are per batch.
+    replica gathers every replica's views (``symmetric=True``; see :meth:`__call__`).
 
     Args:
         loss: a tfdml loss (a :class:`tfdml.losses.MetricLoss`), or its serialized config.
@@ -261,15 +281,17 @@ class SelfSupervisedLoss(LossWrapper):
 
     @property
     def cross_replica(self):
-        """Always False: the views' ids are per batch, so each replica computes over its own
-        views (a gathered global batch would pair the wrong rows)."""
-        return False
+        """Gather the views of every replica (``None``: whenever more than one is in sync)
+        when ``symmetric``; False otherwise (the reference set is the replica's own second
+        view)."""
+        return None if self.symmetric else False
 
     @cross_replica.setter
     def cross_replica(self, value):
-        if value:
-            raise ValueError("SelfSupervisedLoss computes over each replica's own views: "
-                             f"`cross_replica` must be False or None. Received: {value!r}")
+        if value and not self.symmetric:
+            raise ValueError("SelfSupervisedLoss(symmetric=False) computes over each replica's "
+                             f"own views: `cross_replica` must be False or None. "
+                             f"Received: {value!r}")
 
     def __init__(self, loss, symmetric: bool = True, reduction="sum_over_batch_size", name=None,
                  dtype=None, average=None):
@@ -297,9 +319,27 @@ class SelfSupervisedLoss(LossWrapper):
 
     def __call__(self, y_true, y_pred, sample_weight=None, training=True):
         """The loss of the stacked views ``y_pred`` (``y_true`` is ignored); see
-        :meth:`MetricLoss.__call__` for ``sample_weight`` (``[2N]``) and ``training``."""
+        :meth:`MetricLoss.__call__` for ``sample_weight`` (``[2N]``) and ``training``.
+
+        Under a ``tf.distribute`` strategy with ``symmetric=True``, each replica's samples
+        get ids of their own (offset by the replica's id), and the loss sees every
+        replica's views: each row's negatives are the other ``2 N_global - 2`` rows, as on
+        one device with the global batch.
+        """
         y_pred, labels, sample_weight, ok = self._even(y_pred, sample_weight)
+        ctx = replica_context() if self.symmetric else None
+        if ctx is not None:
+            rows = ops.shape(labels)[0]
+            labels = labels + ops.cast(ctx.replica_id_in_sync_group * rows, labels.dtype)
         return dml.nan_unless(super().__call__(labels, y_pred, sample_weight, training), ok)
+
+    def loss_value(self, labels, y_pred, sample_weight=None, training=True):
+        """With ``symmetric=True``, the wrapped loss on the rows with the ids ``__call__``
+        gave them (every replica's views under a strategy); else :meth:`compute_terms`."""
+        if not self.symmetric:
+            return super().loss_value(labels, y_pred, sample_weight, training)
+        return self.reduced(self.loss.compute_terms(labels, y_pred, training=training), y_pred,
+                            sample_weight)
 
     def call(self, y_true, y_pred):
         y_pred, labels, _, ok = self._even(y_pred)

@@ -49,12 +49,20 @@ Conventions shared by every retrieval metric:
 principal-components fraction, a collapse indicator) live in
 :mod:`tfdml.metrics.verification` and are re-exported here.
 
-:class:`ActiveAnchors` is a Keras metric for ``model.compile``: the fraction of
-anchors of the training batches that a tfdml loss learns from.
+:func:`knn_accuracy` (:mod:`tfdml.metrics.knn`) is the k-NN classification accuracy of
+queries against a labelled gallery (the evaluation of self-supervised embeddings); it
+follows the same conventions, without self-exclusion or groups.
+
+Keras metrics for ``model.compile``: :class:`ActiveAnchors`, the fraction of anchors of
+the training batches that a tfdml loss learns from; :class:`OutputStd` and :class:`PCF`
+(:mod:`tfdml.metrics.collapse`), collapse monitors that read only the embeddings (for
+self-supervised training too).
 """
 
 from tfdml.metrics.active import ActiveAnchors
 from tfdml.metrics.clustering import f1_clustering, nmi, nmi_score, pairwise_f1_score
+from tfdml.metrics.collapse import PCF, OutputStd
+from tfdml.metrics.knn import knn_accuracy
 from tfdml.metrics.retrieval import (
     METRICS as METRICS,
 )
@@ -76,10 +84,13 @@ from tfdml.metrics.retrieval import (
 from tfdml.metrics.verification import fnmr_at_fmr, pcf
 
 __all__ = [
+    "PCF",
     "ActiveAnchors",
+    "OutputStd",
     "cmc",
     "f1_clustering",
     "fnmr_at_fmr",
+    "knn_accuracy",
     "map_at_k",
     "map_at_r",
     "nmi",

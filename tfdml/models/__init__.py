@@ -7,6 +7,9 @@
   trained with a tfdml loss, owning the loss's state, with the network in
   chunks (:mod:`tfdml.models.gradient_cache`, one step per backend) and
   files written whole (:mod:`tfdml.models.saving`);
+* :class:`ContrastiveModel` (:mod:`tfdml.models.contrastive_model`): a backbone trained
+  without labels on two views of each sample (SimCLR, SimSiam, Barlow Twins, VICReg, BYOL,
+  MoCo), with the heads of :mod:`tfdml.models.heads`;
 * :func:`save_model` / :func:`load_model` (:mod:`tfdml.models.files`).
 
 Lower layers (ops, miners, losses) never import this package.
@@ -22,17 +25,22 @@ from tfdml.models.backbones import (
     get_preprocess,
     preprocess_mode,
 )
+from tfdml.models.contrastive_model import ContrastiveModel
 from tfdml.models.files import load_model, save_model
+from tfdml.models.heads import build_predictor, build_projector
 from tfdml.models.metric_model import MetricModel, is_stateful_loss, plus_model_losses, unwrap
 from tfdml.models.resnet import resnet18
 from tfdml.models.weights import WeightsUnavailableError
 
 __all__ = [
     "BACKBONES",
+    "ContrastiveModel",
     "MetricModel",
     "WeightsUnavailableError",
     "all_layers",
     "build_embedding_model",
+    "build_predictor",
+    "build_projector",
     "freeze_batchnorm_layers",
     "get_preprocess",
     "is_stateful_loss",

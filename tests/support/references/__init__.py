@@ -13,6 +13,7 @@ reference here, written from the paper or the specification, not from tfdml's co
   generalized lifted structure, angular, tuplet margin, N-pair;
 * :mod:`references.softmax_pairs`: SupCon, NT-Xent, circle, soft nearest neighbour;
 * :mod:`references.instance`: InstanceLoss and VICReg;
+* :mod:`references.self_supervised`: Barlow Twins, SimSiam, BYOL, MoCo;
 * :mod:`references.class_vectors`: proxy and classification losses;
 * :mod:`references.ranking`: FastAP, PNP, Smooth-AP;
 * :mod:`references.loop`: LoOp and its HPHN / lifted-structure baselines;
@@ -156,6 +157,19 @@ from .ranking import (
     pnp_loss,
     smooth_ap_loss,
 )
+from .self_supervised import (
+    SIMSIAM_PROJECTIONS,
+    barlow_cross_correlation,
+    barlow_standardize,
+    barlow_twins_loss,
+    byol_loss,
+    byol_values,
+    cosine,
+    moco_loss,
+    moco_values,
+    simsiam_loss,
+    simsiam_values,
+)
 from .softmax_pairs import (
     circle_alphas,
     circle_loss,
@@ -196,8 +210,13 @@ __all__ = [
     "arcface_target",
     "as_floats",
     "average_terms",
+    "barlow_cross_correlation",
+    "barlow_standardize",
+    "barlow_twins_loss",
     "brute_force_arc_distance",
     "brute_force_segment_distance",
+    "byol_loss",
+    "byol_values",
     "chooser_from",
     "circle_alphas",
     "circle_loss",
@@ -206,6 +225,7 @@ __all__ = [
     "cmc",
     "contrastive_loss",
     "cosface_loss",
+    "cosine",
     "cross_entropy",
     "distance",
     "distance_weighted_probabilities",
@@ -252,6 +272,8 @@ __all__ = [
     "match_count",
     "mean_of_anchors",
     "mine_triplets",
+    "moco_loss",
+    "moco_values",
     "most_similar",
     "multi_similarity_loss",
     "multi_similarity_pairs",
@@ -291,6 +313,9 @@ __all__ = [
     "recall_at_k_unmatched",
     "semihard_candidates",
     "similarity_bin",
+    "simsiam_loss",
+    "SIMSIAM_PROJECTIONS",
+    "simsiam_values",
     "smooth_ap_loss",
     "snr_contrastive_loss",
     "soft_nearest_neighbor_loss",
