@@ -239,3 +239,23 @@ def test_output_std_of_collapsed_and_spread_outputs():
     assert abs(float(to_numpy(metric.result()))) < 1e-6
     metric.update_state(None, np.full((4, 16), np.nan, "float32"))
     assert np.isnan(to_numpy(metric.result()))
+
+
+class _Subclassed(keras.Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.dense = keras.layers.Dense(5)
+
+    def call(self, x):
+        return self.dense(x)
+
+
+def test_a_backbone_without_a_known_input_is_a_value_error_and_wraps():
+    projector = keras.Sequential([keras.layers.Dense(4)])
+    with pytest.raises(ValueError, match="keras.Input"):
+        ContrastiveModel(_Subclassed(), projector, algorithm="simclr")
+    wrapped = keras.Sequential([keras.Input((6,)), _Subclassed()])
+    predictor = keras.Sequential([keras.layers.Dense(4)])
+    model = _compile(ContrastiveModel(wrapped, projector, predictor, algorithm="byol"), "eager")
+    history = model.fit(x=_views(16), batch_size=8, epochs=1, verbose=0).history
+    assert np.isfinite(history["loss"][0])

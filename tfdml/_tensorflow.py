@@ -12,7 +12,7 @@ except ModuleNotFoundError as err:
     if err.name != "tensorflow":
         raise
     raise ImportError(
-        "tfdml.data.pk_batches / eval_batches / augment, datasets.load(source='tfds'), "
+        "tfdml.data.pk_batches / eval_batches / augment / views, datasets.load(source='tfds'), "
         "export, compat, experiments and models.get_preprocess need TensorFlow >= 2.16 (the "
         "core losses, miners, metrics and layers, and tfdml.data.PKDataset, do not). "
         + TENSORFLOW_INSTALL

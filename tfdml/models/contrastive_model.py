@@ -154,8 +154,9 @@ class ContrastiveModel(GradientCache, StateSaving, keras.Model):
     variables in replica context, which ``tf.distribute`` refuses for BYOL and MoCo.
 
     Args:
-        backbone: the network to pretrain, ``[inputs] -> [N, D]`` (a ``keras.Model`` or
-            layer, built, or buildable from the views' shape).
+        backbone: the network to pretrain, ``[inputs] -> [N, D]``: a functional or
+            sequential ``keras.Model`` built on one ``keras.Input`` (wrap another network
+            in ``keras.Sequential([keras.Input(shape), network])``).
         projector: ``[N, D] -> [N, P]`` (:func:`tfdml.models.build_projector`).
         predictor: ``[N, P] -> [N, P]`` (:func:`tfdml.models.build_predictor`); needed by
             SimSiam and BYOL. Defaults to `None`.
@@ -208,16 +209,20 @@ class ContrastiveModel(GradientCache, StateSaving, keras.Model):
             claim_loss(self.contrastive_loss, self)
         self.loss_state = getattr(self.contrastive_loss, "state", None)
         self._ema = None
-        if getattr(backbone, "built", False) and getattr(backbone, "inputs", None):
-            self.build({VIEW1: tuple(backbone.inputs[0].shape)})
+        inputs = getattr(backbone, "inputs", None) if getattr(backbone, "built", False) else None
+        if not inputs or len(inputs) != 1:
+            raise ValueError(
+                "ContrastiveModel needs a backbone with one known input: a functional or "
+                "sequential model built on a `keras.Input` (as Keras Applications and "
+                "keras-hub backbones are). Wrap another one: `keras.Sequential([keras.Input("
+                f"shape), backbone])`. Received: backbone={backbone.name!r}")
+        self.build({VIEW1: tuple(inputs[0].shape)})
 
     def build(self, input_shape):
-        if isinstance(input_shape, dict):
-            shape = input_shape.get(VIEW1, input_shape.get(IMAGES))
-        else:
-            shape = input_shape
+        """Builds the heads and the target network on the backbone's input ``input_shape``
+        (``{"view1": shape}``), and the loss's state (done by ``__init__``)."""
         if not self.embedder.built:
-            self.embedder.build({VIEW1: tuple(shape)})
+            self.embedder.build(input_shape)
         self._check_heads()
         state = self.loss_state
         if state is not None and not state.built:

@@ -128,11 +128,11 @@ class TwoViewNetwork(keras.layers.Layer):
 
     def build_heads(self, input_shape):
         """Builds the heads on the backbone's output and the target copies; the sizes."""
-        features = self.backbone.compute_output_shape(input_shape)
-        if isinstance(features, (list, tuple)) and features and isinstance(features[0],
-                                                                             (list, tuple)):
+        spec = self.backbone.compute_output_spec(keras.KerasTensor(input_shape))
+        if not hasattr(spec, "shape"):
             raise ValueError("The backbone of a ContrastiveModel must give one [N, D] output. "
-                             f"Received output shapes: {features}")
+                             f"Received: {spec}")
+        features = tuple(spec.shape)
         if not self.projector.built:
             self.projector.build(features)
         projection = self.projector.compute_output_shape(features)
