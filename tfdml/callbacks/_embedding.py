@@ -168,6 +168,22 @@ class EmbeddingCallback(keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         self._fit_verbose = None
 
+    def on_epoch_end(self, epoch, logs=None):
+        """At the end of the first epoch and of every ``every``-th one: the values of
+        ``self.evaluate()`` into ``logs``, and printed (``verbose``)."""
+        if epoch > 0 and (epoch + 1) % self.every:
+            return
+        self._epoch = epoch + 1
+        try:
+            values = self.evaluate()
+        finally:
+            self._epoch = None
+        if logs is not None:
+            logs.update(values)
+        if self._verbosity():
+            text = " - ".join(f"{name}: {value:.4f}" for name, value in values.items())
+            print(f"Epoch {epoch + 1}: {text}")
+
     def _verbosity(self):
         """0 (silent), 1 (progress bar and values) or 2 (values only).
 

@@ -141,16 +141,3 @@ class KNNAccuracy(EmbeddingCallback):
                                       metric=self.metric, temperature=self.temperature,
                                       chunk_size=self.chunk_size)
         return {self.name: value}
-
-    def on_epoch_end(self, epoch, logs=None):
-        if epoch > 0 and (epoch + 1) % self.every:
-            return
-        self._epoch = epoch + 1
-        try:
-            values = self.evaluate()
-        finally:
-            self._epoch = None
-        if logs is not None:
-            logs.update(values)
-        if self._verbosity():
-            print(f"Epoch {epoch + 1}: {self.name}: {values[self.name]:.4f}")

@@ -189,17 +189,3 @@ class RecallAtK(EmbeddingCallback):
         if self.index is not None:
             out[f"{self.prefix}index_recall"] = report_index(data)
         return out
-
-    def on_epoch_end(self, epoch, logs=None):
-        if epoch > 0 and (epoch + 1) % self.every:
-            return
-        self._epoch = epoch + 1
-        try:
-            values = self.evaluate()
-        finally:
-            self._epoch = None
-        if logs is not None:
-            logs.update(values)
-        if self._verbosity():
-            text = " - ".join(f"{name}: {value:.4f}" for name, value in values.items())
-            print(f"Epoch {epoch + 1}: {text}")

@@ -45,7 +45,9 @@ def to_pixels(image):
     return _as_float(image)
 
 
-def _seed_or_random(seed):
+def seed_or_random(seed):
+    """``seed`` as a stateless ``tf.random`` seed (int32 or int64), or a random one for
+    ``None``."""
     if seed is None:
         return tf.random.uniform([2], 0, 2**31 - 1, dtype=tf.int32)
     seed = tf.convert_to_tensor(seed)
@@ -211,7 +213,7 @@ def random_crop(image, size, seed=None):
     _check_size("size", size)
     image = tf.convert_to_tensor(image)
     channels = image.shape[-1] if image.shape[-1] is not None else tf.shape(image)[-1]
-    return tf.image.stateless_random_crop(image, [size, size, channels], _seed_or_random(seed))
+    return tf.image.stateless_random_crop(image, [size, size, channels], seed_or_random(seed))
 
 
 def random_flip(image, seed=None):
@@ -229,7 +231,7 @@ def random_flip(image, seed=None):
     >>> tfdml.data.augment.random_flip(tf.zeros([4, 4, 3]), seed=(0, 1)).shape
     TensorShape([4, 4, 3])
     """
-    return tf.image.stateless_random_flip_left_right(image, _seed_or_random(seed))
+    return tf.image.stateless_random_flip_left_right(image, seed_or_random(seed))
 
 
 def crop_to_bbox(image, bbox):
@@ -281,7 +283,7 @@ def crop_to_bbox(image, bbox):
 
 
 def _split(seed, n):
-    seed = _seed_or_random(seed)
+    seed = seed_or_random(seed)
     return [tf.random.experimental.stateless_fold_in(seed, i) for i in range(n)]
 
 

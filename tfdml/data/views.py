@@ -35,13 +35,7 @@ __all__ = ["adjust_brightness", "adjust_contrast", "adjust_hue", "adjust_saturat
 DOCS = _numpy_views.DOCS
 
 
-def _seed(seed):
-    if seed is None:
-        return tf.random.uniform([2], 0, 2**31 - 1, dtype=tf.int32)
-    seed = tf.convert_to_tensor(seed)
-    if seed.dtype not in (tf.int32, tf.int64):
-        seed = tf.cast(seed, tf.int64)
-    return seed
+_seed = augment.seed_or_random
 
 
 def _split(seed, n):
