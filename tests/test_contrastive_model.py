@@ -228,6 +228,23 @@ def test_bad_batches_are_value_errors():
         _model("simclr").compile(optimizer="sgd", loss="mse")
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_monitors_watch_the_projections(tmp_path, mode):
+    """``monitors=``: Keras metrics of the ``[2N, P]`` projections, in the logs; compiled
+    metrics are refused (no labels)."""
+    model = _compile(_model("simclr", monitors=[tfdml.metrics.PCF()]), mode)
+    history = model.fit(x=_views(16), batch_size=8, epochs=2, verbose=0).history
+    assert all(0 < v <= 1 for v in history["pcf"]), history
+    # The epoch's value: the PCF of the projections of the last epoch's batches.
+    model.save(str(tmp_path / "m.keras"))
+    loaded = keras.saving.load_model(str(tmp_path / "m.keras"))
+    assert [type(m).__name__ for m in loaded.monitors] == ["PCF"]
+    with pytest.raises(ValueError, match="monitors"):
+        _model("simclr").compile(optimizer="sgd", metrics=["mae"])
+    with pytest.raises(ValueError, match="monitors"):
+        _model("simclr", monitors=["mae"])
+
+
 def test_output_std_of_collapsed_and_spread_outputs():
     spread = np.random.default_rng(0).normal(size=(64, 16)).astype("float32")
     metric = tfdml.models.monitors.OutputStd()

@@ -140,9 +140,12 @@ class ContrastiveModel(GradientCache, StateSaving, keras.Model):
     one batch of inputs, for retrieval and k-NN evaluation; ``evaluate`` gives the loss on
     two-view batches.
 
-    **Monitor.** The model reports ``output_std`` (:class:`tfdml.metrics.OutputStd` of the
+    **Monitors.** The model reports ``output_std`` (:class:`tfdml.metrics.OutputStd` of the
     projections): about ``1 / sqrt(P)`` while healthy, towards 0 as the embedding
-    collapses.
+    collapses. ``monitors=`` adds other metrics of the projections ``[2N, P]`` (their
+    ``y_true`` is None), e.g. :class:`tfdml.metrics.PCF`; ``compile`` takes no
+    ``metrics``, since there are no labels (:class:`tfdml.callbacks.KNNAccuracy`
+    evaluates the embedding on labelled data).
 
     **Large batches.** ``chunk_size`` embeds ``chunk_size`` samples (both of their views)
     at a time with gradient caching (:class:`tfdml.models.MetricModel`'s docstring): the
@@ -168,6 +171,8 @@ class ContrastiveModel(GradientCache, StateSaving, keras.Model):
         augmenter: a random Keras layer making a view of a batch of images. Defaults to
             `None`.
         chunk_size: samples per chunk of the gradient cache, or `None`. Defaults to `None`.
+        monitors: Keras metrics of the projections, reported with the loss. Defaults to
+            `None`.
         **kwargs: ``name``... for ``keras.Model``.
 
     Examples:
@@ -186,7 +191,7 @@ class ContrastiveModel(GradientCache, StateSaving, keras.Model):
     """
 
     def __init__(self, backbone, projector, predictor=None, algorithm="simsiam", loss=None,
-                 momentum=None, augmenter=None, chunk_size=None, **kwargs):
+                 momentum=None, augmenter=None, chunk_size=None, monitors=None, **kwargs):
         self.momentum = _check_algorithm(algorithm, predictor, momentum)
         chunk_size = check_chunk_size(chunk_size)
         super().__init__(**kwargs)
@@ -205,6 +210,7 @@ class ContrastiveModel(GradientCache, StateSaving, keras.Model):
         self.backbone, self.projector, self.predictor = backbone, projector, predictor
         self.augmenter = augmenter
         self.output_std = OutputStd()
+        self.monitors = _check_monitors(monitors)
         if getattr(self.contrastive_loss, "ownership", None) is not None:
             claim_loss(self.contrastive_loss, self)
         self.loss_state = getattr(self.contrastive_loss, "state", None)
@@ -227,6 +233,12 @@ class ContrastiveModel(GradientCache, StateSaving, keras.Model):
         state = self.loss_state
         if state is not None and not state.built:
             self.contrastive_loss.build_state(self.embedder.widths[0])
+        # The monitors' variables, made now (a metric that makes them at its first update
+        # could not inside a compiled step).
+        rows = ops.zeros((2, self.embedder.widths[0]))
+        for monitor in self.monitors:
+            monitor.update_state(None, rows)
+            monitor.reset_state()
         self.built = True
 
     def _check_heads(self):
@@ -251,15 +263,24 @@ class ContrastiveModel(GradientCache, StateSaving, keras.Model):
         return self.backbone.compute_output_shape(input_shape)
 
     def compile(self, optimizer="rmsprop", loss=None, **kwargs):
-        """``keras.Model.compile`` without ``loss``: the model trains with its algorithm's.
+        """``keras.Model.compile`` without ``loss`` and ``metrics``: the model trains with
+        its algorithm's loss and has no labels to compare with (``monitors=`` watches the
+        projections).
 
         Raises:
-            ValueError: for a ``loss``.
+            ValueError: for a ``loss``, ``metrics`` or ``weighted_metrics``.
         """
         if loss is not None:
             raise ValueError(f"ContrastiveModel {self.name!r} trains with its algorithm's loss; "
                              f"compile it without `loss=` (pass `loss=` to the model). "
                              f"Received: loss={loss!r}")
+        for key in ("metrics", "weighted_metrics"):
+            if kwargs.get(key):
+                raise ValueError(
+                    f"ContrastiveModel {self.name!r} has no labels for compiled metrics; "
+                    "watch its projections with `monitors=` (e.g. [tfdml.metrics.PCF()]) "
+                    f"and its embedding with tfdml.callbacks.KNNAccuracy. Received: "
+                    f"{key}={kwargs[key]!r}")
         super().compile(optimizer=optimizer, **kwargs)
 
     def compile_from_config(self, config):
@@ -286,9 +307,12 @@ class ContrastiveModel(GradientCache, StateSaving, keras.Model):
         return plus_model_losses(value, self.losses)
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
-        """Updates ``output_std`` with the projections, and returns the metrics' results."""
+        """Updates ``output_std`` and the ``monitors`` with the projections ``[2N, P]``, and
+        returns the metrics' results."""
         if y_pred is not None and len(y_pred.shape) == 3:
-            self.output_std.update_state(None, self.embedder.split(y_pred)["z"])
+            projections = self.embedder.split(y_pred)["z"]
+            for monitor in (self.output_std, *self.monitors):
+                monitor.update_state(None, projections)
         return self.get_metrics_result()
 
     # -- the training step: the momentum update, then the stock or the chunked step --------
@@ -349,7 +373,8 @@ class ContrastiveModel(GradientCache, StateSaving, keras.Model):
             algorithm=self.algorithm, loss=serialize(self.contrastive_loss),
             momentum=self.momentum,
             augmenter=None if self.augmenter is None else serialize(self.augmenter),
-            chunk_size=self.chunk_size)
+            chunk_size=self.chunk_size,
+            monitors=[serialize(m) for m in self.monitors] or None)
         return config
 
     @classmethod
@@ -358,7 +383,20 @@ class ContrastiveModel(GradientCache, StateSaving, keras.Model):
         for key in ("backbone", "projector", "predictor", "loss", "augmenter"):
             if config.get(key) is not None:
                 config[key] = keras.saving.deserialize_keras_object(config[key])
+        if config.get("monitors"):
+            config["monitors"] = [keras.saving.deserialize_keras_object(m)
+                                  for m in config["monitors"]]
         return cls(**config)
+
+
+def _check_monitors(monitors):
+    """``monitors`` as a list of Keras metrics (a ValueError naming it otherwise)."""
+    monitors = list(monitors or ())
+    for monitor in monitors:
+        if not isinstance(monitor, keras.metrics.Metric):
+            raise ValueError("`monitors` must be Keras metrics of the projections (e.g. "
+                             f"tfdml.metrics.PCF()). Received: {monitor!r}")
+    return monitors
 
 
 def _call(loss, y_true, y_pred, training):
