@@ -12,6 +12,7 @@ would compute from its own views alone (the mean over the replicas' halves, on o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 
@@ -26,7 +27,7 @@ def split_cpu(replicas):
         cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)])
 
 
-def make_model(weights=None):
+def make_model(weights=None, algorithm="simclr"):
     import keras
 
     import tfdml
@@ -34,7 +35,9 @@ def make_model(weights=None):
     backbone = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="tanh"),
                                  keras.layers.Dense(6)])
     projector = keras.Sequential([keras.layers.Dense(5)])
-    model = tfdml.models.ContrastiveModel(backbone, projector, algorithm="simclr")
+    predictor = None if algorithm == "simclr" else keras.Sequential([keras.layers.Dense(5)])
+    model = tfdml.models.ContrastiveModel(backbone, projector, predictor, algorithm=algorithm,
+                                          momentum=None if algorithm == "simclr" else 0.5)
     if weights is not None:
         model.set_weights(weights)
     return model
@@ -81,6 +84,29 @@ def main():
                                          z[1][k * half:(k + 1) * half]], 0)))
              for k in range(args.replicas)]
     out["per_replica_loss"] = float(np.mean(parts))
+    # BYOL: the momentum update under the strategy, two steps.
+    keras.utils.set_random_seed(args.seed)
+    initial = make_model(algorithm="byol").get_weights()
+    halves = tf.data.Dataset.from_tensor_slices(views).batch(args.batch_size // 2).map(
+        lambda a, b: ((a, b),))
+    for where in ("one", "mirrored"):
+        scope = strategy.scope() if where == "mirrored" else contextlib.nullcontext()
+        with scope:
+            model = make_model(initial, "byol")
+            model.compile(optimizer=keras.optimizers.SGD(0.5), jit_compile=False)
+        model.fit(halves, epochs=1, verbose=0, shuffle=False)
+        out[f"byol_{where}_weights"] = [w.tolist() for w in model.get_weights()]
+    # MoCo refuses the strategy (it does not gather the replicas' keys).
+    with strategy.scope():
+        model = tfdml.models.ContrastiveModel(
+            make_model().backbone, keras.Sequential([keras.layers.Dense(5)]), algorithm="moco",
+            loss=tfdml.losses.MoCoLoss(queue_size=64))
+        model.compile(optimizer="sgd", jit_compile=False)
+    try:
+        model.fit(halves, epochs=1, verbose=0, shuffle=False)
+        out["moco_error"] = None
+    except ValueError as error:
+        out["moco_error"] = str(error)
     print(json.dumps(out))
 
 

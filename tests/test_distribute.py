@@ -90,7 +90,8 @@ def test_cross_batch_memory_holds_the_global_batches_under_mirrored_strategy():
 def test_simclr_gathers_the_views_of_every_replica():
     """A SimCLR step of a ContrastiveModel on 2 replicas equals the step on one device with
     the global batch (TensorFlow Similarity's SimCLR loss gathers across replicas only in
-    part, its issue #258); the per-replica loss differs, so the check can fail."""
+    part, its issue #258); the per-replica loss differs, so the check can fail. Two BYOL
+    steps (the momentum update) equal one device's; MoCo raises."""
     script = pathlib.Path(__file__).resolve().parent / "simclr_distribute_check.py"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
     done = subprocess.run([sys.executable, str(script), "--replicas", "2"], env=env,
@@ -101,3 +102,6 @@ def test_simclr_gathers_the_views_of_every_replica():
     np.testing.assert_allclose(result["mirrored_loss"], result["one_loss"], rtol=1e-5)
     assert abs(result["per_replica_loss"] - result["one_loss"]) > 0.1
     assert _max_diff(result["mirrored_weights"], result["one_weights"]) < 1e-5
+    # BYOL: its momentum update under the strategy equals one device's; MoCo refuses it.
+    assert _max_diff(result["byol_mirrored_weights"], result["byol_one_weights"]) < 1e-5
+    assert "tf.distribute" in (result["moco_error"] or ""), result["moco_error"]

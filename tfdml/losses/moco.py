@@ -16,7 +16,7 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_int, check_positive
-from tfdml._shims import dtype_name
+from tfdml._shims import dtype_name, replica_context
 from tfdml._tensors import check_embeddings, compute_dtype
 from tfdml.losses.ownership import Ownership, check_loss_state
 from tfdml.losses.state import LossState
@@ -168,7 +168,9 @@ class MoCoLoss(keras.losses.Loss):
       by ``2 T`` and sums the two: ``4 T`` times this value, a constant factor.
 
     MoCo v2 takes ``T = 0.2`` and ``K = 65536``; v3 ``T = 1.0`` (ResNet) or ``0.2``
-    (ViT). NaN or Inf in the queries or keys gives NaN; computed in float32 for float16 and
+    (ViT). Under ``keras.distribution`` (JAX) the loss sees the global batch; under a
+    ``tf.distribute`` strategy with several replicas it raises a ValueError (it does
+    not gather the replicas' keys). NaN or Inf in the queries or keys gives NaN; computed in float32 for float16 and
     bfloat16 inputs.
 
     Args:
@@ -240,10 +242,17 @@ class MoCoLoss(keras.losses.Loss):
         writes the keys into the queue.
 
         Raises:
-            ValueError: for bad shapes, a batch of more keys than the queue holds, or a
-                queue that does not exist yet inside a compiled step.
+            ValueError: for bad shapes, a batch of more keys than the queue holds, a
+                queue that does not exist yet inside a compiled step, or a call in a
+                replica of a ``tf.distribute`` strategy with several replicas.
         """
         check_loss_state(self, y_pred)
+        if replica_context() is not None:
+            raise ValueError(
+                f"{self.name!r}: MoCoLoss does not gather the keys of the replicas of a "
+                "tf.distribute strategy (each replica would contrast with its own keys and "
+                "the queue would hold the first replica's only). Train MoCo on one device, "
+                "or under keras.distribution (JAX), where the loss sees the global batch.")
         if self._state is not None:
             self.build_state(getattr(y_pred, "shape", (None,))[-1])
         rows = getattr(y_true, "shape", (None,))[0]

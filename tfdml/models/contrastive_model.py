@@ -153,8 +153,9 @@ class ContrastiveModel(GradientCache, StateSaving, keras.Model):
     negatives, with the activations of one chunk in memory. The step equals the
     whole-batch step for networks without batch normalization, which computes its
     statistics per chunk. Under ``tf.distribute`` the SimCLR loss gathers every replica's
-    views (:class:`tfdml.losses.SelfSupervisedLoss`); the momentum update assigns
-    variables in replica context, which ``tf.distribute`` refuses for BYOL and MoCo.
+    views (:class:`tfdml.losses.SelfSupervisedLoss`) and BYOL's step equals one device's
+    (``tests/test_distribute.py``); :class:`tfdml.losses.MoCoLoss` refuses it (train MoCo
+    under ``keras.distribution``, where the loss sees the global batch).
 
     Args:
         backbone: the network to pretrain, ``[inputs] -> [N, D]``: a functional or
