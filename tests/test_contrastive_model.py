@@ -136,14 +136,19 @@ def test_the_momentum_update_is_the_papers_sequence(mode):
 
 
 def test_the_moco_queue_holds_the_last_keys():
+    """Momentum 0: the step's keys are the online network's projections of both views
+    before its update, normalized, written at rows 0..15; the other rows stay."""
     model = _compile(_model("moco", batch_norm=False, momentum=0.0), "eager")
     views = _views(8)
-    model.train_on_batch(x=views)
     queue = model.contrastive_loss.state
+    initial = to_numpy(queue.keys).copy()
+    network = model.embedder
+    want = np.concatenate([to_numpy(network.projector(network.backbone(v))) for v in views])
+    want /= np.linalg.norm(want, axis=1, keepdims=True)
+    model.train_on_batch(x=views)
     assert int(to_numpy(queue.position)) == 16
-    # momentum 0: the keys are the online projections before the step's update.
-    keys = to_numpy(queue.keys)[:16]
-    np.testing.assert_allclose(np.linalg.norm(keys, axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(to_numpy(queue.keys)[:16], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(to_numpy(queue.keys)[16:], initial[16:])
 
 
 def test_keras_file_round_trip_and_a_resumed_run_equals_a_straight_one(tmp_path):

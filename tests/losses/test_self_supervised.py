@@ -613,6 +613,20 @@ def test_moco_queue_cannot_be_created_inside_a_compiled_step():
                                                           Q.astype(np.float32))
 
 
+def test_moco_a_batch_with_a_nonfinite_key_is_not_written_into_the_queue():
+    """The NaN batch's loss is NaN; the queue keeps its keys and position, so the next
+    finite batch's loss is finite."""
+    loss = MoCoLoss(queue_size=10, seed=0, embedding_dim=DIM, dtype="float64")
+    before = to_numpy(loss.state.keys).copy()
+    k = K.copy()
+    k[1, 2] = np.nan
+    assert np.isnan(to_numpy(loss(k, Q)))
+    np.testing.assert_array_equal(to_numpy(loss.state.keys), before)
+    assert int(to_numpy(loss.state.position)) == 0
+    assert np.isfinite(to_numpy(loss(K, Q)))
+    assert int(to_numpy(loss.state.position)) == len(K) % 10
+
+
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 @pytest.mark.parametrize("where", ["queries_view1", "queries_view2", "keys_view1", "keys_view2"])
 def test_moco_nonfinite_inputs_give_nan(where, bad):

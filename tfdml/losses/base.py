@@ -121,6 +121,7 @@ __all__ = [
     "check_average",
     "check_loss_average",
     "check_sample_weight",
+    "dtype_config",
     "functional_loss",
     "functional_value",
     "mined_pairs",
@@ -242,6 +243,14 @@ def _init_parameters(cls):
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return None
     return frozenset(p.name for p in parameters)
+
+
+def dtype_config(dtype) -> dict:
+    """``{"dtype": ...}``, the serialized dtype policy of a loss made with ``dtype``, or
+    ``{}`` for ``dtype=None`` (floatx when loaded): what a loss's config holds of it."""
+    if dtype is None:
+        return {}
+    return {"dtype": keras.dtype_policies.serialize(keras.dtype_policies.get(dtype))}
 
 
 class MetricLoss(keras.losses.Loss):
@@ -568,9 +577,7 @@ class MetricLoss(keras.losses.Loss):
             config["normalize"] = self.normalize
         if takes("average"):
             config["average"] = self.average
-        if self._config_dtype is not None:
-            config["dtype"] = keras.dtype_policies.serialize(
-                keras.dtype_policies.get(self._config_dtype))
+        config.update(dtype_config(self._config_dtype))
         if self.cross_replica is not None:
             config["cross_replica"] = self.cross_replica
         if self.block_size is not None:

@@ -18,6 +18,7 @@ from tfdml import ops as dml
 from tfdml._checks import check_int, check_positive
 from tfdml._shims import dtype_name, replica_context
 from tfdml._tensors import check_embeddings, compute_dtype
+from tfdml.losses.base import dtype_config
 from tfdml.losses.ownership import Ownership, check_loss_state
 from tfdml.losses.state import LossState
 from tfdml.losses.two_views import split_views
@@ -275,7 +276,5 @@ class MoCoLoss(keras.losses.Loss):
         config = {"name": self.name, "reduction": self.reduction,
                   "temperature": self.temperature, "queue_size": self.queue_size,
                   "embedding_dim": self.embedding_dim, "seed": self.seed}
-        if self._config_dtype is not None:
-            config["dtype"] = keras.dtype_policies.serialize(
-                keras.dtype_policies.get(self._config_dtype))
+        config.update(dtype_config(self._config_dtype))
         return config

@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from tfdml._checks import check_number
-from tfdml.losses.base import MetricLoss, resolve_loss
+from tfdml.losses.base import MetricLoss, dtype_config, resolve_loss
 from tfdml.losses.ownership import check_loss_state
 from tfdml.losses.state import LossState
 from tfdml.losses.wrapper import LossWrapper
@@ -148,9 +148,7 @@ class MultipleLosses(LossWrapper):
         config = {"name": self.name,
                   "losses": [keras.saving.serialize_keras_object(loss) for loss in self.losses],
                   "weights": list(self.weights)}
-        if self._config_dtype is not None:
-            config["dtype"] = keras.dtype_policies.serialize(
-                keras.dtype_policies.get(self._config_dtype))
+        config.update(dtype_config(self._config_dtype))
         return config
 
     @classmethod

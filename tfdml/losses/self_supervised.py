@@ -26,6 +26,7 @@ from tfdml import ops as dml
 from tfdml._checks import check_positive
 from tfdml._shims import dtype_name
 from tfdml._tensors import check_embeddings, compute_dtype
+from tfdml.losses.base import dtype_config
 from tfdml.losses.two_views import WholeBatchViewsLoss
 
 __all__ = ["BYOLLoss", "BarlowTwinsLoss", "SimSiamLoss", "barlow_twins_loss", "byol_loss",
@@ -231,9 +232,7 @@ class _TargetLoss(keras.losses.Loss):
     def get_config(self):
         config = {"name": self.name, "reduction": self.reduction,
                   **{key: getattr(self, key) for key in self._argument_names}}
-        if self._config_dtype is not None:
-            config["dtype"] = keras.dtype_policies.serialize(
-                keras.dtype_policies.get(self._config_dtype))
+        config.update(dtype_config(self._config_dtype))
         return config
 
 

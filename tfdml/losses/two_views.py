@@ -20,7 +20,7 @@ from tfdml import ops as dml
 from tfdml._checks import check_positive
 from tfdml._shims import dtype_name, replica_context
 from tfdml._tensors import check_embeddings, compute_dtype
-from tfdml.losses.base import AnchorTerms, resolve_loss
+from tfdml.losses.base import AnchorTerms, dtype_config, resolve_loss
 from tfdml.losses.wrapper import LossWrapper
 
 __all__ = ["SelfSupervisedLoss", "VICRegLoss", "WholeBatchViewsLoss", "split_views", "vicreg_loss"]
@@ -164,9 +164,7 @@ class WholeBatchViewsLoss(keras.losses.Loss):
 
     def get_config(self):
         config = {"name": self.name, **self.arguments}
-        if self._config_dtype is not None:
-            config["dtype"] = keras.dtype_policies.serialize(
-                keras.dtype_policies.get(self._config_dtype))
+        config.update(dtype_config(self._config_dtype))
         return config
 
 
