@@ -473,7 +473,7 @@ def gather_replicas(ctx, labels, y_pred, sample_weight=None):
     """
     import tensorflow as tf  # a context exists only under TensorFlow
 
-    labels = tf.reshape(labels, [-1])
+    labels = tf.reshape(labels, [-1] if labels.shape.rank == 1 else [-1, labels.shape[-1]])
     y_pred = tf.convert_to_tensor(y_pred)
     local = tf.shape(labels)[0]
     if sample_weight is not None:

@@ -13,6 +13,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from tfdml._labels import check_multi_hot, is_multi_label
 from tfdml._shims import (
     backend_name,
     bitcast_to_int64,
@@ -30,6 +31,7 @@ __all__ = [
     "check_ref_offset",
     "compute_dtype",
     "is_number",
+    "multi_hot_ok",
     "same_label_dtype",
     "validate_class_ids",
 ]
@@ -109,16 +111,47 @@ def _check_label_shape(shape, name):
         return True
     if rank != 1:
         raise ValueError(
-            f"`{name}` must be integer class ids of shape [B] or [B, 1]. "
-            f"Received: {name}.shape={tuple(shape)}"
+            f"`{name}` must be integer class ids of shape [B] or [B, 1], or multi-hot label "
+            f"sets of shape [B, L] with L >= 2. Received: {name}.shape={tuple(shape)}"
         )
     return False
 
 
-def cast_labels(labels, name: str = "labels"):
-    """Returns integer class ids as an integer tensor of shape ``[B]``.
+def _cast_multi_hot(labels, name):
+    """``[B, L]`` multi-hot labels as int32 0/1; a value other than 0 or 1 becomes -1 when
+    traced (:func:`multi_hot_ok` is then false), a ValueError eagerly."""
+    if not is_tensor(labels):
+        return ops.convert_to_tensor(check_multi_hot(labels, name).astype(np.int32))
+    dtype = dtype_name(labels)
+    if dtype == "string" or not (dtype.startswith(("int", "uint", "float", "bfloat"))
+                                 or dtype == "bool"):
+        raise ValueError(f"`{name}` must hold 0 and 1 (multi-hot). Received: "
+                         f"{name}.dtype={dtype}")
+    if not is_traced(labels):
+        return ops.convert_to_tensor(
+            check_multi_hot(ops.convert_to_numpy(labels), name).astype(np.int32))
+    one, zero = ops.equal(labels, 1), ops.equal(labels, 0)
+    return ops.where(one, 1, ops.where(zero, 0, -1))
 
-    Accepts shape ``[B]`` or ``[B, 1]``, any integer dtype, and floats that
+
+def multi_hot_ok(labels):
+    """For ``[B, L]`` multi-hot labels cast by :func:`cast_labels`: a scalar bool, true
+    when every value is 0 or 1 and every sample has a label (``True``, a Python bool, for
+    class ids and for labels checked eagerly already)."""
+    if not is_multi_label(labels) or not is_traced(labels):
+        return True
+    valid = ops.all(ops.greater_equal(labels, 0))
+    return ops.logical_and(valid, ops.all(ops.any(ops.equal(labels, 1), axis=1)))
+
+
+def cast_labels(labels, name: str = "labels"):
+    """Returns integer class ids as an integer tensor of shape ``[B]`` (or multi-hot
+    label sets as ``[B, L]`` int32 0/1).
+
+    Labels of shape ``[B, L]`` with ``L >= 2`` are multi-hot label sets
+    (:mod:`tfdml._labels`): checked eagerly (values 0 or 1, no empty set) and
+    cast to int32; when traced, a value other than 0 or 1 becomes -1, which
+    :func:`multi_hot_ok` reports. Class ids: accepts shape ``[B]`` or ``[B, 1]``, any integer dtype, and floats that
     hold whole numbers. The result is ``int32`` for integer types of at most
     32 bits (``uint32``: ``int64``) and ``int64`` for 64-bit ids and for
     floats, so that no two distinct ids are merged: ``uint64`` ids are
@@ -135,6 +168,8 @@ def cast_labels(labels, name: str = "labels"):
             number (checked where the values can be read, i.e. not inside a
             compiled function).
     """
+    if is_multi_label(labels):
+        return _cast_multi_hot(labels, name)
     if not is_tensor(labels):
         given = labels
         array = _numpy_labels(np.asarray(labels), name)

@@ -8,8 +8,9 @@ indexing or index lists.
 
 Conventions:
 
-* ``labels`` are integer class ids of shape ``[B]`` (``[B, 1]`` is accepted).
-  They are cast to ``int32`` (``int64`` ids stay ``int64``) before anything
+* ``labels`` are integer class ids of shape ``[B]`` (``[B, 1]`` is accepted), or
+  multi-hot label sets ``[B, L]`` (``L >= 2``; :func:`multi_hot` converts a padded list
+  of label ids), which :func:`label_masks` turns into pairs. Class ids are cast to ``int32`` (``int64`` ids stay ``int64``) before anything
   else: in ``bfloat16`` the ids 256 and 257 are the same number, so converting
   labels to the loss dtype first would silently merge classes.
 * A *reference set* ``(ref_embeddings, ref_labels)`` of size ``R`` is what
@@ -45,7 +46,9 @@ __all__ = [
     "divide_no_nan",
     "floor",
     "l2_normalize",
+    "label_jaccard",
     "label_masks",
+    "label_overlap",
     "map_row_blocks",
     "masked_argmax",
     "masked_argmin",
@@ -55,6 +58,7 @@ __all__ = [
     "matmul",
     "maximum",
     "mean",
+    "multi_hot",
     "minimum",
     "nan_unless",
     "nan_unless_finite",
@@ -71,6 +75,8 @@ __all__ = [
 
 # Backend shims with the same semantics on every backend (tfdml._shims), part of the API.
 # TRANSITION: plumbing still reached as dml.<name> by callers not yet moved.
+# Labels as NumPy arrays (tfdml._labels): the multi-hot form, its check and its rule.
+from tfdml._labels import check_min_jaccard, is_multi_label, multi_hot  # noqa: E402, F401
 from tfdml._shims import (  # noqa: E402, F401
     arccos,
     clip,
@@ -349,26 +355,100 @@ def distance_matrix(x, y=None, distance: str = "l2"):
 # -- masks and masked selections --------------------------------------------------------------
 
 
-def label_masks(labels, ref_labels=None, ref_offset=0):
-    """Same-class and different-class masks of shape ``[B, R]``.
+def _label_pair(labels, ref_labels):
+    """Both label tensors cast, of one form: class ids (common dtype) or multi-hot (same L)."""
+    labels = cast_labels(labels)
+    ref_labels = labels if ref_labels is None else cast_labels(ref_labels, "ref_labels")
+    multi = is_multi_label(labels)
+    if multi != is_multi_label(ref_labels):
+        raise ValueError(
+            "`labels` and `ref_labels` must both be class ids ([B]) or both multi-hot label "
+            f"sets ([B, L]). Received shapes {tuple(labels.shape)} and "
+            f"{tuple(ref_labels.shape)}")
+    if not multi:
+        return same_label_dtype(labels, ref_labels)
+    width, ref_width = labels.shape[-1], ref_labels.shape[-1]
+    if width is not None and ref_width is not None and width != ref_width:
+        raise ValueError("Multi-hot `labels` and `ref_labels` must have the same number of "
+                         f"labels L. Received L={width} and L={ref_width}")
+    return labels, ref_labels
+
+
+def _hot(labels):
+    return ops.cast(ops.equal(labels, 1), "float32")
+
+
+def label_overlap(labels, ref_labels=None):
+    """``[B, R]`` float32: the number of labels each pair shares.
+
+    For class ids, 1 where the ids are equal and 0 elsewhere; for ``[B, L]``
+    multi-hot label sets, ``|A & B|`` (a matrix product, exact up to 2**24
+    labels). Self-pairs are not removed.
 
     Args:
-        labels: ``[B]`` int32 class ids of the anchors.
-        ref_labels: ``[R]`` int32 class ids of the reference set. Defaults to
+        labels: ``[B]`` class ids or ``[B, L]`` multi-hot labels.
+        ref_labels: the same form, ``[R]`` or ``[R, L]``. Defaults to ``labels``.
+    """
+    labels, ref_labels = _label_pair(labels, ref_labels)
+    if not is_multi_label(labels):
+        return ops.cast(ops.equal(labels[:, None], ref_labels[None, :]), "float32")
+    return ops.matmul(_hot(labels), ops.transpose(_hot(ref_labels)))
+
+
+def label_jaccard(labels, ref_labels=None):
+    """``[B, R]`` float32 Jaccard similarity ``|A & B| / |A | B|`` of the label sets.
+
+    1 or 0 for class ids (same id or not). See :func:`label_overlap`.
+    """
+    labels, ref_labels = _label_pair(labels, ref_labels)
+    inter = label_overlap(labels, ref_labels)
+    if not is_multi_label(labels):
+        return inter
+    size = ops.sum(_hot(labels), axis=1)
+    ref_size = ops.sum(_hot(ref_labels), axis=1)
+    return divide_no_nan(inter, size[:, None] + ref_size[None, :] - inter)
+
+
+def label_masks(labels, ref_labels=None, ref_offset=0, min_jaccard=None):
+    """Positive and negative masks of shape ``[B, R]``: the one place labels become pairs.
+
+    Class ids: positives share the id, negatives do not. Multi-hot label sets
+    ``[B, L]`` (``L >= 2``): positives share a label (with ``min_jaccard``,
+    their Jaccard similarity reaches it), negatives share none; with
+    ``min_jaccard``, a pair that shares labels below it is neither.
+
+    Args:
+        labels: ``[B]`` int32 class ids (``[B, 1]`` accepted) or ``[B, L]``
+            multi-hot labels of the anchors.
+        ref_labels: the reference set's labels, in the same form. Defaults to
             ``labels``.
         ref_offset: anchor ``i`` is reference row ``i + ref_offset``; that
             pair is excluded from the positives. ``None`` when the anchors are
             not in the reference set. Defaults to `0`.
+        min_jaccard: for multi-hot labels, the Jaccard similarity a positive
+            pair needs (in ``(0, 1]``); None: one shared label. Ignored for
+            class ids. Defaults to `None`.
 
     Returns:
         ``(positive_mask, negative_mask)``, boolean. Self-pairs are never
-        positives; negatives are all reference rows of another class.
+        positives.
+
+    Raises:
+        ValueError: for labels of two forms, multi-hot labels of different
+            ``L``, or a ``min_jaccard`` outside ``(0, 1]``.
     """
-    labels = cast_labels(labels)
-    ref_labels = labels if ref_labels is None else cast_labels(ref_labels, "ref_labels")
-    labels, ref_labels = same_label_dtype(labels, ref_labels)
-    same = ops.equal(labels[:, None], ref_labels[None, :])
-    negative = ops.logical_not(same)
+    min_jaccard = check_min_jaccard(min_jaccard)
+    labels, ref_labels = _label_pair(labels, ref_labels)
+    if is_multi_label(labels):
+        inter = label_overlap(labels, ref_labels)
+        negative = ops.equal(inter, 0.0)
+        if min_jaccard is None:
+            same = ops.greater(inter, 0.0)
+        else:
+            same = ops.greater_equal(label_jaccard(labels, ref_labels), min_jaccard - 1e-6)
+    else:
+        same = ops.equal(labels[:, None], ref_labels[None, :])
+        negative = ops.logical_not(same)
     if ref_offset is None:
         return same, negative
     rows = ops.arange(ops.shape(labels)[0], dtype="int32") + ops.cast(ref_offset, "int32")

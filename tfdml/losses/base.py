@@ -88,6 +88,7 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._shims import dtype_name, is_traced
+from tfdml._tensors import multi_hot_ok
 from tfdml.losses.blocks import blocked_terms, check_block_size
 from tfdml.losses.inputs import Inputs, mined_pairs, mined_triplets, prepare_inputs, resolve_miner
 from tfdml.losses.ownership import Ownership, check_loss_state, loss_owner
@@ -192,7 +193,8 @@ def functional_loss(loss_class, terms, y_true, y_pred, ref_embeddings=None, ref_
         loss_class: the loss's class (whether its terms split, for ``average``).
         terms: ``terms(inputs, **arguments) -> AnchorTerms``: the function the class's
             ``terms`` method calls.
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids, or ``[B, L]`` multi-hot label
+            sets (for a loss whose class takes them, :attr:`MetricLoss.multi_label`).
         y_pred: ``[B, D]`` embeddings.
         ref_embeddings, ref_labels, ref_offset: the reference set, as above.
         normalize: L2-normalize the embeddings first.
@@ -213,8 +215,11 @@ def functional_loss(loss_class, terms, y_true, y_pred, ref_embeddings=None, ref_
     """
     check_loss_average(loss_class, average)
     inputs = prepare_inputs(y_true, y_pred, ref_embeddings, ref_labels, ref_offset, normalize)
-    return functional_value(terms(inputs, **arguments), average, y_pred, ref_embeddings,
-                            normalize)
+    if loss_class.multi_label is not True and dml.is_multi_label(inputs.labels):
+        loss_class.check_label_form(loss_class, inputs.labels)
+    value = functional_value(terms(inputs, **arguments), average, y_pred, ref_embeddings,
+                             normalize)
+    return dml.nan_unless(value, multi_hot_ok(inputs.labels))
 
 
 def random_miners(loss):
@@ -314,6 +319,11 @@ class MetricLoss(keras.losses.Loss):
 
     #: The loss mines from a reference set (``ref_embeddings``) as well as from the batch.
     takes_reference_set = True
+
+    #: The loss takes multi-hot label sets ``[B, L]`` as ``y_true`` (its pairs come from
+    #: :func:`tfdml.ops.label_masks`). A string, why not, for a loss that needs one class per
+    #: sample (class vectors; pairs formed within each class).
+    multi_label = True
 
     #: Mine over the global batch under a ``tf.distribute`` strategy: ``None``
     #: (default) whenever more than one replica is in sync, ``True`` the same,
@@ -444,11 +454,22 @@ class MetricLoss(keras.losses.Loss):
         ``training=False`` (evaluation) leaves buffers such as a memory bank
         unchanged; a loss without buffers ignores it.
         """
+        self.check_label_form(labels)
         if not self.blockwise or not self.uses_blocks(embeddings):
             return self.per_anchor(labels, embeddings, ref_embeddings, ref_labels, ref_offset)
         return blocked_terms(self.per_anchor, labels, embeddings, self.block_size,
                              ref_embeddings, ref_labels, ref_offset, random_miners(self),
                              self.trainable_variables, split=self.split_terms)
+
+    def check_label_form(self, labels):
+        """Raises a ValueError for multi-hot ``[B, L]`` labels given to a loss that needs one
+        class id per sample (:attr:`multi_label`)."""
+        if self.multi_label is not True and dml.is_multi_label(labels):
+            raise ValueError(
+                f"{type(self).__name__} needs one class id per sample ({self.multi_label}); "
+                f"it does not take multi-hot label sets. Received: y_true.shape="
+                f"{tuple(labels.shape)}. Use a pair or triplet loss (e.g. "
+                "MultiSimilarityLoss, SupConLoss), which take them.")
 
     # -- state: learned variables, buffers and the random miners' seeds ------------------------
 
@@ -540,11 +561,13 @@ class MetricLoss(keras.losses.Loss):
         check_loss_state(self, y_pred)
         with keras.name_scope(self.name):
             labels = dml.cast_labels(y_true, "y_true")
+            self.check_label_form(labels)
             sample_weight, weights_ok = check_sample_weight(sample_weight)
             value = call_over_replicas(
                 functools.partial(self.loss_value, training=training), self.cross_replica,
                 labels, y_pred, sample_weight, self.reduction)
-            return dml.nan_unless(ops.cast(value, self.dtype), weights_ok)
+            value = dml.nan_unless(ops.cast(value, self.dtype), multi_hot_ok(labels))
+            return dml.nan_unless(value, weights_ok)
 
     def loss_value(self, labels, y_pred, sample_weight=None, training=True):
         """The reduced loss of a batch (the global batch under a strategy), not cast.
@@ -562,8 +585,10 @@ class MetricLoss(keras.losses.Loss):
                             self.reduction)
 
     def call(self, y_true, y_pred):
-        terms = self.compute_terms(dml.cast_labels(y_true, "y_true"), y_pred, training=False)
+        labels = dml.cast_labels(y_true, "y_true")
+        terms = self.compute_terms(labels, y_pred, training=False)
         values, _ = average_terms(terms, self.average)
+        values = dml.nan_unless(values, multi_hot_ok(labels))
         return dml.nan_unless_finite(values, y_pred, distances=not self.normalize)
 
     def get_config(self):

@@ -209,7 +209,7 @@ def blocked_terms(per_anchor, labels, embeddings, block_size, ref_embeddings=Non
     check_batch_sizes(labels, y, "y_true", "y_pred")
     if y.shape[0] is not None and y.shape[0] <= block_size:
         return per_anchor(labels, y, ref_embeddings, ref_labels, ref_offset)
-    labels = ops.reshape(labels, (-1,))
+    labels = ops.reshape(labels, (-1,) if len(labels.shape) == 1 else (-1, labels.shape[-1]))
     if ref_embeddings is None:
         if ref_labels is not None:
             raise ValueError(

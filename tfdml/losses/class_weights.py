@@ -279,6 +279,10 @@ class ClassVectorLoss(MetricLoss):
         **arguments: the loss's own arguments, checked.
     """
 
+    #: One learned vector per class: each sample has one class.
+    multi_label = "each sample is compared with the vector of its class"
+
+
     #: The name of the vectors' variable (``"weights"``, ``"proxies"``, ``"centers"``).
     vector_name = "weights"
 

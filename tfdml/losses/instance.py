@@ -10,7 +10,6 @@ from tfdml import ops as dml
 from tfdml._checks import check_positive
 from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
-from tfdml._tensors import same_label_dtype
 from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
 from tfdml.losses.base import MetricLoss, anchor_terms, functional_loss
 
@@ -24,12 +23,12 @@ def _check_instance(gamma: float = 64.0):
 def _instance_terms(inputs, gamma):
     labels, x, ref_labels, ref, _ = inputs
     logits = ops.convert_to_tensor(gamma, dtype_name(x)) * dml.pairwise_similarity(x, ref)
-    labels, ref_labels = same_label_dtype(labels, ref_labels)
-    # The anchor's targets: every reference sample of its class, the anchor itself included
-    # (it is its own reference row when the reference set is the batch).
-    targets = ops.equal(labels[:, None], ref_labels[None, :])
+    # The anchor's targets: every reference sample of its class (sharing a label, for label
+    # sets), the anchor itself included (it is its own reference row when the reference set
+    # is the batch); the others: every sample of another class (sharing none).
+    targets, others_mask = dml.label_masks(labels, ref_labels, None)
     own, found = dml.masked_logsumexp(logits, targets)
-    others, has_other = dml.masked_logsumexp(logits, ops.logical_not(targets))
+    others, has_other = dml.masked_logsumexp(logits, others_mask)
     zero = ops.zeros((), dtype_name(logits))
     # -log sum_{j: y_j = y_a} softmax_j(gamma s_a.) = softplus(lse_others - lse_own): exact
     # where the loss is tiny (no cancellation), 0 without another class. An anchor without a

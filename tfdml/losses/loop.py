@@ -336,6 +336,10 @@ class LoOpLoss(MetricLoss):
         Negative Embeddings for Deep Metric Learning", ICCV 2021.
     """
 
+    #: Pairs of samples are formed within each class (first and second, third and fourth...).
+    multi_label = "it forms its pairs within each class"
+
+
     blockwise = False  # pairs of the batch: blocks of pairs, in terms
     takes_reference_set = False
 
@@ -382,6 +386,10 @@ _PAIR_COMMON = ("normalize", "reduction", "name", "dtype", "average", "block_siz
 class _PairBaseline(MetricLoss):
     """A loss over the disjoint same-class pairs of the batch, hardest positive and negative
     per pair; ``_base`` names its form in :func:`_per_anchor`."""
+
+    #: Pairs of samples are formed within each class, as LoOp's.
+    multi_label = "it forms its pairs within each class"
+
 
     _base = None
     blockwise = False  # pairs of the batch: blocks of pairs, in terms

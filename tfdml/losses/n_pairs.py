@@ -130,6 +130,10 @@ class NPairsLoss(MetricLoss):
         objective", NIPS 2016.
     """
 
+    #: The anchor and positive of each class are its first two rows.
+    multi_label = "it takes the first two rows of each class as its pair"
+
+
     def __init__(self, normalize=True, average="anchors", reduction="sum_over_batch_size",
                  name="n_pairs_loss", dtype=None):
         super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,

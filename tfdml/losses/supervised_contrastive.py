@@ -39,13 +39,15 @@ def _mined_pairs(inputs, miner):
     return similarity, mined_pairs(inputs, similarity, miner)
 
 
-def _check_supcon_args(temperature: float = 0.1, miner=None):
+def _check_ntxent_args(temperature: float = 0.07, miner=None):
     return {"temperature": check_positive("temperature", temperature),
             "miner": resolve_miner(miner, AllPairsMiner)}
 
 
-def _check_ntxent_args(temperature: float = 0.07, miner=None):
-    return _check_supcon_args(temperature, miner)
+def _check_supcon_args(temperature: float = 0.1, miner=None, graded: bool = False):
+    if not isinstance(graded, bool):
+        raise ValueError(f"`graded` must be True or False. Received: graded={graded!r}")
+    return {**_check_ntxent_args(temperature, miner), "graded": graded}
 
 
 def _check_circle_args(margin: float = 0.4, gamma: float = 80.0, miner=None):
@@ -62,7 +64,7 @@ def _has_both(pairs):
     return ops.logical_and(ops.any(pairs.positive, axis=1), ops.any(pairs.negative, axis=1))
 
 
-def _supcon_terms(inputs, temperature, miner):
+def _supcon_terms(inputs, temperature, miner, graded=False):
     similarity, pairs = _mined_pairs(inputs, miner)
     dtype = dtype_name(similarity)
     logits = similarity / ops.convert_to_tensor(temperature, dtype)
@@ -73,6 +75,9 @@ def _supcon_terms(inputs, temperature, miner):
     denominator = ops.where(active, denominator, ops.zeros((), dtype))
     log_prob = logits - denominator[:, None]
     positives = ops.cast(pairs.positive, dtype)
+    if graded:  # Multi-SupCon: each positive weighted by the Jaccard similarity of the sets
+        log_prob = log_prob * ops.cast(dml.label_jaccard(inputs.labels, inputs.ref_labels),
+                                       dtype)
     total = -ops.sum(ops.where(pairs.positive, log_prob, ops.zeros((), dtype)), axis=1)
     losses = dml.divide_no_nan(total, ops.sum(positives, axis=1))
     return anchor_terms(losses, active)
@@ -199,10 +204,22 @@ class SupConLoss(MetricLoss):
     rate, and which tfdml (like pytorch-metric-learning) leaves out. A
     :class:`CrossBatchMemory` plugs in through ``ref_embeddings``.
 
+    **Multi-label** (``y_true`` ``[B, L]`` multi-hot): ``P(a)`` are the samples
+    that share a label with ``a``. ``graded=True`` is Multi-SupCon
+    (pytorch-metric-learning #658 / #667): each positive's term is weighted by the Jaccard similarity
+    ``J_ap = |Y_a & Y_p| / |Y_a | Y_p|`` of the label sets::
+
+        L_a = -1/|P(a)| sum_{p in P(a)} J_ap log( exp(s_ap / T) / sum_{j in A(a)} exp(s_aj / T) )
+
+    so that a positive sharing one label of five pulls less than an exact
+    match. With one label per sample ``J_ap = 1`` and it is SupCon.
+
     Args:
         temperature: ``T > 0``. Defaults to `0.1`.
         miner: a pair miner restricting ``P(a)`` and ``A(a)``. Defaults to
             `None` (every pair).
+        graded: weight each positive by the Jaccard similarity of its label
+            set with the anchor's (Multi-SupCon). Defaults to `False`.
         {SHARED_ARGS}
 
     Examples:
@@ -211,13 +228,17 @@ class SupConLoss(MetricLoss):
 
     Reference:
         Khosla et al., "Supervised contrastive learning", NeurIPS 2020.
+        Multi-SupCon: the multi-label supervised contrastive loss of the
+        NeurIPS 2022 Self-Supervised Learning workshop (paper 8), as proposed
+        for pytorch-metric-learning in issue #658 and PR #667.
     """
 
     def __init__(self, temperature: float = 0.1, miner=None, normalize=True, average="anchors",
-                 reduction="sum_over_batch_size", name="supcon_loss", dtype=None, block_size=None):
+                 reduction="sum_over_batch_size", name="supcon_loss", dtype=None, block_size=None,
+                 graded: bool = False):
         super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
                          dtype=dtype, block_size=block_size,
-                         **_check_supcon_args(temperature, miner))
+                         **_check_supcon_args(temperature, miner, graded))
 
     def terms(self, inputs):
         return _supcon_terms(inputs, **self.arguments)
@@ -225,13 +246,15 @@ class SupConLoss(MetricLoss):
 
 @fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
 def supcon_loss(y_true, y_pred, temperature: float = 0.1, miner=None, normalize=True,
-                ref_embeddings=None, ref_labels=None, ref_offset=None, average="anchors"):
+                ref_embeddings=None, ref_labels=None, ref_offset=None, average="anchors",
+                graded: bool = False):
     """Functional form of :class:`SupConLoss`: the mean over anchors with a positive and a negative.
 
     Args:
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids, or ``[B, L]`` multi-hot
+            label sets.
         y_pred: ``[B, D]`` embeddings.
-        temperature, miner, normalize, average: as in :class:`SupConLoss`.
+        temperature, miner, normalize, average, graded: as in :class:`SupConLoss`.
         {REFERENCE_ARGS}
 
     Returns:
@@ -239,7 +262,8 @@ def supcon_loss(y_true, y_pred, temperature: float = 0.1, miner=None, normalize=
         negative, NaN when an embedding is NaN or Inf.
     """
     return functional_loss(SupConLoss, _supcon_terms, y_true, y_pred, ref_embeddings, ref_labels,
-                           ref_offset, normalize, average, **_check_supcon_args(temperature, miner))
+                           ref_offset, normalize, average,
+                           **_check_supcon_args(temperature, miner, graded))
 
 
 @keras.saving.register_keras_serializable(package="tfdml")

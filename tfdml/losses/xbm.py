@@ -19,15 +19,16 @@ class MemoryBank(LossState):
     """A FIFO bank of ``memory_size`` past embeddings and their labels.
 
     Variables (non-trainable, float32 / int32): ``embeddings [M, D]``,
-    ``labels [M]``, ``position`` (the next row to write), ``filled`` (rows
+    ``labels [M]`` (``[M, L]`` multi-hot label sets with ``num_labels``), ``position`` (the next row to write), ``filled`` (rows
     written so far, at most ``M``) and ``steps`` (training calls so far).
     Under a ``tf.distribute`` strategy every replica writes the same global
     batch, and the first replica's write is kept.
     """
 
-    def __init__(self, memory_size, children=(), **kwargs):
+    def __init__(self, memory_size, num_labels=None, children=(), **kwargs):
         super().__init__(children=children, needs_embedding_dim=True, **kwargs)
         self.memory_size = memory_size
+        self.num_labels = num_labels
 
     def make_variables(self, embedding_dim):
         def variable(name, shape, dtype):
@@ -36,7 +37,9 @@ class MemoryBank(LossState):
                                    aggregation="only_first_replica")
 
         self.embeddings = variable("embeddings", (self.memory_size, embedding_dim), "float32")
-        self.labels = variable("labels", (self.memory_size,), "int32")
+        shape = (self.memory_size,) if self.num_labels is None else (self.memory_size,
+                                                                      self.num_labels)
+        self.labels = variable("labels", shape, "int32")
         self.position = variable("position", (), "int32")
         self.filled = variable("filled", (), "int32")
         self.steps = variable("steps", (), "int32")
@@ -101,6 +104,8 @@ class CrossBatchMemory(LossWrapper):
         warmup_steps: training steps before the bank is used (the bank is
             filled meanwhile). Defaults to `0`.
         embedding_dim: ``D``. Defaults to `None` (from the model).
+        num_labels: ``L``, for multi-hot label sets ``[B, L]`` as ``y_true``: the bank
+            keeps each sample's set. `None`: class ids. Defaults to `None`.
         reduction: see :mod:`tfdml.losses.base`. Defaults to
             `"sum_over_batch_size"`.
         name: name of the loss. Defaults to `"xbm_" + loss.name`.
@@ -122,7 +127,8 @@ class CrossBatchMemory(LossWrapper):
     takes_reference_set = False
 
     def __init__(self, loss, memory_size: int = 1024, warmup_steps: int = 0,
-                 embedding_dim=None, reduction="sum_over_batch_size", name=None, dtype=None):
+                 embedding_dim=None, reduction="sum_over_batch_size", name=None, dtype=None,
+                 num_labels=None):
         loss = resolve_loss(loss)
         if not loss.takes_reference_set:
             raise ValueError(
@@ -131,15 +137,18 @@ class CrossBatchMemory(LossWrapper):
             )
         memory_size = check_int("memory_size", memory_size)
         warmup_steps = check_int("warmup_steps", warmup_steps, minimum=0)
+        if num_labels is not None:
+            num_labels = check_int("num_labels", num_labels, minimum=2)
         super().__init__(normalize=loss.normalize, reduction=reduction,
                          name=name or f"xbm_{loss.name}", dtype=dtype, average=loss.average,
                          loss=loss, memory_size=int(memory_size),
                          warmup_steps=int(warmup_steps),
-                         embedding_dim=None if embedding_dim is None else int(embedding_dim))
+                         embedding_dim=None if embedding_dim is None else int(embedding_dim),
+                         num_labels=num_labels)
 
     def make_state(self):
         # The wrapped loss's state holds its miners' seeds.
-        return MemoryBank(self.memory_size, name=f"{self.name}_state",
+        return MemoryBank(self.memory_size, self.num_labels, name=f"{self.name}_state",
                           children=[loss.state for loss in self.wrapped_losses])
 
     def build_state(self, embedding_dim=None):
@@ -149,6 +158,16 @@ class CrossBatchMemory(LossWrapper):
     def bank(self) -> MemoryBank:
         """The :class:`MemoryBank` (built on first use)."""
         return self.state
+
+    def _check_bank_labels(self, labels):
+        multi = dml.is_multi_label(labels)
+        if multi == (self.num_labels is not None) and (
+                not multi or labels.shape[-1] in (None, self.num_labels)):
+            return
+        raise ValueError(
+            "CrossBatchMemory keeps class ids ([B]) by default, and multi-hot label sets "
+            "([B, L]) with `num_labels=L`. Received: y_true.shape="
+            f"{tuple(labels.shape)}, num_labels={self.num_labels!r}")
 
     def compute_terms(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
                       ref_offset=None, training=True):
@@ -166,6 +185,7 @@ class CrossBatchMemory(LossWrapper):
             raise ValueError(
                 f"`memory_size` ({self.memory_size}) must be at least the batch size ({batch}).")
         labels = dml.cast_labels(labels, "y_true")
+        self._check_bank_labels(labels)
         x = ops.convert_to_tensor(embeddings)
         dtype = compute_dtype(x.dtype)
         past = ops.stop_gradient(ops.cast(bank.embeddings, dtype))

@@ -45,8 +45,10 @@ from .class_vectors import (
     unit_class_vectors,
 )
 from .core import (
+    LabelSet,
     anchor_values,
     as_floats,
+    as_label_list,
     average_terms,
     cross_entropy,
     distance,
@@ -203,7 +205,9 @@ _psi = large_margin_psi
 _dsm_gaps = dynamic_soft_margin_gaps
 
 __all__ = [
+    "LabelSet",
     "anchor_values",
+    "as_label_list",
     "ANGULAR_ALPHA",
     "angular_loss",
     "arcface_loss",

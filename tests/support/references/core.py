@@ -97,10 +97,34 @@ def softplus(z):
 # -- labels and candidates ------------------------------------------------------------------------
 
 
+class LabelSet(frozenset):
+    """One sample's multi-label set. ``==`` is the multi-label rule: two sets are "the same
+    class" (positives) when they share a label, and ``!=`` (negatives) when they share none,
+    so the references' ``labels[p] == labels[a]`` read multi-hot labels as they read ids."""
+
+    def __eq__(self, other):
+        return bool(frozenset(self) & frozenset(other))
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = frozenset.__hash__
+
+
+def as_label_list(labels):
+    """Class ids as Python ints, or ``[N, L]`` multi-hot rows as :class:`LabelSet` objects."""
+    if isinstance(labels, list) and labels and isinstance(labels[0], LabelSet):
+        return labels
+    array = np.asarray(labels)
+    if array.ndim == 2 and array.shape[1] > 1:
+        return [LabelSet(np.flatnonzero(row).tolist()) for row in array]
+    return [int(v) for v in array.reshape(-1)]
+
+
 def label_masks(labels, ref_labels=None, ref_offset=0):
     """Boolean ``(positive, negative)`` matrices ``[B, R]`` built pair by pair."""
-    labels = [int(v) for v in np.asarray(labels).reshape(-1)]
-    ref_labels = labels if ref_labels is None else [int(v) for v in np.asarray(ref_labels)]
+    labels = as_label_list(labels)
+    ref_labels = labels if ref_labels is None else as_label_list(ref_labels)
     pos = np.zeros((len(labels), len(ref_labels)), dtype=bool)
     neg = np.zeros_like(pos)
     for a in range(len(labels)):
@@ -172,10 +196,10 @@ def margin_scores(embeddings, ref_embeddings=None, distance_kind="squared_l2", n
 
 
 def split_ref(labels, ref_embeddings, ref_labels, ref_offset):
-    labels = [int(v) for v in np.asarray(labels).reshape(-1)]
+    labels = as_label_list(labels)
     if ref_embeddings is None:
         return labels, labels, 0
-    return labels, [int(v) for v in np.asarray(ref_labels).reshape(-1)], ref_offset
+    return labels, as_label_list(ref_labels), ref_offset
 
 
 # -- averages and log-sum-exp ---------------------------------------------------------------------

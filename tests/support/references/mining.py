@@ -13,6 +13,7 @@ import numpy as np
 
 from .core import (
     as_floats,
+    as_label_list,
     least_similar,
     most_similar,
     negatives_of,
@@ -75,8 +76,8 @@ def mine_triplets(scores, labels, ref_labels=None, ref_offset=0, positive="easy"
     possible (a random positive that leaves no valid negative).
     """
     scores = np.asarray(scores, dtype=np.float64)
-    labels = [int(v) for v in np.asarray(labels).reshape(-1)]
-    ref_labels = labels if ref_labels is None else [int(v) for v in np.asarray(ref_labels)]
+    labels = as_label_list(labels)
+    ref_labels = labels if ref_labels is None else as_label_list(ref_labels)
     triplets = set()
     if disjoint:
         if "all" in (positive, negative):
@@ -228,8 +229,8 @@ def multi_similarity_pairs(scores, labels, ref_labels=None, ref_offset=0, epsilo
     no pair at all.
     """
     scores = np.asarray(scores, dtype=np.float64)
-    labels = [int(v) for v in np.asarray(labels).reshape(-1)]
-    ref_labels = labels if ref_labels is None else [int(v) for v in np.asarray(ref_labels)]
+    labels = as_label_list(labels)
+    ref_labels = labels if ref_labels is None else as_label_list(ref_labels)
     pos_mask = np.zeros(scores.shape, dtype=bool)
     neg_mask = np.zeros(scores.shape, dtype=bool)
     for a in range(len(labels)):

@@ -25,12 +25,13 @@ from .core import (
 
 
 def supcon_loss(labels, embeddings, temperature=0.1, normalize=True, ref_embeddings=None,
-                ref_labels=None, ref_offset=None, average="anchors"):
+                ref_labels=None, ref_offset=None, average="anchors", graded=False):
     """Supervised contrastive loss (Khosla et al. 2020).
 
     ``L_a = -1/|P(a)| sum_{p in P(a)} [s_ap / T - log sum_{j in A(a)} exp(s_aj / T)]`` with
     ``A(a) = P(a) + N(a)`` (every reference row but the anchor itself); one term per
-    anchor that has a positive and a negative.
+    anchor that has a positive and a negative. ``graded`` (Multi-SupCon, multi-hot labels):
+    each positive's term times the Jaccard similarity of the two label sets.
     """
     labels, ref_labels, ref_offset = split_ref(labels, ref_embeddings, ref_labels, ref_offset)
     s = nca_scores(embeddings, ref_embeddings, normalize)
@@ -41,7 +42,10 @@ def supcon_loss(labels, embeddings, temperature=0.1, normalize=True, ref_embeddi
         if not pos or not neg:
             continue
         log_z = logsumexp([s[a, j] / temperature for j in pos + neg])
-        terms[a] = [-sum(s[a, p] / temperature - log_z for p in pos) / len(pos)]
+        weight = [len(labels[a] & ref_labels[p]) / len(labels[a] | ref_labels[p]) if graded
+                  else 1.0 for p in pos]
+        terms[a] = [-sum(w * (s[a, p] / temperature - log_z) for w, p in zip(weight, pos, strict=True))
+                    / len(pos)]
     return average_terms(terms, average, len(labels)), terms
 
 
