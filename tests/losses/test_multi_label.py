@@ -165,6 +165,35 @@ def test_pair_miners_mine_label_sets_as_the_reference():
     np.testing.assert_array_equal(pairs, ref.multi_similarity_pairs(scores, y, epsilon=0.1))
 
 
+@pytest.mark.parametrize("strategy", [("easy", "hard"), ("all", "all")])
+def test_miners_take_min_jaccard(strategy):
+    """A positive needs a Jaccard similarity >= 0.5; a pair sharing less is neither."""
+    y, x = _label_sets(seed=19), _embeddings(seed=20)
+    sets = [ref.JaccardSet(s, 0.5) for s in ref.as_label_list(y)]
+    unit = ref.l2_normalize(x)
+    scores = unit @ unit.T
+    miner = TripletMiner(*strategy, min_jaccard=0.5)
+    got = ref.triplet_set(*to_numpy(tuple(miner.mine(scores.astype("float32"), y))))
+    assert got == ref.mine_triplets(scores, sets, positive=strategy[0], negative=strategy[1])
+    assert got != ref.mine_triplets(scores, y, positive=strategy[0], negative=strategy[1])
+    assert TripletMiner.from_config(miner.get_config()).min_jaccard == 0.5
+    assert "min_jaccard" not in TripletMiner(*strategy).get_config()  # configs as before
+
+
+def test_losses_take_min_jaccard_through_their_miner():
+    y, x = _label_sets(seed=21), _embeddings(seed=22)
+    sets = [ref.JaccardSet(s, 0.4) for s in ref.as_label_list(y)]
+    loss = SupConLoss(miner=AllPairsMiner(min_jaccard=0.4))
+    value = float(to_numpy(loss(y, x)))
+    np.testing.assert_allclose(value, ref.supcon_loss(sets, x)[0], rtol=1e-5)
+    assert abs(value - ref.supcon_loss(y, x)[0]) > 1e-3  # not the shared-label value
+    loss = TripletNCALoss(2, miner=TripletMiner("easy", "hard", min_jaccard=0.4))
+    np.testing.assert_allclose(float(to_numpy(loss(y, x))), ref.nca_loss(sets, x, 2)[0],
+                               rtol=1e-5)
+    with pytest.raises(ValueError, match="min_jaccard"):
+        AllPairsMiner(min_jaccard=0.0)
+
+
 # -- the one place: label_masks ---------------------------------------------------------------
 
 

@@ -92,7 +92,7 @@ def _selection(inputs: Inputs, miner):
     labels, x, ref_labels, ref, ref_offset = inputs
     dist = dml.distance_matrix(x, ref, "l2")
     if _every_combination(miner):  # its [B, R, R] mask is the product of the label masks
-        return dist, Pairs(*dml.label_masks(labels, ref_labels, ref_offset))
+        return dist, Pairs(*miner.label_masks(labels, ref_labels, ref_offset))
     return dist, miner.mine(-dist, labels, ref_labels, ref_offset, x, ref)
 
 

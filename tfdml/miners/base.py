@@ -166,14 +166,28 @@ class Miner:
     #: refuses them.
     blockwise = True
 
+    #: For multi-hot label sets: the Jaccard similarity a positive pair needs, or None (a
+    #: shared label). Miners take it as ``min_jaccard=``.
+    min_jaccard = None
+
+    def label_masks(self, labels, ref_labels=None, ref_offset=0):
+        """The positive and negative masks the miner selects from: :func:`tfdml.ops.label_masks`
+        with its ``min_jaccard``."""
+        return dml.label_masks(labels, ref_labels, ref_offset, self.min_jaccard)
+
+    def with_min_jaccard(self, config: dict) -> dict:
+        """``config`` with ``min_jaccard`` when it is set (configs without it load as before)."""
+        return config if self.min_jaccard is None else {**config, "min_jaccard": self.min_jaccard}
+
     def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
              ref_embeddings=None):
         """Selects triplets or pairs.
 
         Args:
             scores: ``[B, R]`` float tensor, larger means more similar.
-            labels: ``[B]`` class ids of the anchors.
-            ref_labels: ``[R]`` class ids of the reference set. Defaults to
+            labels: ``[B]`` class ids of the anchors, or ``[B, L]`` multi-hot label
+                sets (positives share a label, or reach ``min_jaccard``).
+            ref_labels: ``[R]`` class ids (``[R, L]`` label sets) of the reference set. Defaults to
                 ``labels`` (the reference set is the batch).
             ref_offset: anchor ``i`` is reference row ``i + ref_offset``
                 (excluded from its positives); ``None`` when the anchors are

@@ -69,6 +69,9 @@ class TripletMarginMiner(Miner):
             Defaults to `"all"`.
         distance: ``"l2"``, ``"squared_l2"`` or ``"cosine"`` (``1 - x.y``).
             Defaults to `"l2"`.
+        min_jaccard: for multi-hot label sets ``[B, L]``, the Jaccard similarity
+            a positive pair needs (:func:`tfdml.ops.label_masks`); `None`: one
+            shared label. Defaults to `None`.
 
     Raises:
         ValueError: for a margin that is not a finite number, or with which
@@ -82,7 +85,8 @@ class TripletMarginMiner(Miner):
     """
 
     def __init__(self, margin: float = 0.2, type_of_triplets: str = "all",
-                 distance: str = "l2"):
+                 distance: str = "l2", min_jaccard: float | None = None):
+        self.min_jaccard = dml.check_min_jaccard(min_jaccard)
         self.margin = check_number("margin", margin, finite=True)
         self.type_of_triplets = check_choice("type_of_triplets", type_of_triplets,
                                              TRIPLET_MARGIN_TYPES)
@@ -100,13 +104,14 @@ class TripletMarginMiner(Miner):
                    f"d_an - d_ap never exceeds {top:g}, so no triplet would be kept")
 
     def get_config(self):
-        return {"margin": self.margin, "type_of_triplets": self.type_of_triplets,
-                "distance": self.distance}
+        return self.with_min_jaccard({"margin": self.margin,
+                                      "type_of_triplets": self.type_of_triplets,
+                                      "distance": self.distance})
 
     def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
              ref_embeddings=None) -> Triplets:
         dist = embedding_distances(embeddings, ref_embeddings, self.distance)
-        positive, negative = dml.label_masks(labels, ref_labels, ref_offset)
+        positive, negative = self.label_masks(labels, ref_labels, ref_offset)
         exists = ops.logical_and(positive[:, :, None], negative[:, None, :])
         gap = dist[:, None, :] - dist[:, :, None]  # [a, p, n]: d_an - d_ap
         margin = ops.convert_to_tensor(self.margin, dtype_name(dist))
@@ -180,6 +185,9 @@ class BatchEasyHardMiner(Miner):
         allowed_neg_range: Defaults to `None`.
         distance: ``"l2"``, ``"squared_l2"`` or ``"cosine"``. Defaults to
             `"l2"`.
+        min_jaccard: for multi-hot label sets ``[B, L]``, the Jaccard similarity
+            a positive pair needs (:func:`tfdml.ops.label_masks`); `None`: one
+            shared label. Defaults to `None`.
 
     Examples:
 
@@ -192,7 +200,9 @@ class BatchEasyHardMiner(Miner):
     """
 
     def __init__(self, pos_strategy: str = "easy", neg_strategy: str = "semihard",
-                 allowed_pos_range=None, allowed_neg_range=None, distance: str = "l2"):
+                 allowed_pos_range=None, allowed_neg_range=None, distance: str = "l2",
+                 min_jaccard: float | None = None):
+        self.min_jaccard = dml.check_min_jaccard(min_jaccard)
         check_choice("pos_strategy", pos_strategy, BATCH_STRATEGIES)
         check_choice("neg_strategy", neg_strategy, BATCH_STRATEGIES)
         strategies = {pos_strategy, neg_strategy}
@@ -210,9 +220,10 @@ class BatchEasyHardMiner(Miner):
                                               self.distance)
 
     def get_config(self):
-        return {"pos_strategy": self.pos_strategy, "neg_strategy": self.neg_strategy,
-                "allowed_pos_range": self.allowed_pos_range,
-                "allowed_neg_range": self.allowed_neg_range, "distance": self.distance}
+        return self.with_min_jaccard({
+            "pos_strategy": self.pos_strategy, "neg_strategy": self.neg_strategy,
+            "allowed_pos_range": self.allowed_pos_range,
+            "allowed_neg_range": self.allowed_neg_range, "distance": self.distance})
 
     def _choose(self, role, strategy, dist, candidates, threshold=None):
         """``(index [B], found [B], distance [B])`` of one choice per anchor."""
@@ -228,7 +239,7 @@ class BatchEasyHardMiner(Miner):
     def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
              ref_embeddings=None):
         dist = embedding_distances(embeddings, ref_embeddings, self.distance)
-        positive, negative = dml.label_masks(labels, ref_labels, ref_offset)
+        positive, negative = self.label_masks(labels, ref_labels, ref_offset)
         chosen = {}
         roles = {"positive": (self.pos_strategy, ops.logical_and(
                      positive, _in_range(dist, self.allowed_pos_range))),
@@ -295,6 +306,9 @@ class HDCMiner(Miner):
         filter_percentage: the share kept, in ``(0, 1]``. Defaults to `0.5`.
         distance: ``"l2"``, ``"squared_l2"`` or ``"cosine"``. Defaults to
             `"l2"`.
+        min_jaccard: for multi-hot label sets ``[B, L]``, the Jaccard similarity
+            a positive pair needs (:func:`tfdml.ops.label_masks`); `None`: one
+            shared label. Defaults to `None`.
 
     Examples:
 
@@ -306,18 +320,21 @@ class HDCMiner(Miner):
 
     blockwise = False  # the pairs of the whole batch are ranked (binned) together
 
-    def __init__(self, filter_percentage: float = 0.5, distance: str = "l2"):
+    def __init__(self, filter_percentage: float = 0.5, distance: str = "l2",
+                 min_jaccard: float | None = None):
+        self.min_jaccard = dml.check_min_jaccard(min_jaccard)
         self.filter_percentage = check_number("filter_percentage", filter_percentage, low=0,
                                               high=1, low_open=True)
         self.distance = check_distance(distance)
 
     def get_config(self):
-        return {"filter_percentage": self.filter_percentage, "distance": self.distance}
+        return self.with_min_jaccard({"filter_percentage": self.filter_percentage,
+                                      "distance": self.distance})
 
     def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
              ref_embeddings=None) -> Pairs:
         dist = embedding_distances(embeddings, ref_embeddings, self.distance)
-        positive, negative = dml.label_masks(labels, ref_labels, ref_offset)
+        positive, negative = self.label_masks(labels, ref_labels, ref_offset)
         return Pairs(_hardest_share(dist, positive, self.filter_percentage),
                      _hardest_share(-dist, negative, self.filter_percentage))
 
@@ -339,6 +356,9 @@ class AngularMiner(Miner):
 
     Args:
         angle: in radians, in ``(0, pi/2)``. Defaults to `radians(20)`.
+        min_jaccard: for multi-hot label sets ``[B, L]``, the Jaccard similarity
+            a positive pair needs (:func:`tfdml.ops.label_masks`); `None`: one
+            shared label. Defaults to `None`.
 
     Examples:
 
@@ -350,12 +370,13 @@ class AngularMiner(Miner):
         ICCV 2017.
     """
 
-    def __init__(self, angle: float = math.radians(20)):
+    def __init__(self, angle: float = math.radians(20), min_jaccard: float | None = None):
+        self.min_jaccard = dml.check_min_jaccard(min_jaccard)
         self.angle = check_number("angle", angle, low=0, high=math.pi / 2, low_open=True,
                                   high_open=True)
 
     def get_config(self):
-        return {"angle": self.angle}
+        return self.with_min_jaccard({"angle": self.angle})
 
     def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
              ref_embeddings=None) -> Triplets:
@@ -367,6 +388,6 @@ class AngularMiner(Miner):
         nc = 1.0 + 0.5 * (1.0 + s_ar[:, :, None]) - s_ar[:, None, :] - s_rr[None, :, :]
         tan2 = ops.convert_to_tensor(math.tan(self.angle) ** 2, dtype_name(s_ar))
         wide = ap > 4.0 * tan2 * ops.relu(nc)
-        positive, negative = dml.label_masks(labels, ref_labels, ref_offset)
+        positive, negative = self.label_masks(labels, ref_labels, ref_offset)
         exists = ops.logical_and(positive[:, :, None], negative[:, None, :])
         return Triplets(None, None, ops.logical_and(exists, wide))

@@ -108,6 +108,9 @@ class UniformHistogramMiner(Miner):
             `"l2"` (pytorch-metric-learning's default distance).
         seed: seed of the draws; the same seed gives the same sequence of draws.
             Defaults to `None` (unseeded).
+        min_jaccard: for multi-hot label sets ``[B, L]``, the Jaccard similarity
+            a positive pair needs (:func:`tfdml.ops.label_masks`); `None`: one
+            shared label. Defaults to `None`.
 
     Examples:
 
@@ -118,7 +121,8 @@ class UniformHistogramMiner(Miner):
     blockwise = False  # the pairs of the whole batch are ranked (binned) together
 
     def __init__(self, num_bins: int = 100, pos_per_bin: int = 10, neg_per_bin: int = 10,
-                 distance: str = "l2", seed: int | None = None):
+                 distance: str = "l2", seed: int | None = None, min_jaccard: float | None = None):
+        self.min_jaccard = dml.check_min_jaccard(min_jaccard)
         self.num_bins = check_int("num_bins", num_bins)
         self.pos_per_bin = check_int("pos_per_bin", pos_per_bin)
         self.neg_per_bin = check_int("neg_per_bin", neg_per_bin)
@@ -127,13 +131,14 @@ class UniformHistogramMiner(Miner):
         self._seed_generator = keras.random.SeedGenerator(self.seed)
 
     def get_config(self):
-        return {"num_bins": self.num_bins, "pos_per_bin": self.pos_per_bin,
-                "neg_per_bin": self.neg_per_bin, "distance": self.distance, "seed": self.seed}
+        return self.with_min_jaccard({
+            "num_bins": self.num_bins, "pos_per_bin": self.pos_per_bin,
+            "neg_per_bin": self.neg_per_bin, "distance": self.distance, "seed": self.seed})
 
     def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
              ref_embeddings=None) -> Pairs:
         dist = embedding_distances(embeddings, ref_embeddings, self.distance)
-        positive, negative = dml.label_masks(labels, ref_labels, ref_offset)
+        positive, negative = self.label_masks(labels, ref_labels, ref_offset)
         chosen = []
         for mask, per_bin in ((positive, self.pos_per_bin), (negative, self.neg_per_bin)):
             bins, _ = histogram_bins(dist, mask, self.num_bins)

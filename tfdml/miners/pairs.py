@@ -47,15 +47,26 @@ class AllPairsMiner(Miner):
     learning's reading of no miner); ``miner="default"`` is the loss's own
     miner.
 
+    Args:
+        min_jaccard: for multi-hot label sets ``[B, L]``, the Jaccard similarity
+            a positive pair needs (:func:`tfdml.ops.label_masks`); `None`: one
+            shared label. Defaults to `None`.
+
     Examples:
 
     >>> loss = tfdml.losses.MultiSimilarityLoss(miner=tfdml.miners.AllPairsMiner())
     >>> loss = tfdml.losses.MultiSimilarityLoss(miner=None)  # the same
     """
 
+    def __init__(self, min_jaccard: float | None = None):
+        self.min_jaccard = dml.check_min_jaccard(min_jaccard)
+
+    def get_config(self):
+        return self.with_min_jaccard({})
+
     def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
              ref_embeddings=None) -> Pairs:
-        return Pairs(*dml.label_masks(labels, ref_labels, ref_offset))
+        return Pairs(*self.label_masks(labels, ref_labels, ref_offset))
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -89,6 +100,9 @@ class MultiSimilarityMiner(Miner):
     Args:
         epsilon: the mining margin, ``>= 0``. Defaults to `0.1` (Wang et al.).
         positive: ``"hard"``, ``"easy"`` or ``"all"``. Defaults to `"hard"`.
+        min_jaccard: for multi-hot label sets ``[B, L]``, the Jaccard similarity
+            a positive pair needs (:func:`tfdml.ops.label_masks`); `None`: one
+            shared label. Defaults to `None`.
 
     Returns (from :meth:`mine`):
         :class:`tfdml.miners.Pairs`.
@@ -104,7 +118,9 @@ class MultiSimilarityMiner(Miner):
         :class:`tfdml.losses.MultiSimilarityLoss`.
     """
 
-    def __init__(self, epsilon: float = 0.1, positive: str = "hard"):
+    def __init__(self, epsilon: float = 0.1, positive: str = "hard",
+                 min_jaccard: float | None = None):
+        self.min_jaccard = dml.check_min_jaccard(min_jaccard)
         if not is_number(epsilon) or not epsilon >= 0:
             raise ValueError(f"`epsilon` must be a number >= 0. Received: epsilon={epsilon!r}")
         check_choice("positive", positive, MS_POSITIVE_STRATEGIES)
@@ -112,12 +128,12 @@ class MultiSimilarityMiner(Miner):
         self.positive = positive
 
     def get_config(self):
-        return {"epsilon": self.epsilon, "positive": self.positive}
+        return self.with_min_jaccard({"epsilon": self.epsilon, "positive": self.positive})
 
     def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
              ref_embeddings=None) -> Pairs:
         scores = ops.stop_gradient(ops.convert_to_tensor(scores))
-        positive_mask, negative_mask = dml.label_masks(labels, ref_labels, ref_offset)
+        positive_mask, negative_mask = self.label_masks(labels, ref_labels, ref_offset)
         return multi_similarity_pairs(scores, positive_mask, negative_mask, self.epsilon,
                                       self.positive)
 
@@ -148,6 +164,9 @@ class PairMarginMiner(Miner):
             Defaults to `"l2"` (pytorch-metric-learning's default distance).
             pytorch-metric-learning's ``CosineSimilarity`` with margins
             ``m`` is ``"cosine"`` with margins ``1 - m``.
+        min_jaccard: for multi-hot label sets ``[B, L]``, the Jaccard similarity
+            a positive pair needs (:func:`tfdml.ops.label_masks`); `None`: one
+            shared label. Defaults to `None`.
 
     Raises:
         ValueError: for a margin that is not a finite number, or with which
@@ -159,7 +178,9 @@ class PairMarginMiner(Miner):
     >>> loss = tfdml.losses.ContrastiveLoss(miner=miner)
     """
 
-    def __init__(self, pos_margin: float = 0.2, neg_margin: float = 0.8, distance: str = "l2"):
+    def __init__(self, pos_margin: float = 0.2, neg_margin: float = 0.8, distance: str = "l2",
+                 min_jaccard: float | None = None):
+        self.min_jaccard = dml.check_min_jaccard(min_jaccard)
         self.distance = check_distance(distance)
         top = MAX_DISTANCE[self.distance]
         self.pos_margin = check_number("pos_margin", pos_margin, finite=True)
@@ -172,13 +193,13 @@ class PairMarginMiner(Miner):
                    "no distance is below 0, so no negative pair would be kept")
 
     def get_config(self):
-        return {"pos_margin": self.pos_margin, "neg_margin": self.neg_margin,
-                "distance": self.distance}
+        return self.with_min_jaccard({"pos_margin": self.pos_margin,
+                                      "neg_margin": self.neg_margin, "distance": self.distance})
 
     def mine(self, scores, labels, ref_labels=None, ref_offset=0, embeddings=None,
              ref_embeddings=None) -> Pairs:
         dist = embedding_distances(embeddings, ref_embeddings, self.distance)
-        positive, negative = dml.label_masks(labels, ref_labels, ref_offset)
+        positive, negative = self.label_masks(labels, ref_labels, ref_offset)
         dtype = dtype_name(dist)
         far = dist > ops.convert_to_tensor(self.pos_margin, dtype)
         near = dist < ops.convert_to_tensor(self.neg_margin, dtype)

@@ -99,6 +99,9 @@ class TripletMiner(Miner):
         upper_cutoff: distance-weighted sampling: only negatives closer than
             this are drawn; `None` draws from all. Defaults to `1.4` (Wu et
             al.'s code: ``beta + margin`` of the margin loss).
+        min_jaccard: for multi-hot label sets ``[B, L]``, the Jaccard similarity
+            a positive pair needs (:func:`tfdml.ops.label_masks`); `None`: one
+            shared label. Defaults to `None`.
 
     Examples:
 
@@ -124,7 +127,9 @@ class TripletMiner(Miner):
         seed: int | None = None,
         lower_cutoff: float = 0.5,
         upper_cutoff: float | None = 1.4,
+        min_jaccard: float | None = None,
     ):
+        self.min_jaccard = dml.check_min_jaccard(min_jaccard)
         check_choice("positive", positive, POSITIVE_STRATEGIES)
         check_choice("negative", negative, NEGATIVE_STRATEGIES)
         if disjoint and (positive == "all" or negative == "all"):
@@ -160,14 +165,14 @@ class TripletMiner(Miner):
         return not self.disjoint
 
     def get_config(self):
-        return {
+        return self.with_min_jaccard({
             "positive": self.positive,
             "negative": self.negative,
             "disjoint": self.disjoint,
             "seed": self.seed,
             "lower_cutoff": self.lower_cutoff,
             "upper_cutoff": self.upper_cutoff,
-        }
+        })
 
     # -- mining --------------------------------------------------------------------------------
 
@@ -175,7 +180,7 @@ class TripletMiner(Miner):
              ref_embeddings=None) -> Triplets:
         scores = ops.stop_gradient(ops.convert_to_tensor(scores))
         dtype = dtype_name(scores)
-        positive_mask, negative_mask = dml.label_masks(labels, ref_labels, ref_offset)
+        positive_mask, negative_mask = self.label_masks(labels, ref_labels, ref_offset)
         weights = None
         if self.negative == "distance_weighted":
             log_w, within = distance_log_weights(embeddings, ref_embeddings, self.lower_cutoff,

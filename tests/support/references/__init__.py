@@ -45,6 +45,7 @@ from .class_vectors import (
     unit_class_vectors,
 )
 from .core import (
+    JaccardSet,
     LabelSet,
     anchor_values,
     as_floats,
@@ -205,6 +206,7 @@ _psi = large_margin_psi
 _dsm_gaps = dynamic_soft_margin_gaps
 
 __all__ = [
+    "JaccardSet",
     "LabelSet",
     "anchor_values",
     "as_label_list",

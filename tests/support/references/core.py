@@ -111,6 +111,26 @@ class LabelSet(frozenset):
     __hash__ = frozenset.__hash__
 
 
+class JaccardSet(LabelSet):
+    """A :class:`LabelSet` under ``min_jaccard``: ``==`` (positives) when the Jaccard similarity
+    of the two sets reaches it, ``!=`` (negatives) when they share no label; a pair between
+    is neither."""
+
+    def __new__(cls, labels, min_jaccard):
+        made = super().__new__(cls, labels)
+        made.min_jaccard = min_jaccard
+        return made
+
+    def __eq__(self, other):
+        union = frozenset(self) | frozenset(other)
+        return len(frozenset(self) & frozenset(other)) / len(union) >= self.min_jaccard
+
+    def __ne__(self, other):
+        return not frozenset(self) & frozenset(other)
+
+    __hash__ = frozenset.__hash__
+
+
 def as_label_list(labels):
     """Class ids as Python ints, or ``[N, L]`` multi-hot rows as :class:`LabelSet` objects."""
     if isinstance(labels, list) and labels and isinstance(labels[0], LabelSet):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -312,6 +313,11 @@ def fnmr_at_fmr(embeddings, labels, fmrs, gallery_embeddings=None, gallery_label
     most ``f``; the share of genuine pairs it rejects (score ``< t``)."""
     genuine, impostor = pair_scores(embeddings, labels, gallery_embeddings, gallery_labels,
                                     metric, groups, gallery_groups)
+    return fnmr_from_pair_scores(genuine, impostor, fmrs)
+
+
+def fnmr_from_pair_scores(genuine, impostor, fmrs):
+    """:func:`fnmr_at_fmr` from the lists of genuine and impostor pair scores."""
     genuine, impostor = np.array(genuine), np.array(impostor)
     candidates = sorted(set(genuine.tolist()) | set(impostor.tolist())) + [math.inf]
     result = {}
@@ -354,3 +360,113 @@ def pcf(embeddings, shares):
                 result[r] = n / dim
                 break
     return result
+
+
+# -- multi-hot labels: relevant = the label sets share a label (or a Jaccard >= min_jaccard) ---
+
+
+def label_set(row):
+    """The set of the labels of a multi-hot row: the positions of its ones."""
+    return {j for j, value in enumerate(row) if value}
+
+
+def set_jaccard(a, b):
+    """|A & B| / |A | B| of two label sets, as an exact fraction."""
+    return Fraction(len(a & b), len(a | b))
+
+
+def sets_relevant(a, b, min_jaccard=None):
+    """Two label sets are relevant to each other when they share a label, or with
+    ``min_jaccard`` when their Jaccard similarity is at least ``min_jaccard``."""
+    if min_jaccard is None:
+        return len(a & b) > 0
+    return set_jaccard(a, b) >= Fraction(min_jaccard)
+
+
+def _set_rankings(embeddings, labels, gallery_embeddings, gallery_labels, metric, groups,
+                  gallery_groups):
+    """(rankings left by the exclusions, query label sets, gallery label sets)."""
+    query_sets = [label_set(row) for row in np.asarray(labels)]
+    gallery_sets = (query_sets if gallery_embeddings is None
+                    else [label_set(row) for row in np.asarray(gallery_labels)])
+    rankings = visible_rankings(embeddings, gallery_embeddings, metric, groups, gallery_groups)
+    return rankings, query_sets, gallery_sets
+
+
+def multilabel_metric(name, embeddings, labels, ks=(1,), gallery_embeddings=None,
+                      gallery_labels=None, metric="cosine", unmatched=None, groups=None,
+                      gallery_groups=None, min_jaccard=None):
+    """:func:`grouped_metric` of multi-hot labels: a gallery item is a hit (and counts in
+    R) when its label set is relevant to the query's (:func:`sets_relevant`)."""
+    if unmatched is None:
+        unmatched = "miss" if name == "recall" else "exclude"
+    rankings, query_sets, gallery_sets = _set_rankings(
+        embeddings, labels, gallery_embeddings, gallery_labels, metric, groups, gallery_groups)
+    rels = [[sets_relevant(query_sets[q], gallery_sets[g], min_jaccard) for g in ranking]
+            for q, ranking in enumerate(rankings)]
+    matched = [sum(rel) > 0 for rel in rels]
+    if name in ("map_at_r", "r_precision"):
+        return _mean_over_queries([_per_query(name, rel, 0) for rel in rels], matched, unmatched)
+    return {k: _mean_over_queries([_per_query(name, rel, k) for rel in rels], matched, unmatched)
+            for k in ks}
+
+
+def _kishida_sum(gains, k):
+    """sum_{i=1..k} (g_i / i) sum_{j=1..i} g_j."""
+    total = 0.0
+    for i in range(1, min(k, len(gains)) + 1):
+        cumulative = 0.0
+        for j in range(1, i + 1):
+            cumulative += gains[j - 1]
+        total += gains[i - 1] / i * cumulative
+    return total
+
+
+def graded_map_at_k(embeddings, labels, ks, gallery_embeddings=None, gallery_labels=None,
+                    metric="cosine", unmatched="exclude", groups=None, gallery_groups=None,
+                    min_jaccard=None):
+    """Mean graded AP@K (Kishida 2005): gain = the Jaccard similarity of a relevant pair's
+    label sets (0 otherwise); gAP@K = _kishida_sum(gains, K) / _kishida_sum(ideal, K), the
+    ideal gains those of every ranked item sorted in decreasing order."""
+    rankings, query_sets, gallery_sets = _set_rankings(
+        embeddings, labels, gallery_embeddings, gallery_labels, metric, groups, gallery_groups)
+    result = {}
+    for k in ks:
+        values, matched = [], []
+        for q, ranking in enumerate(rankings):
+            gains = []
+            for g in ranking:
+                relevant = sets_relevant(query_sets[q], gallery_sets[g], min_jaccard)
+                gains.append(float(set_jaccard(query_sets[q], gallery_sets[g]))
+                             if relevant else 0.0)
+            ideal = sorted(gains, reverse=True)
+            matched.append(any(gain > 0 for gain in gains))
+            best = _kishida_sum(ideal, k)
+            values.append(_kishida_sum(gains, k) / best if best > 0 else 0.0)
+        result[k] = _mean_over_queries(values, matched, unmatched)
+    return result
+
+
+def multilabel_fnmr_at_fmr(embeddings, labels, fmrs, gallery_embeddings=None,
+                           gallery_labels=None, metric="cosine", min_jaccard=None):
+    """:func:`fnmr_at_fmr` where a pair is genuine when its label sets are relevant."""
+    queries = np.asarray(embeddings, dtype=np.float64)
+    exclude_self = gallery_embeddings is None
+    gallery = queries if exclude_self else np.asarray(gallery_embeddings, dtype=np.float64)
+    query_sets = [label_set(row) for row in np.asarray(labels)]
+    gallery_sets = (query_sets if exclude_self
+                    else [label_set(row) for row in np.asarray(gallery_labels)])
+    if metric == "cosine":
+        queries, gallery = l2_normalize(queries), l2_normalize(gallery)
+    genuine, impostor = [], []
+    for q in range(len(queries)):
+        for g in range(len(gallery)):
+            if exclude_self and g <= q:
+                continue
+            if metric == "cosine":
+                score = dot(queries[q], gallery[g])
+            else:
+                score = -squared_distance(queries[q], gallery[g])
+            relevant = sets_relevant(query_sets[q], gallery_sets[g], min_jaccard)
+            (genuine if relevant else impostor).append(score)
+    return fnmr_from_pair_scores(genuine, impostor, fmrs)
