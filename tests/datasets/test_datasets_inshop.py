@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import tfdml
 import tfdml.datasets as D
 
 JPEG = tf.io.encode_jpeg(np.zeros((4, 4, 3), np.uint8)).numpy()
@@ -88,3 +89,41 @@ def test_bounding_boxes_when_annotation_present(tmp_path):
     (root / "Anno" / "list_bbox_inshop.txt").write_text("\n".join(lines[:3]) + "\n")
     with pytest.raises(ValueError, match="no box for img/MEN/Denim"):
         D.load_inshop(root, "query")
+
+
+def test_garment_types_are_the_categories(tmp_path):
+    root = make_inshop(tmp_path)
+    names = {1: "MEN/Denim", 2: "WOMEN/Dresses", 3: "WOMEN/Tees"}
+    splits = {s: D.load_inshop(root, s) for s in ("train", "query", "gallery")}
+    for split in splits.values():  # numbered over the whole list: alike in every split
+        assert split.category_names == names
+    assert splits["train"].categories == {2: 2}
+    assert splits["query"].categories == splits["gallery"].categories == {80: 1, 7982: 3}
+
+
+def test_an_item_under_two_types_takes_the_most_common_and_odd_paths_give_none(tmp_path):
+    rows = ROWS + [("img/MEN/Tees/id_00000080/01_4_full.jpg", "id_00000080", "gallery"),
+                   ("img/WOMEN/Tees/id_00000080/01_5_full.jpg", "id_00000080", "gallery")]
+    root = make_inshop(tmp_path / "two", rows=rows)
+    gallery = D.load_inshop(root, "gallery")
+    assert gallery.category_names == {1: "MEN/Denim", 2: "MEN/Tees", 3: "WOMEN/Dresses",
+                                      4: "WOMEN/Tees"}
+    assert gallery.categories == {80: 1, 7982: 4}  # 3 images under MEN/Denim
+    flat = [(name.replace("img/WOMEN/Tees/", "img/"), item, status)
+            for name, item, status in ROWS]
+    plain = D.load_inshop(make_inshop(tmp_path / "flat", rows=flat), "query")
+    assert plain.categories is None and plain.category_names == {}
+
+
+def test_categories_feed_the_sampler(tmp_path):
+    kinds = ("MEN/Denim", "MEN/Tees", "WOMEN/Dresses")
+    rows = [(f"img/{kinds[item % 3]}/id_{item:08d}/0{i}_front.jpg", f"id_{item:08d}", "train")
+            for item in range(1, 10) for i in range(2)]
+    train = D.load_inshop(make_inshop(tmp_path, rows=rows), "train")
+    assert len(set(train.categories.values())) == 3
+    batches = tfdml.data.pk_batches(train, 3, 2, seed=0, categories_per_batch=2,
+                                    map_fn=lambda image: tf.image.resize(image, (2, 2)))
+    for _, y in batches.take(3):
+        classes = y.numpy()[::2]
+        assert len(set(classes.tolist())) == 3
+        assert len({train.categories[int(c)] for c in classes}) == 2

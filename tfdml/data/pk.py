@@ -12,6 +12,12 @@ import math
 import numpy as np
 
 from tfdml._checks import check_int
+from tfdml._labels import check_multi_hot, is_multi_label
+from tfdml.data._categories import (
+    category_class_batches,
+    check_categories_per_batch,
+    class_categories,
+)
 
 __all__ = ["PKSampler", "check_channels"]
 
@@ -40,16 +46,31 @@ def _check_seed(seed):
 
 
 def _check_labels(labels):
-    """``labels`` as a 1-D NumPy array of integer class ids (``[N, 1]`` is flattened)."""
+    """``labels`` as a 1-D NumPy array of integer class ids (``[N, 1]`` is flattened), or
+    ``[N, L]`` multi-hot labels as a bool array (checked by ``check_multi_hot``)."""
     labels = np.asarray(labels)
+    if is_multi_label(labels):
+        return check_multi_hot(labels, "labels")
     if labels.ndim == 2 and labels.shape[1] == 1:
         labels = labels[:, 0]
     if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(
-            "`labels` must be a 1-D array of integer class ids. "
+            "`labels` must be a 1-D array of integer class ids or [N, L] multi-hot labels. "
             f"Received: labels with shape {labels.shape} and dtype {labels.dtype}"
         )
     return labels
+
+
+def _groups(labels):
+    """``(ids, members, counts)``: the class ids (label indices for multi-hot labels), the
+    examples of each (sorted) and their numbers."""
+    if labels.ndim == 2:
+        _, members = np.nonzero(labels.T)
+        counts = labels.sum(axis=0)
+        return np.arange(labels.shape[1]), np.split(members, np.cumsum(counts)[:-1]), counts
+    ids, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
+    order = np.argsort(inverse, kind="stable")
+    return ids, np.split(order, np.cumsum(counts)[:-1]), counts
 
 
 def check_channels(value):
@@ -79,12 +100,36 @@ class PKSampler:
     order topped up with examples drawn with replacement, or, with `small_classes="skip"`,
     left out. A class with K or more examples gives K distinct examples drawn at random.
 
+    **Categories.** `categories` gives each class a category (e.g. the super-class of a
+    Stanford Online Products product). With `categories_per_batch=C`, each batch draws C
+    categories and its P classes among theirs, as open-metric-learning's
+    `CategoryBalanceSampler` does: classes of one category look alike, so the batch holds
+    hard negatives. The categories are drawn without replacement, with probabilities
+    proportional to their number of (kept) classes, so every class is drawn about equally
+    often; each gives `P // C` classes and the `P mod C` left over go to random ones among
+    them. A category with fewer classes than its share passes the rest to the drawn
+    category with the smallest share that has classes left; only when the C categories
+    hold fewer than P classes in all does the batch take classes from more categories.
+    Within a category, classes take turns (random permutations). An epoch is then
+    `steps_per_epoch` such batches (by default `ceil(C / P)` as above, but a class may
+    come twice in an epoch and another not at all). Without `categories_per_batch`,
+    `categories` are only recorded (`class_categories`) and the batches are those drawn
+    without them.
+
+    **Multi-label.** With `[N, L]` multi-hot `labels` each example carries a set of
+    labels, and the sampler draws labels where it draws classes: P distinct labels per
+    batch (among those with at least `min_class_size` examples, as classes) and K examples
+    carrying each drawn label. An example can carry two drawn labels; it is drawn twice in
+    a batch only when a label has fewer than K examples not already in the batch.
+    `categories` then gives one category per label.
+
     **Determinism.** `epoch_batches(epoch)` depends only on `seed` and `epoch`: the same
     seed reproduces the same batches and every epoch draws new ones.
 
     Args:
-        labels: `[N]` integer class ids.
-        classes_per_batch: P, the number of distinct classes in a batch.
+        labels: `[N]` integer class ids, or `[N, L]` multi-hot labels (0 or 1, `L >= 2`,
+            at least one label per example) for multi-label data.
+        classes_per_batch: P, the number of distinct classes (labels) in a batch.
         samples_per_class: K, the number of examples of each class in a batch, at least
             2 (with K = 1 no anchor has a positive).
         small_classes: `"replace"` or `"skip"`, for classes with fewer than K examples.
@@ -96,10 +141,27 @@ class PKSampler:
             multiple of P, instead of topping up the last batch. Defaults to `False`.
         seed: integer seed, or `None` for a random one (drawn once, at construction).
             Defaults to `None`.
+        categories: the category (an integer or a string) of each class: a
+            `{class id: category}` mapping, or a sequence of one category per distinct
+            class id, in the sorted order of `np.unique(labels)`. For multi-hot `labels`,
+            one category per label (`{label index: category}`, or a sequence of length L).
+            Defaults to `None`.
+        categories_per_batch: C, the number of categories each batch draws its P classes
+            from; needs `categories`, and at most P and the number of categories of the
+            kept classes. Defaults to `None` (classes drawn whatever their category).
+
+    Attributes:
+        class_ids: the class ids drawn from (label indices for multi-hot `labels`).
+        class_categories: the category of each of `class_ids`, or None.
+        skipped_classes: the class ids left out as too small.
+        multi_label: whether `labels` are multi-hot.
 
     Raises:
-        ValueError: on a bad argument (e.g. `samples_per_class < 2`), or if fewer than P
-            classes are eligible.
+        ValueError: on a bad argument (e.g. `samples_per_class < 2`), if fewer than P
+            classes are eligible, for multi-hot `labels` with values other than 0 and 1 or
+            an example without a label, for `categories` that miss a class or are of the
+            wrong length, or for `categories_per_batch` without `categories` or larger
+            than P or the number of categories.
 
     Examples:
 
@@ -109,10 +171,16 @@ class PKSampler:
     3
     >>> sampler.epoch_batches(0).shape
     (3, 8)
+    >>> kinds = {c: "even" if c % 2 == 0 else "odd" for c in range(10)}
+    >>> by_kind = tfdml.data.PKSampler(labels, 4, 2, seed=0, categories=kinds,
+    ...                                categories_per_batch=1)
+    >>> np.unique(labels[by_kind.epoch_batches(0)[0]] % 2).size  # one category per batch
+    1
     """
 
     def __init__(self, labels, classes_per_batch, samples_per_class, small_classes="replace",
-                 min_class_size=2, steps_per_epoch=None, drop_remainder=False, seed=None):
+                 min_class_size=2, steps_per_epoch=None, drop_remainder=False, seed=None, *,
+                 categories=None, categories_per_batch=None):
         self.classes_per_batch = check_int("classes_per_batch", classes_per_batch)
         self.samples_per_class = _check_samples_per_class(samples_per_class)
         if small_classes not in _SMALL_CLASSES:
@@ -127,45 +195,64 @@ class PKSampler:
         self.drop_remainder = bool(drop_remainder)
         self.seed = _check_seed(seed)
         self.labels = _check_labels(labels)
-        self._keep_classes()
+        self.multi_label = self.labels.ndim == 2
+        ids, keep = self._keep_classes()
         num = len(self.class_ids)
         if num < self.classes_per_batch:
             raise ValueError(
-                f"`classes_per_batch` must be at most the number of usable classes ({num} with "
-                f"at least {self.min_class_size} examples). Received: "
+                f"`classes_per_batch` must be at most the number of usable "
+                f"{'labels' if self.multi_label else 'classes'} ({num} with at least "
+                f"{self.min_class_size} examples). Received: "
                 f"classes_per_batch={self.classes_per_batch}"
             )
+        self._set_categories(categories, categories_per_batch, ids, keep)
         if steps_per_epoch is None:
             per_perm = num / self.classes_per_batch
             steps_per_epoch = math.floor(per_perm) if self.drop_remainder else math.ceil(per_perm)
         self.steps_per_epoch = steps_per_epoch
 
     def _keep_classes(self):
-        """Groups the examples by class and leaves out (and logs) the classes too small to
-        sample: sets ``class_ids``, ``skipped_classes`` and the members of each kept class."""
-        ids, inverse, counts = np.unique(self.labels, return_inverse=True, return_counts=True)
-        order = np.argsort(inverse, kind="stable")
-        members = np.split(order, np.cumsum(counts)[:-1])
+        """Groups the examples by class (label) and leaves out (and logs) the classes too
+        small to sample: sets ``class_ids``, ``skipped_classes`` and the members of each kept
+        class; returns every class id and the mask of the kept ones."""
+        ids, members, counts = _groups(self.labels)
         keep = counts >= self.min_class_size
         if self.small_classes == "skip":
             keep &= counts >= self.samples_per_class
+        what, one = ("label(s)", "label") if self.multi_label else ("class(es)", "class")
         too_few = int(np.sum(counts < self.min_class_size))
         if too_few:
             logger.warning(
-                "PKSampler: skipped %d class(es) with fewer than %d example(s) (%d example(s) "
-                "in all); a class needs at least 2 examples to give a positive pair.",
-                too_few, self.min_class_size, int(np.sum(counts[counts < self.min_class_size])),
+                "PKSampler: skipped %d %s with fewer than %d example(s) (%d example(s) "
+                "in all); a %s needs at least 2 examples to give a positive pair.",
+                too_few, what, self.min_class_size,
+                int(np.sum(counts[counts < self.min_class_size])), one,
             )
         short = int(np.sum(keep == 0)) - too_few
         if short:
             logger.warning(
-                "PKSampler: skipped %d class(es) with fewer than samples_per_class=%d examples "
-                "(small_classes='skip').", short, self.samples_per_class,
+                "PKSampler: skipped %d %s with fewer than samples_per_class=%d examples "
+                "(small_classes='skip').", short, what, self.samples_per_class,
             )
         self.class_ids = ids[keep]
         self._members = [m for m, k in zip(members, keep, strict=True) if k]
         self._counts = counts[keep]
         self.skipped_classes = ids[~keep]
+        return ids, keep
+
+    def _set_categories(self, categories, categories_per_batch, ids, keep):
+        """Sets ``class_categories`` (the category of each kept class, or None),
+        ``categories_per_batch`` and the category index the batches are drawn with."""
+        self.class_categories = self._category_index = None
+        num_categories = 0
+        if categories is not None:
+            what = "label" if self.multi_label else "class"
+            self.class_categories = class_categories(categories, ids, what)[keep]
+            names, index = np.unique(self.class_categories, return_inverse=True)
+            self._category_index, num_categories = index.reshape(-1), len(names)
+        self.categories_per_batch = check_categories_per_batch(
+            categories_per_batch, categories is not None, num_categories,
+            self.classes_per_batch)
 
     @property
     def batch_size(self) -> int:
@@ -174,11 +261,14 @@ class PKSampler:
 
     @property
     def num_classes(self) -> int:
-        """The number of classes the sampler draws from (after skipping small classes)."""
+        """The number of classes (labels) the sampler draws from (after skipping small ones)."""
         return len(self.class_ids)
 
     def _class_batches(self, rng):
         """Endless stream of `[P]` arrays of class positions (into `self.class_ids`)."""
+        if self.categories_per_batch is not None:
+            yield from category_class_batches(rng, self._category_index,
+                                              self.categories_per_batch, self.classes_per_batch)
         num, p = self.num_classes, self.classes_per_batch
         while True:
             perm = rng.permutation(num)
@@ -197,14 +287,42 @@ class PKSampler:
             return members[rng.choice(n, k, replace=False)]
         return np.concatenate([rng.permutation(members), members[rng.integers(0, n, k - n)]])
 
+    def _label_sample(self, rng, pos, used):
+        """K examples carrying label ``pos``: examples not ``used`` in the batch yet first,
+        then ones already in it, then (a label with fewer than K) repeats."""
+        members, k = self._members[pos], self.samples_per_class
+        taken = used[members]
+        fresh, seen = members[~taken], members[taken]
+        if len(fresh) >= k:
+            return fresh[rng.choice(len(fresh), k, replace=False)]
+        need = k - len(fresh)
+        again = seen[rng.choice(len(seen), min(need, len(seen)), replace=False)]
+        repeats = members[rng.integers(0, len(members), need - len(again))]
+        return np.concatenate([rng.permutation(fresh), again, repeats])
+
+    def _label_batch(self, rng, positions, used):
+        """The `[P*K]` indices of a multi-label batch; ``used`` (all False) is scratch."""
+        parts = []
+        for pos in positions:
+            part = self._label_sample(rng, pos, used)
+            used[part] = True
+            parts.append(part)
+        idx = np.concatenate(parts).astype(np.int64)
+        used[idx] = False
+        return idx
+
     def iter_batches(self, epoch=0):
         """Yields `(indices [P*K] int64, seed [2] int64)` for the epochs from `epoch` on, forever.
 
         The seed is a per-batch seed for stateless augmentation.
         """
         rng = np.random.default_rng([self.seed, int(epoch)])
+        used = np.zeros(len(self.labels), bool) if self.multi_label else None
         for classes in self._class_batches(rng):
-            idx = np.concatenate([self._class_sample(rng, c) for c in classes]).astype(np.int64)
+            if used is None:
+                idx = np.concatenate([self._class_sample(rng, c) for c in classes]).astype(np.int64)
+            else:
+                idx = self._label_batch(rng, classes, used)
             yield idx, rng.integers(0, 2**31 - 1, size=2, dtype=np.int64)
 
     def epoch_batches(self, epoch=0):
@@ -217,6 +335,8 @@ class PKSampler:
         return np.stack([next(gen)[0] for _ in range(self.steps_per_epoch)])
 
     def __repr__(self):
+        by_category = ("" if self.categories_per_batch is None
+                       else f", categories_per_batch={self.categories_per_batch}")
         return (f"PKSampler(classes_per_batch={self.classes_per_batch}, samples_per_class="
-                f"{self.samples_per_class}, classes={self.num_classes}, steps_per_epoch="
-                f"{self.steps_per_epoch}, seed={self.seed})")
+                f"{self.samples_per_class}, classes={self.num_classes}{by_category}, "
+                f"steps_per_epoch={self.steps_per_epoch}, seed={self.seed})")

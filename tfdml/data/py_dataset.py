@@ -17,7 +17,7 @@ import numpy as np
 from tfdml._checks import check_int
 from tfdml.data import numpy_augment
 from tfdml.data.pk import PKSampler, check_channels
-from tfdml.data.source import check_in_memory_channels, source_arrays
+from tfdml.data.source import DatasetSplit, check_in_memory_channels, source_arrays
 
 __all__ = ["EvalDataset", "PKDataset"]
 
@@ -169,7 +169,9 @@ class PKDataset(keras.utils.PyDataset):
 
     A `keras.utils.PyDataset` over in-memory arrays or image files: each batch holds
     `classes_per_batch` (P) classes and `samples_per_class` (K) examples of each, grouped
-    by class, as `(images [P*K, ...], labels [P*K] int64)` NumPy arrays. It takes the
+    by class, as `(images [P*K, ...], labels [P*K] int64)` NumPy arrays (with `[N, L]`
+    multi-hot labels: P labels, K examples carrying each, and the `[P*K, L]` int64
+    multi-hot rows of the examples as labels). It takes the
     arguments of `tfdml.data.pk_batches` and gives its batches: the indices come from the
     same `PKSampler`, so for the same seed the examples and labels are those of
     `pk_batches`, in the same order (see `PKSampler` for what an epoch is and how small
@@ -225,6 +227,12 @@ class PKDataset(keras.utils.PyDataset):
             the stream starts with (`repeat=True`); with `repeat=False`, pass the
             `initial_epoch` of a resumed `model.fit` to get the batches an uninterrupted run
             would have had. Defaults to `0`.
+        categories: the category of each class (`{class id: category}`, or one per
+            distinct class id in sorted order; one per label for multi-hot labels), as
+            `PKSampler` takes them. Defaults to `None`: the `categories` of a
+            `DatasetSplit` source (e.g. SOP's super-classes), if it has them.
+        categories_per_batch: draw the P classes of each batch from this many
+            categories (see `PKSampler`). Defaults to `None` (any classes).
         **kwargs: `workers`, `use_multiprocessing` and `max_queue_size` of
             `keras.utils.PyDataset` (e.g. `workers=4` decodes four batches at a time in
             threads).
@@ -245,22 +253,28 @@ class PKDataset(keras.utils.PyDataset):
     >>> model.fit(batches, epochs=10, shuffle=False)  # any backend
     >>> stream = tfdml.data.PKDataset((x, y), 4, 3, seed=0)  # endless, as pk_batches
     >>> model.fit(stream, epochs=10, steps_per_epoch=20)
+    >>> kinds = np.arange(12) % 3  # the category of each class id 0 ... 11
+    >>> hard = tfdml.data.PKDataset((x, y), 4, 3, seed=0, categories=kinds,
+    ...                             categories_per_batch=2)  # two categories per batch
     """
 
     def __init__(self, source, classes_per_batch, samples_per_class, *, small_classes="replace",
                  min_class_size=2, steps_per_epoch=None, repeat=True, drop_remainder=False,
                  seed=None, map_fn=None, crop_to_bbox=False, channels=None, initial_epoch=0,
-                 **kwargs):
+                 categories=None, categories_per_batch=None, **kwargs):
         super().__init__(**kwargs)
         self._reader = _ImageReader(source, map_fn, crop_to_bbox, channels)
         if isinstance(initial_epoch, bool) or not isinstance(initial_epoch, (int, np.integer)) \
                 or initial_epoch < 0:
             raise ValueError("`initial_epoch` must be a non-negative integer. "
                              f"Received: initial_epoch={initial_epoch!r}")
+        if categories is None and isinstance(source, DatasetSplit):
+            categories = source.categories
         self.sampler = PKSampler(self._reader.labels, classes_per_batch, samples_per_class,
                                  small_classes=small_classes, min_class_size=min_class_size,
                                  steps_per_epoch=steps_per_epoch, drop_remainder=drop_remainder,
-                                 seed=seed)
+                                 seed=seed, categories=categories,
+                                 categories_per_batch=categories_per_batch)
         self._labels = np.asarray(self.sampler.labels, np.int64)
         self.repeat = bool(repeat)
         self.initial_epoch = self.epoch = int(initial_epoch)

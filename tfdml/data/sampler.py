@@ -16,7 +16,7 @@ from tfdml._checks import check_int
 from tfdml._tensorflow import tf
 from tfdml.data import augment
 from tfdml.data.pk import PKSampler, check_channels
-from tfdml.data.source import check_in_memory_channels, source_arrays
+from tfdml.data.source import DatasetSplit, check_in_memory_channels, source_arrays
 
 __all__ = ["eval_batches", "pk_batches"]
 
@@ -87,11 +87,13 @@ def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="r
                min_class_size=2, steps_per_epoch=None, repeat=True, drop_remainder=False,
                seed=None, map_fn=None, crop_to_bbox=False, channels=None, on_error="raise",
                num_parallel_calls=tf.data.AUTOTUNE, prefetch=tf.data.AUTOTUNE,
-               initial_epoch=0):
+               initial_epoch=0, categories=None, categories_per_batch=None):
     """A lazy ``tf.data`` pipeline of P x K batches for metric learning.
 
     Each batch is `(images, labels)`: `P * K` images, `K` of each of `P` distinct classes
-    (grouped by class), and their int64 class ids. Indices are drawn by a `PKSampler`
+    (grouped by class), and their int64 class ids. With `[N, L]` multi-hot labels the
+    sampler draws P labels and K images carrying each, and the labels of a batch are the
+    `[P*K, L]` int64 multi-hot rows of its images. Indices are drawn by a `PKSampler`
     (see it for what an epoch is and how small classes are handled); images are read,
     decoded, cropped to their bounding box, and passed to `map_fn` in parallel map steps,
     one batch at a time: never all images in memory.
@@ -154,9 +156,16 @@ def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="r
             gets the batches an uninterrupted run would have had. (With `repeat=True`
             the endless stream starts with epoch `e`'s batches, but its later batches
             differ from those of a stream started at 0.) Defaults to `0`.
+        categories: the category of each class (`{class id: category}`, or one per
+            distinct class id in sorted order; one per label for multi-hot labels), as
+            `PKSampler` takes them. Defaults to `None`: the `categories` of a
+            `DatasetSplit` source (e.g. SOP's super-classes), if it has them.
+        categories_per_batch: draw the P classes of each batch from this many
+            categories (see `PKSampler`). Defaults to `None` (any classes).
 
     Returns:
-        A `tf.data.Dataset` of `(images [P*K, ...], labels [P*K] int64)`.
+        A `tf.data.Dataset` of `(images [P*K, ...], labels [P*K] int64)` (labels
+        `[P*K, L]` for multi-hot labels).
 
     Raises:
         ValueError: on a bad argument (see also `PKSampler`), an inverted bounding box
@@ -173,14 +182,20 @@ def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="r
     >>> rgb = tfdml.data.pk_batches((x, y), 4, 3, seed=0, channels=3)  # grayscale to RGB
     >>> next(iter(rgb))[0].shape
     TensorShape([12, 8, 8, 3])
+    >>> kinds = np.arange(12) % 3  # the category of each class id 0 ... 11
+    >>> hard = tfdml.data.pk_batches((x, y), 4, 3, seed=0, categories=kinds,
+    ...                              categories_per_batch=2)  # two categories per batch
     """
     if on_error not in _ON_ERROR:
         raise ValueError(f"`on_error` must be one of {_ON_ERROR}. Received: on_error={on_error!r}")
     channels, kind, items, labels, bboxes, name = _check_source(source, map_fn, channels,
                                                                 crop_to_bbox)
+    if categories is None and isinstance(source, DatasetSplit):
+        categories = source.categories
     sampler = PKSampler(labels, classes_per_batch, samples_per_class, small_classes=small_classes,
                         min_class_size=min_class_size, steps_per_epoch=steps_per_epoch,
-                        drop_remainder=drop_remainder, seed=seed)
+                        drop_remainder=drop_remainder, seed=seed, categories=categories,
+                        categories_per_batch=categories_per_batch)
     if isinstance(initial_epoch, bool) or not isinstance(initial_epoch, (int, np.integer)) \
             or initial_epoch < 0:
         raise ValueError("`initial_epoch` must be a non-negative integer. "
@@ -197,7 +212,8 @@ def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="r
             ds = _flat_pipeline(ds, load_one, batch, num_parallel_calls)
         else:
             ds = ds.interleave(
-                _decoding_batch_fn(batch, load_one, num_parallel_calls, on_error, hint),
+                _decoding_batch_fn(batch, load_one, num_parallel_calls, on_error, hint,
+                                   sampler.samples_per_class),
                 cycle_length=2, block_length=1, num_parallel_calls=tf.data.AUTOTUNE,
                 deterministic=True)
     # Tell Keras the length: one epoch of `steps` batches, or endless.
@@ -211,10 +227,10 @@ def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="r
 def _sampled_batches(sampler, kind, items, name, bboxes, repeat, initial_epoch):
     """The sampler's batches as a ``tf.data`` dataset of undecoded items.
 
-    Each element is ``(items [B, ...], labels [B] int64, batch seed [2] int64, names [B]
-    string, boxes [B, 4] float32)``: the items as the source holds them (in-memory images,
-    file paths or encoded bytes), the names that error messages give for them, and the
-    bounding boxes (zeros when ``bboxes`` is None).
+    Each element is ``(items [B, ...], labels [B] (or [B, L] multi-hot) int64, batch seed
+    [2] int64, names [B] string, boxes [B, 4] float32)``: the items as the source holds
+    them (in-memory images, file paths or encoded bytes), the names that error messages
+    give for them, and the bounding boxes (zeros when ``bboxes`` is None).
     """
     batch = sampler.batch_size
     steps = sampler.steps_per_epoch
@@ -243,7 +259,8 @@ def _sampled_batches(sampler, kind, items, name, bboxes, repeat, initial_epoch):
         item_spec = tf.TensorSpec([batch, *items.shape[1:]], tf.as_dtype(items.dtype))
     else:
         item_spec = tf.TensorSpec([batch], tf.string)
-    spec = (item_spec, tf.TensorSpec([batch], tf.int64), tf.TensorSpec([2], tf.int64),
+    spec = (item_spec, tf.TensorSpec([batch, *labels.shape[1:]], tf.int64),
+            tf.TensorSpec([2], tf.int64),
             tf.TensorSpec([batch], tf.string), tf.TensorSpec([batch, 4], tf.float32))
     return tf.data.Dataset.from_generator(generate, output_signature=spec)
 
@@ -296,15 +313,17 @@ def _flat_pipeline(ds, load_one, batch, num_parallel_calls):
     return ds.batch(batch)
 
 
-def _decoding_batch_fn(batch, load_one, num_parallel_calls, on_error, hint=""):
+def _decoding_batch_fn(batch, load_one, num_parallel_calls, on_error, hint="",
+                       samples_per_class=1):
     """Returns the interleave function that reads and decodes one batch of files.
 
     Each batch first takes the fast path: a parallel map and a batch, with errors ignored
     at the batch level (cheap). Only if that batch failed does it take the slow path, which
     decodes the batch again element by element with errors ignored per element, finds the
     files that failed, and raises an error naming them or (`on_error="skip"`) puts another
-    image of the same class in their slots (`_fill`). Per-element `ignore_errors` on every
-    batch would cost about a third of the throughput.
+    image of the same class (of the same group of `samples_per_class` slots) in their slots
+    (`_fill`). Per-element `ignore_errors` on every batch would cost about a third of the
+    throughput.
     """
 
     def one_batch(items, y, batch_seed, names, bbox):
@@ -332,7 +351,8 @@ def _decoding_batch_fn(batch, load_one, num_parallel_calls, on_error, hint=""):
                 return tf.zeros(shape, image_spec.dtype), tf.zeros([0], tf.int32)
 
         slow = slow.concatenate(tf.data.Dataset.from_tensors(0).map(all_failed)).take(1)
-        slow = slow.map(lambda imgs, got: _fill(imgs, got, names, y, batch, on_error, hint))
+        slow = slow.map(lambda imgs, got: _fill(imgs, got, names, y, batch, on_error, hint,
+                                                samples_per_class))
         return fast.concatenate(slow).take(1)
 
     return one_batch
@@ -346,10 +366,11 @@ def _log_skipped(names):
     return np.int32(len(names))
 
 
-def _fill(images, got, names, labels, batch, on_error, hint=""):
+def _fill(images, got, names, labels, batch, on_error, hint="", samples_per_class=1):
     """Puts the decoded images back in slot order. With `on_error="raise"` a failed slot
     raises an error naming its file; with `"skip"` it takes the first decoded image of its
-    class in the batch (an error if there is none)."""
+    class in the batch (of its group of `samples_per_class` slots, the K images drawn for
+    one class or label), and its labels (an error if there is none)."""
     present = tf.scatter_nd(got[:, None], tf.ones_like(got, tf.bool), [batch])
     position = tf.scatter_nd(got[:, None], tf.range(tf.shape(got)[0]), [batch])
     missing_names = tf.boolean_mask(names, tf.logical_not(present))
@@ -363,7 +384,8 @@ def _fill(images, got, names, labels, batch, on_error, hint=""):
         )
         with tf.control_dependencies([check]):
             return tf.gather(images, position), tf.identity(labels)
-    same = tf.equal(labels[:, None], labels[None, :]) & present[None, :]
+    group = tf.range(batch) // samples_per_class
+    same = tf.equal(group[:, None], group[None, :]) & present[None, :]
     has_substitute = tf.reduce_any(same, axis=1)
     check = tf.debugging.Assert(
         tf.reduce_all(has_substitute),
@@ -379,7 +401,7 @@ def _fill(images, got, names, labels, batch, on_error, hint=""):
         lambda: tf.constant(0, tf.int32),
     )
     with tf.control_dependencies([check, logged]):
-        return tf.gather(images, tf.gather(position, source_slot)), tf.identity(labels)
+        return tf.gather(images, tf.gather(position, source_slot)), tf.gather(labels, source_slot)
 
 
 def eval_batches(source, batch_size=256, *, map_fn=None, crop_to_bbox=False, channels=None,

@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tfdml._labels import check_multi_hot, is_multi_label
+from tfdml.data._categories import class_categories
+
 __all__ = ["DatasetSplit", "check_bboxes", "check_in_memory_channels", "source_arrays"]
 
 
@@ -25,12 +28,21 @@ class DatasetSplit:
         name: data set name, e.g. ``"cub200"``.
         split: split name, e.g. ``"train"``, ``"test"``, ``"query"``, ``"gallery"``.
         labels: ``[N]`` int64 class ids. Ids are the data set's own class indices
-            (not re-numbered per split), so query and gallery ids match.
+            (not re-numbered per split), so query and gallery ids match. Or, for
+            multi-label data, ``[N, L]`` multi-hot labels (0 or 1, at least one label per
+            example; kept as int64), where the "classes" are the L labels.
         class_names: name of each class id present, ``{id: name}``.
         bboxes: optional ``[N, 4]`` float32 boxes ``(ymin, xmin, ymax, xmax)`` in
             pixels of the original image (CUB, Cars196, In-shop), or None. Boxes must be
             finite with ``ymin <= ymax`` and ``xmin <= xmax``: a ValueError naming
             ``bboxes``, the rows and their files otherwise.
+        categories: optional ``{class id: category id}`` for every class present (SOP's
+            super-classes, In-shop's garment types), in the form
+            `tfdml.data.PKSampler(categories=...)` takes (for multi-hot labels,
+            ``{label index: category id}`` for every label), or None. A class without
+            one is a ValueError naming ``categories``.
+        category_names: name of each category id, ``{category id: name}``, where the
+            data set gives them.
     """
 
     name: str
@@ -41,6 +53,8 @@ class DatasetSplit:
     images: np.ndarray | None = None
     class_names: dict = field(default_factory=dict)
     bboxes: np.ndarray | None = None
+    categories: dict | None = None
+    category_names: dict = field(default_factory=dict)
 
     def __post_init__(self):
         given = [k for k in ("paths", "encoded", "images") if getattr(self, k) is not None]
@@ -49,7 +63,9 @@ class DatasetSplit:
                 "DatasetSplit needs exactly one of `paths`, `encoded`, `images`. "
                 f"Received: {given or 'none'}"
             )
-        self.labels = _class_ids(self.labels)
+        multi = is_multi_label(self.labels)
+        self.labels = (check_multi_hot(self.labels, "labels").astype(np.int64) if multi
+                       else _class_ids(self.labels))
         items = getattr(self, given[0])
         if np.ndim(items) == 0:
             raise ValueError(
@@ -57,7 +73,12 @@ class DatasetSplit:
                 f"{given[0]} of type {type(items).__name__} and shape {np.shape(items)}"
             )
         n = len(items)
-        if self.labels.shape != (n,):
+        if multi and len(self.labels) != n:
+            raise ValueError(
+                f"`labels` must have shape [{n}, L] to match `{given[0]}`. "
+                f"Received: labels.shape={self.labels.shape}"
+            )
+        if not multi and self.labels.shape != (n,):
             raise ValueError(
                 f"`labels` must have shape [{n}] to match `{given[0]}`. "
                 f"Received: labels.shape={self.labels.shape}"
@@ -77,16 +98,31 @@ class DatasetSplit:
                 raise ValueError(f"`bboxes` must have shape [{n}, 4]. "
                                  f"Received: bboxes.shape={np.shape(self.bboxes)}")
             check_bboxes(self.bboxes, self.paths)
+        if self.categories is not None:
+            self._check_categories()
+
+    def _check_categories(self):
+        if not isinstance(self.categories, dict):
+            raise ValueError("`categories` must be a {class id: category id} dict or None. "
+                             f"Received: categories of type {type(self.categories).__name__}")
+        multi = self.labels.ndim == 2
+        ids = np.arange(self.labels.shape[1]) if multi else np.unique(self.labels)
+        class_categories(self.categories, ids, "label" if multi else "class")
 
     def __len__(self):
         return int(self.labels.shape[0])
 
     @property
     def num_classes(self) -> int:
-        return int(np.unique(self.labels).size)
+        """The number of classes present (of labels carried, for multi-hot labels)."""
+        return len(self.class_counts())
 
     def class_counts(self) -> dict:
-        """``{class id: number of images}``."""
+        """``{class id: number of images}`` (``{label index: number of images carrying
+        it}`` for multi-hot labels, the labels carried by at least one image)."""
+        if self.labels.ndim == 2:
+            counts = self.labels.sum(axis=0)
+            return {int(i): int(counts[i]) for i in np.flatnonzero(counts)}
         ids, counts = np.unique(self.labels, return_counts=True)
         return {int(i): int(c) for i, c in zip(ids, counts, strict=True)}
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections import Counter
 
 import numpy as np
 
@@ -41,8 +43,15 @@ def load_inshop(data_dir, split="train"):
 
     Returns:
         A `DatasetSplit` with `paths`, `labels` (item numbers), `class_names`
-        (`{1: "id_00000001"}`) and `bboxes` in pixels of the `img/` images,
-        `(ymin, xmin, ymax, xmax)`, when `Anno/list_bbox_inshop.txt` is present (else None).
+        (`{1: "id_00000001"}`), `bboxes` in pixels of the `img/` images,
+        `(ymin, xmin, ymax, xmax)`, when `Anno/list_bbox_inshop.txt` is present (else None),
+        and the garment types of the image paths as categories: `category_names`
+        (`{1: "MEN/Denim", ...}`, the `<GENDER>/<TYPE>` folders of the whole list, sorted
+        and numbered from 1, so every split numbers them alike) and `categories`
+        (`{item number: category id}`; an item listed under several types takes the one
+        most of its images are under). `PKSampler(categories=...)` and
+        `pk_batches(..., categories_per_batch=C)` take them as they are. When an image
+        path is not `img/<GENDER>/<TYPE>/<item>/<file>`, both are left empty (None, `{}`).
 
     Raises:
         ValueError: unknown `split`, or a malformed partition file.
@@ -70,6 +79,7 @@ def load_inshop(data_dir, split="train"):
             f"{NAME}: malformed {path}: evaluation_status must be one of {list(SPLITS)}. "
             f"Received: {sorted(unknown)}"
         )
+    category_names, category_of = _categories(rows)
     rows = [r for r in rows if r[2] == split]
     image_root = os.path.join(root, "Img")
     if not os.path.isdir(os.path.join(image_root, "img")) and os.path.isdir(
@@ -95,4 +105,25 @@ def load_inshop(data_dir, split="train"):
             )
         bboxes = np.array([boxes[r[0]] for r in rows], dtype=np.float32).reshape(-1, 4)
     names = dict(zip(labels.tolist(), item_ids, strict=True))
-    return common.make_split(NAME, split, labels, paths, names, bboxes)
+    ds = common.make_split(NAME, split, labels, paths, names, bboxes)
+    if category_of is None:
+        return ds
+    categories = {int(c): category_of[item] for c, item in zip(labels, item_ids, strict=True)}
+    return dataclasses.replace(ds, categories=categories, category_names=category_names)
+
+
+def _categories(rows):
+    """``({category id: "GENDER/TYPE"}, {item id: category id})`` from the image paths
+    ``img/<GENDER>/<TYPE>/<item>/<file>`` of every row, or ``({}, None)`` when a path has
+    another form. Ids number the sorted names from 1; an item under several types takes
+    the most common one (the first listed, on a tie)."""
+    parts = [r[0].split("/") for r in rows]
+    if not parts or any(len(p) < 5 or p[0] != "img" for p in parts):
+        return {}, None
+    kinds = ["/".join(p[1:3]) for p in parts]
+    ids = {name: i for i, name in enumerate(sorted(set(kinds)), start=1)}
+    votes = {}
+    for row, kind in zip(rows, kinds, strict=True):
+        votes.setdefault(row[1], Counter())[kind] += 1
+    category_of = {item: ids[count.most_common(1)[0][0]] for item, count in votes.items()}
+    return {i: name for name, i in ids.items()}, category_of

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
@@ -48,8 +49,12 @@ def load_sop(data_dir, split="train"):
         split: `"train"` or `"test"`. Defaults to `"train"`.
 
     Returns:
-        A `DatasetSplit` with `paths`, `labels` and `class_names` = each product's
-        super-class name (e.g. `"bicycle"`; products have no names of their own).
+        A `DatasetSplit` with `paths`, `labels`, `class_names` = each product's
+        super-class name (e.g. `"bicycle"`; products have no names of their own),
+        `categories` = each product's `super_class_id` (`{class id: 1 ... 12}`) and
+        `category_names` = `{super_class_id: name}` for the 12 super-classes (the
+        `SUPER_CLASSES` in order). `PKSampler(categories=...)` and
+        `pk_batches(..., categories_per_batch=C)` take them as they are.
 
     Raises:
         ValueError: unknown `split`, or a malformed list file.
@@ -77,5 +82,8 @@ def load_sop(data_dir, split="train"):
         )
     paths = np.array([os.path.join(root, r[3]) for r in rows], dtype=str)
     common.check_paths_exist(paths, NAME)
-    class_names = {int(c): SUPER_CLASSES[s - 1] for c, s in zip(labels, supers, strict=True)}
-    return common.make_split(NAME, split, labels, paths, class_names)
+    categories = {int(c): s for c, s in zip(labels, supers, strict=True)}
+    class_names = {c: SUPER_CLASSES[s - 1] for c, s in categories.items()}
+    ds = common.make_split(NAME, split, labels, paths, class_names)
+    names = {i: name for i, name in enumerate(SUPER_CLASSES, start=1)}
+    return dataclasses.replace(ds, categories=categories, category_names=names)
