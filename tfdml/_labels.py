@@ -138,7 +138,9 @@ def label_overlap(labels, ref_labels):
     if a.shape[1] != b.shape[1]:
         raise ValueError("Multi-hot `labels` and `ref_labels` must have the same number of "
                          f"labels L. Received {a.shape[1]} and {b.shape[1]}")
-    return a.astype(np.int64) @ b.astype(np.int64).T
+    # A float32 product (BLAS) is exact for counts below 2**24 and ten times faster than
+    # NumPy's integer one.
+    return np.rint(a.astype(np.float32) @ b.astype(np.float32).T).astype(np.int64)
 
 
 def label_jaccard(labels, ref_labels):

@@ -13,6 +13,7 @@ import numpy as np
 from tfdml import ops as dml
 from tfdml import search as _search
 from tfdml._checks import check_int
+from tfdml._labels import is_multi_label
 
 __all__ = ["EmbeddingCallback", "PyBatches", "check_data", "is_tf_dataset"]
 
@@ -99,7 +100,7 @@ def _check_arrays(x, y):
             "`data` must be (x, y) with the labels y: the embeddings are evaluated by "
             "class. Received: y=None"
         )
-    dml.cast_labels(y, "y")  # integer class ids of shape [N] or [N, 1]
+    dml.cast_labels(y, "y")  # class ids of shape [N] or [N, 1], or [N, L] multi-hot sets
     y = np.asarray(y)
     try:
         size = len(x)
@@ -244,7 +245,8 @@ class EmbeddingCallback(keras.callbacks.Callback):
             if not isinstance(out, np.ndarray):
                 out = keras.ops.convert_to_numpy(out)
             embeddings.append(out)
-            labels.append(np.asarray(y).reshape(-1))
+            y = np.asarray(y)
+            labels.append(y if is_multi_label(y) else y.reshape(-1))  # [n, L] label sets
             progbar.update(step)
         if not embeddings:
             raise ValueError("`data` yielded no batch.")

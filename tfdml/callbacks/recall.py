@@ -182,7 +182,8 @@ class RecallAtK(EmbeddingCallback):
                            f"{', '.join(self.names())} are nan for that evaluation"):
             return {name: float("nan") for name in self.names()}
         data = prepare(embeddings, labels, None, None, self.metric, self.chunk_size, 65536,
-                       self.unmatched, groups=self.groups, index=self.index)
+                       self.unmatched, groups=self.groups, index=self.index,
+                       multi_label=True)  # [N, L] label sets: a shared label is a match
         values = at_k("recall", data, self.ks, self.chunk_size, 65536,
                                   self.unmatched)
         out = {f"{self.prefix}recall@{k}": values[k] for k in self.ks}

@@ -6,8 +6,15 @@ Every retrieval metric, :func:`tfdml.metrics.fnmr_at_fmr` and
 checks the inputs into a :class:`Retrieval`, :func:`neighbour_chunks` searches
 (exactly with :func:`tfdml.search.neighbours`, or through an approximate
 :class:`tfdml.search.Index` built over the gallery) and leaves out what a query
-must not see, :func:`relevance` marks the same-class neighbours and
-:func:`match_counts` counts ``R``. The approximate search measures its recall of
+must not see, :func:`relevance` marks the relevant neighbours and
+:func:`match_counts` counts ``R``.
+
+Labels are ``[N]`` class ids (relevant: the same class) or, for the metrics that
+take them (``multi_label=True`` in :func:`prepare`), ``[N, L]`` multi-hot label
+sets (relevant: sharing a label, or a Jaccard similarity of the sets of at least
+``min_jaccard``; :func:`tfdml._labels.relevance`). ``R`` of multi-hot labels is
+counted by blocks of queries against the whole gallery
+(:func:`tfdml.search.results.relevance_blocks`), never an ``N x N`` matrix at once. The approximate search measures its recall of
 the exact neighbours on up to :data:`INDEX_SAMPLE` queries; :func:`report_index`
 logs it and warns below :data:`INDEX_RECALL_WARNING`.
 """
@@ -21,12 +28,19 @@ from typing import NamedTuple
 import numpy as np
 from keras import ops
 
+from tfdml import _labels
 from tfdml import ops as dml
 from tfdml._checks import check_choice, check_int
 from tfdml._tensors import check_batch_sizes, check_embeddings
 from tfdml.metrics._checks import check_finite_labeling
 from tfdml.search import Index, check_finite, neighbour_recall, neighbours
 from tfdml.search.adding import host_normalize
+from tfdml.search.results import (
+    check_same_form,
+    host_labels,
+    neighbour_relevance,
+    relevance_blocks,
+)
 
 #: The values of ``metric`` (names of :data:`tfdml.ops.DISTANCES`).
 METRICS = ("cosine", "l2")
@@ -86,23 +100,25 @@ class Retrieval(NamedTuple):
 
     queries: object  # float32 tensor, L2-normalized for "cosine"
     gallery: object  # the queries themselves without a gallery
-    labels: np.ndarray  # int64 [Q]
-    gallery_labels: np.ndarray  # int64 [G]
+    labels: np.ndarray  # int64 [Q], or bool [Q, L] multi-hot
+    gallery_labels: np.ndarray  # int64 [G], or bool [G, L] multi-hot
     exclude_self: bool
     metric: str
     groups: np.ndarray | None  # int64 [Q], or None
     gallery_groups: np.ndarray | None  # int64 [G] (``groups`` without a gallery), or None
     index: object = None  # an approximate index (factory string or empty Index), or None
     report: dict | None = None  # what the approximate search reports (``index_recall``)
+    min_jaccard: float | None = None  # multi-hot labels: the Jaccard similarity of positives
 
 
 def prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
             gallery_chunk_size, unmatched, names=("embeddings", "labels"), groups=None,
-            gallery_groups=None, index=None):
+            gallery_groups=None, index=None, *, multi_label=False, min_jaccard=None):
     """Validates the inputs of a retrieval metric; returns a :class:`Retrieval`.
 
     The queries and gallery become float32 (L2-normalized for ``"cosine"``), the
-    labels and groups int64 NumPy arrays; without ``gallery_embeddings`` the
+    labels and groups int64 NumPy arrays (multi-hot labels bool ``[N, L]``
+    arrays); without ``gallery_embeddings`` the
     queries are the gallery (``exclude_self``). With ``index`` (an approximate
     search, on the host) the embeddings stay NumPy arrays: no device copy.
 
@@ -116,6 +132,11 @@ def prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chun
             Defaults to `("embeddings", "labels")`.
         groups, gallery_groups: group ids of the queries and the gallery, or None.
         index: an approximate search (:func:`check_index`), or None.
+        multi_label: whether ``[N, L]`` multi-hot labels are taken (else refused:
+            the metric needs one class per sample). Defaults to `False`.
+        min_jaccard: multi-hot labels: the Jaccard similarity of relevant label
+            sets (:func:`tfdml._labels.check_min_jaccard`), or None (sharing a
+            label). Defaults to `None`.
 
     Returns:
         A :class:`Retrieval`.
@@ -123,22 +144,25 @@ def prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chun
     Raises:
         ValueError: naming the argument, for any input that does not fit.
     """
+    min_jaccard = _labels.check_min_jaccard(min_jaccard)
     data = _prepare_tensors(embeddings, labels, gallery_embeddings, gallery_labels, metric,
                             chunk_size, gallery_chunk_size, unmatched, names, groups,
-                            gallery_groups, index)
+                            gallery_groups, index, multi_label)
+    data = data._replace(min_jaccard=min_jaccard)
     if index is None:
         return data
     return data._replace(index=check_index(index, data.metric), report={})
 
 
 def _prepare_tensors(embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
-                     gallery_chunk_size, unmatched, names, groups, gallery_groups, index):
+                     gallery_chunk_size, unmatched, names, groups, gallery_groups, index,
+                     multi_label):
     metric = check_metric(metric)
     check_choice("unmatched", unmatched, UNMATCHED)
     check_int("chunk_size", chunk_size)
     check_int("gallery_chunk_size", gallery_chunk_size)
     emb_name, lab_name = names
-    labels = dml.cast_labels(labels, lab_name)
+    labels = _class_ids_or_sets(labels, lab_name, multi_label)
     queries = _embeddings(embeddings, emb_name, index)
     check_batch_sizes(labels, queries, lab_name, emb_name)
     if queries.shape[0] == 0:
@@ -159,7 +183,7 @@ def _prepare_tensors(embeddings, labels, gallery_embeddings, gallery_labels, met
                 "Received: gallery_labels=None"
             )
         gallery = _embeddings(gallery_embeddings, "gallery_embeddings", index)
-        gallery_labels = dml.cast_labels(gallery_labels, "gallery_labels")
+        gallery_labels = _class_ids_or_sets(gallery_labels, "gallery_labels", multi_label)
         check_batch_sizes(gallery_labels, gallery, "gallery_labels", "gallery_embeddings")
         if gallery.shape[-1] != queries.shape[-1]:
             raise ValueError(
@@ -175,9 +199,29 @@ def _prepare_tensors(embeddings, labels, gallery_embeddings, gallery_labels, met
         normalize = dml.l2_normalize if index is None else host_normalize
         queries = normalize(queries)
         gallery = queries if exclude_self else normalize(gallery)
-    return Retrieval(queries, gallery, ops.convert_to_numpy(labels).astype(np.int64),
-                     ops.convert_to_numpy(gallery_labels).astype(np.int64), exclude_self,
-                     metric, groups, gallery_groups)
+    labels, gallery_labels = _host_labels(labels), _host_labels(gallery_labels)
+    check_same_form(gallery_labels, labels, "gallery_labels", lab_name)
+    return Retrieval(queries, gallery, labels, gallery_labels, exclude_self, metric, groups,
+                     gallery_groups)
+
+
+def _class_ids_or_sets(values, name, multi_label):
+    """Class ids as an integer tensor (:func:`tfdml.ops.cast_labels`), or with
+    ``multi_label`` ``[N, L]`` multi-hot labels as a checked bool NumPy array."""
+    if not _labels.is_multi_label(values):
+        return dml.cast_labels(values, name)
+    if not multi_label:
+        raise ValueError(f"`{name}` must be [N] integer class ids: this metric takes one class "
+                         "per sample, not [N, L] multi-hot label sets. Received: "
+                         f"{name}.shape={tuple(np.shape(values))}")
+    return host_labels(values, name)
+
+
+def _host_labels(labels):
+    """Labels as NumPy: multi-hot (bool) as they are, class ids as int64."""
+    if isinstance(labels, np.ndarray) and labels.ndim == 2:
+        return labels
+    return ops.convert_to_numpy(labels).astype(np.int64)
 
 
 def _embeddings(values, name, index):
@@ -327,21 +371,35 @@ def neighbour_chunks(queries, gallery, k, exclude_self, metric, chunk_size, gall
         yield start, idx[:, :k]
 
 
-def relevance(data, k, chunk_size, gallery_chunk_size):
+def relevance(data, k, chunk_size, gallery_chunk_size, graded=False):
     """Yields ``(start, relevant)``: whether each of the ``k`` neighbours of the queries
-    ``start...`` of a :class:`Retrieval` has the query's label (False for padding)."""
+    ``start...`` of a :class:`Retrieval` is relevant to the query (has its label, or shares
+    a label with its multi-hot set; False for padding); with ``graded`` the gains of
+    :func:`~tfdml.search.results.neighbour_relevance` (float64)."""
     for start, idx in neighbour_chunks(data.queries, data.gallery, k, data.exclude_self,
                                        data.metric, chunk_size, gallery_chunk_size,
                                        groups=data.groups, gallery_groups=data.gallery_groups,
                                        index=data.index, report=data.report):
+        if data.labels.ndim == 2 or graded:
+            yield start, neighbour_relevance(data.labels[start : start + len(idx)],
+                                             data.gallery_labels, idx, data.min_jaccard,
+                                             graded)
+            continue
         same = data.gallery_labels[np.maximum(idx, 0)] == data.labels[start : start + len(idx),
                                                                        None]
         yield start, same & (idx >= 0)
 
 
-def match_counts(labels, gallery_labels, exclude_self, groups=None, gallery_groups=None):
-    """``R`` per query: the gallery items of its class left in its ranking (not itself, not
-    of its group)."""
+def match_counts(labels, gallery_labels, exclude_self, groups=None, gallery_groups=None,
+                 min_jaccard=None):
+    """``R`` per query: the gallery items relevant to it (of its class, or sharing a label
+    with its multi-hot set) left in its ranking (not itself, not of its group)."""
+    if labels.ndim == 2:
+        counts = np.zeros(len(labels), np.int64)
+        for start, block in relevance_blocks(labels, gallery_labels, min_jaccard, False,
+                                             exclude_self, groups, gallery_groups):
+            counts[start : start + len(block)] = block.sum(axis=1)
+        return counts
     counts = _count_in(labels, gallery_labels)
     if groups is None:
         return counts - int(exclude_self)
@@ -356,4 +414,21 @@ def match_counts(labels, gallery_labels, exclude_self, groups=None, gallery_grou
 def data_match_counts(data):
     """:func:`match_counts` of a :class:`Retrieval`."""
     return match_counts(data.labels, data.gallery_labels, data.exclude_self, data.groups,
-                        data.gallery_groups)
+                        data.gallery_groups, data.min_jaccard)
+
+
+def ideal_gains(data, k):
+    """``(R, best)`` of a :class:`Retrieval` of multi-hot labels: ``R`` per query as
+    :func:`data_match_counts`, and ``[Q, k]`` float64 the ``k`` largest gains (Jaccard
+    similarities of the relevant label sets, 0 for the others) of the gallery items left
+    in each query's ranking, in decreasing order: the gains of the ideal ranking."""
+    counts = np.zeros(len(data.labels), np.int64)
+    best = np.zeros((len(data.labels), k))
+    for start, gains in relevance_blocks(data.labels, data.gallery_labels, data.min_jaccard,
+                                         True, data.exclude_self, data.groups,
+                                         data.gallery_groups):
+        stop = start + len(gains)
+        counts[start:stop] = (gains > 0).sum(axis=1)
+        top = -np.partition(-gains, k - 1, axis=1)[:, :k] if k < gains.shape[1] else gains
+        best[start:stop] = -np.sort(-top, axis=1)[:, :k]
+    return counts, best

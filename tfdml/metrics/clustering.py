@@ -8,6 +8,7 @@ from keras import ops
 from tfdml import ops as dml
 from tfdml._checks import check_int
 from tfdml._docs import fill_doc
+from tfdml._labels import is_multi_label
 from tfdml._tensors import check_batch_sizes, check_embeddings
 from tfdml.metrics._checks import check_finite_labeling, nonfinite_raises
 from tfdml.metrics.retrieval import check_metric
@@ -17,10 +18,21 @@ from tfdml.search import score_scale
 # -- k-means and the scores of a labeling --------------------------------------------------------------------------
 
 
+def _one_class_each(labels, name="labels"):
+    """Raises a ValueError naming ``name`` for ``[N, L]`` multi-hot labels: a clustering
+    is scored against one class per sample."""
+    if is_multi_label(labels):
+        raise ValueError(
+            f"`{name}` must be [N] integer class ids: a clustering score compares one class "
+            "per sample with its cluster, and [N, L] multi-hot label sets give no single "
+            f"class. Received: {name}.shape={tuple(np.shape(labels))}")
+
+
 def _kmeans(embeddings, labels, num_clusters, seed, metric):
     """k-means cluster ids of the embeddings (scikit-learn, k-means++, one init)."""
     from sklearn.cluster import KMeans
 
+    _one_class_each(labels)
     metric = check_metric(metric)
     labels = ops.convert_to_numpy(dml.cast_labels(labels)).astype(np.int64)
     x = ops.cast(check_embeddings(embeddings), "float32")
@@ -66,8 +78,11 @@ def nmi_score(labels, clusters) -> float:
 
     The arithmetic-mean normalization, the same as scikit-learn's
     ``normalized_mutual_info_score``. 1.0 when both labelings have a single group.
-    A float labeling with a NaN or an Inf raises a ``ValueError`` naming it.
+    A float labeling with a NaN or an Inf, or ``[N, L]`` multi-hot labels,
+    raise a ``ValueError`` naming it.
     """
+    _one_class_each(labels)
+    _one_class_each(clusters, "clusters")
     check_finite_labeling(labels, "labels")
     check_finite_labeling(clusters, "clusters")
     table = _contingency(np.asarray(labels).reshape(-1), np.asarray(clusters).reshape(-1))
@@ -88,8 +103,11 @@ def pairwise_f1_score(labels, clusters) -> float:
     FP = same cluster but different classes, FN = same class but different
     clusters; ``F1 = 2PR / (P + R)`` with ``P = TP/(TP+FP)``, ``R = TP/(TP+FN)``.
     0.0 when there is no pair in the same cluster or no pair in the same class.
-    A float labeling with a NaN or an Inf raises a ``ValueError`` naming it.
+    A float labeling with a NaN or an Inf, or ``[N, L]`` multi-hot labels,
+    raise a ``ValueError`` naming it.
     """
+    _one_class_each(labels)
+    _one_class_each(clusters, "clusters")
     check_finite_labeling(labels, "labels")
     check_finite_labeling(clusters, "clusters")
     table = _contingency(np.asarray(labels).reshape(-1), np.asarray(clusters).reshape(-1))
@@ -110,7 +128,8 @@ def _clustering_doc(name):
     return f"""\
 Args:
     embeddings: ``[N, D]`` embeddings.
-    labels: ``[N]`` integer class ids.
+    labels: ``[N]`` integer class ids (one class per sample: ``[N, L]``
+        multi-hot label sets are refused).
     num_clusters: number of k-means clusters. Defaults to `None` (the
         number of classes).
     seed: k-means random state. Defaults to `0`.

@@ -1,7 +1,7 @@
 """Retrieval metrics: Recall@K, Precision@K, MAP@K, MAP@R, R-precision, CMC, VehicleID.
 
 The conventions (metric, self-exclusion, groups, non-finite rows, ties, unmatched
-queries) are those of :mod:`tfdml.metrics`. The metrics here turn neighbours into
+queries, multi-hot labels) are those of :mod:`tfdml.metrics`. The metrics here turn neighbours into
 scores; the inputs' checks and the neighbours themselves (exact, or through an
 approximate ``index=``) come from :mod:`tfdml.metrics._neighbours`.
 """
@@ -14,6 +14,7 @@ from keras import ops
 from tfdml import ops as dml
 from tfdml._checks import check_int
 from tfdml._docs import fill_doc
+from tfdml._labels import is_multi_label
 from tfdml._tensors import check_batch_sizes, check_embeddings
 from tfdml.metrics._checks import nonfinite_raises
 from tfdml.metrics._neighbours import (
@@ -34,6 +35,7 @@ from tfdml.metrics._neighbours import (
 from tfdml.metrics._neighbours import (
     data_match_counts,
     exclusion_counts,
+    ideal_gains,
     prepare,
     relevance,
     report_index,
@@ -44,12 +46,21 @@ from tfdml.search import check_finite
 
 _QUERIES = """\
 embeddings: ``[Q, D]`` query embeddings.
-labels: ``[Q]`` integer class ids."""
+labels: ``[Q]`` integer class ids, or ``[Q, L]`` multi-hot label sets
+    (0/1, ``L >= 2``): a gallery item is then relevant (a hit, counted in
+    ``R``) when it shares a label with the query (see ``min_jaccard``)."""
 
 _GALLERY = """\
 gallery_embeddings: ``[G, D]`` gallery embeddings. Defaults to `None`
     (the queries themselves, self excluded).
-gallery_labels: ``[G]`` class ids of the gallery. Defaults to `None`."""
+gallery_labels: ``[G]`` class ids of the gallery (``[G, L]`` multi-hot with
+    multi-hot ``labels``, the same ``L``). Defaults to `None`."""
+
+_MIN_JACCARD = """\
+min_jaccard: multi-hot labels: a gallery item is relevant when the Jaccard
+    similarity ``|A & B| / |A | B|`` of its label set and the query's is at
+    least this value in ``(0, 1]``; ignored for class ids. Defaults to
+    `None` (relevant when the sets share a label)."""
 
 _SEARCH = """\
 metric: ``"cosine"`` or ``"l2"``. Defaults to `"cosine"`.
@@ -74,7 +85,7 @@ index: an approximate search instead of the exact one: a faiss index
 
 
 _RETRIEVAL_DOCS = {"QUERIES": _QUERIES, "GALLERY": _GALLERY, "SEARCH": _SEARCH,
-                   "GROUPS": _GROUPS,
+                   "GROUPS": _GROUPS, "MIN_JACCARD": _MIN_JACCARD,
                    "RAISES": nonfinite_raises("embeddings", "gallery_embeddings")}
 
 
@@ -138,22 +149,34 @@ def _check_visible_ks(ks, data, name="ks"):
 # -- retrieval metrics ---------------------------------------------------------------------------
 
 
-def at_k(value, data, ks, chunk_size, gallery_chunk_size, unmatched, name="ks"):
-    """``{k: mean over queries}`` of ``value`` at each K: ``"recall"`` (a same-class item in
-    the top K), ``"precision"`` (their share of the top K) or ``"map"`` (AP@K)."""
+def _graded_ap(gains, rank):
+    """``[n, k]`` ``sum_{i <= K} (g_i / i) sum_{j <= i} g_j`` at every K of the gains
+    ``g`` (``[n, k]``, in rank order): the sum of :func:`map_at_k` with ``graded=True``."""
+    return np.cumsum(np.cumsum(gains, axis=1) / rank * gains, axis=1)
+
+
+def at_k(value, data, ks, chunk_size, gallery_chunk_size, unmatched, name="ks", graded=False):
+    """``{k: mean over queries}`` of ``value`` at each K: ``"recall"`` (a relevant item in
+    the top K), ``"precision"`` (their share of the top K) or ``"map"`` (AP@K; with
+    ``graded`` and multi-hot labels, the graded AP@K of :func:`map_at_k`)."""
     ks = _check_visible_ks(ks, data, name)
     kmax = max(ks)
-    r = data_match_counts(data)
+    graded = graded and value == "map" and data.labels.ndim == 2  # class ids: gains 0/1
+    r, best = ideal_gains(data, kmax) if graded else (data_match_counts(data), None)
     cut = np.array(ks) - 1
     values = np.zeros((len(data.labels), len(ks)))
     rank = np.arange(1, kmax + 1)
-    for start, rel in relevance(data, kmax, chunk_size, gallery_chunk_size):
+    for start, rel in relevance(data, kmax, chunk_size, gallery_chunk_size, graded):
         stop = start + len(rel)
         correct = np.cumsum(rel, axis=1)
         if value == "recall":
             values[start:stop] = correct[:, cut] > 0
         elif value == "precision":
             values[start:stop] = correct[:, cut] / (cut + 1.0)
+        elif graded:
+            ideal = _graded_ap(best[start:stop], rank)[:, cut]
+            values[start:stop] = np.divide(_graded_ap(rel, rank)[:, cut], ideal,
+                                           out=np.zeros_like(ideal), where=ideal > 0)
         else:
             ap = np.cumsum(correct / rank * rel, axis=1)[:, cut]
             values[start:stop] = ap / np.maximum(np.minimum(cut + 1, r[start:stop, None]), 1)
@@ -162,12 +185,13 @@ def at_k(value, data, ks, chunk_size, gallery_chunk_size, unmatched, name="ks"):
 
 
 def _metric_at_k(value, embeddings, labels, ks, gallery_embeddings, gallery_labels, metric,
-                 chunk_size, gallery_chunk_size, unmatched, groups, gallery_groups, index):
+                 chunk_size, gallery_chunk_size, unmatched, groups, gallery_groups, index,
+                 min_jaccard, graded=False):
     """Recall, precision or MAP at each K of ``ks``: the body of the three ``*_at_k``."""
     data = prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
                    gallery_chunk_size, unmatched, groups=groups, gallery_groups=gallery_groups,
-                   index=index)
-    values = at_k(value, data, ks, chunk_size, gallery_chunk_size, unmatched)
+                   index=index, multi_label=True, min_jaccard=min_jaccard)
+    values = at_k(value, data, ks, chunk_size, gallery_chunk_size, unmatched, graded=graded)
     report_index(data)
     return values
 
@@ -186,6 +210,7 @@ def recall_at_k(
     groups=None,
     gallery_groups=None,
     index=None,
+    min_jaccard=None,
 ) -> dict:
     """Recall@K of metric learning: the share of queries with a same-class item in their top K.
 
@@ -205,6 +230,7 @@ def recall_at_k(
             ``"miss"`` (a 0) or ``"exclude"`` (left out of the average).
             Defaults to `"miss"` (all queries count).
         {GROUPS}
+        {MIN_JACCARD}
 
     Returns:
         ``{k: recall}`` with Python floats in [0, 1] (``nan`` if every query is
@@ -219,17 +245,19 @@ def recall_at_k(
     >>> tfdml.metrics.recall_at_k(x, [0, 0, 1, 1], ks=(1, 2))
     {1: 1.0, 2: 1.0}
     >>> tfdml.metrics.recall_at_k(model.predict(x_test), y_test, ks=(1, 10, 100, 1000))
+    >>> tfdml.metrics.recall_at_k(x, [[1, 0, 1], [0, 0, 1], [0, 1, 0], [1, 0, 0]], ks=(1,))
+    {1: 0.5}
     """
     return _metric_at_k("recall", embeddings, labels, ks, gallery_embeddings, gallery_labels,
                         metric, chunk_size, gallery_chunk_size, unmatched, groups,
-                        gallery_groups, index)
+                        gallery_groups, index, min_jaccard)
 
 
 @fill_doc(**_RETRIEVAL_DOCS)
 def precision_at_k(embeddings, labels, ks=(1, 5, 10), gallery_embeddings=None,
                    gallery_labels=None, metric: str = "cosine", chunk_size: int = 1024,
                    gallery_chunk_size: int = 65536, unmatched: str = "exclude", groups=None,
-                   gallery_groups=None, index=None) -> dict:
+                   gallery_groups=None, index=None, min_jaccard=None) -> dict:
     """Precision@K: the share of same-class items among a query's K nearest gallery items.
 
     ``P@K = (1/K) sum_{i=1..K} rel(i)``, ``rel(i)`` 1 when the ``i``-th nearest
@@ -248,6 +276,7 @@ def precision_at_k(embeddings, labels, ks=(1, 5, 10), gallery_embeddings=None,
             ``"exclude"`` (left out of the average) or ``"miss"`` (a 0).
             Defaults to `"exclude"`.
         {GROUPS}
+        {MIN_JACCARD}
 
     Returns:
         ``{k: precision}`` with Python floats in [0, 1] (``nan`` if every query
@@ -264,14 +293,14 @@ def precision_at_k(embeddings, labels, ks=(1, 5, 10), gallery_embeddings=None,
     """
     return _metric_at_k("precision", embeddings, labels, ks, gallery_embeddings, gallery_labels,
                         metric, chunk_size, gallery_chunk_size, unmatched, groups,
-                        gallery_groups, index)
+                        gallery_groups, index, min_jaccard)
 
 
 @fill_doc(**_RETRIEVAL_DOCS)
 def map_at_k(embeddings, labels, ks=(1, 5, 10), gallery_embeddings=None,
              gallery_labels=None, metric: str = "cosine", chunk_size: int = 1024,
              gallery_chunk_size: int = 65536, unmatched: str = "exclude", groups=None,
-             gallery_groups=None, index=None) -> dict:
+             gallery_groups=None, index=None, min_jaccard=None, graded: bool = False) -> dict:
     """MAP@K: the mean average precision over a query's K nearest gallery items.
 
     For a query with ``R`` same-class items in the gallery (itself and its
@@ -282,6 +311,17 @@ def map_at_k(embeddings, labels, ks=(1, 5, 10), gallery_embeddings=None,
     ``map@k``; with ``K = R`` for every query it is MAP@R (:func:`map_at_r`).
     Neighbours, self-exclusion and ties as in :func:`recall_at_k`.
 
+    **Graded** (``graded=True``, multi-hot labels): the generalized average
+    precision of Kishida (2005), with the gain ``g_i`` of the ``i``-th
+    neighbour the Jaccard similarity ``|A & B| / |A | B|`` of its label set and
+    the query's (0 when it is not relevant, see ``min_jaccard``):
+    ``gAP@K = sum_{i=1..K} (g_i / i) sum_{j=1..i} g_j`` divided by the same sum
+    over the ideal gains ``y_1 >= y_2 >= ...`` (the gains of all the gallery
+    items the query ranks, sorted in decreasing order). A perfect ranking (by
+    decreasing gain) scores 1; with 0/1 gains (class ids, or label sets that
+    are equal or disjoint) it is AP@K above. Queries with ``R = 0`` are
+    ``unmatched``.
+
     Args:
         {QUERIES}
         ks: the values of K. Defaults to `(1, 5, 10)`.
@@ -290,6 +330,9 @@ def map_at_k(embeddings, labels, ks=(1, 5, 10), gallery_embeddings=None,
         unmatched: queries with ``R = 0`` (undefined AP): ``"exclude"`` or
             ``"miss"`` (a 0). Defaults to `"exclude"`.
         {GROUPS}
+        {MIN_JACCARD}
+        graded: the graded AP of multi-hot labels (above) instead of the
+            binary one. Defaults to `False`.
 
     Returns:
         ``{k: map}`` with Python floats in [0, 1] (``nan`` if every query is
@@ -303,19 +346,29 @@ def map_at_k(embeddings, labels, ks=(1, 5, 10), gallery_embeddings=None,
     >>> x = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.2, 0.9], [0.7, 0.7]])
     >>> tfdml.metrics.map_at_k(x, [0, 0, 1, 1, 1], ks=(1, 2))
     {1: 1.0, 2: 0.9}
+    >>> sets = [[1, 1, 0], [1, 0, 0], [0, 1, 1], [0, 1, 1], [1, 1, 1]]  # multi-hot
+    >>> tfdml.metrics.map_at_k(x, sets, ks=(2,))  # every neighbour shares a label
+    {2: 1.0}
+    >>> tfdml.metrics.map_at_k(x, sets, ks=(2,), graded=True)  # partial overlaps gain less
+    {2: 0.9110849056603774}
+
+    Reference:
+        Kishida. Property of Average Precision and its Generalization: An
+        Examination of Evaluation Indicator for Information Retrieval
+        Experiments. NII Technical Report NII-2005-014E, 2005.
     """
     return _metric_at_k("map", embeddings, labels, ks, gallery_embeddings, gallery_labels,
                         metric, chunk_size, gallery_chunk_size, unmatched, groups,
-                        gallery_groups, index)
+                        gallery_groups, index, min_jaccard, graded)
 
 
 def _r_metric(value, embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
-              gallery_chunk_size, unmatched, groups, gallery_groups, index):
+              gallery_chunk_size, unmatched, groups, gallery_groups, index, min_jaccard):
     """The mean over queries of ``value``: ``"ap"`` (average precision at R, for MAP@R) or
     ``"rp"`` (R-precision)."""
     data = prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric, chunk_size,
                    gallery_chunk_size, unmatched, groups=groups, gallery_groups=gallery_groups,
-                   index=index)
+                   index=index, multi_label=True, min_jaccard=min_jaccard)
     r = data_match_counts(data)
     matched = r > 0
     ap = np.zeros(len(data.labels))
@@ -345,6 +398,7 @@ Args:
     unmatched: queries with ``R = 0``: ``"exclude"`` or ``"miss"`` (a 0).
         Defaults to `"exclude"`.
     {{GROUPS}}
+    {{MIN_JACCARD}}
 
 Returns:
     A Python float in [0, 1] (``nan`` if every query is excluded).
@@ -366,7 +420,7 @@ Reference:
 def map_at_r(embeddings, labels, gallery_embeddings=None, gallery_labels=None,
              metric: str = "cosine", chunk_size: int = 1024, gallery_chunk_size: int = 65536,
              unmatched: str = "exclude", groups=None, gallery_groups=None,
-             index=None) -> float:
+             index=None, min_jaccard=None) -> float:
     """MAP@R, the mean average precision at R of Musgrave et al. (2020).
 
     For a query with ``R`` same-class items in the gallery (itself excluded
@@ -374,32 +428,38 @@ def map_at_r(embeddings, labels, gallery_embeddings=None, gallery_labels=None,
     where ``P(i)`` is the precision at rank ``i`` if the ``i``-th neighbour has
     the query's class and 0 otherwise. The result is the mean over queries.
     Neighbours as in :func:`recall_at_k` (exact, ties to the lower gallery
-    index). Memory grows with the largest ``R`` (``chunk_size x max R``).
+    index). Memory grows with the largest ``R`` (``chunk_size x max R``). With
+    multi-hot labels, "the query's class" reads "relevant to the query" (sharing
+    a label, see ``min_jaccard``), for ``R`` as for the hits.
 
     {R_DOC}
     """
     return _r_metric("ap", embeddings, labels, gallery_embeddings, gallery_labels, metric,
-                     chunk_size, gallery_chunk_size, unmatched, groups, gallery_groups, index)
+                     chunk_size, gallery_chunk_size, unmatched, groups, gallery_groups, index,
+                     min_jaccard)
 
 
 @fill_doc(R_DOC=_r_doc("r_precision"), **_RETRIEVAL_DOCS)
 def r_precision(embeddings, labels, gallery_embeddings=None, gallery_labels=None,
                 metric: str = "cosine", chunk_size: int = 1024, gallery_chunk_size: int = 65536,
                 unmatched: str = "exclude", groups=None, gallery_groups=None,
-             index=None) -> float:
+                index=None, min_jaccard=None) -> float:
     """R-precision: the share of same-class items among a query's R nearest neighbours.
 
     ``R`` is the number of same-class items in the gallery for that query (itself
     excluded when the queries are the gallery), as in Musgrave et al. (2020).
-    The result is the mean over queries. Arguments as in :func:`map_at_r`.
+    The result is the mean over queries. Arguments as in :func:`map_at_r`;
+    multi-hot labels count the relevant items instead of the same-class ones.
 
     {R_DOC}
     """
     return _r_metric("rp", embeddings, labels, gallery_embeddings, gallery_labels, metric,
-                     chunk_size, gallery_chunk_size, unmatched, groups, gallery_groups, index)
+                     chunk_size, gallery_chunk_size, unmatched, groups, gallery_groups, index,
+                     min_jaccard)
 
 
-@fill_doc(SEARCH=_SEARCH, RAISES=nonfinite_raises("query_embeddings", "gallery_embeddings"))
+@fill_doc(SEARCH=_SEARCH, MIN_JACCARD=_MIN_JACCARD,
+          RAISES=nonfinite_raises("query_embeddings", "gallery_embeddings"))
 def cmc(
     query_embeddings,
     query_labels,
@@ -413,6 +473,7 @@ def cmc(
     groups=None,
     gallery_groups=None,
     index=None,
+    min_jaccard=None,
 ) -> np.ndarray:
     """Cumulative match characteristic: top-k match rates for k = 1..``top_k``.
 
@@ -424,9 +485,10 @@ def cmc(
 
     Args:
         query_embeddings: ``[Q, D]``.
-        query_labels: ``[Q]`` integer identities.
+        query_labels: ``[Q]`` integer identities, or ``[Q, L]`` multi-hot label
+            sets (a gallery item matches when it is relevant: sharing a label).
         gallery_embeddings: ``[G, D]``.
-        gallery_labels: ``[G]`` integer identities.
+        gallery_labels: ``[G]`` integer identities (``[G, L]`` multi-hot).
         top_k: length of the curve, at most ``G`` (minus the most gallery items
             of one query's group). Defaults to `20`.
         {SEARCH}
@@ -440,6 +502,7 @@ def cmc(
             with ``groups``. Defaults to `None`.
         index: an approximate search, as in :func:`recall_at_k`. Defaults to
             `None` (exact).
+        {MIN_JACCARD}
 
     Returns:
         A float64 NumPy array of shape ``[top_k]``, non-decreasing.
@@ -457,7 +520,8 @@ def cmc(
     data = prepare(query_embeddings, query_labels, gallery_embeddings, gallery_labels, metric,
                    chunk_size, gallery_chunk_size, unmatched,
                    names=("query_embeddings", "query_labels"), groups=groups,
-                   gallery_groups=gallery_groups, index=index)
+                   gallery_groups=gallery_groups, index=index, multi_label=True,
+                   min_jaccard=min_jaccard)
     (top_k,) = _check_visible_ks((top_k,), data, "top_k")
     curve = at_k("recall", data, range(1, top_k + 1), chunk_size, gallery_chunk_size,
                   unmatched, "top_k")
@@ -488,7 +552,8 @@ def vehicleid_match_rate(
     Args:
         embeddings: ``[N, D]`` embeddings of a test split (e.g. the small,
             medium or large VehicleID test list).
-        labels: ``[N]`` integer vehicle ids.
+        labels: ``[N]`` integer vehicle ids (one per image: multi-hot label
+            sets are refused, the protocol draws one image per identity).
         ks: the values of k. Defaults to `(1, 5)`.
         num_draws: how many random galleries to average over. Defaults to `10`
             (the FAPPY paper repeats the query 10 times).
@@ -510,6 +575,10 @@ def vehicleid_match_rate(
     num_draws = check_int("num_draws", num_draws)
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
         raise ValueError(f"`seed` must be an integer. Received: seed={seed!r}")
+    if is_multi_label(labels):
+        raise ValueError("`labels` must be [N] integer vehicle ids: the VehicleID protocol "
+                         "draws one gallery image per identity, so each image has one. "
+                         f"Received: labels.shape={tuple(np.shape(labels))}")
     labels_np = ops.convert_to_numpy(dml.cast_labels(labels)).astype(np.int64)
     x = check_embeddings(embeddings)
     check_batch_sizes(labels_np, x)

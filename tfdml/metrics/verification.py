@@ -25,6 +25,7 @@ import numpy as np
 from keras import ops
 
 from tfdml._checks import check_int
+from tfdml._labels import relevance
 from tfdml._tensors import check_embeddings
 from tfdml.metrics._neighbours import data_match_counts, exclusion_counts, prepare
 from tfdml.search import check_finite as _check_finite
@@ -84,6 +85,14 @@ def _pair_counts(data):
     return genuine, scored - genuine
 
 
+def _genuine(data, rows, cols):
+    """``[len(rows), len(cols)]`` bool: the genuine pairs, equal class ids or relevant
+    multi-hot label sets (:func:`tfdml._labels.relevance`)."""
+    if data.labels.ndim == 2:
+        return relevance(data.labels[rows], data.gallery_labels[cols], data.min_jaccard)
+    return data.gallery_labels[cols] == data.labels[rows, None]
+
+
 def _pair_blocks(data, chunk_size, gallery_chunk_size):
     """Yields ``(keys, kinds)`` of every block of scores: the :func:`_keys` of the scores
     (larger is nearer: dot products, or minus squared distances) and, per pair,
@@ -108,7 +117,7 @@ def _pair_blocks(data, chunk_size, gallery_chunk_size):
             step = max(1, _HOST_PAIRS // len(cols))  # rows counted at a time on the host
             for lo in range(0, len(rows), step):
                 part = rows[lo : lo + step]
-                kinds = (data.gallery_labels[cols] == data.labels[part, None]).astype(np.int64)
+                kinds = _genuine(data, part, cols).astype(np.int64)
                 left_out = np.zeros(kinds.shape, dtype=bool)
                 if data.exclude_self:
                     left_out |= cols[None, :] <= part[:, None]
@@ -151,13 +160,15 @@ def _nth_from_top(counts, rank):
 
 def fnmr_at_fmr(embeddings, labels, fmr=(0.001, 0.01, 0.1), gallery_embeddings=None,
                 gallery_labels=None, metric: str = "cosine", chunk_size: int = 1024,
-                gallery_chunk_size: int = 65536, groups=None, gallery_groups=None) -> dict:
+                gallery_chunk_size: int = 65536, groups=None, gallery_groups=None,
+                min_jaccard=None) -> dict:
     """FNMR at FMR: the share of genuine pairs rejected at the threshold of a false match rate.
 
     Verification over all pairs of a query and a gallery item (without a gallery,
     every unordered pair of two embeddings once; the gallery items of a query's
     ``groups`` are left out): a *genuine* pair has equal labels, an *impostor* pair
-    different ones. A threshold ``t`` accepts a pair when its similarity is
+    different ones (multi-hot labels: label sets that share a label, or with
+    ``min_jaccard`` whose Jaccard similarity reaches it, are genuine). A threshold ``t`` accepts a pair when its similarity is
     ``>= t`` (``metric="l2"``: its distance ``<= t``), so all pairs with an equal
     score are accepted together; ``FMR(t)`` is the share of impostor pairs
     accepted, ``FNMR(t)`` the share of genuine pairs rejected. For each target
@@ -181,12 +192,13 @@ def fnmr_at_fmr(embeddings, labels, fmr=(0.001, 0.01, 0.1), gallery_embeddings=N
 
     Args:
         embeddings: ``[Q, D]`` query embeddings.
-        labels: ``[Q]`` integer class ids.
+        labels: ``[Q]`` integer class ids, or ``[Q, L]`` multi-hot label sets.
         fmr: the target false match rates, each in (0, 1) (a number or a
             sequence). Defaults to `(0.001, 0.01, 0.1)`.
         gallery_embeddings: ``[G, D]`` gallery embeddings. Defaults to `None`
             (the queries themselves: every pair of two different rows).
-        gallery_labels: ``[G]`` class ids of the gallery. Defaults to `None`.
+        gallery_labels: ``[G]`` class ids of the gallery (``[G, L]`` multi-hot
+            with multi-hot ``labels``). Defaults to `None`.
         metric: ``"cosine"`` or ``"l2"``. Defaults to `"cosine"`.
         chunk_size: queries per matrix product. Defaults to `1024`.
         gallery_chunk_size: gallery items per matrix product. Defaults to `65536`.
@@ -195,6 +207,8 @@ def fnmr_at_fmr(embeddings, labels, fmr=(0.001, 0.01, 0.1), gallery_embeddings=N
             of every item. Defaults to `None`.
         gallery_groups: ``[G]`` group ids of a separate gallery, required with
             ``groups`` and ``gallery_embeddings``. Defaults to `None`.
+        min_jaccard: multi-hot labels: the Jaccard similarity in ``(0, 1]`` of
+            the label sets of a genuine pair. Defaults to `None` (sharing a label).
 
     Returns:
         ``{f: fnmr}`` with Python floats in [0, 1], one per value of ``fmr``.
@@ -217,7 +231,8 @@ def fnmr_at_fmr(embeddings, labels, fmr=(0.001, 0.01, 0.1), gallery_embeddings=N
     fmr = _check_fmr(fmr)
     data = prepare(embeddings, labels, gallery_embeddings, gallery_labels, metric,
                              chunk_size, gallery_chunk_size, "exclude", groups=groups,
-                             gallery_groups=gallery_groups)
+                             gallery_groups=gallery_groups, multi_label=True,
+                             min_jaccard=min_jaccard)
     num_genuine, num_impostors = _pair_counts(data)
     if not num_genuine or not num_impostors:
         raise ValueError(

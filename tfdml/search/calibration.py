@@ -11,12 +11,12 @@ import warnings
 from typing import NamedTuple
 
 import numpy as np
-from keras import ops
 
-from tfdml import ops as dml
+from tfdml._labels import check_min_jaccard
 from tfdml._pyplot import import_pyplot
 from tfdml._tensors import is_number
 from tfdml.search.adding import prepare
+from tfdml.search.results import check_same_form, host_labels, neighbour_relevance
 
 
 class Calibration(NamedTuple):
@@ -25,10 +25,11 @@ class Calibration(NamedTuple):
     Attributes:
         threshold: the score a match must reach (a similarity for ``"cosine"``
             and ``"dot"``, a distance for ``"l2"``).
-        precision: the share of correct labels among the calibration queries
-            it accepts.
-        recall: the share of the queries whose nearest item has their label
-            that it accepts.
+        precision: the share of correct matches (the nearest item relevant to
+            the query: of its label, or sharing a label with its multi-hot set)
+            among the calibration queries it accepts.
+        recall: the share of the queries whose nearest item is relevant that it
+            accepts.
         reached: whether ``precision >= target_precision``.
         thresholds, precisions, recalls: the curve, one point per distinct
             score of the nearest items, from the strictest threshold to the
@@ -66,11 +67,14 @@ def copies(index, queries, nearest):
     return (np.linalg.norm(q - g, axis=1) <= COPY_TOLERANCE * size) & (nearest >= 0)
 
 
-def calibrate(index, queries, labels, target_precision: float = 0.99) -> Calibration:
+def calibrate(index, queries, labels, target_precision: float = 0.99,
+              min_jaccard=None) -> Calibration:
     """The loosest match threshold whose precision on labelled queries reaches a target.
 
     Each query is matched to its nearest item in ``index``; the match is
-    *correct* when that item has the query's label. A threshold accepts the
+    *correct* when that item has the query's label (multi-hot labels: when
+    their label sets share a label, or with ``min_jaccard`` when the Jaccard
+    similarity of the sets reaches it). A threshold accepts the
     matches whose score reaches it. Over all thresholds (one per distinct
     nearest score), the one returned is the loosest, hence the highest recall,
     whose precision (correct among accepted) is at least ``target_precision``.
@@ -92,15 +96,19 @@ def calibrate(index, queries, labels, target_precision: float = 0.99) -> Calibra
     Args:
         index: an :class:`Index` with labels.
         queries: ``[Q, D]`` embeddings.
-        labels: ``[Q]`` their labels.
+        labels: ``[Q]`` their class ids, or ``[Q, L]`` multi-hot label sets
+            when the index holds ``[N, L]`` multi-hot labels.
         target_precision: in ``(0, 1]``. Defaults to `0.99`.
+        min_jaccard: multi-hot labels: the Jaccard similarity in ``(0, 1]`` a
+            correct match reaches. Defaults to `None` (sharing a label).
 
     Returns:
         A :class:`Calibration`.
 
     Raises:
-        ValueError: for an index without labels, a bad target, no query, or
-            queries and labels of different lengths.
+        ValueError: for an index without labels, a bad target, no query,
+            queries and labels of different lengths, or labels of another form
+            (or ``L``) than the index's.
 
     Warns:
         UserWarning: when at least :data:`SELF_MATCH_SHARE` of the queries are
@@ -116,7 +124,9 @@ def calibrate(index, queries, labels, target_precision: float = 0.99) -> Calibra
                          f"Received: target_precision={target_precision!r}")
     if index.labels is None:
         raise ValueError("`calibrate` needs an index with labels.")
-    labels = ops.convert_to_numpy(dml.cast_labels(labels, "labels")).astype(np.int64)
+    labels = host_labels(labels, "labels")
+    check_same_form(labels, index.labels, "labels", "the index's labels")
+    min_jaccard = check_min_jaccard(min_jaccard)
     found = index.lookup(queries, 1)
     if len(labels) != len(found.indices):
         raise ValueError(f"`labels` must have one entry per query ({len(found.indices)}). "
@@ -142,7 +152,8 @@ def calibrate(index, queries, labels, target_precision: float = 0.99) -> Calibra
         raise ValueError("The index found no neighbour for any calibration query (an "
                          "approximate index searching too little of itself: see `tune`).")
     scores = found.scores[found_one, 0].astype(np.float64)
-    correct = found.labels[found_one, 0] == labels[found_one]
+    correct = neighbour_relevance(labels, index.labels, found.indices[:, :1],
+                                  min_jaccard)[found_one, 0]
     # Strictest first: the best scores first (smallest distances for "l2").
     order = np.argsort(scores if index.metric == "l2" else -scores, kind="stable")
     scores, correct = scores[order], correct[order]

@@ -6,15 +6,14 @@ import keras
 import numpy as np
 from keras import ops
 
-from tfdml import ops as dml
 from tfdml._checks import check_int
 from tfdml._tensors import is_number
-from tfdml.search import adding, tuning
+from tfdml.search import adding, results, tuning
 from tfdml.search import approximate as faiss_api
 from tfdml.search.approximate import ADD_BLOCK
 from tfdml.search.calibration import SELF_MATCH_SHARE, copies
 from tfdml.search.exact import check_metric, neighbours, score_scale
-from tfdml.search.results import Lookup, RetrievalResults, count_relevant, gather, without_self
+from tfdml.search.results import Lookup, RetrievalResults, gather, without_self
 from tfdml.search.store import PLACES, VectorStore
 from tfdml.search.tuning import Tuning
 from tfdml.search.tuning import neighbour_recall as neighbour_recall
@@ -155,7 +154,7 @@ class Index:
         self._structure = None  # faiss: the approximate structure, or the exact flat index
         self._pending = []  # rows waiting for the approximate structure to be trained
         self._size = 0
-        self._labels = None  # list of int64 blocks, or None
+        self._labels = None  # list of blocks (int64 [n], or bool [n, L] multi-hot), or None
         self._ids = None  # list of blocks, or None
         self._gallery = None  # the stored rows as one backend tensor (exact, in memory)
         self._max_abs = 0.0  # the largest |entry| stored, for score_scale
@@ -196,11 +195,12 @@ class Index:
                               self.approximate is not None, self.query_buckets, self.chunk_size)
 
     def add(self, embeddings, labels=None, ids=None, verbose=0):
-        """Appends embeddings ``[N, D]``, with their labels ``[N]`` and ids ``[N]``.
+        """Appends embeddings ``[N, D]``, with their labels and ids ``[N]``.
 
-        Labels (integer class ids) and ids (any integers or strings, e.g. file
-        names) are optional, but once the index has them every ``add`` must
-        give them, and the other way round.
+        Labels (``[N]`` integer class ids, or ``[N, L]`` multi-hot label sets of
+        0 and 1, the same form and ``L`` for every add) and ids (any integers or
+        strings, e.g. file names) are optional, but once the index has them
+        every ``add`` must give them, and the other way round.
 
         ``embeddings`` may also be an iterable of batches (a generator, a
         ``tf.data`` dataset): each an array of embeddings, a tuple
@@ -256,9 +256,10 @@ class Index:
         return (x, *self._checked_labels(int(x.shape[0]), labels, ids))
 
     def _checked_labels(self, n, labels, ids):
-        """``(labels, ids)`` for ``n`` rows: validated, labels as int64, given to every add
-        or to none."""
-        labels, ids = adding.check_labels_ids(n, labels, ids)
+        """``(labels, ids)`` for ``n`` rows: validated, labels as int64 (bool ``[n, L]``
+        multi-hot), of one form, given to every add or to none."""
+        labels = results.added_labels(labels, n, self._labels[0] if self._labels else None)
+        _, ids = adding.check_labels_ids(n, None, ids)
         for name, given, stored in (("labels", labels, self._labels), ("ids", ids, self._ids)):
             if len(self) and (given is None) != (stored is None):
                 state = "has" if stored is not None else "has no"
@@ -411,7 +412,7 @@ class Index:
 
     @property
     def labels(self) -> np.ndarray | None:
-        """The stored ``[N]`` labels, or None."""
+        """The stored labels, ``[N]`` int64 or ``[N, L]`` bool multi-hot, or None."""
         if self._labels is not None and len(self._labels) > 1:
             self._labels = [np.concatenate(self._labels)]
         return None if self._labels is None else self._labels[0]
@@ -586,23 +587,27 @@ class Index:
         return Lookup(scores, indices, gather(self.labels, indices), gather(self.ids, indices))
 
     def retrieve(self, queries, k: int = 10, query_labels=None, query_ids=None,
-                 exclude_self: bool = False) -> RetrievalResults:
+                 exclude_self: bool = False, min_jaccard=None) -> RetrievalResults:
         """Each query's ``k`` nearest items as :class:`RetrievalResults` (scores,
         positions, labels, ids, and with ``query_labels`` which are correct).
 
         Args:
             queries: ``[Q, D]`` embeddings.
             k: neighbours per query. Defaults to `10`.
-            query_labels: ``[Q]`` labels of the queries, to mark the correct
-                neighbours (the index must have labels). Defaults to `None`.
+            query_labels: ``[Q]`` labels of the queries (``[Q, L]`` multi-hot for
+                an index of multi-hot labels), to mark the correct neighbours
+                (the index must have labels). Defaults to `None`.
             query_ids: ``[Q]`` ids of the queries. Defaults to `None`.
             exclude_self: the queries are the index's own items, in order:
                 query ``i`` is not its own neighbour. Defaults to `False`.
+            min_jaccard: multi-hot labels: a neighbour is correct when the Jaccard
+                similarity of its label set and the query's reaches this value in
+                ``(0, 1]``. Defaults to `None` (when they share a label).
 
         Raises:
             ValueError: as :meth:`search`; for ``query_labels`` without labels in
-                the index, lengths that differ, or ``exclude_self`` with another
-                number of queries than items.
+                the index or of another form, lengths that differ, or
+                ``exclude_self`` with another number of queries than items.
         """
         k = check_int("k", k)
         extra = int(bool(exclude_self))
@@ -618,22 +623,16 @@ class Index:
             scores, indices = without_self(scores, indices, k)
         relevant = None
         if query_labels is not None:
-            if self.labels is None:
-                raise ValueError("`query_labels` mark the correct neighbours by the index's "
-                                 "labels, and this index has none.")
-            query_labels = ops.convert_to_numpy(
-                dml.cast_labels(query_labels, "query_labels")).astype(np.int64)
-            if len(query_labels) != len(indices):
-                raise ValueError(f"`query_labels` must have one entry per query "
-                                 f"({len(indices)}). Received: {len(query_labels)}")
-            relevant = count_relevant(self.labels, query_labels, extra)
+            query_labels, relevant = results.query_relevance(
+                self.labels, query_labels, len(indices), extra, min_jaccard)
         if query_ids is not None:
             query_ids = np.asarray(query_ids)
             if query_ids.shape != (len(indices),):
                 raise ValueError(f"`query_ids` must have one entry per query ({len(indices)}). "
                                  f"Received: shape {query_ids.shape}")
         return RetrievalResults(self.metric, scores, indices, gather(self.labels, indices),
-                                gather(self.ids, indices), query_labels, query_ids, relevant)
+                                gather(self.ids, indices), query_labels, query_ids, relevant,
+                                None if query_labels is None else min_jaccard)
 
     def match(self, queries, threshold, unknown=-1):
         """The label of each query's nearest item when it is near enough, else ``unknown``.
@@ -645,10 +644,12 @@ class Index:
         Args:
             queries: ``[Q, D]`` embeddings.
             threshold: the score a match must reach.
-            unknown: the label of a query without a match. Defaults to `-1`.
+            unknown: the label of a query without a match. Defaults to `-1`
+                (with multi-hot labels, the empty set: a row of False).
 
         Returns:
-            ``[Q]`` int64 labels.
+            ``[Q]`` int64 labels, or ``[Q, L]`` bool label sets for an index of
+            multi-hot labels.
 
         Raises:
             ValueError: when the index has no labels, or for a ``threshold``
@@ -660,7 +661,7 @@ class Index:
             raise ValueError("`match` needs labels: `add` the embeddings with `labels=`.")
         found = self.lookup(queries, 1)
         near = _accepts(found.scores[:, 0], threshold, self.metric) & (found.indices[:, 0] >= 0)
-        return np.where(near, found.labels[:, 0], np.int64(unknown))
+        return results.matched_labels(found.labels[:, 0], near, unknown)
 
     def save(self, path):
         """Writes the index to one ``.npz`` file (no pickled objects), whole or not at all;
@@ -679,7 +680,7 @@ class Index:
                 complete index: unreadable or truncated, a missing field, or a
                 field that does not hold what :meth:`save` writes (2-D finite
                 float32 embeddings, unit rows for ``"cosine"``, one integer
-                label and one id per row), an approximate structure written by
+                label or multi-hot row and one id per row), an approximate structure written by
                 another faiss version, or one whose metric, size or dimension
                 disagree with the rest of the file.
         """

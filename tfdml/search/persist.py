@@ -2,8 +2,8 @@
 back with every field checked.
 
 Fields: ``metric``, ``chunk_sizes``, ``backend``, ``size``, ``vectors`` (where the
-embeddings were kept), ``embeddings`` (unless ``vectors`` is ``"none"``), ``labels`` and
-``ids`` when present, and for an approximate index ``approximate`` (the factory string),
+embeddings were kept), ``embeddings`` (unless ``vectors`` is ``"none"``), ``labels``
+(``[N]`` int64 class ids, or ``[N, L]`` bool multi-hot) and ``ids`` when present, and for an approximate index ``approximate`` (the factory string),
 ``faiss_index`` (faiss's own serialization, as bytes), ``faiss_version``, ``parameters``
 (JSON) and ``settings`` (``rerank``, ``train_size``, ``seed``; 0 for None). No pickled
 object. Embeddings on disk are streamed into and out of the file block by block.
@@ -18,6 +18,7 @@ import zipfile
 import numpy as np
 
 from tfdml._files import atomic_path
+from tfdml._labels import check_multi_hot
 from tfdml.search import approximate as faiss_api
 from tfdml.search.exact import METRICS, at_indices, nonfinite_rows
 from tfdml.search.store import VectorStore
@@ -206,21 +207,37 @@ def _build(cls, data, fields, path, backend, vectors):
         raise
     except _READ_ERRORS as err:
         raise _unreadable(path, err) from err
-    for name, kinds in (("labels", "iu"), ("ids", "iuU")):
-        if name in fields and (fields[name].ndim != 1 or len(fields[name]) != n
-                               or fields[name].dtype.kind not in kinds):
-            what = "integers" if name == "labels" else "integers or strings"
-            raise _bad(path, name, f"must hold {n} {what} (one per row), not "
-                                   f"{fields[name].dtype} of shape {fields[name].shape}")
+    labels = _checked_labels(fields, n, path)
+    if "ids" in fields and (fields["ids"].ndim != 1 or len(fields["ids"]) != n
+                            or fields["ids"].dtype.kind not in "iuU"):
+        raise _bad(path, "ids", f"must hold {n} integers or strings (one per row), not "
+                                f"{fields['ids'].dtype} of shape {fields['ids'].shape}")
     index._size = n
     if n:
-        index._labels = [fields["labels"].astype(np.int64)] if "labels" in fields else None
+        index._labels = None if labels is None else [labels]
         index._ids = [fields["ids"]] if "ids" in fields else None
     if approximate is not None and "faiss_index" in fields:
         index._structure = _load_structure(fields["faiss_index"], index, n, path)
     elif approximate is not None and n:
         raise _bad(path, "faiss_index", "is missing")
     return index
+
+
+def _checked_labels(fields, n, path):
+    """The ``labels`` field (None without one): ``[n]`` integers as int64, or ``[n, L]``
+    multi-hot rows (0 and 1, none empty) as bool; a ValueError naming the file otherwise."""
+    if "labels" not in fields:
+        return None
+    labels = fields["labels"]
+    if labels.ndim == 2 and len(labels) == n and labels.shape[1] >= 2:
+        try:
+            return check_multi_hot(labels, "labels")
+        except ValueError as err:
+            raise _bad(path, "labels", str(err)) from None
+    if labels.ndim != 1 or len(labels) != n or labels.dtype.kind not in "iu":
+        raise _bad(path, "labels", f"must hold {n} integers (one per row) or {n} multi-hot "
+                                   f"rows, not {labels.dtype} of shape {labels.shape}")
+    return labels.astype(np.int64)
 
 
 def _load_rows(index, data, fields, path, has_rows):

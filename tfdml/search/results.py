@@ -13,8 +13,15 @@ import numbers
 from typing import NamedTuple
 
 import numpy as np
+from keras import ops
+
+from tfdml import _labels
+from tfdml import ops as dml
 
 __all__ = ["Lookup", "RetrievalResults"]
+
+#: Query-by-gallery label comparisons made at a time when counting relevant items.
+RELEVANCE_BLOCK = 1 << 22
 
 
 class Lookup(NamedTuple):
@@ -23,7 +30,8 @@ class Lookup(NamedTuple):
     Attributes:
         scores: similarities (``"cosine"``, ``"dot"``) or distances (``"l2"``).
         indices: positions in the index (the order of :meth:`Index.add`).
-        labels: the neighbours' labels, or None when the index has none.
+        labels: the neighbours' labels (``[Q, k, L]`` for multi-hot labels), or
+            None when the index has none.
         ids: the neighbours' ids, or None when the index has none.
     """
 
@@ -35,9 +43,12 @@ class Lookup(NamedTuple):
 
 def gather(values, indices):
     """``values[indices]``, with the empty label or id where a position is ``-1`` (no item):
-    ``-1``, or ``""`` for string ids (unsigned integer ids become int64). None for None."""
+    ``-1``, ``""`` for string ids, the empty label set for ``[N, L]`` multi-hot labels
+    (unsigned integer ids become int64). None for None."""
     if values is None:
         return None
+    if values.ndim == 2:  # multi-hot rows: [Q, k, L]
+        return values[np.maximum(indices, 0)] & (indices >= 0)[..., None]
     fill = _empty_id(values)
     if values.dtype.kind == "u":  # unsigned ids: -1 marks a missing item
         values = values.astype(np.int64)
@@ -56,9 +67,113 @@ def without_self(scores, indices, k):
     return np.take_along_axis(scores, order, 1), np.take_along_axis(indices, order, 1)
 
 
-def count_relevant(gallery_labels, query_labels, exclude_self=False):
-    """``[Q]`` int64: the gallery items of each query's label, less the query's own item
-    with ``exclude_self`` (query ``i`` is item ``i``)."""
+def host_labels(labels, name="labels"):
+    """``labels`` as NumPy: ``[N]`` int64 class ids, or ``[N, L]`` multi-hot as bool.
+
+    Raises:
+        ValueError: naming ``name``, for class ids that are not integers, or multi-hot
+            labels with a value other than 0 and 1 or an empty label set.
+    """
+    if _labels.is_multi_label(labels):
+        if ops.is_tensor(labels) and not isinstance(labels, np.ndarray):
+            labels = ops.convert_to_numpy(labels)
+        return _labels.check_multi_hot(labels, name)
+    return ops.convert_to_numpy(dml.cast_labels(labels, name)).astype(np.int64)
+
+
+def check_same_form(labels, reference, name, reference_name):
+    """Raises a ValueError naming ``name`` unless ``labels`` and ``reference`` (NumPy, from
+    :func:`host_labels`) are both class ids or both multi-hot with the same ``L``."""
+    if labels is None or reference is None:
+        return
+    if labels.ndim != reference.ndim:
+        form = "[N, L] multi-hot" if reference.ndim == 2 else "[N] class ids"
+        raise ValueError(f"`{name}` must be labels of the form of `{reference_name}`: "
+                         f"{form}. Received: {name}.shape={labels.shape}, "
+                         f"{reference_name}.shape={reference.shape}")
+    if labels.ndim == 2 and labels.shape[1] != reference.shape[1]:
+        raise ValueError(f"`{name}` must have the number of labels L of `{reference_name}` "
+                         f"({reference.shape[1]}). Received: {name}.shape={labels.shape}")
+
+
+def added_labels(labels, n, stored=None):
+    """The labels of ``n`` rows added to an index, as :func:`host_labels` (None for None),
+    of the form of the ``stored`` ones (a block of the index's labels, or None).
+
+    Raises:
+        ValueError: as :func:`host_labels`, for labels not one per row, or of another
+            form or ``L`` than those stored.
+    """
+    if labels is None:
+        return None
+    labels = host_labels(labels, "labels")
+    if len(labels) != n:
+        raise ValueError(f"`labels` must have one entry per embedding ({n}). "
+                         f"Received: {len(labels)}")
+    check_same_form(labels, stored, "labels", "the index's labels")
+    return labels
+
+
+def neighbour_relevance(query_labels, gallery_labels, indices, min_jaccard=None,
+                        graded=False):
+    """``[Q, k]``: whether gallery item ``indices[i, j]`` is relevant to query ``i`` (False
+    for a position of ``-1``), by :func:`tfdml._labels.relevance`; with ``graded``, float64
+    gains: the Jaccard similarity of the label sets of a relevant pair, else 0.
+
+    Labels: ``[Q]`` and ``[G]`` class ids (relevant: equal), or ``[Q, L]`` and ``[G, L]``
+    multi-hot (relevant: sharing a label, or a Jaccard similarity of at least
+    ``min_jaccard``), compared query by query against its ``k`` neighbours only.
+    """
+    indices = np.asarray(indices)
+    found = indices >= 0
+    if query_labels.ndim == 1:
+        same = (gallery_labels[np.maximum(indices, 0)] == query_labels[:, None]) & found
+        return same.astype(np.float64) if graded else same
+    out = np.zeros(indices.shape, np.float64 if graded else bool)
+    for i, row in enumerate(np.maximum(indices, 0)):
+        query, items = query_labels[i : i + 1], gallery_labels[row]
+        relevant = _labels.relevance(query, items, min_jaccard)[0] & found[i]
+        if graded:
+            out[i] = np.where(relevant, _labels.label_jaccard(query, items)[0], 0.0)
+        else:
+            out[i] = relevant
+    return out
+
+
+def relevance_blocks(query_labels, gallery_labels, min_jaccard=None, graded=False,
+                     exclude_self=False, groups=None, gallery_groups=None):
+    """Yields ``(start, block)``: the ``[n, G]`` relevance (bool) of every gallery item to
+    the multi-hot queries ``start : start + n`` (or with ``graded`` the gains, as
+    :func:`neighbour_relevance`), in blocks of about :data:`RELEVANCE_BLOCK` pairs.
+
+    Pairs left out are False (0): query ``i`` and item ``i`` with ``exclude_self``, and a
+    query and the items of its group (``groups`` ``[Q]`` and ``gallery_groups`` ``[G]``).
+    """
+    num_gallery = len(gallery_labels)
+    step = max(1, RELEVANCE_BLOCK // max(num_gallery, 1))
+    for start in range(0, len(query_labels), step):
+        queries = query_labels[start : start + step]
+        block = _labels.relevance(queries, gallery_labels, min_jaccard)
+        rows = np.arange(len(queries))
+        if exclude_self:
+            block[rows, start + rows] = False
+        if groups is not None:
+            block &= gallery_groups[None, :] != groups[start : start + len(queries), None]
+        if graded:
+            block = np.where(block, _labels.label_jaccard(queries, gallery_labels), 0.0)
+        yield start, block
+
+
+def count_relevant(gallery_labels, query_labels, exclude_self=False, min_jaccard=None):
+    """``[Q]`` int64: the gallery items relevant to each query (of its label, or sharing a
+    label with its multi-hot set), less the query's own item with ``exclude_self`` (query
+    ``i`` is item ``i``)."""
+    if query_labels.ndim == 2:
+        counts = np.zeros(len(query_labels), np.int64)
+        for start, block in relevance_blocks(query_labels, gallery_labels, min_jaccard,
+                                             exclude_self=exclude_self):
+            counts[start : start + len(block)] = block.sum(axis=1)
+        return counts
     classes, counts = np.unique(gallery_labels, return_counts=True)
     at = np.minimum(np.searchsorted(classes, query_labels), len(classes) - 1)
     relevant = np.where(classes[at] == query_labels, counts[at], 0)
@@ -67,16 +182,52 @@ def count_relevant(gallery_labels, query_labels, exclude_self=False):
     return relevant
 
 
+def query_relevance(gallery_labels, query_labels, num_queries, exclude_self, min_jaccard):
+    """``(query_labels, num_relevant)`` of :meth:`Index.retrieve`: the queries' labels
+    checked against the index's, and :func:`count_relevant`.
+
+    Raises:
+        ValueError: for an index without labels, labels of another form or ``L`` than
+            the index's, or not one per query.
+    """
+    if gallery_labels is None:
+        raise ValueError("`query_labels` mark the correct neighbours by the index's "
+                         "labels, and this index has none.")
+    query_labels = host_labels(query_labels, "query_labels")
+    check_same_form(query_labels, gallery_labels, "query_labels", "the index's labels")
+    if len(query_labels) != num_queries:
+        raise ValueError(f"`query_labels` must have one entry per query "
+                         f"({num_queries}). Received: {len(query_labels)}")
+    min_jaccard = _labels.check_min_jaccard(min_jaccard)
+    return query_labels, count_relevant(gallery_labels, query_labels, exclude_self, min_jaccard)
+
+
+def matched_labels(labels, near, unknown):
+    """:meth:`Index.match`'s answer from the nearest items' ``labels`` (``[Q]``, or
+    ``[Q, L]`` multi-hot) and whether each is ``near`` enough: ``unknown`` for class ids, the
+    empty label set (a row of False) for multi-hot labels.
+
+    Raises:
+        ValueError: for multi-hot labels and an ``unknown`` other than ``-1``.
+    """
+    if labels.ndim == 1:
+        return np.where(near, labels, np.int64(unknown))
+    if not (isinstance(unknown, numbers.Integral) and unknown == -1):
+        raise ValueError("With multi-hot labels a query without a match gets the empty label "
+                         f"set (a row of 0): leave `unknown` at -1. Received: unknown={unknown!r}")
+    return labels & np.asarray(near, bool)[:, None]
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class RetrievalResults:
     """Each query's ranked neighbours in a gallery: scores, positions, labels, ids.
 
     Lists are nearest first and padded to a common length ``k``: a position of
     ``-1`` is an empty slot (an approximate index found fewer items, or a
-    threshold cut the list there); its label is ``-1``, its id ``-1`` (or ``""``
-    for string ids) and its score the worst one (``-inf`` for similarities,
-    ``inf`` for distances) in the lists :meth:`tfdml.search.Index.retrieve` and
-    the cuts give. The score of an empty slot is never read (a list built by
+    threshold cut the list there); its label is ``-1`` (the empty set for
+    multi-hot labels), its id ``-1`` (or ``""`` for string ids) and its score
+    the worst one (``-inf`` for similarities, ``inf`` for distances) in the
+    lists :meth:`tfdml.search.Index.retrieve` and the cuts give. The score of an empty slot is never read (a list built by
     hand may hold NaN there).
 
     Attributes:
@@ -84,12 +235,20 @@ class RetrievalResults:
             (larger is nearer) or Euclidean distances (smaller is nearer).
         scores: ``[Q, k]`` float32 scores.
         indices: ``[Q, k]`` int64 gallery positions (``-1``: no item).
-        labels: ``[Q, k]`` int64 labels of the neighbours, or None.
+        labels: ``[Q, k]`` int64 labels of the neighbours (``[Q, k, L]`` bool
+            for multi-hot labels), or None.
         ids: ``[Q, k]`` ids of the neighbours (integers or strings), or None.
-        query_labels: ``[Q]`` int64 labels of the queries, or None.
+        query_labels: ``[Q]`` int64 labels of the queries (``[Q, L]`` bool
+            multi-hot), or None.
         query_ids: ``[Q]`` ids of the queries, or None.
         num_relevant: ``[Q]`` int64: the gallery items that are correct for each
-            query (same label, not excluded), or None when unknown.
+            query (relevant, not excluded), or None when unknown.
+        min_jaccard: with multi-hot labels, a neighbour is correct when its label
+            set shares a label with the query's (None) or when the Jaccard
+            similarity of the two sets is at least ``min_jaccard``.
+
+    Labels are ``[N]`` class ids (correct: the query's label) or ``[N, L]``
+    multi-hot label sets (correct: relevant by :func:`tfdml._labels.relevance`).
     """
 
     metric: str
@@ -100,6 +259,7 @@ class RetrievalResults:
     query_labels: np.ndarray | None = None
     query_ids: np.ndarray | None = None
     num_relevant: np.ndarray | None = None
+    min_jaccard: float | None = None
 
     def __len__(self):
         return len(self.indices)
@@ -116,7 +276,8 @@ class RetrievalResults:
 
     @property
     def correct(self) -> np.ndarray:
-        """``[Q, k]`` bool: the slots that hold an item of the query's label.
+        """``[Q, k]`` bool: the slots that hold an item of the query's label (with
+        multi-hot labels: an item relevant to the query, see ``min_jaccard``).
 
         Raises:
             ValueError: without labels for the queries and the gallery.
@@ -124,7 +285,13 @@ class RetrievalResults:
         if self.labels is None or self.query_labels is None:
             raise ValueError("`correct` needs the labels of the queries and of the gallery: "
                              "retrieve with `query_labels=` from an index with labels.")
-        return self.kept & (self.labels == self.query_labels[:, None])
+        if self.labels.ndim == 2:
+            return self.kept & (self.labels == self.query_labels[:, None])
+        num_labels = self.labels.shape[-1]
+        slots = np.arange(self.indices.size).reshape(self.indices.shape)
+        return self.kept & neighbour_relevance(self.query_labels,
+                                               self.labels.reshape(-1, num_labels), slots,
+                                               self.min_jaccard)
 
     # -- building and cutting ----------------------------------------------------------------
 
@@ -145,7 +312,9 @@ class RetrievalResults:
         order = order.astype(np.int64)
 
         def moved(values):
-            return None if values is None else np.take_along_axis(values, order, 1)
+            if values is None:
+                return None
+            return np.take_along_axis(values, order if values.ndim == 2 else order[..., None], 1)
 
         return dataclasses.replace(self, scores=moved(self.scores), indices=moved(self.indices),
                                    labels=moved(self.labels), ids=moved(self.ids))
@@ -169,7 +338,10 @@ class RetrievalResults:
         scores = np.where(kept, np.take_along_axis(self.scores, order, 1),
                           np.float32(np.inf if self.metric == "l2" else -np.inf))
         out = dataclasses.replace(self, scores=scores.astype(np.float32), indices=indices)
-        if self.labels is not None:
+        if self.labels is not None and self.labels.ndim == 3:  # multi-hot: empty sets
+            out = dataclasses.replace(out, labels=kept[..., None] & np.take_along_axis(
+                self.labels, order[..., None], 1))
+        elif self.labels is not None:
             out = dataclasses.replace(out, labels=np.where(
                 kept, np.take_along_axis(self.labels, order, 1), -1))
         if self.ids is not None:
