@@ -14,10 +14,17 @@ export PYTHONHASHSEED ?= 0
 
 venv: $(STAMP)
 
+# keras-hub (the `hub` extra: ViT, DINOv2, CLIP, SigLIP backbones, tests/test_models_hub.py)
+# without its declared dependencies, which pull the full tensorflow wheel and tensorflow-text:
+# importing keras_hub and building its vision backbones needs absl-py, packaging, regex, rich
+# and tokenizers (keras-hub 0.32 imports it at import time), and downloading a preset from
+# Kaggle kagglehub; not tensorflow-text nor sentencepiece (text models only).
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev,$(TF)]"
+	$(BIN)/python -m pip install --quiet --no-deps "keras-hub==0.32.0"
+	$(BIN)/python -m pip install --quiet absl-py kagglehub packaging regex rich tokenizers
 	rm -f $(VENV)/.installed-* $(BACKENDS_STAMP)
 	touch $(STAMP)
 
@@ -26,7 +33,8 @@ demo: $(STAMP)
 	MPLBACKEND=Agg $(BIN)/python examples/class_collapse/digits_even_odd.py
 
 # The other Keras backends for the multi-backend tests: JAX (CPU) and PyTorch 2.13 (the
-# CPU wheel where the machine provides it; PyPI's default torch build is a CUDA one).
+# CPU wheel where the machine provides it; PyPI's default torch build is a CUDA one). It
+# builds on $(STAMP), so keras-hub is there for the keras-hub tests marked `multibackend`.
 BACKENDS_STAMP := $(VENV)/.backends-installed
 JAX ?= jax[cpu]>=0.4.30
 TORCH ?= torch==2.13.0
