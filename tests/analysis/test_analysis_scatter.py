@@ -137,7 +137,8 @@ def test_random_strategies_pick_valid_triplets(positive, negative, float64):
         ({"embeddings": np.zeros((4, 2, 2))}, "embeddings.shape"),
         ({"embeddings": np.zeros((4, 2), int)}, "floating"),
         ({"labels": np.zeros(3)}, "same batch size"),
-        ({"labels": np.zeros((4, 2))}, "labels.shape"),
+        ({"labels": np.zeros((4, 2, 1))}, "labels.shape"),
+        ({"labels": np.zeros((4, 2))}, "`labels` has samples with an empty label set"),
         ({"embeddings": np.zeros((0, 2)), "labels": np.zeros(0)}, "empty"),
     ],
 )

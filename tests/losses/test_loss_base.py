@@ -586,8 +586,9 @@ BAD_INPUTS = [
      r"`y_pred`.*Received: y_pred\.shape=\(4,\)"),
     ("labels_rank3", lambda: _call(TripletNCALoss(), (4, 1, 1), (4, 3)),
      r"`y_true`.*Received: y_true\.shape=\(4, 1, 1\)"),
+    # [4, 2] is multi-hot label sets: all zeros, every set is empty.
     ("labels_b_by_2", lambda: _call(TripletMarginLoss(), (4, 2), (4, 3)),
-     r"`y_true`.*Received: y_true\.shape=\(4, 2\)"),
+     r"`y_true` has samples with an empty label set"),
     ("positive_name", lambda: TripletMiner(positive="medium"),
      r"`positive`.*Received: positive='medium'"),
     ("negative_name", lambda: TripletMiner(negative="hardest"),
