@@ -23,11 +23,15 @@ from loss_cases import LOSS_CASES
 import tfdml
 from tfdml import ops as dml
 from tfdml.losses import (
+    CircleLoss,
     ContrastiveLoss,
     CrossBatchMemory,
+    IntraPairVarianceLoss,
     MultiSimilarityLoss,
     NTXentLoss,
+    SoftNearestNeighborLoss,
     SupConLoss,
+    ThresholdConsistentMarginLoss,
     TripletMarginLoss,
     TripletNCALoss,
 )
@@ -96,6 +100,12 @@ REFERENCE_CASES = {
     "supcon_graded": (lambda: SupConLoss(0.2, graded=True),
                       lambda y, x: ref.supcon_loss(y, x, 0.2, graded=True)[0]),
     "ntxent": (lambda: NTXentLoss(), lambda y, x: ref.ntxent_loss(y, x)[0]),
+    "circle": (lambda: CircleLoss(), lambda y, x: ref.circle_loss(y, x)[0]),
+    "soft_nearest_neighbor": (lambda: SoftNearestNeighborLoss(),
+                              lambda y, x: ref.soft_nearest_neighbor_loss(y, x)[0]),
+    "tcm": (lambda: ThresholdConsistentMarginLoss(),
+            lambda y, x: ref.threshold_consistent_margin_loss(y, x)),
+    "ipv": (lambda: IntraPairVarianceLoss(), lambda y, x: ref.intra_pair_variance_loss(y, x)),
     "ms_default": (lambda: MultiSimilarityLoss(), None),
     "contrastive": (lambda: ContrastiveLoss(), None),
 }
