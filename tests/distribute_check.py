@@ -35,6 +35,8 @@ def make_loss(name):
         return tfdml.losses.TripletNCALoss(order=1, miner=tfdml.miners.TripletMiner("easy", "hard"))
     if name == "ms":
         return tfdml.losses.MultiSimilarityLoss()
+    if name == "supcon-graded":
+        return tfdml.losses.SupConLoss(graded=True)
     if name == "loop-triplet":
         return tfdml.losses.LoOpLoss("triplet", margin=0.2)
     if name == "margin-semihard-sum":
@@ -53,13 +55,17 @@ def make_model(weights=None):
     return model
 
 
-def batch(batch_size, classes, seed):
+def batch(batch_size, classes, seed, multi_label=False):
     import numpy as np
 
     rng = np.random.default_rng(seed)
     # P x K with the classes' samples consecutive (as tfdml.data.pk_batches gives them).
     labels = np.repeat(rng.permutation(100)[:classes], batch_size // classes).astype("int64")
     x = rng.normal(size=(batch_size, 8)).astype("float32")
+    if multi_label:  # [B, 6] label sets: the class's label (mod 5) and, for some, label 5
+        hot = np.eye(6, dtype="int64")[labels % 5]
+        hot[rng.random(batch_size) < 0.4, 5] = 1
+        return x, hot
     return x, labels
 
 
@@ -79,6 +85,8 @@ def main():
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--classes", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--multi-label", action="store_true",
+                        help="[B, L] multi-hot label sets instead of class ids")
     parser.add_argument("--modes", nargs="+", default=["cross", "local"],
                         help="cross: gather across replicas (default); local: cross_replica=False")
     args = parser.parse_args()
@@ -86,7 +94,7 @@ def main():
     import keras
 
     keras.utils.set_random_seed(args.seed)
-    x, y = batch(args.batch_size, args.classes, args.seed)
+    x, y = batch(args.batch_size, args.classes, args.seed, args.multi_label)
     initial = make_model().get_weights()
     devices = [d.name for d in tf.config.list_logical_devices("CPU")][: args.replicas]
     strategy = tf.distribute.MirroredStrategy(devices)

@@ -14,10 +14,10 @@ import pytest
 SCRIPT = pathlib.Path(__file__).resolve().parent / "distribute_check.py"
 
 
-def _run(replicas, losses, modes=("cross", "local")):
+def _run(replicas, losses, modes=("cross", "local"), extra=()):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
     done = subprocess.run([sys.executable, str(SCRIPT), "--replicas", str(replicas),
-                           "--losses", *losses, "--modes", *modes],
+                           "--losses", *losses, "--modes", *modes, *extra],
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -32,12 +32,13 @@ def _max_diff(a, b):
 
 # The gathering across replicas is one wrapper for every loss (what differs between losses
 # is how they mine the gathered batch): each loss runs once, under 2 or under 4 replicas.
-@pytest.mark.parametrize("replicas,losses", [
-    (2, ["nca-ephn", "margin-semihard-sum"]),
-    (4, ["ms", "loop-triplet"]),
+@pytest.mark.parametrize("replicas,losses,extra", [
+    (2, ["nca-ephn", "margin-semihard-sum"], ()),
+    (4, ["ms", "loop-triplet"], ()),
+    (2, ["supcon-graded", "ms"], ("--multi-label",)),  # [B, L] label sets gathered too
 ])
-def test_mirrored_step_equals_one_device_on_the_global_batch(replicas, losses):
-    result = _run(replicas, losses)
+def test_mirrored_step_equals_one_device_on_the_global_batch(replicas, losses, extra):
+    result = _run(replicas, losses, extra=extra)
     for name, run in result["runs"].items():
         # Gathering across replicas: the same loss and the same updated weights.
         assert run["cross_loss"] == pytest.approx(run["one_loss"], rel=1e-5, abs=1e-6), name
