@@ -151,8 +151,8 @@ def cast_labels(labels, name: str = "labels"):
     Labels of shape ``[B, L]`` with ``L >= 2`` are multi-hot label sets
     (:mod:`tfdml._labels`): checked eagerly (values 0 or 1, no empty set) and
     cast to int32; when traced, a value other than 0 or 1 becomes -1, which
-    :func:`multi_hot_ok` reports. Class ids: accepts shape ``[B]`` or ``[B, 1]``, any integer dtype, and floats that
-    hold whole numbers. The result is ``int32`` for integer types of at most
+    :func:`multi_hot_ok` reports. Class ids: accepts shape ``[B]`` or
+    ``[B, 1]``, any integer dtype, and floats that hold whole numbers. The result is ``int32`` for integer types of at most
     32 bits (``uint32``: ``int64``) and ``int64`` for 64-bit ids and for
     floats, so that no two distinct ids are merged: ``uint64`` ids are
     reinterpreted bit for bit (ids at or above 2**63 become negative, still

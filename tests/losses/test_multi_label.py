@@ -86,6 +86,18 @@ def test_losses_that_need_one_class_per_sample_refuse_label_sets(case):
         case.make()(_label_sets(), _embeddings())
 
 
+def test_functional_forms_that_need_one_class_per_sample_refuse_label_sets():
+    y, x = _label_sets(), _embeddings()
+    vectors = np.random.default_rng(0).normal(size=(4, 5)).astype("float32")
+    calls = {"LoOpLoss": lambda: tfdml.losses.loop_loss(y, x),
+             "HPHNTripletLoss": lambda: tfdml.losses.hphn_triplet_loss(y, x),
+             "NPairsLoss": lambda: tfdml.losses.n_pairs_loss(y, x),
+             "class-vector": lambda: tfdml.losses.proxy_anchor_loss(y, x, vectors)}
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match=rf"{name} loss needs one class id|{name} needs one"):
+            call()
+
+
 # -- overlapping label sets against the references --------------------------------------------
 
 REFERENCE_CASES = {

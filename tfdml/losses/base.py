@@ -215,11 +215,21 @@ def functional_loss(loss_class, terms, y_true, y_pred, ref_embeddings=None, ref_
     """
     check_loss_average(loss_class, average)
     inputs = prepare_inputs(y_true, y_pred, ref_embeddings, ref_labels, ref_offset, normalize)
-    if loss_class.multi_label is not True and dml.is_multi_label(inputs.labels):
-        loss_class.check_label_form(loss_class, inputs.labels)
+    refuse_label_sets(loss_class, inputs.labels)
     value = functional_value(terms(inputs, **arguments), average, y_pred, ref_embeddings,
                              normalize)
     return dml.nan_unless(value, multi_hot_ok(inputs.labels))
+
+
+def refuse_label_sets(loss_class, labels):
+    """Raises a ValueError for multi-hot ``[B, L]`` labels given to a loss class that needs
+    one class id per sample (:attr:`MetricLoss.multi_label` is a string saying why)."""
+    if loss_class.multi_label is not True and dml.is_multi_label(labels):
+        raise ValueError(
+            f"{loss_class.__name__} needs one class id per sample ({loss_class.multi_label}); "
+            f"it does not take multi-hot label sets. Received: y_true.shape="
+            f"{tuple(labels.shape)}. Use a pair or triplet loss (e.g. "
+            "MultiSimilarityLoss, SupConLoss), which take them.")
 
 
 def random_miners(loss):
@@ -321,8 +331,8 @@ class MetricLoss(keras.losses.Loss):
     takes_reference_set = True
 
     #: The loss takes multi-hot label sets ``[B, L]`` as ``y_true`` (its pairs come from
-    #: :func:`tfdml.ops.label_masks`). A string, why not, for a loss that needs one class per
-    #: sample (class vectors; pairs formed within each class).
+    #: :func:`tfdml.ops.label_masks`). For a loss that needs one class per sample (class
+    #: vectors; pairs formed within each class), a string saying why.
     multi_label = True
 
     #: Mine over the global batch under a ``tf.distribute`` strategy: ``None``
@@ -464,12 +474,7 @@ class MetricLoss(keras.losses.Loss):
     def check_label_form(self, labels):
         """Raises a ValueError for multi-hot ``[B, L]`` labels given to a loss that needs one
         class id per sample (:attr:`multi_label`)."""
-        if self.multi_label is not True and dml.is_multi_label(labels):
-            raise ValueError(
-                f"{type(self).__name__} needs one class id per sample ({self.multi_label}); "
-                f"it does not take multi-hot label sets. Received: y_true.shape="
-                f"{tuple(labels.shape)}. Use a pair or triplet loss (e.g. "
-                "MultiSimilarityLoss, SupConLoss), which take them.")
+        refuse_label_sets(type(self), labels)
 
     # -- state: learned variables, buffers and the random miners' seeds ------------------------
 

@@ -87,10 +87,15 @@ def prepare_class_inputs(y_true, y_pred, weights, rank, name="weights"):
         cannot raise, so out-of-range ids give a NaN loss there).
 
     Raises:
-        ValueError: for shapes that do not fit, or (eagerly) class ids
-            outside ``[0, C)``.
+        ValueError: for shapes that do not fit, multi-hot label sets, or
+            (eagerly) class ids outside ``[0, C)``.
     """
     labels = dml.cast_labels(y_true, "y_true")
+    if dml.is_multi_label(labels):
+        raise ValueError(
+            "A class-vector loss needs one class id per sample (each sample is compared with "
+            "the vector of its class); it does not take multi-hot label sets. Received: "
+            f"y_true.shape={tuple(labels.shape)}")
     embeddings = check_embeddings(y_pred, "y_pred")
     check_batch_sizes(labels, embeddings, "y_true", "y_pred")
     w = ops.convert_to_tensor(weights)
