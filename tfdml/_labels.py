@@ -27,6 +27,7 @@ __all__ = [
     "label_overlap",
     "multi_hot",
     "relevance",
+    "row_relevance",
 ]
 
 
@@ -143,15 +144,26 @@ def label_overlap(labels, ref_labels):
     return np.rint(a.astype(np.float32) @ b.astype(np.float32).T).astype(np.int64)
 
 
+def _jaccard(inter, size_a, size_b):
+    """The Jaccard similarity from ``|A & B|`` and the two set sizes (broadcast), float64."""
+    inter = inter.astype(np.float64)
+    union = size_a + size_b - inter
+    return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+
+
+def _reaches(jaccard, min_jaccard):
+    """A Jaccard similarity at least ``min_jaccard`` (up to rounding: 1/3 reaches 1/3)."""
+    return jaccard >= min_jaccard - 1e-12
+
+
 def label_jaccard(labels, ref_labels):
     """``[N, R]`` Jaccard similarity of the label sets (1/0 for class ids), as float64."""
-    inter = label_overlap(labels, ref_labels).astype(np.float64)
+    inter = label_overlap(labels, ref_labels)
     if not is_multi_label(np.asarray(labels)):
-        return inter
+        return inter.astype(np.float64)
     size_a = np.asarray(labels).astype(np.float64).sum(axis=1)
     size_b = np.asarray(ref_labels).astype(np.float64).sum(axis=1)
-    union = size_a[:, None] + size_b[None, :] - inter
-    return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+    return _jaccard(inter, size_a[:, None], size_b[None, :])
 
 
 def relevance(labels, ref_labels, min_jaccard=None):
@@ -159,4 +171,18 @@ def relevance(labels, ref_labels, min_jaccard=None):
     ``min_jaccard`` for multi-label)."""
     if min_jaccard is None or not is_multi_label(np.asarray(labels)):
         return label_overlap(labels, ref_labels) > 0
-    return label_jaccard(labels, ref_labels) >= min_jaccard - 1e-12
+    return _reaches(label_jaccard(labels, ref_labels), min_jaccard)
+
+
+def row_relevance(labels, items, min_jaccard=None, graded=False):
+    """``[Q, k]``: the rule of :func:`relevance` between query ``i`` (``labels[i]``,
+    ``[Q, L]`` multi-hot) and each of its own ``k`` items (``items[i]``, ``[Q, k, L]``); with
+    ``graded``, the Jaccard similarity of the relevant pairs (float64) and 0 elsewhere."""
+    a, b = np.asarray(labels, dtype=bool), np.asarray(items, dtype=bool)
+    inter = np.einsum("ql,qkl->qk", a.astype(np.float32), b.astype(np.float32))
+    inter = np.rint(inter).astype(np.int64)
+    if min_jaccard is None and not graded:
+        return inter > 0
+    jaccard = _jaccard(inter, a.sum(axis=1)[:, None], b.sum(axis=2))
+    relevant = inter > 0 if min_jaccard is None else _reaches(jaccard, min_jaccard)
+    return np.where(relevant, jaccard, 0.0) if graded else relevant

@@ -378,6 +378,22 @@ def _hot(labels):
     return ops.cast(ops.equal(labels, 1), "float32")
 
 
+def _overlap(labels, ref_labels):
+    """:func:`label_overlap` of labels cast by :func:`_label_pair`."""
+    if not is_multi_label(labels):
+        return ops.cast(ops.equal(labels[:, None], ref_labels[None, :]), "float32")
+    return ops.matmul(_hot(labels), ops.transpose(_hot(ref_labels)))
+
+
+def _jaccard(labels, ref_labels, inter):
+    """:func:`label_jaccard` of labels cast by :func:`_label_pair`, from their overlap."""
+    if not is_multi_label(labels):
+        return inter
+    size = ops.sum(_hot(labels), axis=1)
+    ref_size = ops.sum(_hot(ref_labels), axis=1)
+    return divide_no_nan(inter, size[:, None] + ref_size[None, :] - inter)
+
+
 def label_overlap(labels, ref_labels=None):
     """``[B, R]`` float32: the number of labels each pair shares.
 
@@ -389,10 +405,7 @@ def label_overlap(labels, ref_labels=None):
         labels: ``[B]`` class ids or ``[B, L]`` multi-hot labels.
         ref_labels: the same form, ``[R]`` or ``[R, L]``. Defaults to ``labels``.
     """
-    labels, ref_labels = _label_pair(labels, ref_labels)
-    if not is_multi_label(labels):
-        return ops.cast(ops.equal(labels[:, None], ref_labels[None, :]), "float32")
-    return ops.matmul(_hot(labels), ops.transpose(_hot(ref_labels)))
+    return _overlap(*_label_pair(labels, ref_labels))
 
 
 def label_jaccard(labels, ref_labels=None):
@@ -401,12 +414,7 @@ def label_jaccard(labels, ref_labels=None):
     1 or 0 for class ids (same id or not). See :func:`label_overlap`.
     """
     labels, ref_labels = _label_pair(labels, ref_labels)
-    inter = label_overlap(labels, ref_labels)
-    if not is_multi_label(labels):
-        return inter
-    size = ops.sum(_hot(labels), axis=1)
-    ref_size = ops.sum(_hot(ref_labels), axis=1)
-    return divide_no_nan(inter, size[:, None] + ref_size[None, :] - inter)
+    return _jaccard(labels, ref_labels, _overlap(labels, ref_labels))
 
 
 def label_masks(labels, ref_labels=None, ref_offset=0, min_jaccard=None):
@@ -440,12 +448,12 @@ def label_masks(labels, ref_labels=None, ref_offset=0, min_jaccard=None):
     min_jaccard = check_min_jaccard(min_jaccard)
     labels, ref_labels = _label_pair(labels, ref_labels)
     if is_multi_label(labels):
-        inter = label_overlap(labels, ref_labels)
+        inter = _overlap(labels, ref_labels)
         negative = ops.equal(inter, 0.0)
         if min_jaccard is None:
             same = ops.greater(inter, 0.0)
         else:
-            same = ops.greater_equal(label_jaccard(labels, ref_labels), min_jaccard - 1e-6)
+            same = ops.greater_equal(_jaccard(labels, ref_labels, inter), min_jaccard - 1e-6)
     else:
         same = ops.equal(labels[:, None], ref_labels[None, :])
         negative = ops.logical_not(same)

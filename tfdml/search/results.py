@@ -122,22 +122,16 @@ def neighbour_relevance(query_labels, gallery_labels, indices, min_jaccard=None,
 
     Labels: ``[Q]`` and ``[G]`` class ids (relevant: equal), or ``[Q, L]`` and ``[G, L]``
     multi-hot (relevant: sharing a label, or a Jaccard similarity of at least
-    ``min_jaccard``), compared query by query against its ``k`` neighbours only.
+    ``min_jaccard``), each query against its own ``k`` neighbours only.
     """
     indices = np.asarray(indices)
     found = indices >= 0
     if query_labels.ndim == 1:
         same = (gallery_labels[np.maximum(indices, 0)] == query_labels[:, None]) & found
         return same.astype(np.float64) if graded else same
-    out = np.zeros(indices.shape, np.float64 if graded else bool)
-    for i, row in enumerate(np.maximum(indices, 0)):
-        query, items = query_labels[i : i + 1], gallery_labels[row]
-        relevant = _labels.relevance(query, items, min_jaccard)[0] & found[i]
-        if graded:
-            out[i] = np.where(relevant, _labels.label_jaccard(query, items)[0], 0.0)
-        else:
-            out[i] = relevant
-    return out
+    items = gallery_labels[np.maximum(indices, 0)]  # [Q, k, L]
+    out = _labels.row_relevance(query_labels, items, min_jaccard, graded)
+    return np.where(found, out, 0.0) if graded else out & found
 
 
 def relevance_blocks(query_labels, gallery_labels, min_jaccard=None, graded=False,
