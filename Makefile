@@ -28,9 +28,10 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-* $(BACKENDS_STAMP)
 	touch $(STAMP)
 
+# The glyph demo: raw pixels, the untrained network and the trained embedding on 400 unseen
+# characters (about 1.5 minutes on 2 cores; each backend's numbers in docs/experiments.md).
 demo: $(STAMP)
-	$(BIN)/python examples/digits_demo.py
-	MPLBACKEND=Agg $(BIN)/python examples/class_collapse/digits_even_odd.py
+	$(BIN)/python examples/glyphs/demo.py
 
 # The other Keras backends for the multi-backend tests: JAX (CPU) and PyTorch 2.13 (the
 # CPU wheel where the machine provides it; PyPI's default torch build is a CUDA one). It

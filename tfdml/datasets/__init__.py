@@ -16,6 +16,7 @@ from tfdml.datasets.cars import load_cars196
 from tfdml.datasets.common import PUBLISHED_COUNTS, class_range_masks, split_counts
 from tfdml.datasets.cub import load_cub200
 from tfdml.datasets.digits import load_digits
+from tfdml.datasets.glyphs import load_glyphs
 from tfdml.datasets.inshop import load_inshop
 from tfdml.datasets.omniglot import load_omniglot
 from tfdml.datasets.sop import load_sop
@@ -32,6 +33,7 @@ __all__ = [
     "load_vehicleid",
     "load_omniglot",
     "load_digits",
+    "load_glyphs",
     "load_tfds",
     "vehicleid_query_gallery",
     "class_range_masks",
@@ -55,11 +57,17 @@ _SPLITS = {
     "vehicleid": ("train", "test_small", "test_medium", "test_large"),
     "omniglot": ("train", "test"),
     "digits": ("train", "test", "all"),
+    "glyphs": ("train", "test", "all"),
 }
 _OPTIONS = {
     "omniglot": {"label": ("character", "alphabet")},
     "digits": {"dtype": ("uint8", "float32")},
+    "glyphs": {"num_classes": "int >= 1", "samples_per_class": "int >= 2",
+               "image_size": "int in [16, 256]", "difficulty": "float in [0, 3]",
+               "characters_per_alphabet": "int >= 1", "seed": "int >= 0",
+               "dtype": ("uint8", "float32"), "cache_dir": "a folder or None"},
 }
+_GENERATED = {"digits": load_digits, "glyphs": load_glyphs}  # in memory: no data_dir
 
 
 def available():
@@ -71,11 +79,11 @@ def available():
     Example:
 
     >>> sorted(tfdml.datasets.available())
-    ['cars196', 'cub200', 'digits', 'inshop', 'omniglot', 'sop', 'vehicleid']
+    ['cars196', 'cub200', 'digits', 'glyphs', 'inshop', 'omniglot', 'sop', 'vehicleid']
     """
     out = {}
     for name, splits in _SPLITS.items():
-        sources = ("memory",) if name == "digits" else ("files",)
+        sources = ("memory",) if name in _GENERATED else ("files",)
         if name in TFDS_NAMES:
             sources += ("tfds",)
         out[name] = {"splits": splits, "sources": sources, "options": dict(_OPTIONS.get(name, {}))}
@@ -87,18 +95,22 @@ def load(name, split, data_dir=None, source="files", **options):
 
     Args:
         name: one of `available()`: `"cub200"`, `"cars196"`, `"sop"`, `"inshop"`,
-            `"vehicleid"`, `"omniglot"`, `"digits"`.
+            `"vehicleid"`, `"omniglot"`, `"digits"`, `"glyphs"`.
         split: a split of that data set (see `available()`); the zero-shot splits of the
             papers, e.g. CUB classes 1-100 `"train"`, 101-200 `"test"`.
         data_dir: `source="files"`: the folder of the extracted data set in its original
             layout; defaults to `$TFDML_DATA_DIR/<name>` when that variable is set.
             `source="tfds"`: TFDS's data directory (defaults to TFDS's own).
-            Not for `"digits"` (bundled with scikit-learn): a `data_dir` raises a
+            Not for `"digits"` (bundled with scikit-learn) nor `"glyphs"` (drawn in
+            memory; its `cache_dir` option keeps it on disk): a `data_dir` raises a
             ValueError rather than being ignored.
         source: `"files"` (the published layout on disk) or `"tfds"` (through
             tensorflow-datasets; cub200, cars196, sop, omniglot). Defaults to `"files"`.
         **options: data-set options: `label="character"|"alphabet"` (omniglot),
-            `dtype="uint8"|"float32"` (digits), `download=False` (`source="tfds"`).
+            `dtype="uint8"|"float32"` (digits, glyphs), `download=False`
+            (`source="tfds"`); glyphs' knobs `num_classes`, `samples_per_class`,
+            `image_size`, `difficulty`, `characters_per_alphabet`, `seed`, `cache_dir`
+            (`tfdml.datasets.load_glyphs`).
 
     Returns:
         A `tfdml.data.DatasetSplit`. Class ids are the data set's own (not re-numbered per
@@ -106,7 +118,8 @@ def load(name, split, data_dir=None, source="files", **options):
 
     Raises:
         ValueError: unknown `name`, `split`, `source` or option, `source="tfds"` for a
-            data set TFDS does not have, or `data_dir` for `"digits"`; the message names
+            data set TFDS does not have, `data_dir` for `"digits"` or `"glyphs"`, or a
+            knob out of range; the message names
             the argument.
         FileNotFoundError: a file of the expected layout is missing; the message names it
             and where to get the data set.
@@ -131,13 +144,13 @@ def load(name, split, data_dir=None, source="files", **options):
         raise ValueError(
             f"`source='tfds'` is available for {sorted(TFDS_NAMES)}. Received: name={name!r}"
         )
-    if name == "digits":
+    if name in _GENERATED:
         if data_dir is not None:
-            raise ValueError(
-                "digits is bundled with scikit-learn and read from there: it takes no "
-                f"`data_dir`. Received: data_dir={data_dir!r}"
-            )
-        return load_digits(split, **options)
+            where = ("is bundled with scikit-learn and read from there" if name == "digits"
+                     else "is drawn in memory (its `cache_dir` option keeps it on disk)")
+            raise ValueError(f"{name} {where}: it takes no `data_dir`. "
+                             f"Received: data_dir={data_dir!r}")
+        return _GENERATED[name](split, **options)
     if source == "tfds":
         return load_tfds(name, split, data_dir=data_dir, **options)
     if data_dir is None and os.environ.get("TFDML_DATA_DIR"):
