@@ -24,10 +24,16 @@ import argparse
 import time
 
 import keras
+from glyph_recipe import (
+    JIT_COMPILE,
+    RECIPE,
+    STEPS_PER_EPOCH,
+    load_data,
+    raw_pixels,
+    train_and_evaluate,
+)
 
 import tfdml
-from glyph_recipe import (JIT_COMPILE, RECIPE, STEPS_PER_EPOCH, load_data, raw_pixels,
-                          train_and_evaluate)
 
 LOSSES = {
     # The extreme-triplet paper's loss with its EPHN mining (the default miner).

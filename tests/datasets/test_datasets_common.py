@@ -12,7 +12,8 @@ from tfdml.datasets import common
 
 def test_available_lists_names_splits_sources():
     av = D.available()
-    assert sorted(av) == ["cars196", "cub200", "digits", "inshop", "omniglot", "sop", "vehicleid"]
+    assert sorted(av) == ["cars196", "cub200", "digits", "glyphs", "inshop", "omniglot", "sop",
+                          "vehicleid"]
     assert av["inshop"]["splits"] == ("train", "query", "gallery")
     assert av["inshop"]["sources"] == ("files",)
     assert av["cub200"]["sources"] == ("files", "tfds")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import zipfile
 
 import numpy as np
 
@@ -187,7 +188,7 @@ def _draw(class_ids, samples_per_class, image_size, difficulty, characters_per_a
     chars = np.repeat(np.stack(chars), samples_per_class, axis=0)      # [N, 4, 4, 2]
     used = np.repeat(np.stack(useds), samples_per_class, axis=0)       # [N, 4]
     jitter, shift, affine, offset, pen, ink, noise = (
-        np.concatenate(v) for v in zip(*variations))
+        np.concatenate(v) for v in zip(*variations, strict=True))
     points = chars + jitter + shift[:, :, None, :]
     points = np.einsum("nij,nmkj->nmki", affine, points) + offset[:, None, None, :]
     images = np.empty((len(chars), image_size, image_size), np.float32)
@@ -222,7 +223,7 @@ def _read_cache(path, count, image_size):
     try:
         with np.load(path) as data:
             images = data["images"]
-    except (OSError, KeyError, ValueError, EOFError):
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):
         return None  # unreadable: drawn again and written over
     if images.shape != (count, image_size, image_size) or images.dtype != np.uint8:
         return None

@@ -182,8 +182,9 @@ class ManifoldLoss(ClassVectorLoss):
     With each proxy set before training to the mean unit embedding of its
     meta class under the untrained network, it falls from 0.81 to 0.21
     (0.39 -> 0.046 with ``lambda_c=0``); Recall@1 on the held-out digits
-    goes 95.1 -> 95.9 (96.1 with ``lambda_c=0``) against 95.5 for random
-    proxies::
+    goes 95.1 (the untrained embedding) -> 95.9 (96.1 with ``lambda_c=0``)
+    against 95.5 for random proxies, all below the 99.4 of cosine on the raw
+    pixels: the digits show the plateau, not what the loss learns::
 
         loss.build_state(l)
         e = embedder.predict(x_train)
