@@ -13,6 +13,12 @@
    calibration images (:func:`tfdml.search.calibrate`), matches the queries (their nearest
    gallery label, or -1 for "unknown"), and saves the index.
 
+It also prints the precision@k of the same queries against the same gallery for two
+baselines: the raw pixel values (cosine, no learning) and the same network before training
+(in Keras, with the SavedModel's resizing and preprocessing). On these digits the raw pixels
+are at least as good as the trained network: the example shows export and search, not that
+training helps (the glyph benchmark, ``examples/glyphs/demo.py``, measures that).
+
 Images: scikit-learn's 8x8 digits, scaled to 0..255 and repeated into 24x24 RGB images (a
 different size than the model's, to show the resizing). Runs in about 30 s on 2 CPU cores:
 
@@ -55,13 +61,25 @@ def embed(serve, images, batch_size=64):
     return np.concatenate(out)
 
 
+def model_inputs(images):
+    """The model's inputs for uint8 images: resized to 32x32, ResNet18's preprocessing."""
+    preprocess = tfdml.models.get_preprocess("resnet18")
+    return preprocess(tf.image.resize(tf.cast(images, tf.float32), (32, 32))).numpy()
+
+
+def precision_at_k(gallery, gallery_labels, queries, query_labels, k):
+    """The share of the queries' top-k gallery neighbours (cosine) with the query's label."""
+    index = tfdml.search.Index("cosine")
+    index.add(gallery, labels=gallery_labels)
+    return float(np.mean(index.lookup(queries, k=k).labels == query_labels[:, None]))
+
+
 def train(model, images, labels, steps, seed):
     """A few steps of 2nd-order triplet NCA (EPHN) on P x K batches: 8 classes x 4 images."""
     rng = np.random.default_rng(seed)
-    preprocess = tfdml.models.get_preprocess("resnet18")
     model.compile(optimizer=keras.optimizers.Adam(1e-3),
                   loss=tfdml.losses.TripletNCALoss(order=2))
-    x = preprocess(tf.image.resize(tf.cast(images, tf.float32), (32, 32))).numpy()
+    x = model_inputs(images)
     for _ in range(steps):
         classes = rng.choice(np.unique(labels), size=8, replace=False)
         idx = np.concatenate([rng.choice(np.flatnonzero(labels == c), 4) for c in classes])
@@ -106,6 +124,18 @@ def main(argv=None):
         "resnet18", embedding_dim=32, input_shape=(32, 32, 3), weights=None,
         freeze_batchnorm=True,
     )
+    # Baselines on the same queries and gallery: the raw pixel values (no learning at all)
+    # and the network before training.
+    baselines = {
+        "raw pixels": precision_at_k(
+            images[gallery_idx].reshape(args.gallery, -1).astype(np.float32),
+            labels[gallery_idx], images[query_idx].reshape(args.queries, -1).astype(np.float32),
+            labels[query_idx], args.k),
+        "untrained network": precision_at_k(
+            model.predict(model_inputs(images[gallery_idx]), verbose=0), labels[gallery_idx],
+            model.predict(model_inputs(images[query_idx]), verbose=0), labels[query_idx],
+            args.k),
+    }
     if args.steps:
         train(model, images[gallery_idx], labels[gallery_idx], args.steps, args.seed)
 
@@ -138,7 +168,9 @@ def main(argv=None):
         print(f"query {q}: digit {lab} -> top-{args.k} digits (cosine): {shown}; "
               f"match: {answer}")
     precision = float(np.mean(found.labels == labels[query_idx][:, None]))
-    print(f"precision@{args.k} over {len(query_idx)} queries: {precision:.2f}")
+    print(f"precision@{args.k} over {len(query_idx)} queries: {precision:.2f} (raw pixels "
+          f"{baselines['raw pixels']:.2f}, untrained network "
+          f"{baselines['untrained network']:.2f})")
     print(f"match threshold (cosine >= {calibrated.threshold:.3f}) for a precision of "
           f"{args.target_precision:g} on {len(calibration_idx)} calibration images: precision "
           f"{calibrated.precision:.3f}, recall {calibrated.recall:.3f}"

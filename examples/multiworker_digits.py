@@ -21,11 +21,19 @@ The same launch by hand, one shell per worker (indexes 0 and 1)::
 Unless ``--no-single``, the same training also runs in one process on one device, and the
 report gives the largest difference between its weights and the workers'. Exit status 0
 when every worker finished and all workers' weights agree to 1e-6.
+
+The report's ``recall@1`` (each worker's, on the digits 6-9, never seen in training) stands
+next to two baselines on the same test images: ``raw_pixels_recall@1`` (cosine on the pixel
+values, no learning) and ``untrained_recall@1`` (the same network with the same seed, before
+training). The raw pixels are the best of the three on these digits: the run checks that
+the workers train as one device does, not that training helps (the glyph benchmark,
+``examples/glyphs/demo.py``, measures that).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import pathlib
@@ -44,6 +52,29 @@ TRAIN = HERE / "extreme_triplet" / "train.py"
 DIGITS = ["--dataset", "digits", "--backbone", "tiny", "--weights", "none", "--image-size", "8",
           "--resize-size", "8", "--transform", "none", "--embedding-dim", "32", "--lr", "0.05",
           "--batch-size", "24", "--group-size", "4", "--no-export", "--verbose", "2"]
+
+
+def baselines():
+    """Recall@1 on the workers' test images without training: the raw pixels and the network
+    with the workers' flags and seed, untrained."""
+    import keras
+
+    import tfdml
+
+    spec = importlib.util.spec_from_file_location("extreme_triplet_train", TRAIN)
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+    args = train.resolve_args(train.make_parser(), DIGITS)
+    data = experiments.load_data(args)
+    test = data.evaluation["test"]
+    raw = tfdml.metrics.recall_at_k(test.images.reshape(len(test), -1).astype("float32"),
+                                    test.labels, ks=(1,))[1]
+    _, eval_fn = experiments.transforms(args)
+    keras.utils.set_random_seed(args.seed)  # as the training scripts do before building it
+    untrained = experiments.evaluate(experiments.build_model(args), data, eval_fn,
+                                     args.eval_batch_size)
+    return {"raw_pixels_recall@1": float(raw),
+            "untrained_recall@1": float(untrained.values["val_recall@1"])}
 
 
 def free_ports(n):
@@ -127,6 +158,7 @@ def main(argv=None):
         results = [json.loads((out / f"worker{i}" / "results.json").read_text())
                    for i in range(args.workers)]
         report["recall@1"] = [r["metrics"]["val_recall@1"] for r in results]
+        report.update(baselines())
         report["loss_per_epoch"] = [[h["loss"] for h in r["history"]] for r in results]
         ok = bool(diffs) and report["max_difference_between_workers"] <= 1e-6
     report["same_weights"] = ok

@@ -184,6 +184,7 @@ def test_export_and_query_example_runs_offline(tmp_path, capsys):
     assert len(loaded) == 40 and loaded.ids is not None
     out = capsys.readouterr().out
     assert out.count("-> top-4 digits (cosine)") == 3 and "precision@4" in out
+    assert "(raw pixels " in out and "untrained network " in out
     assert "match threshold" in out
 
 

@@ -27,6 +27,9 @@ def test_two_workers_on_localhost_agree_with_each_other_and_with_one_device(tmp_
     # The workers' summed steps are single-device training on the same global batches.
     assert report["max_difference_to_one_device"] <= 1e-5
     assert report["recall@1"][0] == report["recall@1"][1]
+    # The baselines on the same test images: raw pixels and the untrained network.
+    assert 0.0 <= report["untrained_recall@1"] <= 1.0
+    assert report["raw_pixels_recall@1"] > 0.99
 
 
 def test_refuses_counts_below_one(capsys):

@@ -3,8 +3,8 @@
 Pretrains a small convolutional backbone with ``tfdml.models.ContrastiveModel`` (SimSiam,
 Barlow Twins, SimCLR...) on scikit-learn's 8 x 8 digits without their labels, and reports
 the k-NN accuracy of its embedding (the training images and their labels vote for each
-held-out image) against the same network untrained, for several seeds. Runs under every
-Keras backend::
+held-out image) against the raw pixels and the same network untrained, for several
+seeds. Runs under every Keras backend::
 
     python examples/self_supervised/pretrain_digits.py                  # all, 3 seeds
     python examples/self_supervised/pretrain_digits.py --algorithms simsiam --seeds 0
@@ -114,11 +114,20 @@ def knn(model, train, test, k):
     return float(tfdml.metrics.knn_accuracy(queries, test[1], gallery, train[1], k=k))
 
 
+def knn_raw_pixels(train, test, k):
+    """The baseline of no network at all: k-NN on the pixel vectors (cosine)."""
+    return float(tfdml.metrics.knn_accuracy(test[0].reshape(len(test[0]), -1), test[1],
+                                            train[0].reshape(len(train[0]), -1), train[1],
+                                            k=k))
+
+
 def pretrain(model, images, args, seed):
     model.compile(optimizer=keras.optimizers.Adam(1e-3))
     if args.views == "numpy":
+        # The views come back in [0, 1], as the images the network is evaluated on.
         views = tfdml.data.numpy_views.simclr_views(16, scale=(0.5, 1.0), flip=False,
-                                                    blur_probability=0.0)
+                                                    blur_probability=0.0,
+                                                    preprocess=lambda view: view / 255.0)
         data = tfdml.data.TwoViewDataset(images * 255.0, views, args.batch_size, seed=seed)
         history = model.fit(data, epochs=args.epochs, verbose=args.verbose)
     else:
@@ -140,13 +149,15 @@ def main(argv=None):
         images = folder_images(args.images_dir) if args.images_dir else train[0]
         if args.smoke:
             images, train = images[:256], (train[0][:256], train[1][:256])
+        raw = knn_raw_pixels(train, test, args.k)
         for algorithm in args.algorithms:
             model = make_model(algorithm, seed, args.views)
             before = knn(model, train, test, args.k)
             start = time.time()
             history = pretrain(model, images, args, seed)
             after = knn(model, train, test, args.k)
-            run = {"algorithm": algorithm, "seed": seed, "knn_untrained": before,
+            run = {"algorithm": algorithm, "seed": seed, "knn_raw_pixels": raw,
+                   "knn_untrained": before,
                    "knn_pretrained": after, "final_loss": history["loss"][-1],
                    "final_output_std": history["output_std"][-1],
                    "seconds": round(time.time() - start, 1)}
@@ -157,7 +168,8 @@ def main(argv=None):
         runs = [r for r in results["runs"] if r["algorithm"] == algorithm]
         summary[algorithm] = {key: [float(np.mean([r[key] for r in runs])),
                                     float(np.std([r[key] for r in runs]))]
-                              for key in ("knn_untrained", "knn_pretrained")}
+                              for key in ("knn_raw_pixels", "knn_untrained",
+                                          "knn_pretrained")}
     results["summary"] = summary
     path = out / "results.json"
     tmp = path.with_suffix(".json.tmp")

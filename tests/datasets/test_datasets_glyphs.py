@@ -185,6 +185,16 @@ def test_the_samplers_and_evaluation_take_it_unchanged():
     assert sum(len(evaluation[i][1]) for i in range(len(evaluation))) == 40
 
 
+def test_a_batch_needing_more_drawings_than_a_character_has():
+    # 4 drawings of each character, K = 5: refused before any batch with
+    # small_classes="skip"; by default each class is topped up by drawing with replacement.
+    train = D.load_glyphs("train", **SMALL)
+    with pytest.raises(ValueError, match="classes_per_batch"):
+        tfdml.data.PKDataset(train, 4, 5, seed=0, small_classes="skip")
+    _, y = tfdml.data.PKDataset(train, 4, 5, seed=0)[0]
+    assert sorted(np.unique(y, return_counts=True)[1]) == [5, 5, 5, 5]
+
+
 def test_a_network_trained_on_glyphs_beats_raw_pixels_on_unseen_characters():
     # 180 training characters, 120 unseen ones (10 drawings each); a small CNN, 300 steps of
     # multi-similarity (8 s on 2 cores). MAP@R on the unseen characters measured 0.172 (raw

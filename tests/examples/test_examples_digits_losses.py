@@ -18,14 +18,15 @@ def test_digits_losses_table_has_finite_recall_per_loss(capsys):
     module = _load_script()
     results = module.main(["--epochs", "1", "--steps-per-epoch", "3"])
     out = capsys.readouterr().out
-    assert list(results) == ["before training", *module.LOSSES]
+    assert list(results) == ["raw pixels", "before training", *module.LOSSES]
     for name, row in results.items():
         for column in ("R@1", "R@2", "R@4", "R@8", "MAP@R"):
             assert math.isfinite(row[column]) and 0.0 <= row[column] <= 1.0, (name, row)
         assert row["R@1"] <= row["R@2"] <= row["R@4"] <= row["R@8"], (name, row)
-        if name != "before training":
+        if name not in ("raw pixels", "before training"):
             assert math.isfinite(row["final_loss"]), (name, row)
     table = out[out.index("| loss |"):]
+    assert "| raw pixels | 99.4 |" in table  # cosine on the pixels: no training involved
     for name in module.LOSSES:
         line = next(line for line in table.splitlines() if line.startswith(
             f"| {module.LABELS[name]} |"))

@@ -26,10 +26,10 @@ def test_trains_in_blocks_and_chunks_and_reports_memory(capsys):
     assert result["batch"] == 600
     assert len(result["losses"]) == 2 and all(math.isfinite(v) for v in result["losses"])
     assert result["losses"][-1] < result["losses"][0]  # it learns
-    for row in (result["before"], result["after"]):
+    for row in (result["raw"], result["before"], result["after"]):
         assert 0.0 <= row[1] <= row[2] <= row[4] <= row[8] <= 1.0
     assert "Memory: peak RSS" in out and "[600, 600] float32 matrix is 1 MiB" in out
-    assert "| after training |" in out
+    assert "| raw pixels |" in out and "| after training |" in out
 
 
 def test_rejects_sizes_below_one():

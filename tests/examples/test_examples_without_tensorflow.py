@@ -1,14 +1,14 @@
-"""The quick start and `make demo`'s scripts under JAX and PyTorch, with TensorFlow absent.
+"""The quick start and the digits example scripts under JAX and PyTorch, with TensorFlow absent.
 
 Each backend runs in a child process where ``import tensorflow`` fails
 (``sys.modules["tensorflow"] = None``), as where TensorFlow is not installed:
 
-* the README's quick start, on a tiny fake CUB-200-2011 (JPEG files written with Pillow),
-  with small sizes, a tiny network in place of ResNet-50, no `torch.compile` and one
-  short epoch;
+* the README's quick start: its glyph block on 100 generated characters for 3 steps, then
+  its CUB-200 block on a tiny fake CUB-200-2011 (JPEG files written with Pillow), with
+  small sizes, a tiny network in place of ResNet-50 and one short epoch;
 * `examples/digits_demo.py`, `examples/digits_losses.py` and
-  `examples/class_collapse/digits_even_odd.py` (`make demo` runs the first and the last),
-  with fewer epochs and steps.
+  `examples/class_collapse/digits_even_odd.py`, with fewer epochs and steps (the first two
+  print the raw-pixel baseline next to the untrained and trained networks).
 """
 
 import os
@@ -23,20 +23,39 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
-def quick_start_code():
+def quick_start_blocks():
+    """The README's quick start: the glyph block (no download), then the CUB-200 block."""
     readme = (REPO / "README.md").read_text()
     section = readme[readme.index("## Quick start"):readme.index("## The demo")]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 2, "the README's quick start should have two Python blocks"
+    return blocks
+
+
+def _replace(code, replacements):
+    for old, new in replacements:
+        assert old in code, f"the README's quick start no longer has {old!r}"
+        code = code.replace(old, new)
+    return code
 
 
 def _shrunk_quick_start(cub_dir):
     """The quick start with sizes a test can afford; fails if the README changed shape."""
-    code = quick_start_code()
-    replacements = [
+    glyphs, cub = quick_start_blocks()
+    assert len(glyphs.strip().splitlines()) <= 25  # copy-and-run: under 25 lines
+    glyphs = _replace(glyphs, [
+        ('load("glyphs", "train", dtype="float32")',
+         'load("glyphs", "train", dtype="float32", num_classes=100, samples_per_class=8)'),
+        ('load("glyphs", "test", dtype="float32")',
+         'load("glyphs", "test", dtype="float32", num_classes=100, samples_per_class=8)'),
+        ("classes_per_batch=16, samples_per_class=4", "classes_per_batch=4, samples_per_class=4"),
+        ("epochs=10, steps_per_epoch=100", "epochs=1, steps_per_epoch=3"),
+    ])
+    cub = _replace(cub, [
         ('"~/data/CUB_200_2011"', repr(str(cub_dir))),
         ("train_transform(224, 256,", "train_transform(32, 36,"),
         ("eval_transform(224, 256,", "eval_transform(32, 36,"),
-        ("classes_per_batch=16, samples_per_class=8", "classes_per_batch=3, samples_per_class=2"),
+        ("PKDataset(train, 16, 8,", "PKDataset(train, 3, 2,"),
         # a tiny network: ResNets take minutes on 2 CPU cores (their build under every
         # backend is tested in test_models.py)
         ('tfdml.models.build_embedding_model("resnet50", embedding_dim=512)',
@@ -44,14 +63,9 @@ def _shrunk_quick_start(cub_dir):
          'keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(8), '
          'tfdml.layers.L2Normalization()])'),
         ("epochs=40, steps_per_epoch=100", "epochs=1, steps_per_epoch=2"),
-        # torch.compile takes longer than the rest of the test
-        ("jit_compile=True,", "jit_compile=keras.backend.backend() != 'torch',"),
         ("EvalDataset(test, 128,", "EvalDataset(test, 4,"),
-    ]
-    for old, new in replacements:
-        assert old in code, f"the README's quick start no longer has {old!r}"
-        code = code.replace(old, new)
-    return code
+    ])
+    return glyphs + "\nprint('glyph quick start ok')\n" + cub
 
 
 CHILD = textwrap.dedent("""
@@ -79,7 +93,7 @@ CHILD = textwrap.dedent("""
             f.write("\\n".join(lines) + "\\n")
 
     exec(compile(sys.argv[2], "README quick start", "exec"))
-    assert test_embeddings.shape == (12, 8) and set(recalls) == {1, 2, 4, 8}
+    assert embeddings.shape == (12, 8) and set(recalls) == {1, 2, 4, 8}
     print("quick start ok", keras.backend.backend(), "tensorflow" in sys.modules and
           sys.modules["tensorflow"] is not None)
 
@@ -106,6 +120,8 @@ def test_quick_start_and_demo_scripts_without_tensorflow(backend, tmp_path):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     out = result.stdout
     assert f"quick start ok {backend} False" in out, out
+    assert "glyph quick start ok" in out and "trained    " in out, out
     for script in ("digits_demo.py", "digits_losses.py", "digits_even_odd.py"):
         assert "script ok examples/" in out and script in out, out
     assert "Recall@1" in out and "| TripletNCALoss(order=2), EPHN |" in out, out
+    assert "raw pixels       R@1" in out and "| raw pixels |" in out, out

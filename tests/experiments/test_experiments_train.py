@@ -1,5 +1,5 @@
-"""tfdml.experiments.train and data: the learning-rate schedule, the synthetic datasets and the
-best-epoch checkpoint of ``run``."""
+"""tfdml.experiments.train and data: the learning-rate schedule, the synthetic datasets, the
+best-epoch checkpoint of ``run`` and the baselines of a run."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import pytest
 
-from tfdml import experiments
+from tfdml import experiments, metrics
 from tfdml.experiments.resume import best_checkpoint
 
 NAN = float("nan")
@@ -84,3 +84,54 @@ def test_fit_multi_worker_refuses_a_model_in_chunks():
         (np.zeros((4, 4), "float32"), np.array([0, 0, 1, 1]))).batch(4)
     with pytest.raises(ValueError, match="chunk_size"):
         experiments.fit_multi_worker(model, tf.distribute.get_strategy(), data, epochs=1)
+
+
+#: The reduced-scale digits runs of the example READMEs: the tiny CNN on the 8 x 8 images.
+DIGITS = ("--dataset digits --backbone tiny --weights none --image-size 8 --resize-size 8 "
+          "--transform none --embedding-dim 16").split()
+
+
+class _InitialEvaluation(keras.callbacks.Callback):
+    """Evaluates the model of a run before its first training step."""
+
+    def __init__(self, data, eval_fn, into):
+        super().__init__()
+        self.data, self.eval_fn, self.into = data, eval_fn, into
+
+    def on_train_begin(self, logs=None):
+        self.into.update(experiments.evaluate(self.model, self.data, self.eval_fn,
+                                              final=True).values)
+
+
+def test_baselines_are_the_raw_pixels_and_the_network_a_run_starts_from(tmp_path):
+    import tfdml
+
+    args = experiments.make_parser("digits").parse_args(
+        [*DIGITS, "--seed", "1", "-P", "6", "-K", "4", "--epochs", "1", "--steps-per-epoch", "1",
+         "--no-export", "--verbose", "0", "--output-dir", str(tmp_path)])
+    initial = {}
+    experiments.run(args, tfdml.losses.TripletMarginLoss(), name="triplet",
+                    callbacks=lambda model, data, eval_fn, out: [
+                        _InitialEvaluation(data, eval_fn, initial)])
+
+    rows = experiments.baselines(args, [1, 0])
+    assert list(rows) == ["raw pixels", "untrained (seed 1)", "untrained (seed 0)"]
+    assert args.seed == 1  # the caller's flags are left alone
+    # Seed 1: the weights the run above started from, evaluated as its best epoch is.
+    assert set(rows["untrained (seed 1)"]) == set(initial) >= {"val_nmi", "val_f1"}
+    assert rows["untrained (seed 1)"] == pytest.approx(initial)
+    assert rows["untrained (seed 0)"] != pytest.approx(rows["untrained (seed 1)"])
+    again = experiments.baselines(args, [0])  # the same numbers for a seed, call after call
+    assert again == {k: rows[k] for k in ("raw pixels", "untrained (seed 0)")}
+    # The raw pixels: cosine on the flattened test images, whatever the seed.
+    test = tfdml.datasets.load("digits", "test")
+    pixels = test.images.reshape(len(test.labels), -1).astype(np.float32)
+    want = metrics.recall_at_k(pixels, test.labels, (1,))[1]
+    assert rows["raw pixels"]["val_recall@1"] == pytest.approx(want)
+
+
+@pytest.mark.parametrize("seeds", [[], [-1], [0, 0], [0.5]])
+def test_baselines_refuse_bad_seeds(seeds):
+    args = experiments.make_parser("digits").parse_args(DIGITS)
+    with pytest.raises(ValueError, match="seeds"):
+        experiments.baselines(args, seeds)

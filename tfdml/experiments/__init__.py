@@ -31,9 +31,12 @@ The modules:
 * ``data``: the data sets' evaluation splits, :class:`ExperimentData`,
   :func:`synthetic_data`, :func:`load_data`, :func:`transforms`;
 * ``train``: :func:`build_model`, :func:`learning_rate_schedule`,
-  :func:`make_strategy`, :func:`fit_multi_worker`, and :func:`run`, which runs
+  :func:`make_strategy`, :func:`fit_multi_worker`, :func:`run`, which runs
   the phases of a run in turn (prepare, resume, fit, evaluate the best epoch,
-  report);
+  report), and :func:`baselines`, the raw pixels and the untrained network of a
+  run's flags and seeds, evaluated as a run's best epoch (the rows that trained
+  numbers stand next to; in ``train`` because it builds the model as :func:`run`
+  does);
 * ``resume``: :class:`ResumeState`, the best-weights callback, the settings a
   run resumes with, SIGTERM;
 * ``report``: :func:`evaluate`, :func:`best_epoch`, :func:`markdown_table`, the
@@ -75,6 +78,7 @@ from tfdml.experiments.report import (
 )
 from tfdml.experiments.resume import ResumeState
 from tfdml.experiments.train import (
+    baselines,
     build_model,
     fit_multi_worker,
     learning_rate_schedule,
@@ -87,6 +91,7 @@ __all__ = [
     "ExperimentData",
     "ResumeState",
     "apply_smoke",
+    "baselines",
     "batch_shape",
     "best_epoch",
     "build_model",

@@ -1,10 +1,13 @@
 """Training a run: the model, optimizer, learning-rate schedule and ``tf.distribute``
-strategy, the multi-worker loop, and :func:`run`, a driver over the phases of a run."""
+strategy, the multi-worker loop, :func:`run`, a driver over the phases of a run, and
+:func:`baselines`, what a run starts from (the raw pixels and the untrained network)."""
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
+import numbers
 import os
 import re
 import sys
@@ -38,7 +41,8 @@ from tfdml.experiments.resume import ResumeState, best_checkpoint, handle_sigter
 from tfdml.layers import L2Normalization
 from tfdml.models import MetricModel, is_stateful_loss, plus_model_losses, unwrap
 
-__all__ = ["build_model", "fit_multi_worker", "learning_rate_schedule", "make_strategy", "run"]
+__all__ = ["baselines", "build_model", "fit_multi_worker", "learning_rate_schedule", "make_strategy",
+           "run"]
 
 
 # -- model and optimizer -----------------------------------------------------------------------
@@ -477,3 +481,89 @@ def run(args, loss, *, name, callbacks=(), own_state=None, figures=None, extra_r
     history = _fit(exp, callbacks, checkpoint, resume, initial_epoch)
     final, best = _evaluate_best(exp, history)
     return _report(exp, history, final, best, figures, extra_results)
+
+
+# -- baselines ---------------------------------------------------------------------------------
+
+
+def _check_seeds(seeds):
+    """``seeds`` as a list of distinct integers >= 0, or a ``ValueError`` naming them."""
+    seeds = list(seeds)
+    if not seeds:
+        raise ValueError("`seeds` is empty: give at least one seed, e.g. seeds=[0].")
+    if any(isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 0 for s in seeds):
+        raise ValueError(f"`seeds` must be integers >= 0. Received: seeds={seeds!r}")
+    if len(set(seeds)) < len(seeds):
+        raise ValueError(f"`seeds` has a seed twice. Received: seeds={seeds!r}")
+    return [int(s) for s in seeds]
+
+
+def baselines(args, seeds, batch_size=None) -> dict:
+    """The baselines of a run on its own evaluation split: raw pixels and untrained network.
+
+    Evaluates two embeddings that no training step has touched, for the data and model flags
+    of ``args``, with the metrics of a run's best epoch (:func:`evaluate` with
+    ``final=True``: Recall@K, MAP@R, NMI and F1, cosine):
+
+    * the raw pixels: the images that the evaluation transform gives the network, flattened
+      (``keras.Sequential([keras.Input(shape), keras.layers.Flatten()])``, so that the same
+      metric code runs on them);
+    * the untrained network of each seed: :func:`build_model` right after
+      ``keras.utils.set_random_seed(seed)``, as :func:`run` seeds, loads the data and builds
+      its model (loading the data and making the transforms draw no random numbers), that is
+      the initial weights of a run with ``--seed seed``.
+
+    Only the flags that shape the data, the evaluation transform and the model matter
+    (``--dataset``, ``--data-dir``, ``--image-size``, ``--resize-size``, ``--backbone``,
+    ``--weights``, ``--embedding-dim``, ``normalize`` where a script adds it); the loss,
+    batch and optimizer flags do not change an untrained network. ``--smoke`` is applied as
+    :func:`run` applies it; its synthetic data depend on the seed, so each seed is evaluated
+    on its own data and the raw pixels on those of the first seed. ``--strategy`` and
+    ``--mixed-precision`` are not applied: one device, the global dtype policy.
+
+    Args:
+        args: the parsed flags of :func:`make_parser` (not changed; ``seed`` is overridden
+            per seed on a copy).
+        seeds: the seeds of the untrained networks, distinct integers >= 0.
+        batch_size: images per evaluation batch; defaults to `None`: ``--eval-batch-size``.
+
+    Returns:
+        ``{"raw pixels": values, "untrained (seed s)": values, ...}``, one entry per seed in
+        the order given, where ``values`` is :attr:`Evaluation.values`
+        (``{"val_recall@1": ..., "val_map@r": ..., "val_nmi": ..., "val_f1": ...}``).
+
+    Raises:
+        ValueError: ``seeds`` is empty, holds a negative number, a non-integer or a seed
+            twice.
+
+    Example:
+
+    >>> args = tfdml.experiments.make_parser("digits").parse_args(
+    ...     "--dataset digits --backbone tiny --weights none --image-size 8 --resize-size 8 "
+    ...     "--transform none --embedding-dim 64".split())
+    >>> rows = tfdml.experiments.baselines(args, seeds=[0, 1])
+    >>> list(rows)
+    ['raw pixels', 'untrained (seed 0)', 'untrained (seed 1)']
+    >>> round(rows["raw pixels"]["val_recall@1"], 3)  # cosine on the 64 pixels of digits 6-9
+    0.994
+    """
+    seeds = _check_seeds(seeds)
+    args = copy.copy(args)
+    if args.smoke:
+        apply_smoke(args)
+    batch_size = batch_size or args.eval_batch_size
+    rows, data = {}, None
+    for seed in seeds:
+        args.seed = seed
+        keras.utils.set_random_seed(seed)  # then the data and the model, as run does
+        if data is None or args.smoke:
+            data = load_data(args)
+        _, eval_fn = transforms(args)
+        model = build_model(args)
+        if not rows:
+            shape = (args.image_size, args.image_size, 3)
+            pixels = keras.Sequential([keras.Input(shape), keras.layers.Flatten()])
+            rows["raw pixels"] = evaluate(pixels, data, eval_fn, batch_size, final=True).values
+        rows[f"untrained (seed {seed})"] = evaluate(model, data, eval_fn, batch_size,
+                                                    final=True).values
+    return rows
