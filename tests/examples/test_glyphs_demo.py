@@ -31,8 +31,10 @@ def test_demo_refuses_bad_flags_before_any_work(argv, flag, capsys):
 
 @pytest.mark.slow
 def test_demo_prints_the_three_embeddings_on_the_unseen_characters(capsys):
-    # 100 steps instead of 1,000: the trained embedding is already ahead of both baselines.
-    raw, run = _load("demo").main(["--steps", "100"])
+    # 200 steps instead of 1,000: the trained embedding is already ahead of both baselines
+    # (measured: Recall@1 0.634 against 0.522 raw and 0.456 untrained; MAP@R 0.191 against
+    # 0.102 and 0.098).
+    raw, run = _load("demo").main(["--steps", "200"])
     out = capsys.readouterr().out
     assert "400 unseen characters (8000 drawings)" in out
     for title in ("raw pixels", "untrained network", "trained embedding"):
@@ -42,6 +44,7 @@ def test_demo_prints_the_three_embeddings_on_the_unseen_characters(capsys):
         assert set(numbers) == {"recall@1", "map@r"}
         assert all(0.0 <= v <= 1.0 and np.isfinite(v) for v in numbers.values())
     assert run["trained"]["map@r"] > 1.5 * max(raw["map@r"], run["untrained"]["map@r"])
+    assert run["trained"]["recall@1"] > max(raw["recall@1"], run["untrained"]["recall@1"]) + 0.05
 
 
 def test_figure_draws_rows_of_drawings(tmp_path):
