@@ -132,9 +132,15 @@ def test_augmenters_give_float32_views_in_range_that_follow_their_generator():
     sixteen = nv.simclr_augmenter(8)(IMAGES[0].astype(np.uint16) * 257, np.random.default_rng(0))
     np.testing.assert_allclose(sixteen, nv.simclr_augmenter(8)(IMAGES[0], np.random.default_rng(0)),
                                atol=1e-3)
-    gray = nv.simclr_augmenter(8, preprocess="resnet50")(IMAGES[0, ..., :1])
-    assert gray.shape == (8, 8, 3) and gray.min() < 0  # RGB, ImageNet means subtracted
-    assert nv.barlow_augmenter(8)(IMAGES[0, ..., :1]).shape == (8, 8, 1)
+    # A 1-channel view for ResNet-50: the same random view in [0, 255], made RGB, then
+    # Keras' "caffe" normalization (BGR order, ImageNet means subtracted).
+    gray = nv.simclr_augmenter(8, preprocess="resnet50")(IMAGES[0, ..., :1],
+                                                         np.random.default_rng(0))
+    plain = nv.simclr_augmenter(8)(IMAGES[0, ..., :1], np.random.default_rng(0))
+    assert gray.shape == (8, 8, 3) and plain.shape == (8, 8, 1)
+    np.testing.assert_allclose(gray, plain - np.float32([103.939, 116.779, 123.68]),
+                               atol=1e-4)
+    assert nv.barlow_augmenter(8)(IMAGES[0, ..., :1], np.random.default_rng(0)).shape == (8, 8, 1)
 
 
 @pytest.mark.multibackend
