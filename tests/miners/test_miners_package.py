@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import pathlib
 
-import keras
 import pytest
 
 from tfdml import miners
@@ -32,33 +31,8 @@ LAYERS = {
 }
 
 #: tfdml modules above the miners, which the miners never import.
-ABOVE = ("losses", "models", "metric_model", "search", "metrics", "data", "callbacks", "export",
+ABOVE = ("losses", "models", "search", "metrics", "data", "callbacks", "export",
          "analysis", "datasets", "experiments", "compat", "layers", "geometry")
-
-# Configs as Keras serialized them when the miners lived in tfdml/miners.py and
-# tfdml/distance_miners.py.
-OLD_CONFIGS = [
-    ("tfdml.miners", "TripletMiner", {"positive": "easy", "negative": "distance_weighted",
-                                      "disjoint": False, "seed": 3, "lower_cutoff": 0.5,
-                                      "upper_cutoff": 1.4}),
-    ("tfdml.miners", "MultiSimilarityMiner", {"epsilon": 0.05, "positive": "easy"}),
-    ("tfdml.miners", "AllPairsMiner", {}),
-    ("tfdml.miners", "EmbeddingsAlreadyPackagedAsTriplets", {}),
-    ("tfdml.distance_miners", "PairMarginMiner", {"pos_margin": 0.1, "neg_margin": 0.7,
-                                                  "distance": "cosine"}),
-    ("tfdml.distance_miners", "TripletMarginMiner", {"margin": 0.3, "type_of_triplets": "hard",
-                                                     "distance": "l2"}),
-    ("tfdml.distance_miners", "BatchEasyHardMiner", {"pos_strategy": "hard",
-                                                     "neg_strategy": "semihard",
-                                                     "allowed_pos_range": None,
-                                                     "allowed_neg_range": [0.1, 1.5],
-                                                     "distance": "l2"}),
-    ("tfdml.distance_miners", "HDCMiner", {"filter_percentage": 0.3, "distance": "l2"}),
-    ("tfdml.distance_miners", "AngularMiner", {"angle": 0.4}),
-    ("tfdml.distance_miners", "UniformHistogramMiner", {"num_bins": 20, "pos_per_bin": 3,
-                                                        "neg_per_bin": 4, "distance": "l2",
-                                                        "seed": 1}),
-]
 
 
 def test_the_public_names_are_those_of_the_single_module():
@@ -69,30 +43,6 @@ def test_the_public_names_are_those_of_the_single_module():
     assert miners.POSITIVE_STRATEGIES == ("easy", "hard", "random", "all")
     assert "distance_weighted" in miners.NEGATIVE_STRATEGIES
     assert miners.MS_POSITIVE_STRATEGIES == ("hard", "easy", "all")
-
-
-@pytest.mark.parametrize("module, class_name, config", OLD_CONFIGS,
-                         ids=[c[1] for c in OLD_CONFIGS])
-def test_configs_saved_before_the_package_still_load(module, class_name, config):
-    saved = {"module": module, "class_name": class_name, "config": config,
-             "registered_name": f"tfdml>{class_name}"}
-    miner = keras.saving.deserialize_keras_object(saved)
-    assert type(miner) is getattr(miners, class_name)
-    again = keras.saving.serialize_keras_object(miner)
-    assert again["registered_name"] == f"tfdml>{class_name}"
-    restored = keras.saving.deserialize_keras_object(again)
-    assert restored.get_config() == miner.get_config()
-
-
-def test_a_loss_config_saved_before_the_package_still_loads():
-    import tfdml
-
-    loss = tfdml.losses.ContrastiveLoss(miner=miners.HDCMiner(0.3))
-    config = loss.get_config()
-    config["miner"]["module"] = "tfdml.distance_miners"  # as saved before
-    restored = tfdml.losses.ContrastiveLoss.from_config(config)
-    assert isinstance(restored.miner, miners.HDCMiner)
-    assert restored.miner.filter_percentage == 0.3
 
 
 def _imports(path):
