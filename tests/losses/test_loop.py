@@ -7,8 +7,6 @@ tests marked ``multibackend`` also run under JAX and PyTorch.
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 import references as ref
@@ -244,23 +242,11 @@ def test_options_and_config():
     assert LoOpLoss().margin == 0.2 and LoOpLoss("multi_similarity").margin == 0.5
 
 
-def test_normalized_is_the_deprecated_name_of_normalize():
-    with pytest.warns(DeprecationWarning, match="normalize"):
-        old = LoOpLoss("triplet", normalized=False)
-    assert old.normalize is False and old.get_config()["normalize"] is False
-    with pytest.warns(DeprecationWarning, match="normalize"):
-        assert old.normalized is False
-    # A config saved with `normalized` still loads, without a warning.
-    saved = {**LoOpLoss("triplet", normalize=False).get_config()}
-    saved["normalized"] = saved.pop("normalize")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DeprecationWarning)
-        again = LoOpLoss.from_config(saved)
-    assert again.normalize is False and again.get_config() == old.get_config()
-    with pytest.warns(DeprecationWarning, match="normalize"):
-        value = loop_loss(LABELS, X, "triplet", normalized=False)
-    np.testing.assert_array_equal(to_numpy(value), to_numpy(loop_loss(LABELS, X, "triplet",
-                                                                     normalize=False)))
+def test_the_former_name_normalized_is_refused():
+    with pytest.raises(ValueError, match="normalized"):
+        LoOpLoss("triplet", normalized=False)
+    with pytest.raises(ValueError, match="normalized"):
+        loop_loss(LABELS, X, "triplet", normalized=False)
 
 
 @MB

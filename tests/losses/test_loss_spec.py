@@ -228,16 +228,6 @@ def test_every_functional_form_is_a_written_function(name, fn):
     assert fn.__doc__ and not PLACEHOLDER.search(fn.__doc__), name
 
 
-def test_class_weight_loss_is_the_deprecated_name_of_class_vector_loss():
-    with pytest.warns(DeprecationWarning, match="ClassVectorLoss"):
-        assert losses.ClassWeightLoss is losses.ClassVectorLoss
-    from tfdml.losses import class_weights
-
-    with pytest.warns(DeprecationWarning, match="ClassVectorLoss"):
-        assert class_weights.ClassWeightLoss is losses.ClassVectorLoss
-    assert "ClassWeightLoss" not in losses.__all__ and "ClassVectorLoss" in losses.__all__
-
-
 # -- the former declaration, still taken -------------------------------------------------------
 
 

@@ -5,8 +5,6 @@ anchors that have something to learn from) and a class for ``model.compile``.
 Every class is written to one contract (:mod:`tfdml.losses.base`).
 """
 
-import warnings
-
 from tfdml.losses.angular import AngularLoss, TupletMarginLoss, angular_loss, tuplet_margin_loss
 from tfdml.losses.base import LossState, MetricLoss
 from tfdml.losses.class_weights import ClassVectorLoss, ClassWeights
@@ -200,12 +198,3 @@ __all__ = [
     "tuplet_margin_loss",
     "vicreg_loss",
 ]
-
-
-def __getattr__(name):
-    if name == "ClassWeightLoss":
-        warnings.warn("`tfdml.losses.ClassWeightLoss` is now `tfdml.losses.ClassVectorLoss` "
-                      "(Keras' `class_weight` weighs the loss per class; these losses learn "
-                      "class vectors).", DeprecationWarning, stacklevel=2)
-        return ClassVectorLoss
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

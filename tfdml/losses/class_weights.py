@@ -16,7 +16,6 @@ XLA also fails an assertion (:func:`prepare_class_inputs`).
 
 from __future__ import annotations
 
-import warnings
 from typing import NamedTuple
 
 import keras
@@ -352,12 +351,3 @@ class ClassVectorLoss(MetricLoss):
             )
         return class_inputs(labels, embeddings, self.class_weights, self.weights_rank,
                             self.vector_name)
-
-
-def __getattr__(name):
-    if name == "ClassWeightLoss":
-        warnings.warn("`ClassWeightLoss` is now `ClassVectorLoss` (Keras' `class_weight` "
-                      "weighs the loss per class; these losses learn class vectors).",
-                      DeprecationWarning, stacklevel=2)
-        return ClassVectorLoss
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

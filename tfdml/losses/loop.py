@@ -17,8 +17,6 @@ tensor, and it compiles under XLA.
 
 from __future__ import annotations
 
-import warnings
-
 import keras
 from keras import ops
 
@@ -56,7 +54,6 @@ BASES = ("triplet", "hphn_triplet", "lifted_structure", "multi_similarity")
 _MS_OPTIONS = {"alpha": 2.0, "beta": 50.0, "epsilon": 0.1}
 _DEFAULT_MARGIN = {"triplet": 0.2, "hphn_triplet": 0.2, "lifted_structure": 0.2,
                    "multi_similarity": 0.5}
-
 
 
 def _pair_losses(geo, base, margin, loop):
@@ -193,30 +190,20 @@ def _check_base(base, margin, options):
     return float(margin), {k: float(v) for k, v in full.items()}
 
 
-def _renamed_normalized(normalize, base_options, name):
-    """``normalize``, or the value of the deprecated ``normalized`` in ``base_options``."""
-    if "normalized" not in base_options:
-        return normalize
-    warnings.warn(f"{name}: `normalized` is now `normalize`, as in every other loss.",
-                  DeprecationWarning, stacklevel=3)
-    return base_options.pop("normalized")
-
-
 def loop_loss(y_true, y_pred, base="triplet", margin=None, normalize=True, **base_options):
     """Functional form of :class:`LoOpLoss`: the mean over pairs (or anchors) with a loss.
 
     Args:
         y_true: ``[B]`` or ``[B, 1]`` integer class ids.
         y_pred: ``[B, D]`` embeddings.
-        base, margin, normalize, **base_options: as in :class:`LoOpLoss` (``normalized``,
-            its former name, is still taken, with a DeprecationWarning).
+        base, margin, normalize, **base_options: as in :class:`LoOpLoss`.
 
     Returns:
         A scalar of the dtype of ``y_pred``; 0 without a positive pair, NaN when an
         embedding is NaN or Inf.
     """
     base_options = dict(base_options)
-    normalize = bool(_renamed_normalized(normalize, base_options, "loop_loss"))
+    normalize = bool(normalize)
     margin, options = _check_base(base, margin, base_options)
     return functional_loss(LoOpLoss, _per_anchor, y_true, y_pred, normalize=normalize,
                            base=base, margin=margin, normalized=normalize, loop=True,
@@ -309,8 +296,7 @@ class LoOpLoss(MetricLoss):
         margin: ``m`` (``lambda`` for MS). Defaults to `None` (see above).
         normalize: L2-normalize the embeddings and use arcs; `False` uses
             the raw embeddings and straight segments (Section 4.2).
-            Defaults to `True`. (Its former name ``normalized`` is still
-            taken, with a DeprecationWarning.)
+            Defaults to `True`.
         **base_options: for ``"multi_similarity"``: ``alpha`` (2.0),
             ``beta`` (50.0) and ``epsilon`` (0.1, may be negative).
         reduction: see :mod:`tfdml.losses.base`. Defaults to
@@ -347,7 +333,6 @@ class LoOpLoss(MetricLoss):
                  reduction="sum_over_batch_size", name="loop_loss", dtype=None,
                  average="anchors", block_size=None, **base_options):
         base_options = dict(base_options)
-        normalize = _renamed_normalized(normalize, base_options, "LoOpLoss")
         margin, options = _check_base(base, margin, base_options)
         super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
                          average=average, block_size=block_size, base=base, margin=margin,
@@ -358,25 +343,11 @@ class LoOpLoss(MetricLoss):
         """The options of the multi-similarity form (``alpha``, ``beta``, ``epsilon``)."""
         return {key: getattr(self, key) for key in self.arguments if key in _MS_OPTIONS}
 
-    @property
-    def normalized(self):
-        """Deprecated: :attr:`normalize`."""
-        warnings.warn("LoOpLoss.normalized is now `normalize`.", DeprecationWarning,
-                      stacklevel=2)
-        return self.normalize
-
     def terms(self, inputs):
         if self.uses_blocks(inputs.x):
             return _blocked_per_anchor(inputs, self.base, self.margin, self.normalize, True,
                                        self.options, self.block_size)
         return _per_anchor(inputs, self.base, self.margin, self.normalize, True, self.options)
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        if "normalized" in config:  # saved before `normalize`
-            config["normalize"] = config.pop("normalized")
-        return super().from_config(config)
 
 
 #: The shared arguments of the pair baselines, in the order of their signatures.
