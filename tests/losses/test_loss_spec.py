@@ -226,35 +226,3 @@ def test_every_functional_form_is_a_written_function(name, fn):
     assert "__signature__" not in vars(fn), name
     assert inspect.getsource(fn).lstrip().startswith(("def ", "@")), name
     assert fn.__doc__ and not PLACEHOLDER.search(fn.__doc__), name
-
-
-# -- the former declaration, still taken -------------------------------------------------------
-
-
-def test_a_spec_declared_the_former_way_still_works_and_warns():
-    from tfdml.losses.spec import functional_form, loss_class
-
-    with pytest.warns(DeprecationWarning, match="loss_class is deprecated"):
-        decorate = loss_class("legacy_hinge_loss", package="tfdml_tests")
-
-    class LegacyHingeLoss(MetricLoss):
-        """A hinge on cosine similarities, declared as a spec.
-
-        Args:
-            margin: ``>= 0``. Defaults to `0.1`.
-        """
-
-        terms = staticmethod(_terms)
-        check_arguments = staticmethod(_check)
-
-    legacy = decorate(LegacyHingeLoss)
-    with pytest.warns(DeprecationWarning, match="functional_form is deprecated"):
-        legacy_loss = functional_form(legacy, "legacy_hinge_loss", "Functional form.",
-                                      "A scalar.")
-    assert list(inspect.signature(legacy).parameters) == ["margin", "miner", *SHARED]
-    assert "name of the loss" in legacy.__doc__
-    x = _embeddings()
-    want = to_numpy(CosineHingeLoss(0.2)(LABELS, x))
-    np.testing.assert_allclose(to_numpy(legacy(0.2)(LABELS, x)), want, rtol=1e-6)
-    np.testing.assert_allclose(to_numpy(legacy_loss(LABELS, x, 0.2)), want, rtol=1e-6)
-    assert legacy.from_config(legacy(0.3).get_config()).margin == 0.3

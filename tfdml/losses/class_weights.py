@@ -186,8 +186,7 @@ class ClassWeights(LossState):
                                        name=self.variable_name)
 
 
-#: The arguments of a class-vector loss before its own, and after them (the deprecated
-#: ``tfdml.losses.spec.loss_class``'s ``head`` and ``common``).
+#: The arguments of a class-vector loss before its own, and after them.
 CLASS_HEAD = ("num_classes", "embedding_dim")
 CLASS_COMMON = ("initializer", "reduction", "name", "dtype", "average")
 
