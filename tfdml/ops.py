@@ -29,7 +29,6 @@ from keras import ops
 
 # The names of distances and their check, part of this module's API (dml.check_distance).
 from tfdml._distances import (  # noqa: F401
-    DEPRECATED_DISTANCES,
     DISTANCES,
     LOSS_DISTANCES,
     check_distance,

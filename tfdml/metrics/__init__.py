@@ -10,8 +10,7 @@ Conventions shared by every retrieval metric:
 
 * **Similarity.** ``metric="cosine"`` (default) ranks by the dot product of
   L2-normalized embeddings; ``metric="l2"`` by the Euclidean distance (the
-  names of :data:`tfdml.ops.DISTANCES`; the old ``"euclidean"`` still means
-  ``"l2"``, with a ``DeprecationWarning``). Scores are computed in float32.
+  names of :data:`tfdml.ops.DISTANCES`). Scores are computed in float32.
 * **Self-exclusion.** Without a separate gallery every embedding is a query
   against all the others, itself excluded (CUB-200, Cars196, SOP protocol).
   The query is excluded by its index, not by its score, so no score (equal to

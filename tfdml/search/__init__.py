@@ -30,8 +30,7 @@ Conventions:
 * **Metrics.** ``"cosine"``: the dot product of L2-normalized vectors, larger
   is nearer; ``"dot"``: the plain dot product, larger is nearer; ``"l2"``:
   the Euclidean distance, smaller is nearer (the names of
-  :data:`tfdml.ops.DISTANCES`; the old ``"euclidean"`` still means ``"l2"``,
-  with a ``DeprecationWarning``). Scores are computed in float32.
+  :data:`tfdml.ops.DISTANCES`). Scores are computed in float32.
 * **Huge embeddings.** ``"cosine"`` normalizes every finite row exactly
   (:func:`tfdml.ops.l2_normalize`). For ``"l2"`` and ``"dot"``, rows so large
   that a float32 score could overflow (entries of about ``9e18 / sqrt(D)`` and

@@ -19,9 +19,9 @@ METRICS = ("cosine", "dot", "l2")
 
 
 def check_metric(metric):
-    """``metric`` as one of :data:`METRICS` (``"euclidean"``: ``"l2"``, with a
-    ``DeprecationWarning``); a ValueError naming it and the accepted values otherwise."""
-    return dml.check_distance(metric, METRICS + tuple(dml.DEPRECATED_DISTANCES), "metric")
+    """``metric`` as one of :data:`METRICS`; a ValueError naming it and the accepted values
+    otherwise."""
+    return dml.check_distance(metric, METRICS, "metric")
 
 
 def _max_abs(x) -> float:
