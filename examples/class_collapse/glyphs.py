@@ -102,35 +102,6 @@ def by_alphabet(split):
                                class_names=dict(split.category_names), category_names={})
 
 
-class KeepModel:
-    """A `model_fn` for the recipe that keeps the network it builds and its initial weights,
-    so that the trained and the untrained network can be measured beyond the recipe's two
-    numbers."""
-
-    def __init__(self):
-        self.model = None
-        self.initial_weights = None
-
-    def __call__(self, image_size, embedding_dim):
-        self.model = glyph_recipe.build_cnn(image_size, embedding_dim)
-        self.initial_weights = self.model.get_weights()
-        return self.model
-
-    def untrained(self):
-        model = glyph_recipe.build_cnn(self.model.input_shape[1], self.model.output_shape[-1])
-        model.set_weights(self.initial_weights)
-        return model
-
-
-def mean_cosine(embeddings):
-    """The mean cosine similarity between distinct embeddings: 1 when all coincide (the
-    whole embedding collapsed to one point)."""
-    z = np.asarray(embeddings, np.float64)
-    z = z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
-    n = len(z)
-    return float((np.linalg.norm(z.sum(axis=0)) ** 2 - n) / (n * (n - 1)))
-
-
 def evaluate(embeddings, labels):
     """`{set: {"recall@1", "map@r"}}` for the sets of `SETS`, from the embeddings of each
     split (`{"train": ..., "test": ...}`) and its labels (`{(split, kind): labels}`)."""
@@ -218,6 +189,12 @@ def main(argv=None):
         "complete": False,
     }
     untrained, untrained_cosine = {}, {}
+
+    def measure(model):
+        """`(the sets' Recall@1 and MAP@R, the test split's mean cosine)` of `model`."""
+        embed = {split.split: glyph_recipe.embed(model, split) for split in (train, test)}
+        return evaluate(embed, labels), glyph_recipe.mean_cosine(embed["test"])
+
     total = len(args.configs) * len(args.seeds)
     done = 0
     for name in args.configs:
@@ -230,18 +207,14 @@ def main(argv=None):
             done += 1
             print(f"[{done}/{total}] {title} (trained with {trained_with} labels, "
                   f"{positive} positive), seed {seed}", flush=True)
-            keep = KeepModel()
             run = glyph_recipe.train_and_evaluate(
                 make_loss(loss, positive, seed), seed=seed, data=data, steps=args.steps,
-                model_fn=keep, **batches[trained_with])
-            embed = {split.split: glyph_recipe.embed(keep.model, split) for split in (train, test)}
-            run["sets"] = evaluate(embed, labels)
-            run["mean_cosine"] = mean_cosine(embed["test"])
-            if seed not in untrained:  # the same initial weights for every configuration
-                model = keep.untrained()
-                embed = {split.split: glyph_recipe.embed(model, split) for split in (train, test)}
-                untrained[seed] = evaluate(embed, labels)
-                untrained_cosine[seed] = mean_cosine(embed["test"])
+                measure=measure, **batches[trained_with])
+            measured = run.pop("measured")
+            run["sets"], run["mean_cosine"] = measured["trained"]
+            # The same initial weights for every configuration of a seed.
+            untrained.setdefault(seed, measured["untrained"][0])
+            untrained_cosine.setdefault(seed, measured["untrained"][1])
             run["untrained_sets"] = untrained[seed]
             sets = run["sets"]
             print("  " + ", ".join(f"{s}: R@1 {v['recall@1']:.3f} MAP@R {v['map@r']:.3f}"

@@ -35,8 +35,6 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "glyphs"))
 
@@ -68,27 +66,6 @@ def make_loss(order, positive, negative, seed):
         miner = tfdml.miners.TripletMiner(positive, negative, seed=seed)
         return tfdml.losses.TripletNCALoss(order=order, miner=miner)
     return build
-
-
-class KeepModel:
-    """A `model_fn` for the recipe that keeps the network it builds, so that the trained
-    embedding can be measured beyond the recipe's two numbers."""
-
-    def __init__(self):
-        self.model = None
-
-    def __call__(self, image_size, embedding_dim):
-        self.model = glyph_recipe.build_cnn(image_size, embedding_dim)
-        return self.model
-
-
-def mean_cosine(embeddings):
-    """The mean cosine similarity between distinct embeddings: 1 when all coincide."""
-    z = np.asarray(embeddings, np.float64)
-    z = z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
-    n = len(z)
-    total = np.linalg.norm(z.sum(axis=0)) ** 2  # sum over all ordered pairs, self included
-    return float((total - n) / (n * (n - 1)))
 
 
 def parse_args(argv=None):
@@ -178,19 +155,14 @@ def main(argv=None):
             done += 1
             print(f"[{done}/{total}] {name} (order {order}, positive {positive}, negative "
                   f"{negative}), seed {seed}", flush=True)
-            keep = KeepModel()
-            untrained_cos = {}
-
-            def model_fn(image_size, embedding_dim, keep=keep, untrained_cos=untrained_cos):
-                model = keep(image_size, embedding_dim)
-                untrained_cos["value"] = mean_cosine(glyph_recipe.embed(model, test))
-                return model
-
             run = glyph_recipe.train_and_evaluate(
                 make_loss(order, positive, negative, seed), seed=seed, data=(train, test),
-                steps=args.steps, model_fn=model_fn, **batch)
-            run["mean_cosine"] = mean_cosine(glyph_recipe.embed(keep.model, test))
-            run["untrained_mean_cosine"] = untrained_cos["value"]
+                steps=args.steps,
+                measure=lambda model: glyph_recipe.mean_cosine(glyph_recipe.embed(model, test)),
+                **batch)
+            cosines = run.pop("measured")
+            run["mean_cosine"] = cosines["trained"]
+            run["untrained_mean_cosine"] = cosines["untrained"]
             config["runs"].append(run)
             config["summary"] = {**glyph_recipe.summarize(config["runs"], "trained"),
                                  "mean_cosine": glyph_recipe.mean_std(

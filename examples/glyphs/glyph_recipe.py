@@ -72,6 +72,16 @@ def retrieval(embeddings, labels):
             "map@r": float(tfdml.metrics.map_at_r(embeddings, labels))}
 
 
+def mean_cosine(embeddings):
+    """The mean cosine similarity between distinct embeddings: 1 when all coincide (the
+    whole embedding collapsed to one point)."""
+    z = np.asarray(embeddings, np.float64)
+    z = z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
+    n = len(z)
+    total = np.linalg.norm(z.sum(axis=0)) ** 2  # sum over all ordered pairs, self included
+    return float((total - n) / (n * (n - 1)))
+
+
 def raw_pixels(split):
     """The baseline of no learning at all: cosine on the pixel vectors."""
     return retrieval(split.images.reshape(len(split), -1), split.labels)
@@ -83,7 +93,7 @@ def embed(model, split, batch_size=1000):
 
 def train_and_evaluate(make_loss, seed=0, data=None, steps=None, classes_per_batch=None,
                        samples_per_class=None, learning_rate=None, embedding_dim=None,
-                       model_fn=None, verbose=0, log=print):
+                       model_fn=None, measure=None, verbose=0, log=print):
     """Trains one network with one loss under the recipe and evaluates it on the unseen classes.
 
     Args:
@@ -95,12 +105,15 @@ def train_and_evaluate(make_loss, seed=0, data=None, steps=None, classes_per_bat
         steps, classes_per_batch, samples_per_class, learning_rate, embedding_dim: override
             `RECIPE`.
         model_fn: `(image_size, embedding_dim) -> keras.Model`; `build_cnn` by default.
+        measure: `(network) -> value`, taken of the network before and after training
+            (for numbers beyond Recall@1 and MAP@R), or None.
         verbose: Keras' `fit` verbosity (`2`: a line per 100 steps).
         log: where progress lines go (`print`), or None.
 
     Returns:
         `{"untrained": {...}, "trained": {...}, "seconds": training wall time,
-        "steps": ...}` with Recall@1 and MAP@R on the test split.
+        "steps": ...}` with Recall@1 and MAP@R on the test split; with `measure`, also
+        `"measured": {"untrained": value, "trained": value}`.
     """
     recipe = dict(RECIPE)
     for key, value in (("steps", steps), ("classes_per_batch", classes_per_batch),
@@ -112,6 +125,7 @@ def train_and_evaluate(make_loss, seed=0, data=None, steps=None, classes_per_bat
     keras.utils.set_random_seed(seed)
     embedder = (model_fn or build_cnn)(train.images.shape[1], recipe["embedding_dim"])
     untrained = retrieval(embed(embedder, test), test.labels)
+    measured = {} if measure is None else {"untrained": measure(embedder)}
     if inspect.signature(make_loss).parameters:
         loss = make_loss(int(train.labels.max()) + 1, recipe["embedding_dim"])
     else:
@@ -130,13 +144,16 @@ def train_and_evaluate(make_loss, seed=0, data=None, steps=None, classes_per_bat
                         steps_per_epoch=steps_per_epoch, shuffle=False, verbose=verbose)
     seconds = time.perf_counter() - start
     trained = retrieval(embed(embedder, test), test.labels)
+    if measure is not None:
+        measured["trained"] = measure(embedder)
     final_loss = float(history.history["loss"][-1])
     if log is not None:
         log(f"  seed {seed}: untrained R@1 {untrained['recall@1']:.3f}, trained R@1 "
             f"{trained['recall@1']:.3f} MAP@R {trained['map@r']:.3f} "
             f"(loss {final_loss:.4g}, {seconds:.0f} s)")
     return {"untrained": untrained, "trained": trained, "seconds": seconds,
-            "final_loss": final_loss, "seed": seed, **recipe}
+            "final_loss": final_loss, "seed": seed, **recipe,
+            **({"measured": measured} if measure is not None else {})}
 
 
 def mean_std(values):

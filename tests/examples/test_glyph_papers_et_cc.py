@@ -91,8 +91,8 @@ def test_mean_cosine_against_every_pair(extreme):
     x = rng.normal(size=(7, 5)) * rng.uniform(0.1, 4.0, size=(7, 1)) + 0.5
     z = x / np.linalg.norm(x, axis=1, keepdims=True)
     pairs = [z[i] @ z[j] for i in range(7) for j in range(7) if i != j]
-    assert math.isclose(extreme.mean_cosine(x), float(np.mean(pairs)), rel_tol=1e-12)
-    assert math.isclose(extreme.mean_cosine(np.tile(x[:1], (4, 1))), 1.0, rel_tol=1e-12)
+    assert math.isclose(extreme.glyph_recipe.mean_cosine(x), float(np.mean(pairs)), rel_tol=1e-12)
+    assert math.isclose(extreme.glyph_recipe.mean_cosine(np.tile(x[:1], (4, 1))), 1.0, rel_tol=1e-12)
 
 
 def test_alphabet_labels_keep_the_images_and_name_the_alphabets(collapse):
