@@ -213,3 +213,34 @@ LOSS_CASES = [
 ]
 
 CASES = {case.id: case for case in LOSS_CASES}
+
+
+def _miner_kind(loss):
+    """The miner's class and strategies (a wrapper's inner loss's miner); None without one."""
+    miner = getattr(loss, "miner", None)
+    inner = getattr(loss, "loss", None)
+    if miner is None and isinstance(inner, keras.losses.Loss):
+        return _miner_kind(inner)
+    if miner is None:
+        return None
+    config = miner.get_config()
+    return (type(miner).__name__, *(config.get(k) for k in ("positive", "negative", "disjoint")))
+
+
+def _first_of_each(key, start=()):
+    chosen, seen = list(start), {key(case.make()) for case in start}
+    for case in LOSS_CASES:
+        if (kind := key(case.make())) not in seen:
+            seen.add(kind)
+            chosen.append(case)
+    return tuple(chosen)
+
+
+#: The first case of each loss class, for the checks of what a class shares with every other
+#: loss (its config, save and load, reductions, class ids, eager evaluation): one case per
+#: class.
+ONE_PER_CLASS = _first_of_each(lambda loss: type(loss).__name__)
+#: ONE_PER_CLASS and the first case of each miner kind (class, strategies, disjoint) that
+#: it lacks, for the checks where the loss and its miner meet (degenerate batches, no
+#: triplet, no B^3 tensor): every loss class and every miner kind once.
+ONE_PER_CLASS_AND_MINER = _first_of_each(_miner_kind, ONE_PER_CLASS)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import zlib
 
 import numpy as np
+from backends import BACKEND, to_numpy, value_and_grad_function
+from keras import ops
 from loss_cases import LOSS_CASES
 
 from tfdml import losses
@@ -103,32 +105,61 @@ def _set_variables(loss, name):
         variable.assign(rng.normal(size=variable.shape).astype(variable.dtype))
 
 
-def _value_and_grads(loss, labels, x, sample_weight=None):
+def _value_and_grads(loss, labels, x, sample_weight=None, jit_compile=False):
+    """The loss and its gradients with respect to the embeddings and (TensorFlow) to the
+    loss's learned variables, as NumPy.
+
+    Under JAX and PyTorch only the embeddings' gradient: a learned variable is a constant
+    of the traced function there (its gradient is TensorFlow's to record and check).
+    ``jit_compile``: through ``tf.function(jit_compile=True)`` or ``jax.jit``.
+    """
+    if BACKEND != "tensorflow":
+        step = value_and_grad_function(
+            lambda e: loss(labels, e, sample_weight=sample_weight), jit_compile=jit_compile)
+        value, grad = to_numpy(step(x))
+        return value, [grad]
     import tensorflow as tf
 
-    x = tf.constant(x)
     variables = getattr(loss, "trainable_variables", [])
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        value = loss(labels, x, sample_weight=sample_weight)
-    grads = tape.gradient(value, [x, *variables],
-                          unconnected_gradients=tf.UnconnectedGradients.ZERO)
+
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            value = loss(labels, x, sample_weight=sample_weight)
+        return value, tape.gradient(value, [x, *variables],
+                                    unconnected_gradients=tf.UnconnectedGradients.ZERO)
+
+    if jit_compile:
+        step = tf.function(step, jit_compile=True, autograph=False)
+    value, grads = step(tf.constant(x))
     return value.numpy(), [g.numpy() for g in grads]
 
 
-def record_case(name, factory) -> dict:
+def fresh_loss(name, factory, labels, x):
+    """``factory()`` with its learned variables set to the recorded case's values (and a
+    memory bank filled by a first call)."""
+    loss = factory()
+    if isinstance(loss, losses.MetricLoss):
+        _set_variables(loss, name)
+        if isinstance(loss, losses.CrossBatchMemory):
+            loss(labels, x[::-1].copy())  # fills the memory bank
+    return loss
+
+
+def record_case(name, factory, dtypes=("float64", "float32")) -> dict:
     """The recorded arrays of one case, keyed ``<name>/<what>``."""
     out = {}
-    for dtype in ("float64", "float32"):
+    for dtype in dtypes:
         labels, x = batch(dtype)
         weights = np.linspace(0.0, 2.0, len(labels)).astype(dtype)
         for what, kwargs in (("", {}), ("weighted_", {"sample_weight": weights})):
-            loss = factory()
-            if isinstance(loss, losses.MetricLoss):
-                _set_variables(loss, name)
-                if isinstance(loss, losses.CrossBatchMemory):
-                    loss(labels, x[::-1].copy())  # fills the memory bank
-            value, grads = _value_and_grads(loss, labels, x, **kwargs)
+            loss = fresh_loss(name, factory, labels, x)
+            try:
+                value, grads = _value_and_grads(loss, labels, x, **kwargs)
+            except ValueError as error:  # a loss of the whole batch (VICReg): no weights
+                if not kwargs or "takes no `sample_weight`" not in str(error):
+                    raise
+                continue
             out[f"{name}/{what}value_{dtype}"] = value
             for i, g in enumerate(grads):
                 out[f"{name}/{what}grad{i}_{dtype}"] = g
@@ -136,15 +167,22 @@ def record_case(name, factory) -> dict:
         if isinstance(loss, losses.MetricLoss) and not isinstance(loss, losses.CrossBatchMemory):
             _set_variables(loss, name)
             try:
-                out[f"{name}/call_{dtype}"] = np.asarray(loss.call(labels, x))
+                out[f"{name}/call_{dtype}"] = to_numpy(loss.call(labels, x))
             except NotImplementedError:  # ProxyAnchorLoss: no value per sample
                 pass
     return out
 
 
-def record_functional(name, fn, kwargs) -> dict:
-    import tensorflow as tf
+def compiled_case(name, factory) -> dict:
+    """The float32 value and embedding gradient of one case, compiled (keys as in
+    :func:`record_case`)."""
+    labels, x = batch("float32")
+    value, grads = _value_and_grads(fresh_loss(name, factory, labels, x), labels, x,
+                                    jit_compile=True)
+    return {f"{name}/value_float32": value, f"{name}/grad0_float32": grads[0]}
 
+
+def record_functional(name, fn, kwargs, jit_compile=False) -> dict:
     out = {}
     for dtype in ("float64", "float32"):
         labels, x = batch(dtype)
@@ -152,13 +190,12 @@ def record_functional(name, fn, kwargs) -> dict:
         if args.get("weights") == "W" or args.get("proxies") == "W":
             key = "weights" if "weights" in args else "proxies"
             rng = np.random.default_rng(_seed(name))
-            args[key] = tf.constant(rng.normal(size=(NUM_CLASSES, DIM)).astype(dtype))
-        xt = tf.constant(x)
-        with tf.GradientTape() as tape:
-            tape.watch(xt)
-            value = fn(labels, xt, **args)
-        out[f"{name}/value_{dtype}"] = value.numpy()
-        out[f"{name}/grad0_{dtype}"] = tape.gradient(value, xt).numpy()
+            args[key] = ops.convert_to_tensor(rng.normal(size=(NUM_CLASSES, DIM)).astype(dtype))
+        step = value_and_grad_function(lambda e, labels=labels, args=args: fn(labels, e, **args),
+                                       jit_compile=jit_compile)
+        value, grad = to_numpy(step(x))
+        out[f"{name}/value_{dtype}"] = value
+        out[f"{name}/grad0_{dtype}"] = grad
     return out
 
 

@@ -11,6 +11,8 @@ import sys
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # subprocesses or several processes
+
 SCRIPT = pathlib.Path(__file__).resolve().parent / "distribute_check.py"
 
 

@@ -164,6 +164,7 @@ def test_export_rejects_a_model_that_is_not_an_image_model(tmp_path):
         export_embedding_model("model.keras", tmp_path / "str", preprocess=None)
 
 
+@pytest.mark.slow  # runs an example script
 def test_export_and_query_example_runs_offline(tmp_path, capsys):
     import importlib.util
     import pathlib

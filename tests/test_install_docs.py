@@ -57,6 +57,7 @@ def test_losses_are_not_looked_up_by_name():
     assert saving.index("import tfdml") < saving.index("load_model(")
 
 
+@pytest.mark.slow  # a fresh Python process importing TensorFlow
 def test_load_model_needs_import_tfdml_first(tmp_path):
     inputs = keras.Input((4,))
     outputs = tfdml.layers.L2Normalization()(keras.layers.Dense(3)(inputs))

@@ -8,6 +8,10 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.slow  # subprocesses or several processes
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 

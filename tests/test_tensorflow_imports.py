@@ -13,6 +13,8 @@ import pytest
 
 from tfdml._install import TENSORFLOW_INSTALL
 
+pytestmark = pytest.mark.slow  # fresh Python processes importing TensorFlow
+
 
 def _child(code, backend):
     env = dict(os.environ, KERAS_BACKEND=backend)

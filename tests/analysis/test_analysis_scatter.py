@@ -347,6 +347,7 @@ def test_plot_without_matplotlib_names_the_install(monkeypatch):
     tfdml.callbacks.TripletScatter((np.zeros((4, 2)), np.zeros(4)), files=("npz",))  # fine
 
 
+@pytest.mark.slow  # runs an example script
 def test_digits_scatter_example_writes_its_figures(tmp_path, capsys):
     import importlib.util
     import pathlib

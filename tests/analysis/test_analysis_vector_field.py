@@ -268,6 +268,7 @@ def test_plot_problem_regions_draws_the_masks():
     plt.close("all")
 
 
+@pytest.mark.slow  # runs an example script
 def test_example_script_writes_the_figures(tmp_path):
     spec = importlib.util.spec_from_file_location("vector_field_example", EXAMPLE)
     module = importlib.util.module_from_spec(spec)

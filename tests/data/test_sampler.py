@@ -241,6 +241,7 @@ def test_pk_batches_validation(kwargs, match):
         pk_batches(x, 2, 2)
 
 
+@pytest.mark.slow  # a Keras Applications backbone trained
 def test_model_fit_with_keras_applications_backbone():
     rng = np.random.default_rng(0)
     labels = np.repeat(np.arange(8), 4)

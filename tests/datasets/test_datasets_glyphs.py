@@ -195,6 +195,7 @@ def test_a_batch_needing_more_drawings_than_a_character_has():
     assert sorted(np.unique(y, return_counts=True)[1]) == [5, 5, 5, 5]
 
 
+@pytest.mark.slow  # real training
 def test_a_network_trained_on_glyphs_beats_raw_pixels_on_unseen_characters():
     # 180 training characters, 120 unseen ones (10 drawings each); a small CNN, 300 steps of
     # multi-similarity (8 s on 2 cores). MAP@R on the unseen characters measured 0.172 (raw

@@ -3,6 +3,10 @@
 import importlib.util
 import pathlib
 
+import pytest
+
+pytestmark = pytest.mark.slow  # runs an example script
+
 DEMO = pathlib.Path(__file__).resolve().parents[2] / "examples" / "digits_demo.py"
 
 

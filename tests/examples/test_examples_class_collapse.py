@@ -7,6 +7,8 @@ import sys
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # runs an example script
+
 SCRIPT = (pathlib.Path(__file__).resolve().parents[2] / "examples" / "class_collapse"
           / "digits_even_odd.py")
 

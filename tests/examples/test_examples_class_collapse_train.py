@@ -15,6 +15,8 @@ import pytest
 
 from tfdml.experiments import saved_arrays
 
+pytestmark = pytest.mark.slow  # runs an example script
+
 FOLDER = pathlib.Path(__file__).resolve().parents[2] / "examples" / "class_collapse"
 # One epoch of two steps per run keeps the four subprocesses (seven runs) near a minute.
 SMOKE = ["--smoke", "--no-export", "--verbose", "0", "--epochs", "1"]

@@ -5,6 +5,8 @@ import pathlib
 
 import pytest
 
+pytestmark = pytest.mark.slow  # runs an example script
+
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "examples" / "digits_baselines.py"
 FLAGS = ["--dataset", "digits", "--backbone", "tiny", "--weights", "none", "--image-size", "8",
          "--resize-size", "8", "--transform", "none", "--embedding-dim", "16"]

@@ -4,6 +4,10 @@ import importlib.util
 import math
 import pathlib
 
+import pytest
+
+pytestmark = pytest.mark.slow  # runs an example script
+
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "examples" / "digits_losses.py"
 
 

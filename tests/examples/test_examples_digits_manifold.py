@@ -6,6 +6,8 @@ import pathlib
 
 import pytest
 
+pytestmark = pytest.mark.slow  # runs an example script
+
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "examples" / "digits_manifold.py"
 
 

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+pytestmark = pytest.mark.slow  # runs an example script
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "examples" / "extreme_triplet"
 

@@ -8,7 +8,7 @@ import pytest
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "examples" / "large_batch_digits.py"
 
-pytestmark = pytest.mark.multibackend
+pytestmark = [pytest.mark.multibackend, pytest.mark.slow]  # runs an example script
 
 
 def _load_script():

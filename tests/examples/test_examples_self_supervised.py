@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # runs an example script
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "examples" / "self_supervised" / "pretrain_digits.py"
 

@@ -20,6 +20,8 @@ import textwrap
 
 import pytest
 
+pytestmark = pytest.mark.slow  # runs an example script
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 

@@ -12,6 +12,8 @@ import pathlib
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # runs an example script
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPTS = {"extreme_triplet": ROOT / "examples" / "extreme_triplet" / "glyphs.py",
            "class_collapse": ROOT / "examples" / "class_collapse" / "glyphs.py"}

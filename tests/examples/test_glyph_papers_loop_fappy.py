@@ -8,6 +8,8 @@ import pathlib
 
 import pytest
 
+pytestmark = pytest.mark.slow  # runs an example script
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPTS = {"loop": ROOT / "examples" / "loop" / "glyphs.py",
            "fappy": ROOT / "examples" / "fappy" / "glyphs.py"}

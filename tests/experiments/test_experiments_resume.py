@@ -42,6 +42,7 @@ def _state(out):
         return None
 
 
+@pytest.mark.slow  # a training subprocess, killed and resumed
 def test_killed_run_resumes_without_losing_or_repeating_an_epoch(tmp_path):
     straight = tmp_path / "straight"
     done = subprocess.run(_command(straight), env=_env(), capture_output=True, text=True,

@@ -412,8 +412,13 @@ def test_fit_with_a_blocked_loss_trains_as_the_dense_one():
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+# Under XLA (slow tier): test_blocks_compiled_equal_the_dense_loss compiles every blocked
+# path with a known batch size on every commit.
+XLA_SLOW = [False, pytest.param(True, marks=pytest.mark.slow)]
+
+
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="a batch size unknown when traced: TF")
-@pytest.mark.parametrize("jit_compile", [False, True])
+@pytest.mark.parametrize("jit_compile", XLA_SLOW)
 # One loss per blocked path: the generic one (PN), the batch-pairs losses' (FAPPY; the
 # histogram loss shares it), LoOp's and the pair baselines'.
 @pytest.mark.parametrize("name", ["pn", "fappy", "loop_multi_similarity", "lifted_structure"])
@@ -442,7 +447,7 @@ def test_unknown_batch_size_in_a_tf_graph(name, jit_compile):
 
 
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="a tf.function capturing the labels")
-@pytest.mark.parametrize("jit_compile", [False, True])
+@pytest.mark.parametrize("jit_compile", XLA_SLOW)
 @pytest.mark.parametrize("name", sorted(BLOCK_PATHS | {"histogram", "fast_ap"}))
 def test_labels_captured_by_a_tf_function(name, jit_compile):
     """Labels closed over by the function (not an argument) used to fail the blocked

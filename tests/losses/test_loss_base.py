@@ -1,17 +1,15 @@
-"""Contract tests every tfdml loss must pass: serialization, XLA, fit, degenerate batches,
+"""Contract tests every tfdml loss must pass: serialization, training, degenerate batches,
 mixed precision, input validation, reductions and memory (no hidden B^3 tensors).
 
 To cover a new loss (or loss + miner configuration), add one line to ``LOSS_CASES``
-(``tests/loss_cases.py``).
+(``tests/loss_cases.py``). Each check runs on the cases it can tell apart: what a loss class
+shares with every loss (config, save and load, reductions, class ids in low precision) on
+one case per class; where the loss and its miner meet (degenerate batches, no triplet, no
+B^3 tensor) on one case per class and per miner kind. Each case's values and gradients,
+eager and compiled, are those of the record (``tests/losses/test_recorded_losses.py``).
 
-The tests marked ``multibackend`` also run under JAX and PyTorch. There, to fit the CI
-budget, the checks that are expensive per configuration (a ``jax.jit`` compile, eager
-hypothesis examples, a model saved and loaded) run on representative subsets of
-``LOSS_CASES`` (``REPRESENTATIVE``, ``FEW``, ``JIT_SUBSET``) with fewer hypothesis
-examples; TensorFlow runs every configuration. JAX gets the smallest subsets: eager JAX
-compiles every op once per new shape and dtype (seconds per loss), ``jax.jit`` once per
-configuration and shape. The graph and HLO inspections and the ``tf.data`` pipelines stay
-TensorFlow-only.
+The tests marked ``multibackend`` also run under JAX and PyTorch (``make test-slow``). The
+graph and HLO inspections and the ``tf.data`` pipelines stay TensorFlow-only.
 """
 
 from __future__ import annotations
@@ -29,7 +27,6 @@ from harness import (
     LossProbe,
     assert_config_roundtrip,
     assert_finite_loss_and_grads,
-    assert_jit_matches_eager,
     assert_keras_save_load,
     assert_one_step_fit,
     degenerate_batches,
@@ -52,7 +49,7 @@ from harness import (
 )
 from hypothesis import Phase, given, settings
 from keras import ops
-from loss_cases import CASES, LOSS_CASES
+from loss_cases import CASES, LOSS_CASES, ONE_PER_CLASS, ONE_PER_CLASS_AND_MINER
 
 import tfdml
 from tfdml import losses
@@ -75,34 +72,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:Loss .* has learned variables")
 MB = pytest.mark.multibackend
 ON_TF = BACKEND == "tensorflow"
 
-# Under PyTorch, the checks that cost much per configuration run on these: each loss
-# class, each miner kind (easy/hard/semihard/all/random/distance-weighted, disjoint,
-# multi-similarity pairs) and each distance at least once.
-TORCH_REPRESENTATIVE = frozenset({
-    "nca_order1", "margin_cosine", "nca2_all_semihard", "nca2_disjoint_easy_hard",
-    "margin_all_all", "wu_default", "wu_ms_pairs", "ms_default", "contrastive_all_pairs",
-    "trimmed_nca2", "loop_triplet", "loop_ms_segments", "hphn_triplet", "lifted_structure",
-    "fappy", "histogram",
-})
-# Under JAX, fewer: each loss module (triplet, Wu margin, multi-similarity, contrastive,
-# trimmed, LoOp, FAPPY/histogram) and the semihard, all/all, disjoint and
-# multi-similarity miners.
-JAX_REPRESENTATIVE = frozenset({
-    "nca2_all_semihard", "nca2_disjoint_easy_hard", "margin_all_all", "wu_ms_pairs",
-    "ms_default", "contrastive_all_pairs", "trimmed_nca2", "loop_ms_segments", "histogram",
-})
-REPRESENTATIVE = JAX_REPRESENTATIVE if BACKEND == "jax" else TORCH_REPRESENTATIVE
-# Model-level and every-reduction checks (.keras save/load, class ids in low precision, no
-# triplet in every reduction): under JAX, fewer still (the LoOp and FAPPY-family losses,
-# seconds of eager op compiles each, are covered by the JAX fuzz tests and their own files).
-FEW = (frozenset({"nca2_all_semihard", "wu_ms_pairs", "contrastive_all_pairs"})
-       if BACKEND == "jax" else REPRESENTATIVE)
-# Compiled vs eager (JAX: a jax.jit compile per configuration; PyTorch skips).
-JIT_SUBSET = frozenset({
-    "nca2_disjoint_easy_hard", "margin_all_all", "wu_ms_pairs", "contrastive_all_pairs",
-})
-
-
 def params(cases, multibackend=frozenset()):
     """pytest params; the cases whose id is in ``multibackend`` (True: all) are also
     marked ``multibackend`` (they run under JAX and PyTorch too)."""
@@ -117,11 +86,13 @@ def pick(*ids, multibackend=True):
     return params([CASES[i] for i in ids], multibackend)
 
 
-ALL = params(LOSS_CASES, multibackend=True)
-ALL_TF_ONLY = params(LOSS_CASES)
-ALL_REPRESENTATIVE = params(LOSS_CASES, multibackend=REPRESENTATIVE)
-ALL_FEW = params(LOSS_CASES, multibackend=FEW)
-DETERMINISTIC = params([c for c in LOSS_CASES if c.is_deterministic], multibackend=JIT_SUBSET)
+#: What a loss class shares with every loss (config, save and load, reductions, class ids):
+#: one case per class. Where the loss and its miner meet (degenerate batches, no triplet,
+#: no B^3 tensor): every class and every miner kind once. Each loss with each of its miners
+#: is checked for values and gradients, eager and compiled, by the recorded values
+#: (tests/losses/test_recorded_losses.py).
+PER_CLASS = params(ONE_PER_CLASS, multibackend=True)
+PER_CLASS_AND_MINER = params(ONE_PER_CLASS_AND_MINER, multibackend=True)
 
 
 def fresh(loss):
@@ -199,7 +170,7 @@ def triplet_anchors(labels):
 # -- serialization -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", ALL_REPRESENTATIVE)
+@pytest.mark.parametrize("case", PER_CLASS_AND_MINER)
 def test_config_roundtrip(case):
     loss = case.make()
     clone = assert_config_roundtrip(loss)
@@ -212,7 +183,7 @@ def test_config_roundtrip(case):
     )
 
 
-@pytest.mark.parametrize("case", ALL_FEW)
+@pytest.mark.parametrize("case", PER_CLASS)
 def test_keras_save_load(case, tmp_path):
     if case.two_views:
         pytest.skip("two stacked views: the model's batch has an odd number of rows")
@@ -226,12 +197,6 @@ def test_config_keeps_dtype():
 
 
 # -- XLA, training -----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("case", DETERMINISTIC)
-def test_jit_matches_eager(case):
-    """(Skipped under PyTorch, which has no compiled path to compare with.)"""
-    assert_jit_matches_eager(case.factory, LABELS, EMBEDDINGS)
 
 
 @pytest.mark.parametrize(
@@ -367,7 +332,7 @@ def _one_shape_examples():
 DEGENERATE_EXAMPLES = degenerate_examples() + _one_shape_examples()
 
 
-@pytest.mark.parametrize("case", ALL_REPRESENTATIVE)
+@pytest.mark.parametrize("case", PER_CLASS_AND_MINER)
 @fuzz_settings(10, 3)
 @given(batch=degenerate_batches())
 @with_examples(fuzz_examples(DEGENERATE_EXAMPLES))
@@ -400,13 +365,12 @@ def _nonfinite_examples():
 
 # The check sits in the shared reduction, so one configuration per loss and miner kind is
 # fuzzed traced (what can differ is a crash on the way, as FAPPY's NaN bin index once was);
-# every configuration is checked eagerly below.
-# Under JAX and PyTorch, the ones in REPRESENTATIVE.
+# one case per loss class is checked eagerly, in every reduction, below.
 NONFINITE_FUZZ = pick("nca_order1", "nca2_all_semihard", "nca2_disjoint_easy_hard", "margin_l2",
                       "margin_all_all", "wu_default", "wu_all_dw", "wu_ms_pairs", "ms_default",
                       "contrastive_all_pairs", "trimmed_nca2", "loop_triplet", "loop_ms",
                       "loop_ms_segments", "hphn_triplet", "lifted_structure", "fappy",
-                      "histogram", multibackend=REPRESENTATIVE)
+                      "histogram")
 
 
 @pytest.mark.parametrize("case", NONFINITE_FUZZ)
@@ -421,7 +385,7 @@ def test_nonfinite_embeddings_give_nan(case, batch):
     assert np.all(np.isnan(out["none"])), (batch.kind, out["none"])
 
 
-@pytest.mark.parametrize("case", ALL_REPRESENTATIVE)
+@pytest.mark.parametrize("case", PER_CLASS)
 def test_nonfinite_embeddings_give_nan_eagerly_for_every_reduction(case):
     if not takes(case.make(), "reduction"):
         pytest.skip("one value for the batch: no reduction, no sample weights")
@@ -435,7 +399,7 @@ def test_nonfinite_embeddings_give_nan_eagerly_for_every_reduction(case):
         assert np.all(np.isnan(value)), (bad, reduction, value)
 
 
-@pytest.mark.parametrize("case", ALL_REPRESENTATIVE)
+@pytest.mark.parametrize("case", PER_CLASS_AND_MINER)
 @fuzz_settings(10, 2)
 @given(batch=no_triplet_batches())
 @with_examples(fuzz_examples([b for b in DEGENERATE_EXAMPLES if not b.has_triplet]))
@@ -449,7 +413,7 @@ def test_no_triplet_gives_exact_zero(case, batch):
         assert np.all(out[key] == 0.0), (key, out[key])
 
 
-@pytest.mark.parametrize("case", ALL_FEW)
+@pytest.mark.parametrize("case", PER_CLASS)
 def test_no_triplet_zero_for_every_reduction(case):
     """(The default reduction is fuzzed above.)"""
     if not case.zero_without_triplet:
@@ -497,7 +461,7 @@ def _expected_and_merged(factory, embeddings):
     return correct, merged
 
 
-@pytest.mark.parametrize("case", ALL_FEW)
+@pytest.mark.parametrize("case", PER_CLASS)
 @pytest.mark.parametrize(
     "ids,dtype",
     [((256, 257), "bfloat16"), ((4096, 4097), "bfloat16"), ((2048, 2049), "float16")],
@@ -801,7 +765,7 @@ def _check_reductions(base, average):
     return valid
 
 
-@pytest.mark.parametrize("case", ALL_REPRESENTATIVE)
+@pytest.mark.parametrize("case", PER_CLASS)
 def test_reductions_consistent_with_per_anchor(case):
     if not case.per_anchor:
         pytest.skip("no terms per anchor")
@@ -822,7 +786,7 @@ def test_every_average_for_every_kind_of_term(case, average):
     _check_reductions(fresh(case.make()), average)
 
 
-@pytest.mark.parametrize("case", ALL)
+@pytest.mark.parametrize("case", PER_CLASS)
 def test_average_is_checked_and_saved(case):
     loss = case.make()
     if not takes(loss, "average"):  # a sum of losses, a sum over proxies, a memory's own
@@ -853,7 +817,7 @@ GRAPH_BATCH, GRAPH_DIM = 48, 8
 CUBE_LIMIT = GRAPH_BATCH**3 // 2
 
 
-@pytest.mark.parametrize("case", ALL_TF_ONLY)
+@pytest.mark.parametrize("case", params(ONE_PER_CLASS_AND_MINER))
 def test_no_cubic_tensor_unless_all_all(case):
     graph = trace_loss_graph(built(case.make(), GRAPH_DIM), GRAPH_BATCH, GRAPH_DIM)
     assert any("gradient_tape" in op.name for op in walk_graph_ops(graph)), "no backward ops"
@@ -864,12 +828,19 @@ def test_no_cubic_tensor_unless_all_all(case):
         assert not big, f"{case.id} materializes a tensor of >= B^3/2 elements: {big[:5]}"
 
 
-@pytest.mark.parametrize("case", pick("margin_squared_l2", "nca2_all_semihard", "nca2_easy_semihard",
-                                      "nca2_easy_hard", "margin_all_all", "margin_cos_random",
-                                      "wu_all_dw", "wu_eps_dw", "ms_default", "ms_all_semihard",
-                                      "contrastive_all_pairs", "trimmed_nca2", "loop_ms",
-                                      "loop_triplet_segments", "fappy", "histogram",
-                                      multibackend=()))
+# XLA compiles each (seconds): on every commit the all/all control and the losses whose ops
+# lower to larger tensors than their graph has (sorting, searching, histograms); the rest of
+# the miner kinds and losses in the slow tier (the graph walk above checks each on every
+# commit).
+_HLO_FAST = {"margin_all_all", "nca2_all_semihard", "fappy", "histogram", "loop_ms"}
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(CASES[i], id=i, marks=() if i in _HLO_FAST else pytest.mark.slow)
+    for i in ("margin_squared_l2", "nca2_all_semihard", "nca2_easy_semihard", "nca2_easy_hard",
+              "margin_all_all", "margin_cos_random", "wu_all_dw", "wu_eps_dw", "ms_default",
+              "ms_all_semihard", "contrastive_all_pairs", "trimmed_nca2", "loop_ms",
+              "loop_triplet_segments", "fappy", "histogram")])
 def test_no_cubic_tensor_in_compiled_xla_program(case):
     """Same claim on the optimized HLO: XLA lowers some ops to larger tensors than the graph has."""
     big = xla_large_shapes(case.factory, CUBE_LIMIT, GRAPH_BATCH, GRAPH_DIM)
