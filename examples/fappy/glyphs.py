@@ -59,8 +59,7 @@ def main(argv=None):
     parser = comparison.make_parser(__doc__.split("\n", 1)[0], CONFIGS, DEFAULT_CONFIGS)
     args = comparison.parse_args(parser, argv, DEFAULT_OUTPUT)
     return comparison.run(args, argv, script="examples/fappy/glyphs.py", title=TITLE, claim=CLAIM,
-                          configs=CONFIGS, settings=SETTINGS,
-                          base_of={key: base for key, (_, _, base) in CONFIGS.items() if base})
+                          configs=CONFIGS, settings=SETTINGS)
 
 
 if __name__ == "__main__":

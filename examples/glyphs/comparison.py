@@ -155,10 +155,12 @@ def _factory(make_loss, seed):
     return build
 
 
-def run(args, argv, *, script, title, claim, configs, settings, base_of):
+def run(args, argv, *, script, title, claim, configs, settings):
     """Trains every configuration of `args.configs` over `args.seeds`; writes the JSON after
-    each run (`"complete": false` until the last one) and returns the results."""
+    each run (`"complete": false` until the last one) and returns the results. A
+    configuration whose third entry names another is compared with it, seed by seed."""
     start = time.perf_counter()
+    base_of = {key: base for key, (_, _, base) in configs.items() if base}
     data_knobs = SMOKE["data"] if args.smoke else {}
     train, test = glyph_recipe.load_data(**data_knobs)
     shape = ({"classes_per_batch": SMOKE["classes_per_batch"],
