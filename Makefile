@@ -57,10 +57,10 @@ $(BACKENDS_STAMP): $(STAMP)
 # `slow` (example scripts, subprocesses, real training) under TensorFlow, and the other
 # backend-generic tests (marked `multibackend`, not `core`) under JAX and PyTorch.
 #
-# Measured on 2 cores (this Makefile's commit; the venv in place): TensorFlow 648 s (5,232
-# tests), JAX 160 s (411), PyTorch 24 s (369): about 14 minutes, plus 2 to 3 for the install,
-# `make lint` and `make docs` in `bash .ci/run` from a fresh clone. Over the 12-minute aim:
-# the TensorFlow tier is the one to trim next.
+# Measured on 2 cores (two runs, the venv in place): TensorFlow 648-726 s (about 5,250
+# tests), JAX 160-167 s (411), PyTorch 24-28 s (369): 14 to 16 minutes, plus 2 to 3 for the
+# install, `make lint` and `make docs` in `bash .ci/run` from a fresh clone. Over the
+# 12-minute aim: the TensorFlow tier is the one to trim next.
 PYTEST := $(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 test: $(STAMP) $(BACKENDS_STAMP)

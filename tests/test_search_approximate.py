@@ -195,6 +195,25 @@ def test_an_exact_index_on_disk_answers_as_in_memory(tmp_path):
                                   memory.search(queries, 9)[1])
 
 
+def test_a_disk_index_dropped_without_closing_closes_its_file(tmp_path):
+    """Its temporary file is closed (so removed) when the index is collected, with no
+    ResourceWarning; a loaded copy's too."""
+    import gc
+    import warnings
+
+    gallery, _ = _clusters(300)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        index = Index("dot", vectors="disk")
+        index.add(gallery)
+        index.search(gallery[:3], 2)
+        index.save(tmp_path / "disk.npz")
+        Index.load(tmp_path / "disk.npz").search(gallery[:3], 2)
+        del index
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)], caught
+
+
 # -- bad input ----------------------------------------------------------------------------------
 
 

@@ -335,7 +335,8 @@ def test_projector_export_metadata_columns_and_thumbnails(tmp_path):
     assert list(_tensorboard_config(paths[-1]).embeddings[0].sprite.single_image_dim) == [3, 4]
     tall = np.zeros((3, 9000, 2), np.uint8)  # 2 x 9000 does not fit: shrunk to 4096 high
     paths = tfdml.analysis.projector_export(tmp_path / "e", x, images=tall)
-    assert Image.open(paths[1]).size == (2, 2 * 4096)
+    with Image.open(paths[1]) as sprite:
+        assert sprite.size == (2, 2 * 4096)
 
 
 def test_projector_export_refuses_bad_inputs(tmp_path):

@@ -173,7 +173,8 @@ def test_corrupt_file_raise_names_path(tmp_path):
 def test_corrupt_file_at_any_position_is_named(tmp_path, repeat):
     labels = np.repeat(np.arange(3), 2)
     paths = _write_jpegs(str(tmp_path), labels)
-    good = open(paths[0], "rb").read()
+    with open(paths[0], "rb") as f:
+        good = f.read()
     for bad in range(6):  # the gap is first, inside, or last in the batch / stream
         for i, path in enumerate(paths):
             with open(path, "wb") as f:

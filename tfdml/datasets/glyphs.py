@@ -220,8 +220,8 @@ def _cache_file(cache_dir, key):
 
 
 def _read_cache(path, count, image_size):
-    try:
-        with np.load(path) as data:
+    try:  # the file opened here, so that it is closed whatever np.load raises
+        with open(path, "rb") as file, np.load(file) as data:
             images = data["images"]
     except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):
         return None  # unreadable: drawn again and written over

@@ -166,17 +166,23 @@ def _unreadable(path, err):
 def load_index(cls, path, backend=None, vectors=None):
     """The :class:`Index` in ``path``; ``backend`` and ``vectors`` override the saved ones."""
     path = os.fspath(path)
+    # The file is opened here, so that it is closed whatever np.load raises.
     try:
-        data = np.load(path, allow_pickle=False)
+        file = open(path, "rb")  # closed by the `with file` below
     except FileNotFoundError:
         raise
-    except _READ_ERRORS as err:
+    except OSError as err:
         raise _unreadable(path, err) from err
-    if not isinstance(data, np.lib.npyio.NpzFile):
-        raise ValueError(f"{path}: not a readable index file (a single array, not an .npz "
-                         "archive of fields)")
-    with data:
-        return _build(cls, data, _read_small(data, path), path, backend, vectors)
+    with file:
+        try:
+            data = np.load(file, allow_pickle=False)
+        except _READ_ERRORS as err:
+            raise _unreadable(path, err) from err
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise ValueError(f"{path}: not a readable index file (a single array, not an "
+                             ".npz archive of fields)")
+        with data:
+            return _build(cls, data, _read_small(data, path), path, backend, vectors)
 
 
 def _build(cls, data, fields, path, backend, vectors):

@@ -3,9 +3,9 @@
 An exact index searches these rows; an approximate one re-ranks its candidates and tunes
 its parameters against them. ``"memory"`` keeps the added blocks as NumPy arrays.
 ``"disk"`` appends them to an unnamed temporary file (``tempfile.TemporaryFile``: the
-system removes it when the index is closed or the process ends, killed or not), so a
-gallery larger than the memory can be searched. Scans read the file a block at a time
-into their own buffers; gathers of scattered rows (re-ranking) read them through a
+system removes it when the index is closed or collected, or the process ends, killed or
+not), so a gallery larger than the memory can be searched. Scans read the file a block at
+a time into their own buffers; gathers of scattered rows (re-ranking) read them through a
 read-only memory map without read-ahead, whose pages are dropped from the process after
 each gather. The operating system keeps in its page cache what fits; the process's
 resident memory stays that of the blocks in use.
@@ -16,6 +16,7 @@ from __future__ import annotations
 import mmap
 import os
 import tempfile
+import weakref
 
 import numpy as np
 
@@ -37,6 +38,8 @@ class VectorStore:
         self.dim = None
         self._blocks = []  # "memory": the added blocks
         self._file = tempfile.TemporaryFile(dir=directory) if place == "disk" else None
+        # The file is closed (and so removed) when the store is, or when it is collected.
+        self._close_file = weakref.finalize(self, self._file.close) if self._file else None
         self._size = 0
         self._view = None  # the concatenation (memory) or the memory map (disk), cached
         self._map = None  # the mmap under the view (disk)
@@ -118,8 +121,8 @@ class VectorStore:
         """Frees the rows (and removes the file)."""
         self._view = self._map = None
         self._blocks = []
-        if self._file is not None:
-            self._file.close()
+        if self._close_file is not None:
+            self._close_file()
 
 
 class FileRows:
