@@ -317,14 +317,14 @@ def test_recall_matches_sklearn_brute_force():
 
 def test_score_blocks_are_bounded_by_the_chunk_sizes(monkeypatch):
     shapes = []
-    original = search.exact._scores
+    original = search.exact.block_scores
 
     def spy(queries, gallery, metric):
         out = original(queries, gallery, metric)
         shapes.append(tuple(out.shape))
         return out
 
-    monkeypatch.setattr(search.exact, "_scores", spy)
+    monkeypatch.setattr(search.exact, "block_scores", spy)
     x, labels = _data(51, 50, 4, 5)
     got = metrics.recall_at_k(x, labels, (1, 8), chunk_size=8, gallery_chunk_size=16)
     chunked, shapes[:] = list(shapes), []

@@ -334,14 +334,14 @@ def test_pcf_of_collapsed_and_degenerate_embeddings():
 
 def test_score_blocks_are_bounded_by_the_chunk_sizes(monkeypatch):
     shapes = []
-    original = search.exact._scores
+    original = search.exact.block_scores
 
     def spy(queries, gallery, metric):
         out = original(queries, gallery, metric)
         shapes.append(tuple(out.shape))
         return out
 
-    monkeypatch.setattr(search.exact, "_scores", spy)
+    monkeypatch.setattr(search.exact, "block_scores", spy)
     x, y = _tied(41, 50, 5)
     groups = _groups(42, 50, 20)
     calls = [

@@ -38,7 +38,7 @@ from tfdml import (
     metrics,
     miners,
     models,
-    ops,
+    ops,  # noqa: ICN001 (the subpackage itself: tfdml.ops)
     search,
 )
 from tfdml._version import __version__

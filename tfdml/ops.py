@@ -63,6 +63,7 @@ __all__ = [
     "nan_unless_finite",
     "paired_distance",
     "pairwise_distance",
+    "pairwise_distance_from_products",
     "pairwise_similarity",
     "safe_sqrt",
     "scatter_rows",
@@ -314,12 +315,19 @@ def pairwise_distance(x, y=None, squared: bool = False):
     y = x if y is None else ops.convert_to_tensor(y)
     # -2 folded into the [B, D] factor (exact, and the same sums in the same order as
     # x_sq + y_sq^T - 2 x.y): one [B, R] temporary fewer.
-    return _pairwise_distance_from_products(x, y, matmul(-2.0 * x, ops.transpose(y)), squared)
+    return pairwise_distance_from_products(x, y, matmul(-2.0 * x, ops.transpose(y)), squared)
 
 
-def _pairwise_distance_from_products(x, y, products, squared=False):
+def pairwise_distance_from_products(x, y, products, squared=False):
     """:func:`pairwise_distance` from ``products = matmul(-2 x, y^T)``, for a caller that
-    also needs the dot products: ``-products / 2`` is ``x @ y^T`` exactly."""
+    also needs the dot products: ``-products / 2`` is ``x @ y^T`` exactly.
+
+    Args:
+        x: ``[B, D]`` tensor.
+        y: ``[R, D]`` tensor.
+        products: ``[B, R]``, ``matmul(-2.0 * x, transpose(y))``.
+        squared: return squared distances. Defaults to `False`.
+    """
     x_sq = ops.sum(ops.square(x), axis=1, keepdims=True)
     y_sq = ops.sum(ops.square(y), axis=1, keepdims=True)
     sq = maximum((x_sq + ops.transpose(y_sq)) + products, 0.0)

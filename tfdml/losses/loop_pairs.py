@@ -205,7 +205,7 @@ class Geometry:
         if not self.layout:  # no LoOp distances, no dot products
             return dml.pairwise_distance(self.x, self.x, squared=True)
         # -2 x @ x^T is exactly -2 times the dot products: one product for both.
-        return dml._pairwise_distance_from_products(self.x, self.x, -2.0 * self.gram,
+        return dml.pairwise_distance_from_products(self.x, self.x, -2.0 * self.gram,
                                                     squared=True)
 
     @functools.cached_property

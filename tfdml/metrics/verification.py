@@ -101,18 +101,18 @@ def _pair_blocks(data, chunk_size, gallery_chunk_size):
     num_queries, num_gallery = len(data.labels), len(data.gallery_labels)
     scale = 1.0
     if data.metric == "l2":
-        scale = score_scale(max(_exact._max_abs(data.queries), _exact._max_abs(data.gallery)),
+        scale = score_scale(max(_exact.largest_abs(data.queries), _exact.largest_abs(data.gallery)),
                             int(data.queries.shape[-1]), "l2")
     for start in range(0, num_queries, chunk_size):
         stop = min(start + chunk_size, num_queries)
-        chunk = _exact._scaled(data.queries[start:stop], scale)
+        chunk = _exact.scaled(data.queries[start:stop], scale)
         rows = np.arange(start, stop)
         for g_start in range(0, num_gallery, gallery_chunk_size):
             g_stop = min(g_start + gallery_chunk_size, num_gallery)
             if data.exclude_self and g_stop <= start + 1:
                 continue  # every pair of the block has j <= i
-            block = _exact._scaled(data.gallery[g_start:g_stop], scale)
-            scores = ops.convert_to_numpy(_exact._scores(chunk, block, data.metric))
+            block = _exact.scaled(data.gallery[g_start:g_stop], scale)
+            scores = ops.convert_to_numpy(_exact.block_scores(chunk, block, data.metric))
             cols = np.arange(g_start, g_stop)
             step = max(1, _HOST_PAIRS // len(cols))  # rows counted at a time on the host
             for lo in range(0, len(rows), step):

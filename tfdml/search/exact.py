@@ -24,7 +24,7 @@ def check_metric(metric):
     return dml.check_distance(metric, METRICS, "metric")
 
 
-def _max_abs(x) -> float:
+def largest_abs(x) -> float:
     """The largest absolute entry of a tensor or array (0 when it is empty)."""
     if int(np.prod(x.shape)) == 0:
         return 0.0
@@ -97,7 +97,7 @@ def check_finite(embeddings, name):
         )
 
 
-def _scores(queries, gallery, metric):
+def block_scores(queries, gallery, metric):
     """``[n, m]`` scores, larger is nearer: dot products, or minus squared distances."""
     if metric == "l2":
         return -dml.pairwise_distance(queries, gallery, squared=True)
@@ -155,7 +155,7 @@ def _merge_block(chunk, block, g_start, best_scores, best_idx, keep, metric):
     for lo, hi in ((0, split), (split, width)):
         if hi == lo:
             continue
-        scores, cols = _block_candidates(_scores(chunk, block[lo:hi], metric), keep)
+        scores, cols = _block_candidates(block_scores(chunk, block[lo:hi], metric), keep)
         kept = 0 if best_scores is None else int(best_scores.shape[1])
         if kept:
             scores = ops.concatenate([best_scores, scores], axis=1)
@@ -259,7 +259,7 @@ def neighbours(queries, gallery, k, metric="cosine", exclude_self=False, chunk_s
     merge = compiled("merge") if query_buckets else _merge_block
     if metric != "cosine":
         if max_abs is None:
-            max_abs = max(_max_abs(queries), _max_abs(gallery))
+            max_abs = max(largest_abs(queries), largest_abs(gallery))
         scale = score_scale(max_abs, int(queries.shape[-1]), metric)
     for start in range(0, num_queries, chunk_size):
         chunk = queries[start : start + chunk_size]
@@ -267,10 +267,10 @@ def neighbours(queries, gallery, k, metric="cosine", exclude_self=False, chunk_s
         if query_buckets:
             chunk = padded(np.asarray(ops.convert_to_numpy(chunk), np.float32),
                            query_bucket(num, chunk_size))
-        chunk = _scaled(chunk, scale)
+        chunk = scaled(chunk, scale)
         best_scores = best_idx = None
         for g_start in range(0, num_gallery, gallery_chunk_size):
-            block = _scaled(gallery[g_start : g_start + gallery_chunk_size], scale)
+            block = scaled(gallery[g_start : g_start + gallery_chunk_size], scale)
             best_scores, best_idx = merge(chunk, block, g_start, best_scores, best_idx, keep,
                                           metric)
         # The padding rows (from row num on) are dropped here, before anything reads them.
@@ -289,7 +289,7 @@ def neighbours(queries, gallery, k, metric="cosine", exclude_self=False, chunk_s
         yield start, scores, idx
 
 
-def _scaled(x, scale):
+def scaled(x, scale):
     return x if scale == 1.0 else ops.convert_to_tensor(x, "float32") * scale
 
 
