@@ -1,90 +1,55 @@
 """The loss contract (tfdml/losses/base.py): a loss class, its config and its functional form.
 
-The loss written here is the example of docs/losses.md ("Writing a loss"): an explicit
-``__init__`` that passes its own arguments on, a ``terms(inputs)`` method, and a functional
-form that calls ``functional_loss``; NumPy computes its reference value. The library's own
-losses are covered by the contract suite (tests/losses/test_loss_base.py), the recorded
-values (tests/losses/test_recorded_losses.py) and the checks of their declarations below.
+The loss checked here is the example of docs/extending.md ("Adding a loss"), run from the
+page itself: a ``PairLoss`` written with ``tfdml.losses.extend`` alone, its arguments checked
+in ``__init__``, and its functional form built by ``functional_form``; NumPy computes its
+reference value. The library's own losses are covered by the contract suite
+(tests/losses/test_loss_base.py), the recorded values (tests/losses/test_recorded_losses.py)
+and the checks of their declarations below: every class against its functional form.
 """
 
 from __future__ import annotations
 
 import inspect
+import pathlib
 import re
 
 import keras
 import numpy as np
 import pytest
 from backends import to_numpy, value_and_grad
-from keras import ops
 
 from tfdml import losses
-from tfdml import ops as dml
-from tfdml._docs import fill_doc
-from tfdml._tensors import is_number
-from tfdml.losses._docstrings import REFERENCE_ARGS, SHARED, shared_args
-from tfdml.losses.base import MetricLoss, functional_loss, resolve_miner, triplet_terms
-from tfdml.miners import TripletMiner, as_triplets, gather_triplet_scores
+from tfdml.losses._docstrings import SHARED
+from tfdml.miners import TripletMiner
 
 pytestmark = pytest.mark.multibackend
 
-
-def _check(margin: float = 0.1, miner="default"):
-    if not is_number(margin) or not margin >= 0:
-        raise ValueError(f"`margin` must be a number >= 0. Received: margin={margin!r}")
-    return {"margin": float(margin),
-            "miner": resolve_miner(miner, lambda: TripletMiner("hard", "hard"))}
+GUIDE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "extending.md"
 
 
-def _terms(inputs, margin, miner):
-    labels, x, ref_labels, ref, ref_offset = inputs
-    scores = dml.pairwise_similarity(x, ref)
-    triplets = as_triplets(miner.mine(scores, labels, ref_labels, ref_offset, x, ref))
-    s_ap, s_an = gather_triplet_scores(scores, triplets)
-    return triplet_terms(ops.relu(s_an - s_ap + margin), triplets.mask)
+def _guide_example():
+    """The names the first Python block of the guide's "Adding a loss" defines."""
+    text = GUIDE.read_text()
+    section = text[text.index("## Adding a loss"):]
+    code = section[section.index("```python\n") + len("```python\n"):]
+    code = code[:code.index("```")]
+    namespace = {"__name__": "guide_example"}
+    exec(compile(code, str(GUIDE), "exec"), namespace)  # noqa: S102 (the guide's own code)
+    return namespace
 
 
-@keras.saving.register_keras_serializable(package="tfdml_tests")
-@fill_doc(SHARED_ARGS=shared_args("cosine_hinge_loss"))
-class CosineHingeLoss(MetricLoss):
-    """A hinge on cosine similarities.
-
-    Args:
-        margin: ``>= 0``. Defaults to `0.1`.
-        miner: a miner; `"default"` for the hardest positive and negative.
-        {SHARED_ARGS}
-
-    Examples:
-
-    >>> CosineHingeLoss(0.2)
-    """
-
-    def __init__(self, margin: float = 0.1, miner="default", normalize=True, average="anchors",
-                 reduction="sum_over_batch_size", name="cosine_hinge_loss", dtype=None,
-                 block_size=None):
-        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
-                         dtype=dtype, block_size=block_size, **_check(margin, miner))
-
-    def terms(self, inputs):
-        return _terms(inputs, **self.arguments)
+_EXAMPLE = _guide_example()
+BinomialDevianceLoss = _EXAMPLE["BinomialDevianceLoss"]
+binomial_deviance_loss = _EXAMPLE["binomial_deviance_loss"]
 
 
-@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
-def cosine_hinge_loss(y_true, y_pred, margin: float = 0.1, miner="default", normalize=True,
-                      ref_embeddings=None, ref_labels=None, ref_offset=None, average="anchors"):
-    """Functional form of `CosineHingeLoss`.
-
-    Args:
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
-        y_pred: ``[B, D]`` embeddings.
-        margin, miner, normalize, average: as in `CosineHingeLoss`.
-        {REFERENCE_ARGS}
-
-    Returns:
-        A scalar of the dtype of ``y_pred``.
-    """
-    return functional_loss(CosineHingeLoss, _terms, y_true, y_pred, ref_embeddings, ref_labels,
-                           ref_offset, normalize, average, **_check(margin, miner))
+def test_the_guide_example_uses_public_names_only():
+    text = GUIDE.read_text()
+    section = text[text.index("## Adding a loss"):text.index("## Checklist")]
+    imports = re.findall(r"^(?:from|import) (\S+)", section, re.M)
+    assert imports and all(not part.startswith("_") for name in imports
+                           for part in name.split(".")), imports
 
 
 LABELS = np.array([0, 0, 1, 1, 1, 2, 3], "int32")  # class 3 alone: no positive
@@ -94,86 +59,103 @@ def _embeddings():
     return np.random.default_rng(3).normal(size=(len(LABELS), 4)).astype("float32")
 
 
-def _reference(labels, x, margin):
-    """Mean over anchors with a positive and a negative of the hardest triplet's hinge."""
+def _reference(labels, x, alpha=2.0, beta=0.5, negative_cost=1.0):
+    """The mean over every pair (i, j), i != j, of its binomial deviance."""
     u = x / np.linalg.norm(x, axis=1, keepdims=True)
     s = u @ u.T
     values = []
-    for a in range(len(labels)):
-        pos = [j for j in range(len(labels)) if j != a and labels[j] == labels[a]]
-        neg = [j for j in range(len(labels)) if labels[j] != labels[a]]
-        if pos and neg:
-            values.append(max(0.0, max(s[a, neg]) - min(s[a, pos]) + margin))
+    for i in range(len(labels)):
+        for j in range(len(labels)):
+            if i == j:
+                continue
+            sign = -1.0 if labels[i] == labels[j] else negative_cost
+            values.append(np.logaddexp(0.0, sign * alpha * (s[i, j] - beta)))
     return np.mean(values)
 
 
-def test_the_class_takes_its_own_arguments_then_the_shared_ones():
-    names = list(inspect.signature(CosineHingeLoss).parameters)
-    assert names == ["margin", "miner", *SHARED]
-    loss = CosineHingeLoss(0.3, None, False, "terms", "sum", "mine", None, 4)
-    assert (loss.margin, loss.normalize, loss.average, loss.reduction, loss.name,
-            loss.block_size) == (0.3, False, "terms", "sum", "mine", 4)
+def test_the_class_takes_its_own_arguments_then_the_shared_ones_by_keyword():
+    parameters = inspect.signature(BinomialDevianceLoss).parameters
+    assert list(parameters) == ["alpha", "beta", "negative_cost", "miner", *SHARED]
+    assert all(parameters[name].kind is inspect.Parameter.KEYWORD_ONLY for name in SHARED)
+    loss = BinomialDevianceLoss(3.0, 0.4, 2.0, None, normalize=False, average="halves",
+                                reduction="sum", name="mine", block_size=4)
+    assert (loss.alpha, loss.beta, loss.negative_cost, loss.normalize, loss.average,
+            loss.reduction, loss.name, loss.block_size) == (3.0, 0.4, 2.0, False, "halves",
+                                                            "sum", "mine", 4)
     assert type(loss.miner).__name__ == "AllPairsMiner"
-    assert loss.arguments == {"margin": 0.3, "miner": loss.miner}
+    assert loss.arguments == {"alpha": 3.0, "beta": 0.4, "negative_cost": 2.0,
+                              "miner": loss.miner}
     with pytest.raises(TypeError, match="unexpected keyword"):
-        CosineHingeLoss(margn=0.3)
-    with pytest.raises(ValueError, match="`margin` must be a number >= 0"):
-        CosineHingeLoss(margin=-1)
+        BinomialDevianceLoss(alpah=0.3)
+    with pytest.raises(TypeError, match="positional"):
+        BinomialDevianceLoss(2.0, 0.5, 1.0, None, False)
+    with pytest.raises(ValueError, match="`alpha` must be"):
+        BinomialDevianceLoss(alpha=0)
+    with pytest.raises(ValueError, match="`beta` must be"):
+        BinomialDevianceLoss(beta=float("inf"))
     with pytest.raises(ValueError, match="`average` must be one of"):
-        CosineHingeLoss(average="pairs")
+        BinomialDevianceLoss(average="pairs")
 
 
-def test_the_docstring_gets_the_shared_arguments_with_this_loss_defaults():
-    doc = CosineHingeLoss.__doc__
-    args = doc[doc.index("Args:"):doc.index("Examples:")]
-    for name in ("margin", *SHARED):
+def test_the_docstrings_get_the_shared_arguments_with_this_loss_defaults():
+    doc = BinomialDevianceLoss.__doc__
+    args = doc[doc.index("Args:"):doc.index("Reference:")]
+    for name in ("alpha", "beta", "negative_cost", "miner", *SHARED):
         assert f"        {name}: " in args
     words = " ".join(args.split())
-    assert 'name of the loss. Defaults to `"cosine_hinge_loss"`.' in words
-    assert '(:mod:`tfdml.losses.terms`). Defaults to `"anchors"`.' in words
-    assert "ref_embeddings" in cosine_hinge_loss.__doc__
-    assert "{" not in cosine_hinge_loss.__doc__
+    assert 'name of the loss. Defaults to `"binomial_deviance_loss"`.' in words
+    assert '(:mod:`tfdml.losses.terms`). Defaults to `"terms"`.' in words
+    fn_doc = binomial_deviance_loss.__doc__
+    assert "ref_embeddings" in fn_doc and "{" not in fn_doc
+    assert "alpha, beta, negative_cost, miner, normalize, average: as in" in " ".join(
+        fn_doc.split())
 
 
 def test_functional_form_signature_and_value_equal_the_class_and_numpy():
-    params = list(inspect.signature(cosine_hinge_loss).parameters)
-    assert params == ["y_true", "y_pred", "margin", "miner", "normalize", "ref_embeddings",
-                      "ref_labels", "ref_offset", "average"]
+    parameters = inspect.signature(binomial_deviance_loss).parameters
+    assert list(parameters) == ["y_true", "y_pred", "alpha", "beta", "negative_cost", "miner",
+                                "normalize", "ref_embeddings", "ref_labels", "ref_offset",
+                                "average"]
+    assert parameters["alpha"].default == 2.0 and parameters["average"].default == "terms"
+    assert binomial_deviance_loss.__name__ == "binomial_deviance_loss"
     x = _embeddings()
-    want = _reference(LABELS, x, 0.2)
-    np.testing.assert_allclose(to_numpy(cosine_hinge_loss(LABELS, x, 0.2)), want, rtol=1e-5)
-    np.testing.assert_allclose(to_numpy(CosineHingeLoss(0.2)(LABELS, x)), want, rtol=1e-5)
-    value, grad = value_and_grad(lambda e: cosine_hinge_loss(LABELS, e, margin=0.2), x)
-    value_c, grad_c = value_and_grad(lambda e: CosineHingeLoss(margin=0.2)(LABELS, e), x)
+    want = _reference(LABELS, x, alpha=3.0)
+    np.testing.assert_allclose(to_numpy(binomial_deviance_loss(LABELS, x, 3.0)), want,
+                               rtol=1e-5)
+    np.testing.assert_allclose(to_numpy(BinomialDevianceLoss(3.0)(LABELS, x)), want, rtol=1e-5)
+    value, grad = value_and_grad(lambda e: binomial_deviance_loss(LABELS, e, alpha=3.0), x)
+    value_c, grad_c = value_and_grad(lambda e: BinomialDevianceLoss(alpha=3.0)(LABELS, e), x)
     np.testing.assert_array_equal(value, value_c)
     np.testing.assert_array_equal(grad, grad_c)
-    with pytest.raises(ValueError, match="`margin` must be a number >= 0"):
-        cosine_hinge_loss(LABELS, x, -0.5)
-    with pytest.raises(ValueError, match="CosineHingeLoss cannot take `average='halves'`"):
-        cosine_hinge_loss(LABELS, x, average="halves")
+    with pytest.raises(ValueError, match="`alpha` must be"):
+        binomial_deviance_loss(LABELS, x, -0.5)
+    with pytest.raises(TypeError):
+        binomial_deviance_loss(LABELS, x, 2.0, 0.5, 1.0, None, True)  # the tail is by keyword
 
 
 def test_config_round_trip_and_blocks():
-    loss = CosineHingeLoss(0.25, TripletMiner("easy", "semihard"), block_size=3, name="h")
+    loss = BinomialDevianceLoss(2.5, miner=TripletMiner("easy", "semihard"), block_size=3,
+                                name="h")
     config = loss.get_config()
-    assert config["margin"] == 0.25 and config["block_size"] == 3
+    assert config["alpha"] == 2.5 and config["block_size"] == 3
     assert config["miner"]["class_name"] == "TripletMiner"
     again = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss))
-    assert type(again) is CosineHingeLoss and again.get_config() == config
+    assert type(again) is BinomialDevianceLoss and again.get_config() == config
     x = _embeddings()
-    dense = CosineHingeLoss(0.25, TripletMiner("easy", "semihard"))
+    dense = BinomialDevianceLoss(2.5, miner=TripletMiner("easy", "semihard"))
     np.testing.assert_allclose(to_numpy(again(LABELS, x)), to_numpy(dense(LABELS, x)),
                                rtol=1e-6)
 
 
-def test_nan_in_gives_nan_out_and_no_triplet_gives_zero():
+def test_nan_in_gives_nan_out_and_no_pair_gives_zero():
     x = _embeddings()
     x[2, 1] = np.nan
-    assert np.isnan(to_numpy(CosineHingeLoss()(LABELS, x)))
-    assert np.isnan(to_numpy(cosine_hinge_loss(LABELS, x)))
+    assert np.isnan(to_numpy(BinomialDevianceLoss()(LABELS, x)))
+    assert np.isnan(to_numpy(binomial_deviance_loss(LABELS, x)))
+    hard = BinomialDevianceLoss(miner=TripletMiner("hard", "hard"))
     alone = np.arange(4, dtype="int32")
     with pytest.warns(UserWarning, match="no anchor of this batch"):
-        assert to_numpy(CosineHingeLoss()(alone, _embeddings()[:4])) == 0.0
+        assert to_numpy(hard(alone, _embeddings()[:4])) == 0.0
 
 
 def test_a_whole_loss_check_sits_in_the_init():
@@ -184,11 +166,11 @@ def test_a_whole_loss_check_sits_in_the_init():
 
 def test_the_state_is_made_with_the_loss_and_follows_its_miner():
     """``make_state`` runs once, at the end of ``__init__``: reading ``state`` makes nothing."""
-    assert CosineHingeLoss().state is None  # a deterministic miner: no state
-    loss = CosineHingeLoss(miner=TripletMiner("random", "random", seed=1))
+    assert BinomialDevianceLoss().state is None  # a deterministic miner: no state
+    loss = BinomialDevianceLoss(miner=TripletMiner("random", "random", seed=1))
     state = loss.state
     assert state is loss.state and state.seed_generators == [loss.miner.seed_generator]
-    assert not state.built and state.loss_class_name == "CosineHingeLoss"
+    assert not state.built and state.loss_class_name == "BinomialDevianceLoss"
     # A miner set while no model owns the loss: its seed becomes the state's.
     loss.miner = TripletMiner("random", "hard", seed=2)
     assert loss.state.seed_generators == [loss.miner.seed_generator]
@@ -221,8 +203,33 @@ def test_every_loss_class_has_a_written_init(name, cls):
     assert not PLACEHOLDER.search(cls.__doc__ or ""), f"{name}: an unfilled placeholder"
 
 
+def _class_of(fn):
+    """The loss class whose default ``name`` is the function's name."""
+    for name in losses.__all__:
+        cls = getattr(losses, name)
+        if (inspect.isclass(cls) and issubclass(cls, keras.losses.Loss)
+                and inspect.signature(cls).parameters.get("name") is not None
+                and inspect.signature(cls).parameters["name"].default == fn.__name__):
+            return cls
+    return None
+
+
 @pytest.mark.parametrize("name,fn", _public("function"), ids=[n for n, _ in _public("function")])
-def test_every_functional_form_is_a_written_function(name, fn):
-    assert "__signature__" not in vars(fn), name
-    assert inspect.getsource(fn).lstrip().startswith(("def ", "@")), name
+def test_every_functional_form_has_its_class_arguments_and_defaults(name, fn):
+    """A functional form built by ``functional_form`` has its class's own arguments and
+    defaults by construction; a written one (class vectors passed in, two views) must give
+    every argument it shares with its class the class's default."""
     assert fn.__doc__ and not PLACEHOLDER.search(fn.__doc__), name
+    cls = getattr(fn, "loss_class", None) or _class_of(fn)
+    if cls is None:
+        # Functions with no class: a statistic, and a loss of query-key pairs.
+        assert name in ("false_positive_probability", "multiple_negatives_ranking_loss"), name
+        return
+    own = inspect.signature(cls).parameters
+    mine = inspect.signature(fn).parameters
+    shared = [key for key in mine if key in own and key not in ("name", "reduction", "dtype")]
+    for key in shared:
+        assert mine[key].default == own[key].default, (name, key)
+    if getattr(fn, "loss_class", None) is not None:
+        inner = [key for key in own if key not in SHARED]
+        assert [key for key in mine if key in own and key not in SHARED] == inner, name

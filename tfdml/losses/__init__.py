@@ -5,6 +5,7 @@ anchors that have something to learn from) and a class for ``model.compile``.
 Every class is written to one contract (:mod:`tfdml.losses.base`).
 """
 
+from tfdml.losses import extend
 from tfdml.losses.angular import AngularLoss, TupletMarginLoss, angular_loss, tuplet_margin_loss
 from tfdml.losses.base import LossState, MetricLoss
 from tfdml.losses.class_weights import ClassVectorLoss, ClassWeights
@@ -34,6 +35,7 @@ from tfdml.losses.contrastive import (
 )
 from tfdml.losses.dynamic_soft_margin import DynamicSoftMarginLoss, dynamic_soft_margin_loss
 from tfdml.losses.fappy import FAPPYLoss, HistogramLoss, false_positive_probability
+from tfdml.losses.functional import functional_form
 from tfdml.losses.instance import InstanceLoss, instance_loss
 from tfdml.losses.lifted import GeneralizedLiftedStructureLoss, generalized_lifted_structure_loss
 from tfdml.losses.loop import (
@@ -99,6 +101,8 @@ from tfdml.losses.two_views import SelfSupervisedLoss, VICRegLoss, vicreg_loss
 from tfdml.losses.xbm import CrossBatchMemory, MemoryBank
 
 __all__ = [
+    "extend",
+    "functional_form",
     "AngularLoss",
     "ArcFaceLoss",
     "BYOLLoss",

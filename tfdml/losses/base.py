@@ -447,6 +447,18 @@ class MetricLoss(keras.losses.Loss):
         return self.terms(self.prepare(labels, embeddings, ref_embeddings, ref_labels,
                                        ref_offset))
 
+    def functional(self, y_true, y_pred, ref_embeddings=None, ref_labels=None,
+                   ref_offset=None):
+        """The value of the loss's functional form (:func:`tfdml.losses.functional_form`):
+        the terms of the batch (against the reference set when one is given), averaged and
+        reduced with the default reduction, in the dtype of ``y_pred``, without blocks,
+        replicas or sample weights."""
+        inputs = self.prepare(y_true, y_pred, ref_embeddings, ref_labels, ref_offset)
+        self.check_label_form(inputs.labels)
+        value = functional_value(self.terms(inputs), self.average, y_pred, ref_embeddings,
+                                 self.normalize)
+        return dml.nan_unless(value, multi_hot_ok(inputs.labels))
+
     def uses_blocks(self, embeddings) -> bool:
         """Whether a batch of ``embeddings`` is computed in blocks: ``block_size`` is set and
         the batch is larger (or of unknown size)."""

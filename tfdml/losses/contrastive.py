@@ -10,43 +10,26 @@ from tfdml import ops as dml
 from tfdml._checks import check_number
 from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
-from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
-from tfdml.losses.base import (
-    MetricLoss,
-    functional_loss,
-    mined_pairs,
-    resolve_miner,
-    split_pair_terms,
-)
-from tfdml.miners import AllPairsMiner, Miner
+from tfdml.losses._docstrings import shared_args
+from tfdml.losses.functional import functional_form
+from tfdml.losses.generic import PairLoss
+from tfdml.losses.inputs import resolve_miner
+from tfdml.miners import AllPairsMiner
 
 __all__ = ["ContrastiveLoss", "SNRContrastiveLoss", "contrastive_loss", "snr_contrastive_loss"]
 
 
-def _check_args(positive_margin: float = 0.0, negative_margin: float = 0.5, distance: str = "l2",
-                miner="default"):
-    return {"positive_margin": check_number("positive_margin", positive_margin, low=0),
-            "negative_margin": check_number("negative_margin", negative_margin, low=0),
-            "distance": dml.check_distance(distance), "miner": resolve_miner(miner, AllPairsMiner)}
-
-
-def _hinge_terms(inputs, dist, positive_margin, negative_margin, miner: Miner):
-    """Per pair ``max(d - positive_margin, 0)`` (positive) or ``max(negative_margin - d, 0)``
-    (negative), over the pairs the miner keeps (mined on ``-dist``)."""
-    pairs = mined_pairs(inputs, -dist, miner)
+def _hinges(dist, positive_margin, negative_margin):
+    """Per pair ``max(d - positive_margin, 0)`` were it positive, ``max(negative_margin - d,
+    0)`` were it negative."""
     positive = ops.relu(dist - ops.convert_to_tensor(positive_margin, dtype_name(dist)))
     negative = ops.relu(ops.convert_to_tensor(negative_margin, dtype_name(dist)) - dist)
-    return split_pair_terms(positive, negative, pairs)
-
-
-def _contrastive_terms(inputs, positive_margin, negative_margin, distance, miner: Miner):
-    dist = dml.distance_matrix(inputs.x, inputs.ref, distance)
-    return _hinge_terms(inputs, dist, positive_margin, negative_margin, miner)
+    return positive, negative
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
 @fill_doc(SHARED_ARGS=shared_args("contrastive_loss", average="terms"))
-class ContrastiveLoss(MetricLoss):
+class ContrastiveLoss(PairLoss):
     """Contrastive loss: pull positive pairs within a margin, push negatives beyond one.
 
     With ``d`` the distance of a pair::
@@ -102,37 +85,21 @@ class ContrastiveLoss(MetricLoss):
     split_terms = True
 
     def __init__(self, positive_margin: float = 0.0, negative_margin: float = 0.5,
-                 distance: str = "l2", miner="default", normalize=True, average="terms",
+                 distance: str = "l2", miner="default", *, normalize=True, average="terms",
                  reduction="sum_over_batch_size", name="contrastive_loss", dtype=None,
                  block_size=None):
-        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
-                         dtype=dtype, block_size=block_size,
-                         **_check_args(positive_margin, negative_margin, distance, miner))
+        super().__init__(
+            positive_margin=check_number("positive_margin", positive_margin, low=0),
+            negative_margin=check_number("negative_margin", negative_margin, low=0),
+            distance=dml.check_distance(distance), miner=resolve_miner(miner, AllPairsMiner),
+            normalize=normalize, average=average, reduction=reduction, name=name, dtype=dtype,
+            block_size=block_size)
 
-    def terms(self, inputs):
-        return _contrastive_terms(inputs, **self.arguments)
+    def pair_losses(self, scores):
+        return _hinges(-scores, self.positive_margin, self.negative_margin)
 
 
-@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
-def contrastive_loss(y_true, y_pred, positive_margin: float = 0.0, negative_margin: float = 0.5,
-                     distance: str = "l2", miner="default", normalize=True, ref_embeddings=None,
-                     ref_labels=None, ref_offset=None, average="terms"):
-    """Functional form of :class:`ContrastiveLoss`: by default the mean over all pairs.
-
-    Args:
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
-        y_pred: ``[B, D]`` embeddings.
-        positive_margin, negative_margin, distance, miner, normalize, average: as in
-            :class:`ContrastiveLoss`.
-        {REFERENCE_ARGS}
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; 0 when no anchor has a pair, NaN when an
-        embedding is NaN or Inf.
-    """
-    return functional_loss(ContrastiveLoss, _contrastive_terms, y_true, y_pred, ref_embeddings,
-                           ref_labels, ref_offset, normalize, average,
-                           **_check_args(positive_margin, negative_margin, distance, miner))
+contrastive_loss = functional_form(ContrastiveLoss)
 
 
 # -- signal-to-noise ratio ----------------------------------------------------------------------
@@ -157,20 +124,9 @@ def snr_distance(x, y=None):
     return noise / dml.maximum(signal, SNR_MIN_VARIANCE)
 
 
-def _check_snr(pos_margin: float = 0.0, neg_margin: float = 1.0, miner="default"):
-    return {"pos_margin": check_number("pos_margin", pos_margin, low=0, finite=True),
-            "neg_margin": check_number("neg_margin", neg_margin, low=0, finite=True),
-            "miner": resolve_miner(miner, AllPairsMiner)}
-
-
-def _snr_terms(inputs, pos_margin, neg_margin, miner: Miner):
-    return _hinge_terms(inputs, snr_distance(inputs.x, inputs.ref), pos_margin, neg_margin,
-                        miner)
-
-
 @keras.saving.register_keras_serializable(package="tfdml")
 @fill_doc(SHARED_ARGS=shared_args("snr_contrastive_loss", average="terms"))
-class SNRContrastiveLoss(MetricLoss):
+class SNRContrastiveLoss(PairLoss):
     """The contrastive loss on the signal-to-noise ratio distance of Yuan et al.
 
     The SNR distance from an anchor ``x_i`` to ``x_j`` is the variance of the
@@ -209,34 +165,20 @@ class SNRContrastiveLoss(MetricLoss):
 
     split_terms = True
 
-    def __init__(self, pos_margin: float = 0.0, neg_margin: float = 1.0, miner="default",
+    def __init__(self, pos_margin: float = 0.0, neg_margin: float = 1.0, miner="default", *,
                  normalize=True, average="terms", reduction="sum_over_batch_size",
                  name="snr_contrastive_loss", dtype=None, block_size=None):
-        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
-                         dtype=dtype, block_size=block_size,
-                         **_check_snr(pos_margin, neg_margin, miner))
+        super().__init__(
+            pos_margin=check_number("pos_margin", pos_margin, low=0, finite=True),
+            neg_margin=check_number("neg_margin", neg_margin, low=0, finite=True),
+            miner=resolve_miner(miner, AllPairsMiner), normalize=normalize, average=average,
+            reduction=reduction, name=name, dtype=dtype, block_size=block_size)
 
-    def terms(self, inputs):
-        return _snr_terms(inputs, **self.arguments)
+    def scores(self, inputs):
+        return -snr_distance(inputs.x, inputs.ref)
+
+    def pair_losses(self, scores):
+        return _hinges(-scores, self.pos_margin, self.neg_margin)
 
 
-@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
-def snr_contrastive_loss(y_true, y_pred, pos_margin: float = 0.0, neg_margin: float = 1.0,
-                         miner="default", normalize=True, ref_embeddings=None, ref_labels=None,
-                         ref_offset=None, average="terms"):
-    """Functional form of :class:`SNRContrastiveLoss`: by default the mean over all pairs.
-
-    Args:
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
-        y_pred: ``[B, D]`` embeddings.
-        pos_margin, neg_margin, miner, normalize, average: as in
-            :class:`SNRContrastiveLoss`.
-        {REFERENCE_ARGS}
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; 0 when no anchor has a pair, NaN when an
-        embedding is NaN or Inf.
-    """
-    return functional_loss(SNRContrastiveLoss, _snr_terms, y_true, y_pred, ref_embeddings,
-                           ref_labels, ref_offset, normalize, average,
-                           **_check_snr(pos_margin, neg_margin, miner))
+snr_contrastive_loss = functional_form(SNRContrastiveLoss)

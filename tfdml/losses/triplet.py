@@ -12,14 +12,12 @@ from tfdml._checks import check_number
 from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
 from tfdml._tensors import is_number
-from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
-from tfdml.losses.base import (
-    MetricLoss,
-    functional_loss,
-    mined_triplets,
-    resolve_miner,
-    triplet_terms,
-)
+from tfdml.losses._docstrings import shared_args
+from tfdml.losses.base import MetricLoss
+from tfdml.losses.functional import functional_form
+from tfdml.losses.generic import TripletLoss
+from tfdml.losses.inputs import mined_triplets, resolve_miner
+from tfdml.losses.terms import triplet_terms
 from tfdml.miners import TripletMiner, gather_triplet_scores
 
 __all__ = [
@@ -32,26 +30,17 @@ __all__ = [
 ]
 
 
-def _check_nca_args(order: int = 1, temperature: float = 1.0, miner="default"):
+def _check_order(order):
     if not isinstance(order, numbers.Integral) or isinstance(order, bool) or order not in (1, 2):
         raise ValueError(f"`order` must be 1 or 2. Received: order={order!r}")
-    return {"order": int(order),
-            "temperature": check_number("temperature", temperature, low=0, low_open=True),
-            "miner": resolve_miner(miner, _ephn)}
+    return int(order)
 
 
-def _check_margin_args(margin: float = 0.2, distance: str = "squared_l2", miner="default"):
-    return {"margin": check_number("margin", margin, low=0),
-            "distance": dml.check_distance(distance),
-            "miner": resolve_miner(miner, _facenet)}
-
-
-def _check_pn_args(margin: float | None = None, distance: str = "cosine", miner="default"):
+def _check_pn_margin(margin):
     if margin is not None and (not is_number(margin) or not margin >= 0):
         raise ValueError(
             f"`margin` must be None (the soft margin) or a number >= 0. Received: margin={margin!r}")
-    return {"margin": None if margin is None else float(margin),
-            "distance": dml.check_distance(distance), "miner": resolve_miner(miner, _hard_semihard)}
+    return None if margin is None else float(margin)
 
 
 def _ephn():
@@ -64,26 +53,6 @@ def _facenet():
 
 def _hard_semihard():
     return TripletMiner("hard", "semihard")
-
-
-def _nca_terms(inputs, order, temperature, miner):
-    scores = dml.pairwise_similarity(inputs.x, inputs.ref)
-    triplets = mined_triplets(inputs, scores, miner)
-    s_ap, s_an = gather_triplet_scores(scores, triplets)
-    if order == 1:
-        logits = s_an - s_ap
-    else:
-        logits = 0.5 * ops.square(s_an) - (s_ap - 0.5 * ops.square(s_ap))
-    values = ops.softplus(logits / ops.convert_to_tensor(temperature, dtype_name(logits)))
-    return triplet_terms(values, triplets.mask)
-
-
-def _margin_terms(inputs, margin, distance, miner):
-    scores = -dml.distance_matrix(inputs.x, inputs.ref, distance)
-    triplets = mined_triplets(inputs, scores, miner)
-    s_ap, s_an = gather_triplet_scores(scores, triplets)
-    values = ops.relu(s_an - s_ap + ops.convert_to_tensor(margin, dtype_name(scores)))
-    return triplet_terms(values, triplets.mask)
 
 
 def _between_references(ref, triplets, distance, ref_dist=None):
@@ -133,7 +102,7 @@ def _pn_terms(inputs, margin, distance, miner):
 
 @keras.saving.register_keras_serializable(package="tfdml")
 @fill_doc(SHARED_ARGS=shared_args("triplet_nca_loss"))
-class TripletNCALoss(MetricLoss):
+class TripletNCALoss(TripletLoss):
     """Triplet NCA loss (1st order) and the 2nd-order loss of "Extreme triplet learning".
 
     With ``S_ap``, ``S_an`` the cosine similarities of a mined triplet and
@@ -178,41 +147,29 @@ class TripletNCALoss(MetricLoss):
         components analysis", NIPS 2005.
     """
 
-    def __init__(self, order: int = 1, temperature: float = 1.0, miner="default", normalize=True,
-                 average="anchors", reduction="sum_over_batch_size", name="triplet_nca_loss",
-                 dtype=None, block_size=None):
-        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
-                         dtype=dtype, block_size=block_size,
-                         **_check_nca_args(order, temperature, miner))
+    def __init__(self, order: int = 1, temperature: float = 1.0, miner="default", *,
+                 normalize=True, average="anchors", reduction="sum_over_batch_size",
+                 name="triplet_nca_loss", dtype=None, block_size=None):
+        super().__init__(
+            order=_check_order(order),
+            temperature=check_number("temperature", temperature, low=0, low_open=True),
+            miner=resolve_miner(miner, _ephn), normalize=normalize, average=average,
+            reduction=reduction, name=name, dtype=dtype, block_size=block_size)
 
-    def terms(self, inputs):
-        return _nca_terms(inputs, **self.arguments)
+    def triplet_loss(self, s_ap, s_an):
+        if self.order == 1:
+            logits = s_an - s_ap
+        else:
+            logits = 0.5 * ops.square(s_an) - (s_ap - 0.5 * ops.square(s_ap))
+        return ops.softplus(logits / ops.convert_to_tensor(self.temperature, dtype_name(logits)))
 
 
-@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
-def triplet_nca_loss(y_true, y_pred, order: int = 1, temperature: float = 1.0, miner="default",
-                     normalize=True, ref_embeddings=None, ref_labels=None, ref_offset=None,
-                     average="anchors"):
-    """Functional form of :class:`TripletNCALoss`: by default the mean over anchors with a triplet.
-
-    Args:
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
-        y_pred: ``[B, D]`` embeddings.
-        order, temperature, miner, normalize, average: as in :class:`TripletNCALoss`.
-        {REFERENCE_ARGS}
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; 0 when no anchor has a triplet, NaN when an
-        embedding is NaN or Inf.
-    """
-    return functional_loss(TripletNCALoss, _nca_terms, y_true, y_pred, ref_embeddings, ref_labels,
-                           ref_offset, normalize, average,
-                           **_check_nca_args(order, temperature, miner))
+triplet_nca_loss = functional_form(TripletNCALoss)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
 @fill_doc(SHARED_ARGS=shared_args("triplet_margin_loss"))
-class TripletMarginLoss(MetricLoss):
+class TripletMarginLoss(TripletLoss):
     """The vanilla margin triplet loss (appendix E of "Extreme triplet learning").
 
     ``L = max(d(a, p) - d(a, n) + margin, 0)`` for each mined triplet, with
@@ -255,36 +212,19 @@ class TripletMarginLoss(MetricLoss):
         "Extreme triplet learning".
     """
 
-    def __init__(self, margin: float = 0.2, distance: str = "squared_l2", miner="default",
+    def __init__(self, margin: float = 0.2, distance: str = "squared_l2", miner="default", *,
                  normalize=True, average="anchors", reduction="sum_over_batch_size",
                  name="triplet_margin_loss", dtype=None, block_size=None):
-        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
-                         dtype=dtype, block_size=block_size,
-                         **_check_margin_args(margin, distance, miner))
+        super().__init__(
+            margin=check_number("margin", margin, low=0), distance=dml.check_distance(distance),
+            miner=resolve_miner(miner, _facenet), normalize=normalize, average=average,
+            reduction=reduction, name=name, dtype=dtype, block_size=block_size)
 
-    def terms(self, inputs):
-        return _margin_terms(inputs, **self.arguments)
+    def triplet_loss(self, s_ap, s_an):
+        return ops.relu(s_an - s_ap + ops.convert_to_tensor(self.margin, dtype_name(s_ap)))
 
 
-@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
-def triplet_margin_loss(y_true, y_pred, margin: float = 0.2, distance: str = "squared_l2",
-                        miner="default", normalize=True, ref_embeddings=None, ref_labels=None,
-                        ref_offset=None, average="anchors"):
-    """Functional form of :class:`TripletMarginLoss`: by default the mean over anchors with a triplet.
-
-    Args:
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
-        y_pred: ``[B, D]`` embeddings.
-        margin, distance, miner, normalize, average: as in :class:`TripletMarginLoss`.
-        {REFERENCE_ARGS}
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; 0 when no anchor has a triplet, NaN when an
-        embedding is NaN or Inf.
-    """
-    return functional_loss(TripletMarginLoss, _margin_terms, y_true, y_pred, ref_embeddings,
-                           ref_labels, ref_offset, normalize, average,
-                           **_check_margin_args(margin, distance, miner))
+triplet_margin_loss = functional_form(TripletMarginLoss)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -343,12 +283,13 @@ class PNLoss(MetricLoss):
         8914 (2019).
     """
 
-    def __init__(self, margin: float | None = None, distance: str = "cosine", miner="default",
+    def __init__(self, margin: float | None = None, distance: str = "cosine", miner="default", *,
                  normalize=True, average="anchors", reduction="sum_over_batch_size", name="pn_loss",
                  dtype=None, block_size=None):
-        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
-                         dtype=dtype, block_size=block_size,
-                         **_check_pn_args(margin, distance, miner))
+        super().__init__(
+            margin=_check_pn_margin(margin), distance=dml.check_distance(distance),
+            miner=resolve_miner(miner, _hard_semihard), normalize=normalize, average=average,
+            reduction=reduction, name=name, dtype=dtype, block_size=block_size)
         if (self.block_size is not None and isinstance(self.miner, TripletMiner)
                 and self.miner.positive == "all" and self.miner.negative != "all"):
             raise ValueError(
@@ -360,22 +301,4 @@ class PNLoss(MetricLoss):
         return _pn_terms(inputs, **self.arguments)
 
 
-@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
-def pn_loss(y_true, y_pred, margin: float | None = None, distance: str = "cosine", miner="default",
-            normalize=True, ref_embeddings=None, ref_labels=None, ref_offset=None,
-            average="anchors"):
-    """Functional form of :class:`PNLoss`: by default the mean over anchors with a triplet.
-
-    Args:
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
-        y_pred: ``[B, D]`` embeddings.
-        margin, distance, miner, normalize, average: as in :class:`PNLoss`.
-        {REFERENCE_ARGS}
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; 0 when no anchor has a triplet, NaN when an
-        embedding is NaN or Inf.
-    """
-    return functional_loss(PNLoss, _pn_terms, y_true, y_pred, ref_embeddings, ref_labels,
-                           ref_offset, normalize, average,
-                           **_check_pn_args(margin, distance, miner))
+pn_loss = functional_form(PNLoss)
