@@ -3,17 +3,17 @@
 The paper folders under `examples/` report trained numbers on scikit-learn's digits (train
 on the digits 0-5, evaluate on the unseen digits 6-9). This script puts their baselines
 next to them, on the same split and with the same evaluation as a run's best epoch
-(`tfdml.experiments.baselines`, which calls `tfdml.experiments.evaluate`: Recall@K, MAP@R,
+(`experiments.baselines`, which calls `experiments.evaluate`: Recall@K, MAP@R,
 NMI and F1, cosine, each test image against all the others):
 
 * raw pixels: the images the evaluation transform gives the network, flattened (no
   learning at all);
 * the untrained network of each seed: the model a run builds for the same flags and
   `--seed`, before its first training step (the seed is set, then the data are loaded and
-  the model is built, as `tfdml.experiments.run` does).
+  the model is built, as `experiments.run` does).
 
 The flags after `--` are those of the paper's `train.py` (or of its sweep) that shape the
-data and the model, read by the shared parser, `tfdml.experiments.make_parser`; its
+data and the model, read by the shared parser, `experiments.make_parser`; its
 defaults here are the digits recipe (`--dataset digits --backbone tiny --weights none
 --image-size 8 --resize-size 8 --transform none`), but not the embedding size: give the
 run's `--embedding-dim` (every paper's `train.py` has its own default). The paper-specific
@@ -33,23 +33,25 @@ The table is in %, one row per seed, and the untrained network's mean ± std ove
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import numpy as np
 
-from tfdml import experiments
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import experiments  # noqa: E402  (examples/experiments/: the papers' training loop)
 
 #: The digits recipe of the example READMEs: the defaults of the flags after `--`.
 DIGITS = dict(dataset="digits", backbone="tiny", weights="none", image_size=8, resize_size=8,
               transform="none")
-#: The column of each metric of `tfdml.experiments.evaluate`, in the order printed.
+#: The column of each metric of `experiments.evaluate`, in the order printed.
 LABELS = {"val_recall@1": "R@1", "val_recall@2": "R@2", "val_recall@4": "R@4",
           "val_recall@8": "R@8", "val_map@r": "MAP@R", "val_nmi": "NMI", "val_f1": "F1"}
 
 
 def parse(argv=None):
     """`(own flags, the run's flags)`: `--seeds` and `--decimals`, then the flags after `--`
-    read by `tfdml.experiments.make_parser`."""
+    read by `experiments.make_parser`."""
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n", 1)[0],
         usage="%(prog)s [--seeds S [S ...]] [--decimals D] -- <the run's data and model flags>")
@@ -73,7 +75,7 @@ def parse(argv=None):
 
 
 def table(rows, seeds, decimals=2):
-    """The markdown table of `rows` (`tfdml.experiments.baselines`), in %, with the mean ±
+    """The markdown table of `rows` (`experiments.baselines`), in %, with the mean ±
     sample std (ddof = 1) of the untrained rows when there are several seeds."""
     keys = [k for k in LABELS if k in rows["raw pixels"]]
     lines = ["| baseline | " + " | ".join(LABELS[k] for k in keys) + " |",

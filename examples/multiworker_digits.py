@@ -44,8 +44,10 @@ import time
 
 import numpy as np
 
-from tfdml import experiments
 from tfdml._files import write_json  # whole or not at all
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import experiments  # noqa: E402  (examples/experiments/: the papers' training loop)
 
 HERE = pathlib.Path(__file__).resolve().parent
 TRAIN = HERE / "extreme_triplet" / "train.py"

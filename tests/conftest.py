@@ -1,5 +1,5 @@
-"""Shared pytest setup: puts tests/ and tests/support/ on sys.path, hypothesis profiles,
-dtype-policy hygiene.
+"""Shared pytest setup: puts tests/, tests/support/ and examples/ on sys.path, hypothesis
+profiles, dtype-policy hygiene.
 
 Hypothesis profiles (select with ``HYPOTHESIS_PROFILE=<name>``):
 
@@ -20,8 +20,10 @@ os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 
 _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 # tests/support holds the helpers (references, harness, backends, pml_data), imported by
-# their plain names.
-for _path in (os.path.join(_TESTS_DIR, "support"), _TESTS_DIR):
+# their plain names; examples/ the example scripts' training loop, imported as
+# `experiments` (examples/experiments/), as the scripts import it.
+_EXAMPLES_DIR = os.path.join(os.path.dirname(_TESTS_DIR), "examples")
+for _path in (_EXAMPLES_DIR, os.path.join(_TESTS_DIR, "support"), _TESTS_DIR):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 

@@ -1,8 +1,9 @@
 """The package's layers, read from the source (nothing is imported).
 
 Each module of ``tfdml`` belongs to a layer (``LAYERS``, bottom first). A module imports
-modules of lower layers and of its own package only, never a higher layer; inside a
-package the imports form no cycle (imports inside functions count: a lazy import hides a
+modules of lower layers and of its own package only, never a higher layer, and nothing of
+``examples/`` (the paper scripts' training loop builds on the package); inside a package
+the imports form no cycle (imports inside functions count: a lazy import hides a
 circle, it does not remove it); and no module imports another module's private
 (``_name``) names: a name one module shares with another is public, in a private module
 when it is plumbing.
@@ -16,6 +17,7 @@ import pathlib
 import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "tfdml"
+EXAMPLES = PACKAGE.parent / "examples"
 
 #: Bottom first. A module's layer is that of the longest prefix of its name listed here.
 LAYERS = (
@@ -28,7 +30,7 @@ LAYERS = (
     ("tfdml.search",),
     ("tfdml.metrics",),
     ("tfdml.data", "tfdml.datasets", "tfdml.callbacks", "tfdml.export", "tfdml.analysis"),
-    ("tfdml.experiments", "tfdml.compat"),
+    ("tfdml.compat",),
     ("tfdml",),
 )
 
@@ -98,6 +100,26 @@ def test_no_module_imports_a_higher_layer():
             if target in MODULES and _layer(target)[0] > level:
                 upward.append(f"{name}:{line} imports {target}")
     assert not upward, upward
+
+
+def test_the_package_imports_nothing_of_the_examples():
+    # The top-level names under examples/: its scripts and packages (the training loop,
+    # imported as `experiments`), as a script that puts examples/ on sys.path sees them.
+    names = ({path.stem for path in EXAMPLES.glob("*.py")}
+             | {path.parent.name for path in EXAMPLES.glob("*/__init__.py")})
+    assert "experiments" in names
+    found = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                targets = [node.module or ""]
+            else:
+                continue
+            found += [f"{name}:{node.lineno} imports {t}" for t in targets
+                      if t.split(".")[0] in names]
+    assert not found, found
 
 
 def test_no_import_cycles():

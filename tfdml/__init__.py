@@ -10,7 +10,7 @@ imports TensorFlow only when TensorFlow is the backend (or for ``tf.data``
 inputs). ``tfdml.data`` (``PKSampler``, the ``PKDataset`` P x K batches) and
 ``tfdml.datasets`` work without TensorFlow; ``tfdml.data.pk_batches`` /
 ``eval_batches`` / ``augment`` (``tf.data``), ``datasets.load(..., source="tfds")``,
-``export``, ``compat`` and ``experiments`` build on TensorFlow and need it installed.
+``export`` and ``compat`` build on TensorFlow and need it installed.
 Under another backend the subpackages are imported on first use.
 """
 
@@ -49,7 +49,6 @@ __all__ = [
     "compat",
     "data",
     "datasets",
-    "experiments",
     "export",
     "geometry",
     "layers",
@@ -63,7 +62,7 @@ __all__ = [
 ]
 
 #: Subpackages that need TensorFlow whatever the Keras backend.
-TENSORFLOW_MODULES = ("compat", "experiments", "export")
+TENSORFLOW_MODULES = ("compat", "export")
 
 _SUBMODULES = frozenset(__all__) - {"__version__"}
 

@@ -15,7 +15,7 @@ The mean ± std over the seeds uses NumPy's population std, as `digits_even_odd.
     python examples/class_collapse/even_odd_baselines.py --seeds 0 1 2 --padding valid
 
 The baselines of the runs of `train.py`, `tables.py`, `positives.py` and `trimmed.py` (the
-tiny CNN of `tfdml.experiments`) come from `examples/digits_baselines.py`.
+tiny CNN of `examples/experiments/`) come from `examples/digits_baselines.py`.
 """
 
 from __future__ import annotations

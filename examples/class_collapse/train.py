@@ -37,12 +37,15 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 
 import numpy as np
 
 import tfdml
-from tfdml import experiments
 from tfdml._files import save_figure, write_json, write_text  # whole or not at all
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import experiments  # noqa: E402  (examples/experiments/: the papers' training loop)
 
 LOSSES = ("triplet", "margin", "ms")
 #: The paper's names of the baselines (Tables 2 and 3).

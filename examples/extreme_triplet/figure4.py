@@ -19,10 +19,11 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import experiments  # noqa: E402  (examples/experiments/: the papers' training loop)
 import train  # noqa: E402
 
-from tfdml import experiments  # noqa: E402
 from tfdml._files import save_figure, write_json, write_text  # whole or not at all
 
 GROUP_SIZES = (2, 4, 8, 16, 32)

@@ -19,13 +19,16 @@ The learning rate is 1e-5 (one copy of the paper says 1e-6).
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import keras
 
 import tfdml
-from tfdml import experiments
 from tfdml._files import save_figure, write_json, write_text  # whole or not at all
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import experiments  # noqa: E402  (examples/experiments/: the papers' training loop)
 
 DIRECTIONS = ("up_right", "up_left", "down_left", "down_right", "still")
 

@@ -21,9 +21,12 @@ killed run resumes when started again with the same command.
 from __future__ import annotations
 
 import os
+import sys
 
 import tfdml
-from tfdml import experiments
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import experiments  # noqa: E402  (examples/experiments/: the papers' training loop)
 
 MINING = {"EPHN": ("easy", "hard"), "EPSHN": ("easy", "semihard"),
           "HPHN": ("hard", "hard"), "EPEN": ("easy", "easy")}

@@ -19,9 +19,9 @@ import argparse
 import os
 import sys
 
-from tfdml import experiments
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import experiments  # noqa: E402  (examples/experiments/: the papers' training loop)
 import train  # noqa: E402
 
 RUNS = {

@@ -18,10 +18,11 @@ import json
 import os
 import sys
 
-from tfdml import experiments
 from tfdml._files import save_figure  # whole or not at all
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import experiments  # noqa: E402  (examples/experiments/: the papers' training loop)
 import table1  # noqa: E402
 import train  # noqa: E402
 

@@ -20,7 +20,7 @@ Neither the paper nor the released files give the training length (the solvers r
 stopped by hand), so ``--epochs`` is our choice. Their step schedule (x0.7 every 32,000
 iterations on CUB and VehicleID, 160,000 on SOP) is not used by default (``--lr-milestones``
 and ``--lr-gamma 0.7`` give an epoch-based version); the 10x learning rate of the new
-embedding layer is not available in ``tfdml.experiments`` either.
+embedding layer is not available in ``examples/experiments/`` either.
 
     python examples/fappy/train.py --dataset cub200 --data-dir /data/cub200 --loss fappy
     python examples/fappy/train.py --dataset vehicleid --data-dir /data/vehicleid \\
@@ -39,8 +39,10 @@ import sys
 import numpy as np
 
 import tfdml
-from tfdml import experiments
 from tfdml._files import save_figure  # whole or not at all
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import experiments  # noqa: E402  (examples/experiments/: the papers' training loop)
 
 LOSSES = ("fappy", "contrastive", "triplet", "lifted", "histogram")
 

@@ -21,10 +21,10 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import experiments  # noqa: E402  (examples/experiments/: the papers' training loop)
 import train  # noqa: E402
-
-from tfdml import experiments  # noqa: E402
 
 #: The panels: the flag varied, its values, and the fixed settings of Section 4.1.
 FIGURES = {

@@ -21,10 +21,11 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import experiments  # noqa: E402  (examples/experiments/: the papers' training loop)
 import train  # noqa: E402
 
-from tfdml import experiments  # noqa: E402
 from tfdml._files import write_text  # whole or not at all
 
 #: Table 2 (the four losses, plain and with LoOp), Table 3 (the triplet samplers; the

@@ -23,9 +23,13 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import os
+import sys
 
 import tfdml
-from tfdml import experiments
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import experiments  # noqa: E402  (examples/experiments/: the papers' training loop)
 
 LOSSES = ("triplet", "hphn", "lifted", "ms")
 LOOP_BASE = {"triplet": "triplet", "hphn": "hphn_triplet", "lifted": "lifted_structure",

@@ -12,8 +12,7 @@ import sys
 
 import numpy as np
 import pytest
-
-from tfdml.experiments import saved_arrays
+from experiments import saved_arrays
 
 pytestmark = pytest.mark.slow  # runs an example script
 

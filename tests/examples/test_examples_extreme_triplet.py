@@ -138,7 +138,7 @@ def test_movement_refuses_flags_that_conflict_or_would_be_ignored(argv, named, c
 
 
 def test_a_sweep_checks_every_run_before_the_first(tmp_path, capsys):
-    from tfdml import experiments
+    import experiments
 
     ran = []
     runs = {"nca": [], "margin": ["--loss", "margin"]}  # --order is the NCA loss's only

@@ -32,7 +32,7 @@ LAYERS = {
 
 #: tfdml modules above the miners, which the miners never import.
 ABOVE = ("losses", "models", "search", "metrics", "data", "callbacks", "export",
-         "analysis", "datasets", "experiments", "compat", "layers", "geometry")
+         "analysis", "datasets", "compat", "layers", "geometry")
 
 
 def test_the_public_names_are_those_of_the_single_module():

@@ -241,7 +241,7 @@ def plus_model_losses(value, losses, scale=1.0):
     """``value + scale * (sum(losses[0]) + sum(losses[1]) + ...)``: a loss value plus a
     model's own losses (``model.losses``: regularizers, ``add_loss``), each cast to the
     dtype of ``value``. The one place training code adds them (``MetricModel``, the
-    experiments' distributed step, the scatter diagram's gradients)."""
+    examples' training loop's distributed step, the scatter diagram's gradients)."""
     if not losses:
         return value
     dtype = dtype_name(value)

@@ -1,10 +1,9 @@
-"""tfdml.experiments.flags: the scripts' command-line flags."""
+"""examples/experiments/flags.py: the scripts' command-line flags."""
 
 from __future__ import annotations
 
+import experiments
 import pytest
-
-from tfdml import experiments
 
 
 def test_parser_takes_script_defaults_and_rejects_unknown_ones():

@@ -1,12 +1,13 @@
-"""tfdml.experiments.report: evaluation, the best epoch and the result tables."""
+"""examples/experiments/report.py: evaluation, the best epoch and the result tables."""
 
 from __future__ import annotations
 
+import experiments
 import keras
 import numpy as np
 import pytest
 
-from tfdml import experiments, metrics
+from tfdml import metrics
 
 
 class _MeanColour(keras.Model):

@@ -1,16 +1,17 @@
-"""tfdml.experiments.train and data: the learning-rate schedule, the synthetic datasets, the
+"""examples/experiments/train.py and data.py: the learning-rate schedule, the synthetic datasets, the
 best-epoch checkpoint of ``run`` and the baselines of a run."""
 
 from __future__ import annotations
 
 import os
 
+import experiments
 import keras
 import numpy as np
 import pytest
+from experiments.resume import best_checkpoint
 
-from tfdml import experiments, metrics
-from tfdml.experiments.resume import best_checkpoint
+from tfdml import metrics
 
 NAN = float("nan")
 

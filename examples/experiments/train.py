@@ -16,18 +16,15 @@ from collections.abc import Callable
 
 import keras
 
-from tfdml._files import atomic_path, remove_temporaries
-from tfdml._tensorflow import tf
-from tfdml.data import pk_batches
-from tfdml.experiments.data import (
+from experiments.data import (
     BACKBONE_TINY,
     ExperimentData,
     backbone_preprocess,
     load_data,
     transforms,
 )
-from tfdml.experiments.flags import apply_smoke
-from tfdml.experiments.report import (
+from experiments.flags import apply_smoke
+from experiments.report import (
     EvaluateCallback,
     Evaluation,
     atomic_write_json,
@@ -37,7 +34,10 @@ from tfdml.experiments.report import (
     plot_history,
     write_results,
 )
-from tfdml.experiments.resume import ResumeState, best_checkpoint, handle_sigterm, resume_config
+from experiments.resume import ResumeState, best_checkpoint, handle_sigterm, resume_config
+from tfdml._files import atomic_path, remove_temporaries
+from tfdml._tensorflow import tf
+from tfdml.data import pk_batches
 from tfdml.layers import L2Normalization
 from tfdml.models import MetricModel, is_stateful_loss, plus_model_losses, unwrap
 
@@ -538,10 +538,10 @@ def baselines(args, seeds, batch_size=None) -> dict:
 
     Example:
 
-    >>> args = tfdml.experiments.make_parser("digits").parse_args(
+    >>> args = experiments.make_parser("digits").parse_args(
     ...     "--dataset digits --backbone tiny --weights none --image-size 8 --resize-size 8 "
     ...     "--transform none --embedding-dim 64".split())
-    >>> rows = tfdml.experiments.baselines(args, seeds=[0, 1])
+    >>> rows = experiments.baselines(args, seeds=[0, 1])
     >>> list(rows)
     ['raw pixels', 'untrained (seed 0)', 'untrained (seed 1)']
     >>> raw = rows["raw pixels"]   # cosine on the 64 pixels of the digits 6-9

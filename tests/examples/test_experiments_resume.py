@@ -10,14 +10,14 @@ import subprocess
 import sys
 import time
 
+import experiments
 import keras
 import numpy as np
 import pytest
+from experiments import saved_arrays
+from experiments.resume import best_checkpoint
 
-from tfdml import experiments
 from tfdml._files import remove_temporaries
-from tfdml.experiments import saved_arrays
-from tfdml.experiments.resume import best_checkpoint
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "extreme_triplet" / "train.py"
@@ -96,13 +96,14 @@ def test_killed_run_resumes_without_losing_or_repeating_an_epoch(tmp_path):
 _SAVER = r"""
 import sys
 
+out, start, examples = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+sys.path.insert(0, examples)
+
+import experiments
 import keras
 import numpy as np
+from experiments.resume import best_checkpoint
 
-from tfdml import experiments
-from tfdml.experiments.resume import best_checkpoint
-
-out, start = sys.argv[1], int(sys.argv[2])
 model = keras.Sequential([keras.Input((1024,)), keras.layers.Dense(4096),
                           keras.layers.Dense(4096)])  # 21 M parameters: 84 MB a file
 model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
@@ -147,8 +148,6 @@ def test_checkpoints_survive_sigkill_during_saves(tmp_path):
     """Kills a process that saves checkpoints at random moments, 20 times; after each kill the
     best weights file and the last ResumeState checkpoint are absent, the old or the new one,
     and load."""
-    from tfdml import experiments
-
     rng = np.random.default_rng(0)
     out = tmp_path / "run"
     out.mkdir()
@@ -160,7 +159,8 @@ def test_checkpoints_survive_sigkill_during_saves(tmp_path):
     for _ in range(kills):
         log = tmp_path / "log.txt"
         with open(log, "w") as f:
-            proc = subprocess.Popen([sys.executable, "-c", _SAVER, str(out), str(start)],
+            proc = subprocess.Popen([sys.executable, "-c", _SAVER, str(out), str(start),
+                                     str(ROOT / "examples")],
                                     env=_env(), stdout=f, stderr=subprocess.DEVNULL)
             deadline = time.time() + 120
             while "ready" not in log.read_text() and proc.poll() is None:
@@ -278,8 +278,6 @@ def test_a_failed_save_leaves_every_file_of_the_training_loop_intact(tmp_path, m
     """ResumeState's checkpoint, state.json and history.csv: a failure part-way through a
     write leaves the old files, and the state still restores the last finished epoch."""
     import json as json_module
-
-    from tfdml import experiments
 
     model = _dense(1.0)
     model.compile(optimizer="sgd", loss="mse")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from tfdml.experiments.data import BACKBONE_TINY, DATASETS
+from experiments.data import BACKBONE_TINY, DATASETS
 
 __all__ = ["apply_smoke", "batch_shape", "given_flags", "make_parser", "positive_float", "positive_int",
            "reject_flags"]
@@ -26,7 +26,7 @@ def positive_int(text):
 
     Examples:
 
-    >>> parser.add_argument("--batch-size", type=tfdml.experiments.positive_int)
+    >>> parser.add_argument("--batch-size", type=experiments.positive_int)
     """
     value = int(text)
     if value < 1:
@@ -49,7 +49,7 @@ def positive_float(text):
 
     Examples:
 
-    >>> parser.add_argument("--margin", type=tfdml.experiments.positive_float)
+    >>> parser.add_argument("--margin", type=experiments.positive_float)
     """
     value = float(text)
     if not value > 0:

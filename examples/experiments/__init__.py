@@ -2,7 +2,9 @@
 
 Every script under ``examples/<paper>/`` is a thin layer over this package: it
 adds its own flags (loss, miner, ...) to :func:`make_parser`, builds its loss
-and calls :func:`run`. What :func:`run` does:
+and calls :func:`run`. The package is part of the examples, not of the installed
+library (it builds on ``tfdml`` as the scripts do): a script puts
+``examples/`` on ``sys.path`` and imports it as ``experiments``. What :func:`run` does:
 
 * loads the data set (``tfdml.datasets.load``) or, with ``--smoke``, makes a
   tiny synthetic one with the same evaluation protocol (:func:`synthetic_data`);
@@ -42,9 +44,15 @@ The modules:
 * ``report``: :func:`evaluate`, :func:`best_epoch`, :func:`markdown_table`, the
   results files and figures, :func:`saved_arrays`, :func:`sweep`.
 
-Example (a script)::
+Example (a script in ``examples/<paper>/``)::
 
-    from tfdml import experiments, losses
+    import os
+    import sys
+
+    from tfdml import losses
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    import experiments  # noqa: E402  (examples/experiments/: the papers' training loop)
 
     def main(argv=None):
         parser = experiments.make_parser("Triplet loss on CUB", dataset="cub200")
@@ -54,11 +62,11 @@ Example (a script)::
         return experiments.run(args, loss, name="triplet")
 """
 
-from tfdml.experiments.data import BACKBONE_TINY as BACKBONE_TINY
-from tfdml.experiments.data import DATASETS as DATASETS
-from tfdml.experiments.data import EVAL_SPLITS as EVAL_SPLITS
-from tfdml.experiments.data import ExperimentData, load_data, synthetic_data, transforms
-from tfdml.experiments.flags import (
+from experiments.data import BACKBONE_TINY as BACKBONE_TINY
+from experiments.data import DATASETS as DATASETS
+from experiments.data import EVAL_SPLITS as EVAL_SPLITS
+from experiments.data import ExperimentData, load_data, synthetic_data, transforms
+from experiments.flags import (
     apply_smoke,
     batch_shape,
     given_flags,
@@ -67,8 +75,8 @@ from tfdml.experiments.flags import (
     positive_int,
     reject_flags,
 )
-from tfdml.experiments.report import RECALL_KS as RECALL_KS
-from tfdml.experiments.report import (
+from experiments.report import RECALL_KS as RECALL_KS
+from experiments.report import (
     Evaluation,
     best_epoch,
     evaluate,
@@ -76,8 +84,8 @@ from tfdml.experiments.report import (
     saved_arrays,
     sweep,
 )
-from tfdml.experiments.resume import ResumeState
-from tfdml.experiments.train import (
+from experiments.resume import ResumeState
+from experiments.train import (
     baselines,
     build_model,
     fit_multi_worker,

@@ -14,11 +14,11 @@ import time
 import keras
 import numpy as np
 
+from experiments.data import ExperimentData
 from tfdml import metrics as _metrics
 from tfdml._files import atomic_path, write_json, write_text
 from tfdml._tensorflow import tf
 from tfdml.data import eval_batches
-from tfdml.experiments.data import ExperimentData
 
 __all__ = ["RECALL_KS", "Evaluation", "best_epoch", "evaluate", "markdown_table",
            "saved_arrays", "sweep"]
@@ -149,7 +149,7 @@ def best_epoch(history, monitor):
     Examples:
 
     >>> history = [{"epoch": 1, "val_recall@1": float("nan")}, {"epoch": 2, "val_recall@1": 0.4}]
-    >>> tfdml.experiments.best_epoch(history, "val_recall@1")
+    >>> experiments.best_epoch(history, "val_recall@1")
     2
     """
     best = None

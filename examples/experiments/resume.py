@@ -12,8 +12,8 @@ import warnings
 import keras
 import numpy as np
 
+from experiments.report import atomic_write_json, write_csv
 from tfdml._files import atomic_path
-from tfdml.experiments.report import atomic_write_json, write_csv
 
 __all__ = ["ResumeState"]
 
