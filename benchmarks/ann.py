@@ -55,7 +55,7 @@ import warnings
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from workers import machine_info, run_worker  # noqa: E402
+from workers import machine_info, run_worker, write_report  # noqa: E402
 
 PREFIX = "ANN-RESULT "
 BATCH = 100_000
@@ -365,8 +365,7 @@ def main():
     text = "\n".join(lines) + "\n"
     print(text)
     if args.output:
-        with open(args.output, "w") as f:
-            f.write(text)
+        write_report(text, args.output)
     return None
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ann  # noqa: E402
+from workers import write_report  # noqa: E402
 
 
 def _memory():
@@ -61,8 +62,7 @@ def main():
     text = "\n".join(lines) + "\n"
     print(text)
     if args.output:
-        with open(args.output, "w") as f:
-            f.write(text)
+        write_report(text, args.output)
 
 
 if __name__ == "__main__":

@@ -51,12 +51,19 @@ import argparse
 import datetime
 import json
 import os
-import resource
 import shlex
 import sys
 import time
 
-from workers import machine_info, run_worker  # benchmarks/workers.py
+from workers import (  # benchmarks/workers.py
+    log,
+    machine_info,
+    make_inputs,
+    mib,
+    peak_rss_kib,
+    run_worker,
+    write_report,
+)
 
 LOSSES = ("floor", "dense", "sorted", "blocks")
 MODES = ("eager", "function", "xla")
@@ -118,22 +125,6 @@ def _dense_loss(labels, embeddings, histogram, min_val=-2.0, momentum=0.01):
 # -- worker -------------------------------------------------------------------------------------
 
 
-def _peak_rss_kib() -> int:
-    """Peak resident set size of this process so far (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-
-
-def _make_inputs(batch, dim):
-    import numpy as np
-
-    rng = np.random.default_rng(SEED)
-    classes = -(-batch // SAMPLES_PER_CLASS)
-    labels = np.repeat(np.arange(classes, dtype=np.int32), SAMPLES_PER_CLASS)[:batch]
-    rng.shuffle(labels)
-    embeddings = rng.standard_normal((batch, dim)).astype(np.float32)
-    return labels, embeddings
-
-
 def _measure(loss, mode, batch, dim, block_size):
     import keras
     import numpy as np
@@ -142,7 +133,7 @@ def _measure(loss, mode, batch, dim, block_size):
     from tfdml import ops as dml
     from tfdml.losses import DynamicSoftMarginLoss, dynamic_soft_margin_loss
 
-    labels_np, embeddings_np = _make_inputs(batch, dim)
+    labels_np, embeddings_np = make_inputs(batch, dim, SEED, SAMPLES_PER_CLASS)
     labels = tf.constant(labels_np)
     embeddings = tf.constant(embeddings_np)
     histogram = tf.constant(np.full(NUM_BINS, 1.0 / NUM_BINS, np.float32))
@@ -176,14 +167,14 @@ def _measure(loss, mode, batch, dim, block_size):
               "versions": {"tensorflow": tf.__version__, "keras": keras.__version__}}
     tf.config.experimental.reset_memory_stats("CPU:0")
     in_use = tf.config.experimental.get_memory_info("CPU:0")["current"]
-    result["rss_base_kib"] = _peak_rss_kib()
+    result["rss_base_kib"] = peak_rss_kib()
     t0 = time.perf_counter()
     value, grad, new = step(labels, embeddings, histogram)
     result["value"] = float(value.numpy())
     result["grad_abs_sum"] = float(abs(grad.numpy()).sum())
     result["histogram"] = [float(h) for h in new.numpy()]
     result["seconds"] = time.perf_counter() - t0
-    result["rss_peak_kib"] = _peak_rss_kib()
+    result["rss_peak_kib"] = peak_rss_kib()
     result["tensor_peak_kib"] = (
         tf.config.experimental.get_memory_info("CPU:0")["peak"] - in_use) // 1024
     return result
@@ -192,17 +183,9 @@ def _measure(loss, mode, batch, dim, block_size):
 # -- driver -------------------------------------------------------------------------------------
 
 
-def _log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
-def _mib(kib):
-    return kib / 1024.0
-
-
 def _increase(result):
     """MiB the step added to the worker's peak resident set size."""
-    return _mib(result["rss_peak_kib"] - result["rss_base_kib"])
+    return mib(result["rss_peak_kib"] - result["rss_base_kib"])
 
 
 def _row(config, result):
@@ -210,8 +193,8 @@ def _row(config, result):
     if "error" in result:
         error = result["error"].replace("|", "/")
         return f"| {loss} | {MODE_LABELS[mode]} | {batch} | FAILED: {error} | | | | | |"
-    peak = _mib(result["rss_peak_kib"])
-    return (f"| {loss} | {MODE_LABELS[mode]} | {batch} | {_mib(result['tensor_peak_kib']):.0f} "
+    peak = mib(result["rss_peak_kib"])
+    return (f"| {loss} | {MODE_LABELS[mode]} | {batch} | {mib(result['tensor_peak_kib']):.0f} "
             f"| {peak:.0f} | {_increase(result):.0f} | {result['seconds']:.1f} "
             f"| {result['value']:.7g} | {result['grad_abs_sum']:.7g} |")
 
@@ -261,11 +244,11 @@ def _report(args, results, machine, started, elapsed, load):
     for (loss, mode, batch), result in results:
         if loss in ("sorted", "blocks") and batch == 4096 and args.dim == 128 \
                 and "error" not in result:
-            tensors, increase = _mib(result["tensor_peak_kib"]), _increase(result)
+            tensors, increase = mib(result["tensor_peak_kib"]), _increase(result)
             verdict = "under" if max(tensors, increase) < LIMIT_MIB else "NOT under"
             floor = floors.get((mode, batch))
             beyond = "" if floor is None else (
-                f" (the floor: {_mib(floor['tensor_peak_kib']):.0f} and "
+                f" (the floor: {mib(floor['tensor_peak_kib']):.0f} and "
                 f"{_increase(floor):.0f} MiB)")
             verdicts.append(f"- {loss}, {MODE_LABELS[mode]}: tensors {tensors:.0f} MiB, RSS "
                             f"increase {increase:.0f} MiB{beyond}: {verdict} {LIMIT_MIB} MiB.")
@@ -308,33 +291,29 @@ def run_driver(args):
                + [("sorted", mode, b) for b in args.sorted_sizes for mode in args.modes]
                + [("blocks", mode, b) for b in args.block_sizes for mode in args.modes])
     configs.sort(key=lambda c: (c[2], LOSSES.index(c[0]), MODES.index(c[1])))
-    _log(f"dsm_memory: {len(configs)} configurations, one worker process each")
+    log(f"dsm_memory: {len(configs)} configurations, one worker process each")
     results = []
     for i, (loss, mode, batch) in enumerate(configs, 1):
-        _log(f"[{i}/{len(configs)}] {loss} {mode} B={batch} D={args.dim} ...")
+        log(f"[{i}/{len(configs)}] {loss} {mode} B={batch} D={args.dim} ...")
         t = time.perf_counter()
         result = run_worker(__file__, ["--loss", loss, "--mode", mode, "--batch", batch,
                                        "--dim", args.dim, "--block-size", args.block_size],
                             RESULT_PREFIX, WORKER_TIMEOUT_S)
         if "error" in result:
-            _log(f"    FAILED: {result['error']}")
+            log(f"    FAILED: {result['error']}")
         else:
-            _log(f"    peak RSS {_mib(result['rss_peak_kib']):.0f} MiB (increase "
-                 f"{_mib(result['rss_peak_kib'] - result['rss_base_kib']):.0f} MiB), "
-                 f"step {result['seconds']:.1f} s, value {result['value']:.7g}; "
-                 f"worker {time.perf_counter() - t:.1f} s")
+            log(f"    peak RSS {mib(result['rss_peak_kib']):.0f} MiB (increase "
+                f"{mib(result['rss_peak_kib'] - result['rss_base_kib']):.0f} MiB), "
+                f"step {result['seconds']:.1f} s, value {result['value']:.7g}; "
+                f"worker {time.perf_counter() - t:.1f} s")
         results.append(((loss, mode, batch), result))
     elapsed = time.perf_counter() - t0
     report = _report(args, results, machine_info(results, memory=True), started, elapsed,
                      (load_start, os.getloadavg()[0]))
     print(report, end="")
     if args.output:
-        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-        tmp = args.output + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(report)
-        os.replace(tmp, args.output)
-        _log(f"wrote {args.output}")
+        write_report(report, args.output)
+        log(f"wrote {args.output}")
     return 0
 
 
@@ -371,7 +350,7 @@ def main(argv=None):
         except Exception as e:  # reported as a failed row (e.g. an out-of-memory error)
             message = str(e).strip().splitlines()[0] if str(e).strip() else ""
             result = {"error": f"{type(e).__name__}: {message}"[:200],
-                      "rss_peak_kib": _peak_rss_kib()}
+                      "rss_peak_kib": peak_rss_kib()}
         print(RESULT_PREFIX + json.dumps(result), flush=True)
         return 0
     return run_driver(args)

@@ -23,6 +23,7 @@ import sys
 import time
 
 import numpy as np
+from workers import write_report  # benchmarks/workers.py
 
 CONFIGS = (
     ("train split (defaults)", dict(split="train")),
@@ -76,8 +77,7 @@ def main(argv=None):
     text = "\n".join(lines) + "\n"
     print(text)
     if args.output:
-        with open(args.output, "w") as f:
-            f.write(text)
+        write_report(text, args.output)
     return rows
 
 

@@ -50,14 +50,19 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
-import resource
 import shlex
 import statistics
 import sys
 import time
 
-from workers import machine_info, run_worker  # benchmarks/workers.py
+from workers import (  # benchmarks/workers.py
+    log,
+    machine_info,
+    mib,
+    peak_rss_kib,
+    run_worker,
+    write_report,
+)
 
 LOSSES = ("ephn", "semihard", "ms", "supcon", "floor")
 LOSS_LABELS = {
@@ -96,7 +101,7 @@ def _memory_reading():
     gpu = _gpu()
     if gpu is not None:
         return gpu.memory_stats()["peak_bytes_in_use"] / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return mib(peak_rss_kib())
 
 
 def _labels(batch):
@@ -309,10 +314,6 @@ def _worker(argv):
 # -- driver -------------------------------------------------------------------------------------
 
 
-def _log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
 def _fmt(value, spec=".1f"):
     return "-" if value is None else format(value, spec)
 
@@ -372,7 +373,7 @@ def main(argv=None):
             gib = config["batch"] ** 2 * 4 / 2**30
             results.append((config, {"error": f"not run: the [B, B] matrix alone is {gib:.0f} GiB"}))
             continue
-        _log(f"running {config} ...")
+        log(f"running {config} ...")
         worker_args = ["--loss", config["loss"], "--batch", config["batch"],
                        "--repeats", args.repeats]
         if args.fit:
@@ -383,7 +384,7 @@ def main(argv=None):
             worker_args += ["--mode", config["mode"], "--dim", args.dim,
                             "--block-size", args.block_size]
         result = run_worker(__file__, worker_args, RESULT_PREFIX, WORKER_TIMEOUT_S)
-        _log(f"  -> {result}")
+        log(f"  -> {result}")
         results.append((config, result))
 
     versions = next((r["versions"] for _, r in results if "versions" in r), {})
@@ -422,11 +423,7 @@ def main(argv=None):
     report = "\n".join(lines) + "\n"
     print(report)
     if args.output:
-        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-        tmp = args.output + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(report)
-        os.replace(tmp, args.output)
+        write_report(report, args.output)
 
 
 if __name__ == "__main__":

@@ -68,14 +68,21 @@ import argparse
 import datetime
 import json
 import os
-import resource
 import shlex
 import statistics
 import sys
 import time
 
 from class_losses import CLASS_LOSSES  # benchmarks/class_losses.py
-from workers import machine_info, run_worker  # benchmarks/workers.py
+from workers import (  # benchmarks/workers.py
+    log,
+    machine_info,
+    make_inputs,
+    mib,
+    peak_rss_kib,
+    run_worker,
+    write_report,
+)
 
 LOSSES = ("floor", "nca2-ephn", "margin-semihard")
 LOSS_LABELS = {
@@ -131,11 +138,6 @@ RESULT_PREFIX = "LOSS_SPEED_RESULT "
 # -- worker -------------------------------------------------------------------------------------
 
 
-def _peak_rss_kib() -> int:
-    """Peak resident set size of this process so far (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-
-
 def _current_rss_kib() -> int | None:
     try:
         with open("/proc/self/status") as f:
@@ -145,17 +147,6 @@ def _current_rss_kib() -> int | None:
     except OSError:
         pass
     return None
-
-
-def _make_inputs(batch, dim):
-    import numpy as np
-
-    rng = np.random.default_rng(SEED)
-    classes = -(-batch // SAMPLES_PER_CLASS)
-    labels = np.repeat(np.arange(classes, dtype=np.int32), SAMPLES_PER_CLASS)[:batch]
-    rng.shuffle(labels)
-    embeddings = rng.standard_normal((batch, dim)).astype(np.float32)
-    return labels, embeddings
 
 
 def _class_loss_fn(name, dim, classes):
@@ -347,7 +338,7 @@ def _measure(loss, batch, dim, xla, repeats, classes=DEFAULT_CLASSES):
     if loss.startswith("tiled-") and batch**3 * 4 / 2**30 > TILED_LIMIT_GIB:
         raise MemoryError(f"not run: one [B, B, B] float32 tensor needs "
                           f"{batch**3 * 4 / 2**30:.0f} GiB (limit {TILED_LIMIT_GIB:g} GiB)")
-    labels_np, embeddings_np = _make_inputs(batch, dim)
+    labels_np, embeddings_np = make_inputs(batch, dim, SEED, SAMPLES_PER_CLASS)
     if loss in CLASS_LOSSES:
         labels_np = labels_np % classes  # class ids must index the class vectors
     labels = tf.constant(labels_np)
@@ -356,18 +347,18 @@ def _measure(loss, batch, dim, xla, repeats, classes=DEFAULT_CLASSES):
 
     result = {"loss": loss, "batch": batch, "dim": dim, "xla": xla, "classes": classes,
               "versions": {"tensorflow": tf.__version__, "keras": keras.__version__}}
-    result["rss_base_kib"] = _peak_rss_kib()
+    result["rss_base_kib"] = peak_rss_kib()
     result["rss_base_current_kib"] = _current_rss_kib()
 
     t0 = time.perf_counter()
     for _ in range(WARMUP_CALLS):
         _call(step, labels, embeddings)
     result["warmup_s"] = time.perf_counter() - t0
-    result["rss_warm_kib"] = _peak_rss_kib()
+    result["rss_warm_kib"] = peak_rss_kib()
     # A few more calls of the loss alone: the peak must not grow past the warm-up's.
     for _ in range(MEMORY_CALLS):
         _call(step, labels, embeddings)
-    result["rss_peak_kib"] = _peak_rss_kib()
+    result["rss_peak_kib"] = peak_rss_kib()
     result["loadavg_start"] = os.getloadavg()[0]
 
     if loss == "floor":
@@ -384,7 +375,7 @@ def _measure(loss, batch, dim, xla, repeats, classes=DEFAULT_CLASSES):
     result["median_s"] = statistics.median(times)
     result["floor_times_s"] = floor_times
     result["floor_median_s"] = statistics.median(floor_times)
-    result["rss_end_kib"] = _peak_rss_kib()
+    result["rss_end_kib"] = peak_rss_kib()
     result["loadavg_end"] = os.getloadavg()[0]
     return result
 
@@ -417,10 +408,6 @@ def _timed_rounds(steps, labels, embeddings, repeats):
 # -- driver -------------------------------------------------------------------------------------
 
 
-def _log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
 def _spawn(loss, batch, dim, xla, repeats, classes=DEFAULT_CLASSES):
     args = ["--loss", loss, "--batch", batch, "--dim", dim, "--xla", int(xla),
             "--classes", classes]
@@ -429,22 +416,18 @@ def _spawn(loss, batch, dim, xla, repeats, classes=DEFAULT_CLASSES):
     return run_worker(__file__, args, RESULT_PREFIX, WORKER_TIMEOUT_S)
 
 
-def _mib(kib):
-    return kib / 1024.0
-
-
 def _row(config, result):
     loss, batch, xla = config
     xla_s = "yes" if xla else "no"
     if "error" in result:
         error = result["error"].replace("|", "/")
-        peak = f"{_mib(result['rss_peak_kib']):.0f}" if "rss_peak_kib" in result else ""
+        peak = f"{mib(result['rss_peak_kib']):.0f}" if "rss_peak_kib" in result else ""
         return f"| {loss} | {batch} | {xla_s} | FAILED: {error} | | | {peak} | | |"
     med = result["median_s"] * 1e3
     floor = result["floor_median_s"] * 1e3
-    peak = _mib(result["rss_peak_kib"])
-    increase = _mib(result["rss_peak_kib"] - result["rss_base_kib"])
-    growth = _mib(result["rss_peak_kib"] - result["rss_warm_kib"])
+    peak = mib(result["rss_peak_kib"])
+    increase = mib(result["rss_peak_kib"] - result["rss_base_kib"])
+    growth = mib(result["rss_peak_kib"] - result["rss_warm_kib"])
     n = len(result["times_s"])
     return (
         f"| {loss} | {batch} | {xla_s} | {med:.2f} (n={n}) | {med / floor:.2f} | {floor:.2f} "
@@ -513,11 +496,11 @@ def _semihard_proof(results):
             return "not run"
         if "error" in r:
             return f"FAILED ({r['error']})"
-        text = (f"peak RSS {_mib(r['rss_peak_kib']):.0f} MiB, increase "
-                f"{_mib(r['rss_peak_kib'] - r['rss_base_kib']):.0f} MiB")
+        text = (f"peak RSS {mib(r['rss_peak_kib']):.0f} MiB, increase "
+                f"{mib(r['rss_peak_kib'] - r['rss_base_kib']):.0f} MiB")
         floor = by_config.get(("floor", batch, xla))
         if floor is not None and "error" not in floor:
-            text += f" (floor: {_mib(floor['rss_peak_kib'] - floor['rss_base_kib']):.0f} MiB)"
+            text += f" (floor: {mib(floor['rss_peak_kib'] - floor['rss_base_kib']):.0f} MiB)"
         return text
 
     batches = sorted({c[1] for c, _ in semihard})
@@ -553,7 +536,7 @@ def _precision_check(losses, dim):
     rows = []
     for name in [n for n in losses if n in fns]:
         for batch in PRECISION_SIZES:
-            labels, embeddings = _make_inputs(batch, dim)
+            labels, embeddings = make_inputs(batch, dim, SEED, SAMPLES_PER_CLASS)
             # Unit-norm embeddings as an embedding model outputs them (float16 range).
             embeddings = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
 
@@ -630,21 +613,21 @@ def run_driver(args):
         for xla in (False, True)
         for loss in args.losses
     ]
-    _log(f"loss_speed: {len(configs)} configurations, one worker process each")
+    log(f"loss_speed: {len(configs)} configurations, one worker process each")
     results = []
     for i, (loss, batch, xla) in enumerate(configs, 1):
-        _log(f"[{i}/{len(configs)}] {loss} B={batch} D={args.dim} XLA={'on' if xla else 'off'} ...")
+        log(f"[{i}/{len(configs)}] {loss} B={batch} D={args.dim} XLA={'on' if xla else 'off'} ...")
         t = time.perf_counter()
         result = _spawn(loss, batch, args.dim, xla, args.repeats, args.classes)
         if "error" in result:
-            _log(f"    FAILED: {result['error']}")
+            log(f"    FAILED: {result['error']}")
         else:
-            _log(
+            log(
                 f"    median {result['median_s'] * 1e3:.2f} ms (n={len(result['times_s'])}), "
                 f"floor {result['floor_median_s'] * 1e3:.2f} ms, "
                 f"ratio {result['median_s'] / result['floor_median_s']:.2f}, "
                 f"warm-up {result['warmup_s']:.1f} s, "
-                f"peak RSS {_mib(result['rss_peak_kib']):.0f} MiB; "
+                f"peak RSS {mib(result['rss_peak_kib']):.0f} MiB; "
                 f"worker {time.perf_counter() - t:.1f} s"
             )
         results.append(((loss, batch, xla), result))
@@ -658,16 +641,11 @@ def run_driver(args):
         report += "\n" + precision
     print(report, end="")
     if args.output:
-        out_dir = os.path.dirname(os.path.abspath(args.output))
-        os.makedirs(out_dir, exist_ok=True)
-        tmp = args.output + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(report)
-        os.replace(tmp, args.output)
-        _log(f"wrote {args.output}")
+        write_report(report, args.output)
+        log(f"wrote {args.output}")
     failed = sum("error" in r for _, r in results)
     if failed:
-        _log(f"loss_speed: {failed} configuration(s) FAILED; see the table")
+        log(f"loss_speed: {failed} configuration(s) FAILED; see the table")
     return 0
 
 
@@ -705,7 +683,7 @@ def main(argv=None):
             message = str(e).strip().splitlines()[0] if str(e).strip() else ""
             result = {
                 "error": f"{type(e).__name__}: {message}"[:200],
-                "rss_peak_kib": _peak_rss_kib(),
+                "rss_peak_kib": peak_rss_kib(),
             }
         print(RESULT_PREFIX + json.dumps(result), flush=True)
         return 0

@@ -27,6 +27,7 @@ import time
 
 import keras
 import numpy as np
+from workers import write_report  # benchmarks/workers.py
 
 import tfdml
 
@@ -111,8 +112,7 @@ def main():
     text = "\n".join(lines) + "\n"
     print(text)
     if args.output:
-        with open(args.output, "w") as f:
-            f.write(text)
+        write_report(text, args.output)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,8 @@ import subprocess
 import sys
 import time
 
+from workers import cpu_name  # benchmarks/workers.py
+
 METHODS = ("tfdml", "numpy", "sklearn", "faiss")
 KS = (1, 10, 100, 1000)
 
@@ -190,17 +192,6 @@ def _versions():
     return ", ".join(parts)
 
 
-def _cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num", type=int, default=60000)
@@ -229,7 +220,7 @@ def main(argv=None):
             "",
             f"- command: `python benchmarks/retrieval_speed.py {shlex.join(cli)}`",
             f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-            f"- machine: {os.cpu_count()} CPUs, {_cpu_name()}; {_versions()}",
+            f"- machine: {os.cpu_count()} CPUs, {cpu_name()}; {_versions()}",
             f"- data: N = {args.num} L2-normalized float32 embeddings, D = {args.dim}; every "
             "embedding a query against all of them (itself included), dot product",
             f"- total run time: {time.time() - started:.0f} s; 1-minute load average "
@@ -278,7 +269,7 @@ def main(argv=None):
     lines = [
         f"- command: `{shlex.join(['python', 'benchmarks/retrieval_speed.py', *cli])}`",
         f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}",
-        f"- machine: {cpus} CPUs ({usable} usable), {_cpu_name()}; {_versions()}; "
+        f"- machine: {cpus} CPUs ({usable} usable), {cpu_name()}; {_versions()}; "
         f"{platform.platform()}",
         f"- data: N = {args.num} float32 embeddings, D = {args.dim}, {args.classes} classes "
         f"(N / classes each, shuffled), class centre + {args.sigma} x standard normal noise, "

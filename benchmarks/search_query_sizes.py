@@ -39,6 +39,8 @@ import sys
 import tempfile
 import time
 
+from workers import cpu_name, write_report  # benchmarks/workers.py
+
 VARIANTS = ("head", "off", "on")
 SCENARIOS = ("varying", "same")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -108,17 +110,6 @@ def _versions():
     return ", ".join(parts)
 
 
-def _cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num", type=int, default=20000, help="gallery size")
@@ -174,7 +165,7 @@ def main(argv=None):
         "",
         f"- command: `{shlex.join(['KERAS_BACKEND=' + backend, 'python', 'benchmarks/search_query_sizes.py', *cli])}`",
         f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}",
-        f"- machine: {cpus} CPUs ({usable} usable), {_cpu_name()}; {_versions()}; "
+        f"- machine: {cpus} CPUs ({usable} usable), {cpu_name()}; {_versions()}; "
         f"{platform.platform()}",
         f"- gallery: {args.num} x {args.dim} standard-normal float32, metric {args.metric!r}, "
         f"top-{args.k}, default chunk sizes; seed {args.seed}",
@@ -217,8 +208,7 @@ def main(argv=None):
     text = "\n".join(lines) + "\n"
     print(text)
     if args.output:
-        with open(args.output, "w") as f:
-            f.write(text)
+        write_report(text, args.output)
     return None
 
 

@@ -40,12 +40,19 @@ import argparse
 import datetime
 import json
 import os
-import resource
 import shlex
 import sys
 import time
 
-from workers import machine_info, run_worker  # benchmarks/workers.py
+from workers import (  # benchmarks/workers.py
+    log,
+    machine_info,
+    make_inputs,
+    mib,
+    peak_rss_kib,
+    run_worker,
+    write_report,
+)
 
 LOSSES = ("semihard", "floor")
 LOSS_LABELS = {
@@ -67,22 +74,6 @@ RESULT_PREFIX = "TFA_MEMORY_RESULT "
 # -- worker -------------------------------------------------------------------------------------
 
 
-def _peak_rss_kib() -> int:
-    """Peak resident set size of this process so far (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-
-
-def _make_inputs(batch, dim):
-    import numpy as np
-
-    rng = np.random.default_rng(SEED)
-    classes = -(-batch // SAMPLES_PER_CLASS)
-    labels = np.repeat(np.arange(classes, dtype=np.int32), SAMPLES_PER_CLASS)[:batch]
-    rng.shuffle(labels)
-    embeddings = rng.standard_normal((batch, dim)).astype(np.float32)
-    return labels, embeddings
-
-
 def _loss_fn(name):
     import tensorflow as tf
 
@@ -102,7 +93,7 @@ def _measure(loss, mode, batch, dim):
     import keras
     import tensorflow as tf
 
-    labels_np, embeddings_np = _make_inputs(batch, dim)
+    labels_np, embeddings_np = make_inputs(batch, dim, SEED, SAMPLES_PER_CLASS)
     labels = tf.constant(labels_np)
     embeddings = tf.constant(embeddings_np)
     fn = _loss_fn(loss)
@@ -118,21 +109,17 @@ def _measure(loss, mode, batch, dim):
 
     result = {"loss": loss, "mode": mode, "batch": batch, "dim": dim,
               "versions": {"tensorflow": tf.__version__, "keras": keras.__version__}}
-    result["rss_base_kib"] = _peak_rss_kib()
+    result["rss_base_kib"] = peak_rss_kib()
     t0 = time.perf_counter()
     value, grad = step(labels, embeddings)
     result["value"] = float(value.numpy())
     result["grad_abs_sum"] = float(abs(grad.numpy()).sum())
     result["seconds"] = time.perf_counter() - t0
-    result["rss_peak_kib"] = _peak_rss_kib()
+    result["rss_peak_kib"] = peak_rss_kib()
     return result
 
 
 # -- driver -------------------------------------------------------------------------------------
-
-
-def _log(msg):
-    print(msg, file=sys.stderr, flush=True)
 
 
 def _spawn(loss, mode, batch, dim):
@@ -140,17 +127,13 @@ def _spawn(loss, mode, batch, dim):
                       RESULT_PREFIX, WORKER_TIMEOUT_S)
 
 
-def _mib(kib):
-    return kib / 1024.0
-
-
 def _row(config, result):
     loss, mode, batch = config
     if "error" in result:
         error = result["error"].replace("|", "/")
         return f"| {loss} | {MODE_LABELS[mode]} | {batch} | FAILED: {error} | | |"
-    peak = _mib(result["rss_peak_kib"])
-    increase = _mib(result["rss_peak_kib"] - result["rss_base_kib"])
+    peak = mib(result["rss_peak_kib"])
+    increase = mib(result["rss_peak_kib"] - result["rss_base_kib"])
     return (f"| {loss} | {MODE_LABELS[mode]} | {batch} | {peak:.0f} | {increase:.0f} "
             f"| {result['seconds']:.1f} |")
 
@@ -185,7 +168,7 @@ def _report(args, results, machine, started, elapsed, load):
     ]
     for (loss, mode, batch), result in results:
         if loss == "semihard" and mode == "eager" and "error" not in result:
-            peak = _mib(result["rss_peak_kib"])
+            peak = mib(result["rss_peak_kib"])
             verdict = "under" if peak < LIMIT_MIB else "NOT under"
             lines += ["", f"Eager semi-hard peak at B = {batch}, D = {args.dim}: {peak:.0f} MiB, "
                           f"{verdict} the {LIMIT_MIB} MiB (6 GiB) bound."]
@@ -202,31 +185,27 @@ def run_driver(args):
     t0 = time.perf_counter()
     configs = [(loss, mode, batch) for batch in args.sizes for loss in args.losses
                for mode in args.modes]
-    _log(f"tfa_memory: {len(configs)} configurations, one worker process each")
+    log(f"tfa_memory: {len(configs)} configurations, one worker process each")
     results = []
     for i, (loss, mode, batch) in enumerate(configs, 1):
-        _log(f"[{i}/{len(configs)}] {loss} {mode} B={batch} D={args.dim} ...")
+        log(f"[{i}/{len(configs)}] {loss} {mode} B={batch} D={args.dim} ...")
         t = time.perf_counter()
         result = _spawn(loss, mode, batch, args.dim)
         if "error" in result:
-            _log(f"    FAILED: {result['error']}")
+            log(f"    FAILED: {result['error']}")
         else:
-            _log(f"    peak RSS {_mib(result['rss_peak_kib']):.0f} MiB (increase "
-                 f"{_mib(result['rss_peak_kib'] - result['rss_base_kib']):.0f} MiB), "
-                 f"pass {result['seconds']:.1f} s, value {result['value']:.6g}; "
-                 f"worker {time.perf_counter() - t:.1f} s")
+            log(f"    peak RSS {mib(result['rss_peak_kib']):.0f} MiB (increase "
+                f"{mib(result['rss_peak_kib'] - result['rss_base_kib']):.0f} MiB), "
+                f"pass {result['seconds']:.1f} s, value {result['value']:.6g}; "
+                f"worker {time.perf_counter() - t:.1f} s")
         results.append(((loss, mode, batch), result))
     elapsed = time.perf_counter() - t0
     report = _report(args, results, machine_info(results, memory=True), started, elapsed,
                      (load_start, os.getloadavg()[0]))
     print(report, end="")
     if args.output:
-        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-        tmp = args.output + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(report)
-        os.replace(tmp, args.output)
-        _log(f"wrote {args.output}")
+        write_report(report, args.output)
+        log(f"wrote {args.output}")
     return 0
 
 
@@ -254,7 +233,7 @@ def main(argv=None):
         except Exception as e:  # reported as a failed row (e.g. an out-of-memory error)
             message = str(e).strip().splitlines()[0] if str(e).strip() else ""
             result = {"error": f"{type(e).__name__}: {message}"[:200],
-                      "rss_peak_kib": _peak_rss_kib()}
+                      "rss_peak_kib": peak_rss_kib()}
         print(RESULT_PREFIX + json.dumps(result), flush=True)
         return 0
     return run_driver(args)

@@ -4,6 +4,10 @@ A script runs every configuration in a fresh process (itself, started again with
 ``--worker`` and the configuration's arguments), so that peak memory (``ru_maxrss``) and
 compiled programs belong to that configuration alone. The worker prints one line, a prefix
 and a JSON object; :func:`run_worker` returns that object, or ``{"error": ...}``.
+
+A worker builds its batch with :func:`make_inputs` and reads its memory with
+:func:`peak_rss_kib`; the driver logs with :func:`log` and writes its report with
+:func:`write_report`.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 
@@ -31,6 +36,18 @@ def run_worker(script, args, prefix, timeout_s):
     return {"error": f"worker exited with {proc.returncode}: " + " | ".join(tail)}
 
 
+def cpu_name():
+    """The CPU's model name (``/proc/cpuinfo``; else what ``platform.processor`` says)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
 def machine_info(results, memory=False):
     """The report's machine line: CPUs, model, (RAM), TensorFlow, Keras, Python, platform.
 
@@ -43,15 +60,6 @@ def machine_info(results, memory=False):
         import tensorflow as tf
 
         versions = {"tensorflow": tf.__version__, "keras": keras.__version__}
-    cpu_model = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu_model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
     try:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:
@@ -64,7 +72,44 @@ def machine_info(results, memory=False):
         except (OSError, ValueError, IndexError):
             pass
     return (
-        f"{os.cpu_count()} CPUs ({usable} usable){ram}, {cpu_model}; "
+        f"{os.cpu_count()} CPUs ({usable} usable){ram}, {cpu_name()}; "
         f"TensorFlow {versions['tensorflow']}, Keras {versions['keras']}, "
         f"Python {platform.python_version()}; {platform.platform()}"
     )
+
+
+def log(msg):
+    """Prints ``msg`` to stderr at once (the report goes to stdout)."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+def mib(kib):
+    return kib / 1024.0
+
+
+def peak_rss_kib() -> int:
+    """Peak resident set size of this process so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def make_inputs(batch, dim, seed, samples_per_class):
+    """``(labels [batch] int32, embeddings [batch, dim] float32)``: ``samples_per_class``
+    samples of each of ``ceil(batch / samples_per_class)`` classes, shuffled, and
+    standard-normal embeddings, drawn from ``seed``."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    classes = -(-batch // samples_per_class)
+    labels = np.repeat(np.arange(classes, dtype=np.int32), samples_per_class)[:batch]
+    rng.shuffle(labels)
+    embeddings = rng.standard_normal((batch, dim)).astype(np.float32)
+    return labels, embeddings
+
+
+def write_report(report, path):
+    """Writes ``report`` to ``path`` (its folder created), whole or not at all."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(report)
+    os.replace(tmp, path)

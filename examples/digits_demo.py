@@ -59,6 +59,18 @@ def build_model(kind, embedding_dim):
     ], name="digits_embedding")
 
 
+def add_training_options(parser):
+    """The options of the digits examples' training: epochs, P x K batches, embedding size,
+    learning rate and seed (checked by :func:`check_sizes`)."""
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--steps-per-epoch", type=int, default=40)
+    parser.add_argument("--classes-per-batch", type=int, default=6)
+    parser.add_argument("--samples-per-class", type=int, default=8)
+    parser.add_argument("--embedding-dim", type=int, default=16)
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--seed", type=int, default=0)
+
+
 def check_sizes(parser, args):
     """Sizes and the learning rate must be positive (an argparse error otherwise)."""
     for name in ("epochs", "steps_per_epoch", "classes_per_batch", "samples_per_class",
@@ -77,15 +89,9 @@ def report(title, recalls):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=("linear", "cnn"), default="linear")
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--steps-per-epoch", type=int, default=40)
+    add_training_options(parser)
     parser.add_argument("--order", type=int, default=2, choices=(1, 2))
     parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--classes-per-batch", type=int, default=6)
-    parser.add_argument("--samples-per-class", type=int, default=8)
-    parser.add_argument("--embedding-dim", type=int, default=16)
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     check_sizes(parser, args)
 

@@ -46,7 +46,12 @@ import numpy as np
 import tfdml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from digits_demo import JIT_COMPILE, build_model, check_sizes  # noqa: E402  (the demo's)
+from digits_demo import (  # noqa: E402  (the demo's)
+    JIT_COMPILE,
+    add_training_options,
+    build_model,
+    check_sizes,
+)
 
 KS = (1, 2, 4, 8)
 LOSSES = ("nca2-ephn", "multi-similarity", "proxy-anchor", "arcface", "supcon")
@@ -101,13 +106,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--losses", nargs="+", choices=LOSSES, default=list(LOSSES))
     parser.add_argument("--model", choices=("linear", "cnn"), default="linear")
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--steps-per-epoch", type=int, default=40)
-    parser.add_argument("--classes-per-batch", type=int, default=6)
-    parser.add_argument("--samples-per-class", type=int, default=8)
-    parser.add_argument("--embedding-dim", type=int, default=16)
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument("--seed", type=int, default=0)
+    add_training_options(parser)
     args = parser.parse_args(argv)
     check_sizes(parser, args)
 

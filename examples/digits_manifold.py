@@ -43,7 +43,12 @@ import numpy as np
 import tfdml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from digits_demo import JIT_COMPILE, build_model, check_sizes  # noqa: E402  (the demo's)
+from digits_demo import (  # noqa: E402  (the demo's)
+    JIT_COMPILE,
+    add_training_options,
+    build_model,
+    check_sizes,
+)
 
 STARTS = ("random", "class-means")
 
@@ -95,13 +100,7 @@ def main(argv=None):
     parser.add_argument("--lambda-c", type=float, default=1.0)
     parser.add_argument("--alpha", type=float, default=0.8)
     parser.add_argument("--margin", type=float, default=5e-4)
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--steps-per-epoch", type=int, default=40)
-    parser.add_argument("--classes-per-batch", type=int, default=6)
-    parser.add_argument("--samples-per-class", type=int, default=8)
-    parser.add_argument("--embedding-dim", type=int, default=16)
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument("--seed", type=int, default=0)
+    add_training_options(parser)
     parser.add_argument("--jit-compile", action=argparse.BooleanOptionalAction,
                         default=JIT_COMPILE, help="compile the training step (XLA / jax.jit)")
     parser.add_argument("--eval-batches", type=int, default=40,

@@ -13,16 +13,22 @@ import pytest
 
 pytestmark = pytest.mark.slow  # subprocesses or several processes
 
-SCRIPT = pathlib.Path(__file__).resolve().parent / "distribute_check.py"
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def _script_result(script, *args):
+    """The JSON of the last line that the check script ``tests/<script>`` prints, run with
+    ``args`` on the CPU (its error output shown if it fails)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run([sys.executable, str(HERE / script), *args], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _run(replicas, losses, modes=("cross", "local"), extra=()):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    done = subprocess.run([sys.executable, str(SCRIPT), "--replicas", str(replicas),
-                           "--losses", *losses, "--modes", *modes, *extra],
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = _script_result("distribute_check.py", "--replicas", str(replicas),
+                            "--losses", *losses, "--modes", *modes, *extra)
     assert result["replicas"] == replicas
     return result
 
@@ -77,12 +83,7 @@ def test_cross_replica_setting_round_trips_and_is_checked():
 def test_cross_batch_memory_holds_the_global_batches_under_mirrored_strategy():
     """Four steps of a MetricModel with a CrossBatchMemory on 2 replicas: the bank holds
     the last two *global* batches, as on one device, and the weights agree."""
-    script = pathlib.Path(__file__).resolve().parent / "xbm_distribute_check.py"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    done = subprocess.run([sys.executable, str(script), "--replicas", "2"], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = _script_result("xbm_distribute_check.py", "--replicas", "2")
     one, mirrored = result["one"], result["mirrored"]
     assert one["labels"] == mirrored["labels"] == result["last_labels"]
     assert one["counters"] == mirrored["counters"] == [0, 16, 4]
@@ -95,12 +96,7 @@ def test_simclr_gathers_the_views_of_every_replica():
     the global batch (TensorFlow Similarity's SimCLR loss gathers across replicas only in
     part, its issue #258); the per-replica loss differs, so the check can fail. Two BYOL
     steps (the momentum update) equal one device's; MoCo raises."""
-    script = pathlib.Path(__file__).resolve().parent / "simclr_distribute_check.py"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    done = subprocess.run([sys.executable, str(script), "--replicas", "2"], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = _script_result("simclr_distribute_check.py", "--replicas", "2")
     assert result["replicas"] == 2
     np.testing.assert_allclose(result["mirrored_loss"], result["one_loss"], rtol=1e-5)
     assert abs(result["per_replica_loss"] - result["one_loss"]) > 0.1

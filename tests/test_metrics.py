@@ -7,6 +7,7 @@ import pytest
 import references as ref
 from backends import BACKEND, to_numpy
 from keras import ops
+from metric_cases import assert_metric_close, tied_embeddings
 
 from tfdml.metrics import recall_at_k
 
@@ -118,21 +119,6 @@ CHUNKINGS = [(1024, 16384), (4, 3), (1, 7)] if BACKEND == "tensorflow" else [(1,
 RETRIEVAL = ("recall", "map_at_r", "r_precision")
 
 
-def _tied(seed, n, num_classes, pool=7, dim=6):
-    """Rows drawn from a small pool of vectors with four +-1 entries (norm 2): many exact ties.
-
-    Normalized entries are +-0.5 and every dot product or squared distance is exact in
-    float32, whatever the summation order, so ties are real ties for tfdml and the reference.
-    """
-    rng = np.random.default_rng(seed)
-    rows = np.zeros((pool, dim), dtype=np.float32)
-    for i in range(pool):
-        cols = rng.choice(dim, size=4, replace=False)
-        rows[i, cols] = rng.choice([-1.0, 1.0], size=4)
-    x = rows[rng.integers(0, pool, size=n)]
-    return x, rng.integers(0, num_classes, size=n).astype(np.int32)
-
-
 def _with_singletons(seed, n, dim):
     """Random data where classes 100, 101 and 102 have a single sample each."""
     x, labels = _data(seed, n, dim, 5)
@@ -163,17 +149,6 @@ def _ref_metric(name, *args, **kwargs):
     return getattr(ref, name)(*args, **kwargs)
 
 
-def _assert_close(got, want):
-    if isinstance(want, dict):
-        assert set(got) == set(want)
-        for k in want:
-            _assert_close(got[k], want[k])
-    elif math.isnan(want):
-        assert math.isnan(got)
-    else:
-        assert isinstance(got, float) and got == pytest.approx(want, abs=1e-12)
-
-
 @MB
 @pytest.mark.parametrize("name", RETRIEVAL)
 @pytest.mark.parametrize("metric", ["cosine", "l2"])
@@ -188,7 +163,7 @@ def test_retrieval_metrics_match_reference_on_random_data(name, metric, split):
         args = (x, labels)
     want = _ref_metric(name, *args, **kwargs)
     got = _tf_metric(name, *args, chunk_size=4, gallery_chunk_size=5, **kwargs)
-    _assert_close(got, want)
+    assert_metric_close(got, want)
     values = list(want.values()) if isinstance(want, dict) else [want]
     assert 0.0 < min(values) < 1.0  # meaningful data
 
@@ -197,14 +172,14 @@ def test_retrieval_metrics_match_reference_on_random_data(name, metric, split):
 @pytest.mark.parametrize("metric", ["cosine", "l2"])
 @pytest.mark.parametrize("seed", [pytest.param(0, marks=MB), 1])
 def test_retrieval_metrics_break_ties_by_gallery_index(name, metric, seed):
-    x, labels = _tied(seed, 30, 4)
+    x, labels = tied_embeddings(seed, 30, 4)
     assert len(np.unique(x, axis=0)) < 10  # many duplicates, hence many exact ties
     for args in [(x, labels), (x[:9], labels[:9], x[9:], labels[9:])]:
         want = _ref_metric(name, *args, ks=(1, 2, 5), metric=metric)
         for chunks in CHUNKINGS:
             got = _tf_metric(name, *args, ks=(1, 2, 5), metric=metric, chunk_size=chunks[0],
                              gallery_chunk_size=chunks[1])
-            _assert_close(got, want)
+            assert_metric_close(got, want)
 
 
 @MB
@@ -237,7 +212,7 @@ def test_singleton_classes(name, unmatched):
     x, labels = _with_singletons(21, 25, 4)
     got = _tf_metric(name, x, labels, ks=(1, 4), unmatched=unmatched, chunk_size=6)
     want = _ref_metric(name, x, labels, ks=(1, 4), unmatched=unmatched)
-    _assert_close(got, want)
+    assert_metric_close(got, want)
     # Three of the 25 queries have no match: "miss" averages them in as zeros.
     other = _tf_metric(name, x, labels, ks=(1, 4),
                        unmatched="miss" if unmatched == "exclude" else "exclude")
@@ -258,7 +233,7 @@ def test_queries_whose_class_is_not_in_the_gallery(name):
     for unmatched in ("exclude", "miss"):
         got = _tf_metric(name, q, q_labels, g, g_labels, ks=(1, 2), unmatched=unmatched)
         want = _ref_metric(name, q, q_labels, g, g_labels, ks=(1, 2), unmatched=unmatched)
-        _assert_close(got, want)
+        assert_metric_close(got, want)
 
 
 @MB
@@ -337,7 +312,7 @@ def test_score_blocks_are_bounded_by_the_chunk_sizes(monkeypatch):
 
 @pytest.mark.parametrize("metric", [pytest.param("cosine", marks=MB), "l2"])
 def test_cmc(metric):
-    x, labels = _tied(61, 36, 6)
+    x, labels = tied_embeddings(61, 36, 6)
     q, ql, g, gl = x[:14], labels[:14], x[14:], labels[14:]
     got = metrics.cmc(q, ql, g, gl, top_k=6, metric=metric, chunk_size=5, gallery_chunk_size=3)
     want = ref.cmc(q, ql, g, gl, 6, metric)
@@ -355,7 +330,7 @@ def test_vehicleid_match_rate(seed):
     labels[0] = 50  # an identity with a single image: only ever a gallery distractor
     got = metrics.vehicleid_match_rate(x, labels, ks=(1, 5), num_draws=4, seed=seed)
     want = ref.vehicleid_match_rate(x, labels, (1, 5), 4, seed)
-    _assert_close(got, want)
+    assert_metric_close(got, want)
     # A different seed draws different galleries.
     other = metrics.vehicleid_match_rate(x, labels, ks=(1, 5), num_draws=4, seed=seed + 1)
     assert other != got

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import references as ref
 from backends import BACKEND
+from metric_cases import assert_metric_close, tied_embeddings
 
 from tfdml import metrics, search
 from tfdml.metrics import verification
@@ -25,19 +26,6 @@ AT_K = {"recall": metrics.recall_at_k, "precision": metrics.precision_at_k,
         "map_at_k": metrics.map_at_k}
 # JAX compiles every eager op once per shape: there, one chunking (a gallery chunk below k).
 CHUNKINGS = [(1024, 65536), (1, 7), (4, 3), (7, 16)] if BACKEND == "tensorflow" else [(4, 3)]
-
-
-def _tied(seed, n, num_classes, pool=7, dim=6):
-    """Rows from a small pool of vectors with four +-1 entries: normalized entries are +-0.5,
-    so every cosine and squared distance is exact in float32 (real ties, the same scores as
-    the float64 reference)."""
-    rng = np.random.default_rng(seed)
-    rows = np.zeros((pool, dim), dtype=np.float32)
-    for i in range(pool):
-        cols = rng.choice(dim, size=4, replace=False)
-        rows[i, cols] = rng.choice([-1.0, 1.0], size=4)
-    x = rows[rng.integers(0, pool, size=n)]
-    return x, rng.integers(0, num_classes, size=n).astype(np.int32)
 
 
 def _random(seed, n, dim, num_classes):
@@ -59,20 +47,9 @@ def _call(name, *args, **kwargs):
     return getattr(metrics, name)(*args, **kwargs)
 
 
-def _close(got, want):
-    if isinstance(want, dict):
-        assert set(got) == set(want)
-        for key in want:
-            _close(got[key], want[key])
-    elif math.isnan(want):
-        assert math.isnan(got)
-    else:
-        assert isinstance(got, float) and got == pytest.approx(want, abs=1e-12)
-
-
 def _cases(seed, n=26):
     """(data, groups) keyword arguments of a self-retrieval and a separate-gallery case."""
-    x, y = _tied(seed, n, 4, pool=15)
+    x, y = tied_embeddings(seed, n, 4, pool=15)
     groups = _groups(seed + 1, n, 9)
     self_case = ({"embeddings": x, "labels": y}, {"groups": groups})
     split = ({"embeddings": x[:9], "labels": y[:9], "gallery_embeddings": x[9:],
@@ -91,9 +68,9 @@ def test_ranked_metrics_with_groups_match_the_reference(name, metric):
         for chunks in CHUNKINGS:
             got = _call(name, **data, ks=(1, 2, 5), metric=metric, chunk_size=chunks[0],
                         gallery_chunk_size=chunks[1], **groups)
-            _close(got, want)
+            assert_metric_close(got, want)
         # Without groups: the plain reference (self-exclusion only).
-        _close(_call(name, **data, ks=(1, 2, 5), metric=metric),
+        assert_metric_close(_call(name, **data, ks=(1, 2, 5), metric=metric),
                ref.grouped_metric(name, **data, ks=(1, 2, 5), metric=metric))
 
 
@@ -110,13 +87,13 @@ def test_new_metrics_on_random_data(name, split):
         want = ref.grouped_metric(name, **data, ks=(1, 3, 7), unmatched=unmatched)
         got = _call(name, **data, ks=(1, 3, 7), unmatched=unmatched, chunk_size=4,
                     gallery_chunk_size=5)
-        _close(got, want)
+        assert_metric_close(got, want)
         assert 0.0 < min(want.values()) < 1.0  # meaningful data
 
 
 @MB
 def test_cmc_with_groups():
-    x, y = _tied(8, 30, 5)
+    x, y = tied_embeddings(8, 30, 5)
     groups = _groups(9, 30, 6)
     q, g, qg, gg = x[:10], x[10:], groups[:10], groups[10:]
     got = metrics.cmc(q, y[:10], g, y[10:], top_k=6, chunk_size=3, gallery_chunk_size=4,
@@ -129,7 +106,7 @@ def test_cmc_with_groups():
 
 @MB
 def test_one_group_per_item_is_self_exclusion():
-    x, y = _tied(11, 24, 4)
+    x, y = tied_embeddings(11, 24, 4)
     alone = np.arange(24)
     for name in RANKED:
         base = _call(name, x, y, ks=(1, 4))
@@ -156,7 +133,7 @@ def test_groups_leave_items_out_of_the_ranking():
 
 
 def test_a_group_that_holds_the_whole_gallery_for_one_query():
-    x, y = _tied(13, 12, 3)
+    x, y = tied_embeddings(13, 12, 3)
     q, g = x[:4], x[4:]
     qg = np.array([0, 1, 1, 2])
     gg = np.zeros(8, np.int64)  # query 0's group is the whole gallery: it sees nothing
@@ -164,12 +141,12 @@ def test_a_group_that_holds_the_whole_gallery_for_one_query():
         for unmatched in ("exclude", "miss"):
             got = _call(name, q, y[:4], g, y[4:], unmatched=unmatched, groups=qg,
                         gallery_groups=gg, chunk_size=2, gallery_chunk_size=3)
-            _close(got, ref.grouped_metric(name, q, y[:4], (), g, y[4:], unmatched=unmatched,
+            assert_metric_close(got, ref.grouped_metric(name, q, y[:4], (), g, y[4:], unmatched=unmatched,
                                            groups=qg, gallery_groups=gg))
     with pytest.raises(ValueError, match="offers only 0 to some query: 8 of its 8 items"):
         metrics.recall_at_k(q, y[:4], (1,), g, y[4:], groups=qg, gallery_groups=gg)
     got = metrics.fnmr_at_fmr(q, y[:4], (0.2, 0.5), g, y[4:], groups=qg, gallery_groups=gg)
-    _close(got, ref.fnmr_at_fmr(q, y[:4], (0.2, 0.5), g, y[4:], groups=qg, gallery_groups=gg))
+    assert_metric_close(got, ref.fnmr_at_fmr(q, y[:4], (0.2, 0.5), g, y[4:], groups=qg, gallery_groups=gg))
 
 
 # -- open-metric-learning's definitions ----------------------------------------------------------
@@ -196,7 +173,7 @@ def test_map_at_k_is_open_metric_learnings_map():
 
 
 def test_precision_at_k_differs_from_oml_only_where_r_is_below_k():
-    x, y = _tied(17, 30, 6)
+    x, y = tied_embeddings(17, 30, 6)
     ks = (1, 3, 8)
     rankings = ref.visible_rankings(x)
     rels = [[y[g] == y[i] for g in ranking] for i, ranking in enumerate(rankings)]
@@ -204,7 +181,7 @@ def test_precision_at_k_differs_from_oml_only_where_r_is_below_k():
     oml = {k: np.mean([sum(rel[:k]) / min(k, sum(rel)) for rel in kept]) for k in ks}
     plain = {k: np.mean([sum(rel[:k]) / k for rel in kept]) for k in ks}
     got = metrics.precision_at_k(x, y, ks)
-    _close(got, {k: float(v) for k, v in plain.items()})
+    assert_metric_close(got, {k: float(v) for k, v in plain.items()})
     assert got[1] == pytest.approx(oml[1], abs=1e-12)  # K = 1 <= every R: the same
     assert got[8] < oml[8] - 0.05  # queries with R < 8 score at most R/8 here, up to 1 in OML
 
@@ -256,7 +233,7 @@ def test_fnmr_at_fmr_matches_the_reference(metric):
                 assert got == want
             assert len(set(want.values())) >= 3  # meaningful data
     # One query and one gallery item per block.
-    x, y = _tied(22, 12, 3)
+    x, y = tied_embeddings(22, 12, 3)
     assert metrics.fnmr_at_fmr(x, y, FMRS, chunk_size=1, gallery_chunk_size=1) == \
         ref.fnmr_at_fmr(x, y, FMRS)
 
@@ -278,7 +255,7 @@ def test_fnmr_at_fmr_on_random_data_and_integer_l2():
 def test_fnmr_at_fmr_thresholds_on_huge_and_negative_scores():
     # l2 on entries near the float32 limit (scored scaled by a power of two) and cosine
     # scores of both signs: the keys order every float32 value.
-    x, y = _tied(25, 20, 3)
+    x, y = tied_embeddings(25, 20, 3)
     huge = x * np.float32(2.0**63)  # squared distances beyond float32: searched scaled
     assert verification.score_scale(2.0**63, 6, "l2") < 1.0
     assert metrics.fnmr_at_fmr(huge, y, FMRS, metric="l2") == ref.fnmr_at_fmr(x, y, FMRS,
@@ -289,7 +266,7 @@ def test_fnmr_at_fmr_thresholds_on_huge_and_negative_scores():
 
 
 def test_fnmr_at_fmr_degenerate_cases():
-    x, y = _tied(27, 16, 3)
+    x, y = tied_embeddings(27, 16, 3)
     with pytest.raises(ValueError, match="and 0 impostor pairs"):
         metrics.fnmr_at_fmr(x, np.zeros(16, np.int32))  # one class
     with pytest.raises(ValueError, match="Received: 0 genuine and"):
@@ -342,7 +319,7 @@ def test_score_blocks_are_bounded_by_the_chunk_sizes(monkeypatch):
         return out
 
     monkeypatch.setattr(search.exact, "block_scores", spy)
-    x, y = _tied(41, 50, 5)
+    x, y = tied_embeddings(41, 50, 5)
     groups = _groups(42, 50, 20)
     calls = [
         lambda **kw: metrics.precision_at_k(x, y, (1, 8), groups=groups, **kw),
@@ -406,7 +383,7 @@ def test_the_public_names():
     ],
 )
 def test_validation_errors(call, match):
-    x, y = _tied(51, 12, 3)
+    x, y = tied_embeddings(51, 12, 3)
     with pytest.raises(ValueError, match=match) as info:
         call(x, y, _groups(52, 12, 4))
     assert "Received:" in str(info.value)
@@ -415,7 +392,7 @@ def test_validation_errors(call, match):
 @MB
 @pytest.mark.parametrize("value", [np.nan, np.inf])
 def test_nonfinite_rows_are_refused(value):
-    x, y = _tied(61, 14, 3)
+    x, y = tied_embeddings(61, 14, 3)
     bad = x.copy()
     bad[3, 1] = value
     calls = {

@@ -235,22 +235,29 @@ def test_approximate_retrieve_pads_with_empty_slots():
 # -- metrics of the lists -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("metric", ["cosine", "l2"])
-def test_metrics_of_self_retrieval_equal_tfdml_metrics(metric):
-    x, labels = _data(60, 4, 7, metric)
-    index = Index(metric)
-    index.add(x, labels=labels)
-    found = index.retrieve(x, 10, query_labels=labels, exclude_self=True)
-    ks = (1, 3, 5, 10)
-    want = {"recall": tfdml.metrics.recall_at_k(x, labels, ks, metric=metric),
-            "precision": tfdml.metrics.precision_at_k(x, labels, ks, metric=metric),
-            "map": tfdml.metrics.map_at_k(x, labels, ks, metric=metric)}
+def _assert_metrics_agree(found, ks, queries, query_labels, **kwargs):
+    """The Recall, Precision and MAP at ``ks`` of the lists ``found`` equal tfdml.metrics' of
+    the same queries (``kwargs``: their gallery and metric) and those of :func:`_metrics`;
+    returns them (``{"recall": {k: value}, ...}``)."""
+    want = {"recall": tfdml.metrics.recall_at_k(queries, query_labels, ks, **kwargs),
+            "precision": tfdml.metrics.precision_at_k(queries, query_labels, ks, **kwargs),
+            "map": tfdml.metrics.map_at_k(queries, query_labels, ks, **kwargs)}
     loops = _metrics(found.correct.tolist(), found.num_relevant.tolist(), ks)
     got = {"recall": found.recall_at_k(ks), "precision": found.precision_at_k(ks),
            "map": found.map_at_k(ks)}
     for name in got:
         assert got[name] == pytest.approx(want[name], rel=1e-12, abs=1e-12), name
         assert got[name] == pytest.approx(loops[name], rel=1e-12, abs=1e-12), name
+    return got
+
+
+@pytest.mark.parametrize("metric", ["cosine", "l2"])
+def test_metrics_of_self_retrieval_equal_tfdml_metrics(metric):
+    x, labels = _data(60, 4, 7, metric)
+    index = Index(metric)
+    index.add(x, labels=labels)
+    found = index.retrieve(x, 10, query_labels=labels, exclude_self=True)
+    got = _assert_metrics_agree(found, (1, 3, 5, 10), x, labels, metric=metric)
     assert (found.num_relevant == 0).any()  # the single-item classes are left out
     assert found.recall_at_k(5) == {5: got["recall"][5]}
 
@@ -263,17 +270,8 @@ def test_metrics_with_a_separate_gallery_equal_tfdml_metrics(metric):
     index.add(gallery, labels=labels)
     found = index.retrieve(queries, 8, query_labels=query_labels)
     assert (found.num_relevant == 0).any()  # classes absent from the gallery
-    ks = (1, 2, 8)
-    kwargs = dict(gallery_embeddings=gallery, gallery_labels=labels, metric=metric)
-    want = {"recall": tfdml.metrics.recall_at_k(queries, query_labels, ks, **kwargs),
-            "precision": tfdml.metrics.precision_at_k(queries, query_labels, ks, **kwargs),
-            "map": tfdml.metrics.map_at_k(queries, query_labels, ks, **kwargs)}
-    loops = _metrics(found.correct.tolist(), found.num_relevant.tolist(), ks)
-    got = {"recall": found.recall_at_k(ks), "precision": found.precision_at_k(ks),
-           "map": found.map_at_k(ks)}
-    for name in got:
-        assert got[name] == pytest.approx(want[name], rel=1e-12, abs=1e-12), name
-        assert got[name] == pytest.approx(loops[name], rel=1e-12, abs=1e-12), name
+    _assert_metrics_agree(found, (1, 2, 8), queries, query_labels, gallery_embeddings=gallery,
+                          gallery_labels=labels, metric=metric)
 
 
 def test_metrics_bad_input():

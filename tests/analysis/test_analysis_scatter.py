@@ -23,10 +23,10 @@ from tfdml.analysis.scatter import (
     movement_statistics,
     plot_scatter_grid,
     plot_triplet_scatter,
-    record_scatter,
     rescore_triplets,
     save_figure,
     save_scatter,
+    scatter_values,
     triplet_movement,
     triplet_scatter,
 )
@@ -369,19 +369,17 @@ def test_digits_scatter_example_writes_its_figures(tmp_path, capsys):
 
 
 @MB
-def test_record_scatter_is_the_scatter_and_its_values():
+def test_scatter_values_are_the_correct_share_and_the_movement():
     x, y = _data(n=40)
-    points, values = record_scatter(x, y)
-    want = triplet_scatter(x, y)
-    for got, expected in zip(points, want, strict=True):
-        np.testing.assert_array_equal(got, expected)
-    assert values == {"correct": pytest.approx(float(want.correct.mean()))}
+    points = triplet_scatter(x, y)
+    values = scatter_values(points, x)
+    assert values == {"correct": pytest.approx(float(points.correct.mean()))}
     moved_x = x + 0.3 * np.random.default_rng(5).normal(size=x.shape)
-    _, values = record_scatter(moved_x, y, reference=points)
+    values = scatter_values(triplet_scatter(moved_x, y), moved_x, reference=points)
     stats = movement_statistics(points, rescore_triplets(moved_x, points))
     assert list(values) == ["correct"] + [f"move_{d}" for d in DIRECTIONS]
     assert [values[f"move_{d}"] for d in DIRECTIONS] == pytest.approx(list(stats[:5]))
-    _, values = record_scatter(x[:3], [0, 1, 2])  # no anchor has a positive
+    values = scatter_values(triplet_scatter(x[:3], [0, 1, 2]), x[:3])  # no positive
     assert np.isnan(values["correct"])
 
 

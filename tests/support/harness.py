@@ -442,18 +442,12 @@ def pk_arrays(
     return FitData(features, labels, batch)
 
 
-def pk_dataset(
-    num_classes: int = 4,
-    per_class: int = 3,
-    input_dim: int = 6,
-    num_batches: int = 2,
-    label_offset: int = 0,
-    seed: int = 0,
-) -> tf.data.Dataset:
-    """A repeating ``tf.data`` pipeline of the :func:`pk_arrays` batches (TensorFlow only)."""
+def pk_dataset(**kwargs) -> tf.data.Dataset:
+    """A repeating ``tf.data`` pipeline of the batches of :func:`pk_arrays` with ``kwargs``
+    (TensorFlow only)."""
     import tensorflow as tf
 
-    data = pk_arrays(num_classes, per_class, input_dim, num_batches, label_offset, seed)
+    data = pk_arrays(**kwargs)
     return tf.data.Dataset.from_tensor_slices((data.x, data.y)).batch(data.batch_size).repeat()
 
 

@@ -13,9 +13,9 @@ diagonal (``S_ap > S_an``) are correct triplets, drawn blue; the others red.
   (Section 6.1, Figure 3), and :func:`triplet_movement` does both around one
   optimizer step of a model.
 
-What :class:`tfdml.callbacks.TripletScatter` does at a recorded epoch is in three
-parts: :func:`record_scatter` computes the scatter and its values (nothing else),
-:func:`plot_scatter_grid` draws recorded scatters side by side, and
+What :class:`tfdml.callbacks.TripletScatter` does at a recorded epoch is in parts:
+:func:`triplet_scatter` mines the scatter, :func:`scatter_values` gives the values it
+logs (nothing else), :func:`plot_scatter_grid` draws recorded scatters side by side, and
 :class:`ScatterFiles` writes the files (:func:`save_scatter`, :func:`save_figure`),
 each whole or not at all.
 """
@@ -45,10 +45,10 @@ __all__ = [
     "movement_statistics",
     "plot_scatter_grid",
     "plot_triplet_scatter",
-    "record_scatter",
     "rescore_triplets",
     "save_figure",
     "save_scatter",
+    "scatter_values",
     "triplet_movement",
     "triplet_scatter",
 ]
@@ -556,18 +556,13 @@ def triplet_movement(
 # -- records during training: computing, plotting and writing (tfdml.callbacks.TripletScatter) --
 
 
-def record_scatter(
+def scatter_values(
+    points: TripletScatterResult,
     embeddings,
-    labels,
-    positive: str = "easy",
-    negative: str = "hard",
-    chunk_size: int = 1024,
-    seed: int | None = None,
     reference: TripletScatterResult | None = None,
-):
-    """The scatter of ``embeddings`` and the values it gives: ``(points, values)``.
+) -> dict:
+    """The values a record logs of ``points``, the :func:`triplet_scatter` of ``embeddings``.
 
-    ``points`` is :func:`triplet_scatter` of the embeddings; ``values`` holds
     ``"correct"``, the share of correct triplets (``nan`` when no anchor has a
     triplet), and, when ``reference`` (the triplets of an earlier record) is
     given, ``"move_<direction>"`` for each of :data:`DIRECTIONS`: the
@@ -578,10 +573,8 @@ def record_scatter(
     if reference is not None:
         stats = movement_statistics(reference, rescore_triplets(embeddings, reference))
         moves = {f"move_{direction}": getattr(stats, direction) for direction in DIRECTIONS}
-    points = triplet_scatter(embeddings, labels, positive, negative, chunk_size=chunk_size,
-                             seed=seed)
     correct = float(points.correct.mean()) if len(points.s_ap) else float("nan")
-    return points, {"correct": correct, **moves}
+    return {"correct": correct, **moves}
 
 
 def plot_scatter_grid(scatters, positive, negative, region="full", columns=5):

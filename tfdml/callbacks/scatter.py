@@ -207,6 +207,10 @@ class TripletScatter(EmbeddingCallback):
         """Path of the file of ``epoch`` (``None``: the grid)."""
         return self._writer.path(epoch, ext)
 
+    def _triplet_scatter(self, embeddings, labels):
+        return _scatter.triplet_scatter(embeddings, labels, self.positive, self.negative,
+                                        chunk_size=self.chunk_size, seed=self.seed)
+
     def _due(self, epoch):
         if isinstance(self.every, frozenset):
             return epoch in self.every
@@ -224,10 +228,9 @@ class TripletScatter(EmbeddingCallback):
             if self.verbose:
                 print(f"Triplet scatter, epoch {epoch}: not recorded (non-finite embeddings)")
             return {name: float("nan") for name in self.names()}
-        reference = self._reference if self.movement else None
-        points, values = _scatter.record_scatter(
-            embeddings, labels, self.positive, self.negative, chunk_size=self.chunk_size,
-            seed=self.seed, reference=reference)
+        points = self._triplet_scatter(embeddings, labels)
+        values = _scatter.scatter_values(points, embeddings,
+                                         self._reference if self.movement else None)
         values = {f"{self.prefix}{key}": value for key, value in values.items()}
         self._reference = points
         if "grid" not in self.files:
@@ -251,9 +254,7 @@ class TripletScatter(EmbeddingCallback):
             if self._nonfinite(embeddings, 0, "the triplets for the movement are mined at "
                                "the first recorded epoch instead"):
                 return
-            self._reference = _scatter.triplet_scatter(
-                embeddings, labels, self.positive, self.negative, chunk_size=self.chunk_size,
-                seed=self.seed)
+            self._reference = self._triplet_scatter(embeddings, labels)
 
     def on_epoch_end(self, epoch, logs=None):
         epoch = epoch + 1

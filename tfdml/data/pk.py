@@ -19,7 +19,7 @@ from tfdml.data._categories import (
     class_categories,
 )
 
-__all__ = ["PKSampler", "check_channels"]
+__all__ = ["PKSampler", "check_initial_epoch"]
 
 logger = logging.getLogger("tfdml.data")
 
@@ -73,10 +73,13 @@ def _groups(labels):
     return ids, np.split(order, np.cumsum(counts)[:-1]), counts
 
 
-def check_channels(value):
-    if value is None:
-        return None
-    return check_int("channels", value)
+def check_initial_epoch(value):
+    """``initial_epoch`` (the first sampler epoch a reader draws) as an int, or a ValueError
+    naming it unless it is a non-negative integer."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError("`initial_epoch` must be a non-negative integer. "
+                         f"Received: initial_epoch={value!r}")
+    return int(value)
 
 
 class PKSampler:

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import inspect
 import io
 import threading
 
@@ -15,22 +14,16 @@ import keras
 import numpy as np
 
 from tfdml._checks import check_int
+from tfdml._docs import fill_doc
 from tfdml.data import numpy_augment
-from tfdml.data.pk import PKSampler, check_channels
-from tfdml.data.source import DatasetSplit, check_in_memory_channels, source_arrays
+from tfdml.data.pk import PKSampler, check_initial_epoch
+from tfdml.data.source import CATEGORIES_DOC, check_source, source_categories, takes_argument
 
 __all__ = ["EvalDataset", "PKDataset"]
 
 _RECENT = 1024  # batches of the stream kept for workers that ask out of order
 
 _GRAY = np.array([0.2989, 0.5870, 0.1140], np.float32)  # tf.image.rgb_to_grayscale's weights
-
-
-def _wants(fn, name):
-    try:
-        return name in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 def _convert_channels(image, channels):
@@ -109,22 +102,11 @@ class _ImageReader:
     """The examples of a source as NumPy images: decoded, converted, cropped, mapped."""
 
     def __init__(self, source, map_fn, crop_to_bbox, channels):
-        if map_fn is not None and not callable(map_fn):
-            raise ValueError(f"`map_fn` must be callable or None. Received: map_fn={map_fn!r}")
-        self.channels = check_channels(channels)
-        if self.channels not in (None, 1, 3):
-            raise ValueError(f"`channels` must be None, 1 or 3. Received: channels={channels!r}")
-        kind, items, labels, bboxes, name = source_arrays(source)
-        if kind == "images":
-            check_in_memory_channels(items, self.channels)
-        if crop_to_bbox and bboxes is None:
-            raise ValueError(
-                "`crop_to_bbox=True` needs a DatasetSplit with `bboxes`. Received: source "
-                "without bounding boxes"
-            )
+        self.channels, kind, items, labels, bboxes, name = check_source(
+            source, map_fn, channels, crop_to_bbox, channel_choices=(1, 3))
         self.map_fn = map_fn
         self.labels = labels
-        self._pass_rng = map_fn is not None and _wants(map_fn, "rng")
+        self._pass_rng = map_fn is not None and takes_argument(map_fn, "rng")
         self._kind, self._items, self._name = kind, items, name
         self._bboxes = np.asarray(bboxes, np.float32) if crop_to_bbox else None
 
@@ -164,6 +146,7 @@ class _ImageReader:
         return _mapped(self.map_fn, image, name)
 
 
+@fill_doc(CATEGORIES=CATEGORIES_DOC)
 class PKDataset(keras.utils.PyDataset):
     """P x K batches for `model.fit` under every Keras backend, without TensorFlow.
 
@@ -227,12 +210,7 @@ class PKDataset(keras.utils.PyDataset):
             the stream starts with (`repeat=True`); with `repeat=False`, pass the
             `initial_epoch` of a resumed `model.fit` to get the batches an uninterrupted run
             would have had. Defaults to `0`.
-        categories: the category of each class (`{class id: category}`, or one per
-            distinct class id in sorted order; one per label for multi-hot labels), as
-            `PKSampler` takes them. Defaults to `None`: the `categories` of a
-            `DatasetSplit` source (e.g. SOP's super-classes), if it has them.
-        categories_per_batch: draw the P classes of each batch from this many
-            categories (see `PKSampler`). Defaults to `None` (any classes).
+        {CATEGORIES}
         **kwargs: `workers`, `use_multiprocessing` and `max_queue_size` of
             `keras.utils.PyDataset` (e.g. `workers=4` decodes four batches at a time in
             threads).
@@ -264,20 +242,15 @@ class PKDataset(keras.utils.PyDataset):
                  categories=None, categories_per_batch=None, **kwargs):
         super().__init__(**kwargs)
         self._reader = _ImageReader(source, map_fn, crop_to_bbox, channels)
-        if isinstance(initial_epoch, bool) or not isinstance(initial_epoch, (int, np.integer)) \
-                or initial_epoch < 0:
-            raise ValueError("`initial_epoch` must be a non-negative integer. "
-                             f"Received: initial_epoch={initial_epoch!r}")
-        if categories is None and isinstance(source, DatasetSplit):
-            categories = source.categories
+        initial_epoch = check_initial_epoch(initial_epoch)
         self.sampler = PKSampler(self._reader.labels, classes_per_batch, samples_per_class,
                                  small_classes=small_classes, min_class_size=min_class_size,
                                  steps_per_epoch=steps_per_epoch, drop_remainder=drop_remainder,
-                                 seed=seed, categories=categories,
+                                 seed=seed, categories=source_categories(source, categories),
                                  categories_per_batch=categories_per_batch)
         self._labels = np.asarray(self.sampler.labels, np.int64)
         self.repeat = bool(repeat)
-        self.initial_epoch = self.epoch = int(initial_epoch)
+        self.initial_epoch = self.epoch = initial_epoch
         self._served = set()  # repeat=False: the batches of `epoch` given so far
         self._in_epoch = False
         self._lock = threading.Lock()

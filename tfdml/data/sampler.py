@@ -6,17 +6,17 @@
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import logging
 
 import numpy as np
 
 from tfdml._checks import check_int
+from tfdml._docs import fill_doc
 from tfdml._tensorflow import tf
 from tfdml.data import augment
-from tfdml.data.pk import PKSampler, check_channels
-from tfdml.data.source import DatasetSplit, check_in_memory_channels, source_arrays
+from tfdml.data.pk import PKSampler, check_initial_epoch
+from tfdml.data.source import CATEGORIES_DOC, check_source, source_categories, takes_argument
 
 __all__ = ["eval_batches", "pk_batches"]
 
@@ -59,30 +59,7 @@ def _mapped(map_fn, image, **kwargs):
     )
 
 
-def _wants_seed(fn):
-    try:
-        return "seed" in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def _check_source(source, map_fn, channels, crop_to_bbox):
-    """The arguments about the images, checked: ``(channels, kind, items, labels, bboxes,
-    name)`` with the arrays of :func:`tfdml.data.source.source_arrays`."""
-    if map_fn is not None and not callable(map_fn):
-        raise ValueError(f"`map_fn` must be callable or None. Received: map_fn={map_fn!r}")
-    channels = check_channels(channels)
-    kind, items, labels, bboxes, name = source_arrays(source)
-    if kind == "images":
-        check_in_memory_channels(items, channels)
-    if crop_to_bbox and bboxes is None:
-        raise ValueError(
-            "`crop_to_bbox=True` needs a DatasetSplit with `bboxes`. Received: source "
-            "without bounding boxes"
-        )
-    return channels, kind, items, labels, bboxes, name
-
-
+@fill_doc(CATEGORIES=CATEGORIES_DOC)
 def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="replace",
                min_class_size=2, steps_per_epoch=None, repeat=True, drop_remainder=False,
                seed=None, map_fn=None, crop_to_bbox=False, channels=None, on_error="raise",
@@ -156,12 +133,7 @@ def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="r
             gets the batches an uninterrupted run would have had. (With `repeat=True`
             the endless stream starts with epoch `e`'s batches, but its later batches
             differ from those of a stream started at 0.) Defaults to `0`.
-        categories: the category of each class (`{class id: category}`, or one per
-            distinct class id in sorted order; one per label for multi-hot labels), as
-            `PKSampler` takes them. Defaults to `None`: the `categories` of a
-            `DatasetSplit` source (e.g. SOP's super-classes), if it has them.
-        categories_per_batch: draw the P classes of each batch from this many
-            categories (see `PKSampler`). Defaults to `None` (any classes).
+        {CATEGORIES}
 
     Returns:
         A `tf.data.Dataset` of `(images [P*K, ...], labels [P*K] int64)` (labels
@@ -188,18 +160,14 @@ def pk_batches(source, classes_per_batch, samples_per_class, *, small_classes="r
     """
     if on_error not in _ON_ERROR:
         raise ValueError(f"`on_error` must be one of {_ON_ERROR}. Received: on_error={on_error!r}")
-    channels, kind, items, labels, bboxes, name = _check_source(source, map_fn, channels,
-                                                                crop_to_bbox)
-    if categories is None and isinstance(source, DatasetSplit):
-        categories = source.categories
+    channels, kind, items, labels, bboxes, name = check_source(source, map_fn, channels,
+                                                               crop_to_bbox)
     sampler = PKSampler(labels, classes_per_batch, samples_per_class, small_classes=small_classes,
                         min_class_size=min_class_size, steps_per_epoch=steps_per_epoch,
-                        drop_remainder=drop_remainder, seed=seed, categories=categories,
+                        drop_remainder=drop_remainder, seed=seed,
+                        categories=source_categories(source, categories),
                         categories_per_batch=categories_per_batch)
-    if isinstance(initial_epoch, bool) or not isinstance(initial_epoch, (int, np.integer)) \
-            or initial_epoch < 0:
-        raise ValueError("`initial_epoch` must be a non-negative integer. "
-                         f"Received: initial_epoch={initial_epoch!r}")
+    initial_epoch = check_initial_epoch(initial_epoch)
     use_bbox = bool(crop_to_bbox)
     batch, steps = sampler.batch_size, sampler.steps_per_epoch
     ds = _sampled_batches(sampler, kind, items, name, bboxes if use_bbox else None,
@@ -272,7 +240,7 @@ def _image_loader(kind, items, channels, map_fn, use_bbox):
     Without ``map_fn``, files are batched as decoded: one of another shape than the first
     image fails like a file that cannot be decoded, and the error (with ``hint``) names it.
     """
-    pass_seed = map_fn is not None and _wants_seed(map_fn)
+    pass_seed = map_fn is not None and takes_argument(map_fn, "seed")
     first_shape = None
     if kind != "images" and map_fn is None and not use_bbox:
         try:
@@ -440,8 +408,8 @@ def eval_batches(source, batch_size=256, *, map_fn=None, crop_to_bbox=False, cha
     True
     """
     batch_size = check_int("batch_size", batch_size)
-    channels, kind, items, labels, bboxes, _ = _check_source(source, map_fn, channels,
-                                                             crop_to_bbox)
+    channels, kind, items, labels, bboxes, _ = check_source(source, map_fn, channels,
+                                                            crop_to_bbox)
     labels = np.asarray(labels, dtype=np.int64)
     if kind != "images":
         items = np.asarray(items, dtype=object).astype(bytes)

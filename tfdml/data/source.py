@@ -1,16 +1,43 @@
-"""`DatasetSplit`: what the data set readers return and the P x K sampler consumes."""
+"""`DatasetSplit`: what the data set readers return and the P x K sampler consumes.
+
+The readers of a source (`tfdml.data.pk_batches`, `eval_batches`, `PKDataset`,
+`EvalDataset`) take its arrays from :func:`source_arrays` and check their image arguments
+with :func:`check_source`.
+"""
 
 from __future__ import annotations
 
+import inspect
 import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from tfdml._checks import check_int
 from tfdml._labels import check_multi_hot, is_multi_label
 from tfdml.data._categories import class_categories
 
-__all__ = ["DatasetSplit", "check_bboxes", "check_in_memory_channels", "source_arrays"]
+__all__ = [
+    "CATEGORIES_DOC",
+    "DatasetSplit",
+    "check_bboxes",
+    "check_channels",
+    "check_in_memory_channels",
+    "check_source",
+    "source_arrays",
+    "source_categories",
+    "takes_argument",
+]
+
+#: The ``Args`` lines of ``categories`` and ``categories_per_batch`` of the P x K readers
+#: (`tfdml.data.pk_batches`, `tfdml.data.PKDataset`), for ``fill_doc``'s ``{CATEGORIES}``.
+CATEGORIES_DOC = """\
+categories: the category of each class (`{class id: category}`, or one per
+    distinct class id in sorted order; one per label for multi-hot labels), as
+    `PKSampler` takes them. Defaults to `None`: the `categories` of a
+    `DatasetSplit` source (e.g. SOP's super-classes), if it has them.
+categories_per_batch: draw the P classes of each batch from this many
+    categories (see `PKSampler`). Defaults to `None` (any classes)."""
 
 
 @dataclass
@@ -270,3 +297,51 @@ def check_in_memory_channels(items, channels):
             f"and from 3 to 1 (RGB to grayscale) only. Received: channels={channels} for "
             f"images with {have} channels (shape {items.shape})"
         )
+
+
+def source_categories(source, categories):
+    """``categories``, or for None the ``categories`` of a `DatasetSplit` source (None for a
+    source of arrays)."""
+    if categories is None and isinstance(source, DatasetSplit):
+        return source.categories
+    return categories
+
+
+def check_channels(value, choices=None):
+    """``channels`` checked: None or a positive int, one of ``choices`` when given (a
+    ValueError naming ``channels`` otherwise)."""
+    if value is None:
+        return None
+    checked = check_int("channels", value)
+    if choices is not None and checked not in choices:
+        allowed = ", ".join(str(c) for c in (None, *choices[:-1]))
+        raise ValueError(
+            f"`channels` must be {allowed} or {choices[-1]}. Received: channels={value!r}")
+    return checked
+
+
+def takes_argument(fn, name):
+    """Whether ``fn`` (a ``map_fn``) has a parameter ``name`` (False when its signature
+    cannot be read)."""
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def check_source(source, map_fn, channels, crop_to_bbox, channel_choices=None):
+    """The arguments about the images of a source, checked: ``(channels, kind, items,
+    labels, bboxes, name)`` with the arrays of :func:`source_arrays`; ``channel_choices``:
+    the channels other than None a reader can give (None: any)."""
+    if map_fn is not None and not callable(map_fn):
+        raise ValueError(f"`map_fn` must be callable or None. Received: map_fn={map_fn!r}")
+    channels = check_channels(channels, channel_choices)
+    kind, items, labels, bboxes, name = source_arrays(source)
+    if kind == "images":
+        check_in_memory_channels(items, channels)
+    if crop_to_bbox and bboxes is None:
+        raise ValueError(
+            "`crop_to_bbox=True` needs a DatasetSplit with `bboxes`. Received: source "
+            "without bounding boxes"
+        )
+    return channels, kind, items, labels, bboxes, name

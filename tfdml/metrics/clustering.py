@@ -61,8 +61,14 @@ def _kmeans(embeddings, labels, num_clusters, seed, metric):
 
 
 def _contingency(labels, clusters):
-    _, li = np.unique(labels, return_inverse=True)
-    _, ci = np.unique(clusters, return_inverse=True)
+    """The ``[classes, clusters]`` counts of the samples of each class in each cluster, for
+    two checked labelings (one class per sample, no NaN or Inf)."""
+    _one_class_each(labels)
+    _one_class_each(clusters, "clusters")
+    check_finite_labeling(labels, "labels")
+    check_finite_labeling(clusters, "clusters")
+    _, li = np.unique(np.asarray(labels).reshape(-1), return_inverse=True)
+    _, ci = np.unique(np.asarray(clusters).reshape(-1), return_inverse=True)
     table = np.zeros((li.max() + 1, ci.max() + 1), dtype=np.int64)
     np.add.at(table, (li, ci), 1)
     return table
@@ -81,11 +87,7 @@ def nmi_score(labels, clusters) -> float:
     A float labeling with a NaN or an Inf, or ``[N, L]`` multi-hot labels,
     raise a ``ValueError`` naming it.
     """
-    _one_class_each(labels)
-    _one_class_each(clusters, "clusters")
-    check_finite_labeling(labels, "labels")
-    check_finite_labeling(clusters, "clusters")
-    table = _contingency(np.asarray(labels).reshape(-1), np.asarray(clusters).reshape(-1))
+    table = _contingency(labels, clusters)
     n = table.sum()
     h_y, h_c = _entropy(table.sum(axis=1)), _entropy(table.sum(axis=0))
     if h_y == 0.0 and h_c == 0.0:
@@ -106,11 +108,7 @@ def pairwise_f1_score(labels, clusters) -> float:
     A float labeling with a NaN or an Inf, or ``[N, L]`` multi-hot labels,
     raise a ``ValueError`` naming it.
     """
-    _one_class_each(labels)
-    _one_class_each(clusters, "clusters")
-    check_finite_labeling(labels, "labels")
-    check_finite_labeling(clusters, "clusters")
-    table = _contingency(np.asarray(labels).reshape(-1), np.asarray(clusters).reshape(-1))
+    table = _contingency(labels, clusters)
 
     def pairs(c):
         return float((c * (c - 1) // 2).sum())

@@ -274,6 +274,18 @@ def check_distance(distance):
     return dml.check_distance(distance, ("l2", "squared_l2", "cosine"))
 
 
+#: The ``Args`` line of ``min_jaccard``, which every miner takes (for
+#: :func:`tfdml._docs.fill_doc`'s ``{MIN_JACCARD}``).
+MIN_JACCARD_DOC = """\
+min_jaccard: for multi-hot label sets ``[B, L]``, the Jaccard similarity
+    a positive pair needs (:func:`tfdml.ops.label_masks`); `None`: one
+    shared label. Defaults to `None`."""
+
+#: The ``Args`` line of the distance miners' ``distance`` (``{DISTANCE}``).
+DISTANCE_DOC = """\
+distance: ``"l2"``, ``"squared_l2"`` or ``"cosine"`` (``1 - x.y``).
+    Defaults to `"l2"`."""
+
 #: The largest distance between two L2-normalized embeddings (antipodal unit vectors): the
 #: miners' distances lie in ``[0, MAX_DISTANCE[distance]]``.
 MAX_DISTANCE = {"l2": 2.0, "squared_l2": 4.0, "cosine": 2.0}

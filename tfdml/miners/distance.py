@@ -21,9 +21,12 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_choice, check_number
+from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
 from tfdml.miners.base import (
+    DISTANCE_DOC,
     MAX_DISTANCE,
+    MIN_JACCARD_DOC,
     Miner,
     Pairs,
     Triplets,
@@ -40,6 +43,7 @@ TRIPLET_MARGIN_TYPES = ("all", "hard", "semihard", "easy")
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(DISTANCE=DISTANCE_DOC, MIN_JACCARD=MIN_JACCARD_DOC)
 class TripletMarginMiner(Miner):
     """Keeps the triplets by their margin ``d_an - d_ap`` against ``margin``.
 
@@ -67,11 +71,8 @@ class TripletMarginMiner(Miner):
         margin: the margin. Defaults to `0.2`.
         type_of_triplets: ``"all"``, ``"hard"``, ``"semihard"`` or ``"easy"``.
             Defaults to `"all"`.
-        distance: ``"l2"``, ``"squared_l2"`` or ``"cosine"`` (``1 - x.y``).
-            Defaults to `"l2"`.
-        min_jaccard: for multi-hot label sets ``[B, L]``, the Jaccard similarity
-            a positive pair needs (:func:`tfdml.ops.label_masks`); `None`: one
-            shared label. Defaults to `None`.
+        {DISTANCE}
+        {MIN_JACCARD}
 
     Raises:
         ValueError: for a margin that is not a finite number, or with which
@@ -154,6 +155,7 @@ def _check_range(name, allowed, distance):
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(DISTANCE=DISTANCE_DOC, MIN_JACCARD=MIN_JACCARD_DOC)
 class BatchEasyHardMiner(Miner):
     """One positive and one negative per anchor, each the easiest or the hardest in the batch.
 
@@ -183,11 +185,8 @@ class BatchEasyHardMiner(Miner):
         neg_strategy: Defaults to `"semihard"`.
         allowed_pos_range: Defaults to `None`.
         allowed_neg_range: Defaults to `None`.
-        distance: ``"l2"``, ``"squared_l2"`` or ``"cosine"``. Defaults to
-            `"l2"`.
-        min_jaccard: for multi-hot label sets ``[B, L]``, the Jaccard similarity
-            a positive pair needs (:func:`tfdml.ops.label_masks`); `None`: one
-            shared label. Defaults to `None`.
+        {DISTANCE}
+        {MIN_JACCARD}
 
     Examples:
 
@@ -291,6 +290,7 @@ def _hardest_share(values, mask, share):
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(DISTANCE=DISTANCE_DOC, MIN_JACCARD=MIN_JACCARD_DOC)
 class HDCMiner(Miner):
     """The hardest share of the batch's positive and negative pairs (hard-aware cascades).
 
@@ -304,11 +304,8 @@ class HDCMiner(Miner):
 
     Args:
         filter_percentage: the share kept, in ``(0, 1]``. Defaults to `0.5`.
-        distance: ``"l2"``, ``"squared_l2"`` or ``"cosine"``. Defaults to
-            `"l2"`.
-        min_jaccard: for multi-hot label sets ``[B, L]``, the Jaccard similarity
-            a positive pair needs (:func:`tfdml.ops.label_masks`); `None`: one
-            shared label. Defaults to `None`.
+        {DISTANCE}
+        {MIN_JACCARD}
 
     Examples:
 
@@ -340,6 +337,7 @@ class HDCMiner(Miner):
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(MIN_JACCARD=MIN_JACCARD_DOC)
 class AngularMiner(Miner):
     """The triplets whose angle at the negative exceeds ``angle`` (the angular loss's angle).
 
@@ -356,9 +354,7 @@ class AngularMiner(Miner):
 
     Args:
         angle: in radians, in ``(0, pi/2)``. Defaults to `radians(20)`.
-        min_jaccard: for multi-hot label sets ``[B, L]``, the Jaccard similarity
-            a positive pair needs (:func:`tfdml.ops.label_masks`); `None`: one
-            shared label. Defaults to `None`.
+        {MIN_JACCARD}
 
     Examples:
 

@@ -13,8 +13,16 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_int
+from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
-from tfdml.miners.base import Miner, Pairs, check_distance, check_seed, embedding_distances
+from tfdml.miners.base import (
+    MIN_JACCARD_DOC,
+    Miner,
+    Pairs,
+    check_distance,
+    check_seed,
+    embedding_distances,
+)
 
 __all__ = ["UniformHistogramMiner", "histogram_bins", "sample_per_bin"]
 
@@ -84,6 +92,7 @@ def sample_per_bin(bins, num_bins, per_bin, seed):
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(MIN_JACCARD=MIN_JACCARD_DOC)
 class UniformHistogramMiner(Miner):
     """Positive and negative pairs spread uniformly over their range of distances.
 
@@ -108,9 +117,7 @@ class UniformHistogramMiner(Miner):
             `"l2"` (pytorch-metric-learning's default distance).
         seed: seed of the draws; the same seed gives the same sequence of draws.
             Defaults to `None` (unseeded).
-        min_jaccard: for multi-hot label sets ``[B, L]``, the Jaccard similarity
-            a positive pair needs (:func:`tfdml.ops.label_masks`); `None`: one
-            shared label. Defaults to `None`.
+        {MIN_JACCARD}
 
     Examples:
 

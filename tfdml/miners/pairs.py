@@ -14,10 +14,12 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_choice, check_number
+from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
 from tfdml._tensors import is_number
 from tfdml.miners.base import (
     MAX_DISTANCE,
+    MIN_JACCARD_DOC,
     Miner,
     Pairs,
     check_distance,
@@ -32,6 +34,7 @@ MS_POSITIVE_STRATEGIES = ("hard", "easy", "all")
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(MIN_JACCARD=MIN_JACCARD_DOC)
 class AllPairsMiner(Miner):
     """No mining: every positive pair and every negative pair of each anchor.
 
@@ -48,9 +51,7 @@ class AllPairsMiner(Miner):
     miner.
 
     Args:
-        min_jaccard: for multi-hot label sets ``[B, L]``, the Jaccard similarity
-            a positive pair needs (:func:`tfdml.ops.label_masks`); `None`: one
-            shared label. Defaults to `None`.
+        {MIN_JACCARD}
 
     Examples:
 
@@ -70,6 +71,7 @@ class AllPairsMiner(Miner):
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(MIN_JACCARD=MIN_JACCARD_DOC)
 class MultiSimilarityMiner(Miner):
     """Pair mining of the multi-similarity loss, with an easy-positive option.
 
@@ -100,9 +102,7 @@ class MultiSimilarityMiner(Miner):
     Args:
         epsilon: the mining margin, ``>= 0``. Defaults to `0.1` (Wang et al.).
         positive: ``"hard"``, ``"easy"`` or ``"all"``. Defaults to `"hard"`.
-        min_jaccard: for multi-hot label sets ``[B, L]``, the Jaccard similarity
-            a positive pair needs (:func:`tfdml.ops.label_masks`); `None`: one
-            shared label. Defaults to `None`.
+        {MIN_JACCARD}
 
     Returns (from :meth:`mine`):
         :class:`tfdml.miners.Pairs`.
@@ -139,6 +139,7 @@ class MultiSimilarityMiner(Miner):
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(MIN_JACCARD=MIN_JACCARD_DOC)
 class PairMarginMiner(Miner):
     """Keeps the positive pairs farther than ``pos_margin`` and the negative pairs closer
     than ``neg_margin``.
@@ -164,9 +165,7 @@ class PairMarginMiner(Miner):
             Defaults to `"l2"` (pytorch-metric-learning's default distance).
             pytorch-metric-learning's ``CosineSimilarity`` with margins
             ``m`` is ``"cosine"`` with margins ``1 - m``.
-        min_jaccard: for multi-hot label sets ``[B, L]``, the Jaccard similarity
-            a positive pair needs (:func:`tfdml.ops.label_masks`); `None`: one
-            shared label. Defaults to `None`.
+        {MIN_JACCARD}
 
     Raises:
         ValueError: for a margin that is not a finite number, or with which

@@ -15,9 +15,10 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._checks import check_choice
+from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
 from tfdml._tensors import is_number
-from tfdml.miners.base import Miner, Triplets, check_seed
+from tfdml.miners.base import MIN_JACCARD_DOC, Miner, Triplets, check_seed
 from tfdml.miners.selection import (
     NEGATIVE_STRATEGIES,
     POSITIVE_STRATEGIES,
@@ -32,6 +33,7 @@ __all__ = ["EmbeddingsAlreadyPackagedAsTriplets", "TripletMiner"]
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(MIN_JACCARD=MIN_JACCARD_DOC)
 class TripletMiner(Miner):
     """Selects one triplet (or all triplets) per anchor by positive and negative strategy.
 
@@ -99,9 +101,7 @@ class TripletMiner(Miner):
         upper_cutoff: distance-weighted sampling: only negatives closer than
             this are drawn; `None` draws from all. Defaults to `1.4` (Wu et
             al.'s code: ``beta + margin`` of the margin loss).
-        min_jaccard: for multi-hot label sets ``[B, L]``, the Jaccard similarity
-            a positive pair needs (:func:`tfdml.ops.label_masks`); `None`: one
-            shared label. Defaults to `None`.
+        {MIN_JACCARD}
 
     Examples:
 

@@ -55,27 +55,28 @@ def squared_distance(u, v):
     return total
 
 
-def pairwise_similarity(x, y=None):
+def _pairwise(value, x, y=None):
+    """``[len(x), len(y)]`` float64: ``value(x[i], y[j])`` for every pair (``y``: ``x``)."""
     x = np.asarray(x, dtype=np.float64)
     y = x if y is None else np.asarray(y, dtype=np.float64)
     out = np.zeros((x.shape[0], y.shape[0]))
     xs, ys = x.tolist(), y.tolist()
     for i in range(x.shape[0]):
         for j in range(y.shape[0]):
-            out[i, j] = dot(xs[i], ys[j])
+            out[i, j] = value(xs[i], ys[j])
     return out
+
+
+def pairwise_similarity(x, y=None):
+    return _pairwise(dot, x, y)
 
 
 def pairwise_distance(x, y=None, squared=False):
-    x = np.asarray(x, dtype=np.float64)
-    y = x if y is None else np.asarray(y, dtype=np.float64)
-    out = np.zeros((x.shape[0], y.shape[0]))
-    xs, ys = x.tolist(), y.tolist()
-    for i in range(x.shape[0]):
-        for j in range(y.shape[0]):
-            sq = squared_distance(xs[i], ys[j])
-            out[i, j] = sq if squared else math.sqrt(sq)
-    return out
+    def distance(u, v):
+        sq = squared_distance(u, v)
+        return sq if squared else math.sqrt(sq)
+
+    return _pairwise(distance, x, y)
 
 
 def distance(u, v, kind):
