@@ -9,11 +9,12 @@ value for the loss classes and their functional forms alike.
 
 **The contract.** A loss class (a :class:`MetricLoss`) has
 
-* an ``__init__`` with named arguments: its own first (checked, a ValueError
-  naming the argument), then the shared ones (``normalize``, ``average``,
-  ``reduction``, ``name``, ``dtype``, ``block_size``: those it takes), all
-  passed on to ``MetricLoss.__init__`` as keywords. Its own arguments become
-  attributes of the same names and entries of its config;
+* an ``__init__`` with named arguments: its own first (checked there, a
+  ValueError naming the argument), then after a ``*`` the shared ones
+  (``normalize``, ``average``, ``reduction``, ``name``, ``dtype``,
+  ``block_size``: those it takes), all passed on to ``MetricLoss.__init__`` as
+  keywords. Its own arguments become attributes of the same names and entries
+  of its config;
 * a ``terms(inputs) -> AnchorTerms`` method: its terms per anchor, from the
   checked, cast and (with ``normalize``) L2-normalized embeddings and labels
   (:class:`Inputs`, from :func:`prepare_inputs`).
@@ -43,9 +44,10 @@ Everything else comes from the base class: :meth:`MetricLoss.per_anchor` and
 :meth:`MetricLoss.compute_terms` (the entry points other code calls), blocks,
 ``get_config`` (miners and wrapped losses serialized), the state's ownership and
 the reduction. The functional form of a loss (``tfdml.losses.triplet_nca_loss``
-...) is a function with the same arguments that checks them as the class does
-and calls :func:`functional_loss` with the function behind the class's
-``terms``, so that both forms validate, compute and reduce the same way.
+...) is built from the class by :func:`tfdml.losses.functional_form`: the same
+arguments and defaults, and a call makes the loss and returns
+:meth:`MetricLoss.functional`, so that both forms validate, compute and reduce the
+same way.
 
 Losses that wrap other losses (:class:`tfdml.losses.wrapper.LossWrapper`:
 trimmed, cross-batch memory, two views, sums) compute their terms from those
@@ -303,16 +305,26 @@ class MetricLoss(keras.losses.Loss):
 
     Example:
 
+    >>> from tfdml.losses.extend import check_number, resolve_miner, triplet_terms
+    >>> from tfdml.losses.extend import mined_triplets, gather_triplet_scores
     >>> class CosineHingeLoss(MetricLoss):
-    ...     def __init__(self, margin=0.1, miner="default", normalize=True,
+    ...     def __init__(self, margin=0.1, miner="default", *, normalize=True,
     ...                  average="anchors", reduction="sum_over_batch_size",
     ...                  name="cosine_hinge_loss", dtype=None, block_size=None):
-    ...         super().__init__(normalize=normalize, average=average, reduction=reduction,
-    ...                          name=name, dtype=dtype, block_size=block_size,
-    ...                          **_check(margin, miner))
+    ...         super().__init__(
+    ...             margin=check_number("margin", margin, low=0),
+    ...             miner=resolve_miner(miner, tfdml.miners.TripletMiner),
+    ...             normalize=normalize, average=average, reduction=reduction, name=name,
+    ...             dtype=dtype, block_size=block_size)
     ...
     ...     def terms(self, inputs):
-    ...         return _terms(inputs, **self.arguments)
+    ...         scores = tfdml.ops.pairwise_similarity(inputs.x, inputs.ref)
+    ...         triplets = mined_triplets(inputs, scores, self.miner)
+    ...         s_ap, s_an = gather_triplet_scores(scores, triplets)
+    ...         return triplet_terms(keras.ops.relu(s_an - s_ap + self.margin), triplets.mask)
+
+    A pair or triplet loss writes only its maths with :class:`tfdml.losses.extend.PairLoss`
+    or :class:`tfdml.losses.extend.TripletLoss`.
     """
 
     _miner = None
