@@ -9,7 +9,8 @@
 * `pk_batches(source, P, K, ...)`: the same batches as a lazy, seeded ``tf.data`` pipeline.
 * `eval_batches(source, batch_size, ...)`: every example once, in order (test splits).
 * `tfdml.data.augment`: resize / crop / flip / pad-crop / bounding-box crop and the
-  normalization of Keras Applications backbones, as ``tf.data`` map functions.
+  normalization of Keras Applications backbones, as ``tf.data`` map functions: the
+  transforms of `numpy_augment`, the same steps over TensorFlow.
 * `TwoViewDataset(images, views, batch_size, ...)`: batches of two augmented views of each
   image for self-supervised learning (SimCLR, Barlow Twins), as a `PyDataset`; the views
   come from `tfdml.data.numpy_views` (NumPy) or, as ``tf.data`` map functions with
