@@ -33,9 +33,9 @@ Optional, each named for what it does:
   negative pairs (``[B, 2]`` fields), so that it takes ``average="halves"``;
 * ``takes_reference_set = False``: a loss that works on the batch alone;
 * ``prepare(...)``: the inputs of ``terms``, for a family of losses that
-  takes other ones (:class:`tfdml.losses.class_weights.ClassVectorLoss`: the
+  takes other ones (:class:`tfdml.losses.class_vectors.ClassVectorLoss`: the
   unit embeddings and the loss's unit class vectors, :class:`ClassInputs
-  <tfdml.losses.class_weights.ClassInputs>`);
+  <tfdml.losses.class_vectors.ClassInputs>`);
 * a check that needs the whole loss (a miner with a ``block_size``): at the end
   of its ``__init__``.
 
