@@ -191,7 +191,7 @@ def build_loss(name, num_classes, embedding_dim):
 
 
 def class_vectors(loss):
-    return keras.ops.convert_to_numpy(loss.class_weights)
+    return keras.ops.convert_to_numpy(loss.class_vectors)
 
 
 def train_one(name, seed, data, steps, captured):

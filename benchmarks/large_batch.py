@@ -129,7 +129,7 @@ def _floor_fn(block_size):
     """Forward only: the maximum similarity of each row, computed in blocks of rows."""
     from keras import ops
 
-    from tfdml.losses.blocks import RowBlocks
+    from tfdml.losses.row_blocks import RowBlocks
 
     def floor(labels, x):
         del labels

@@ -66,7 +66,7 @@ def class_mean_proxies(embedder, train, num_classes):
 def loss_terms(loss, embedder, batches):
     """The loss, its intrinsic and context terms, and the fraction of positive (image, proxy)
     cosines, averaged over ``batches``."""
-    proxies = keras.ops.convert_to_numpy(loss.class_weights)
+    proxies = keras.ops.convert_to_numpy(loss.class_vectors)
     rows = []
     for x, y in batches:
         embeddings = embedder.predict_on_batch(x)
@@ -137,7 +137,7 @@ def main(argv=None):
                                          alpha=args.alpha, margin=args.margin)
         loss.build_state(args.embedding_dim)
         if name == "class-means":
-            loss.class_weights.assign(class_mean_proxies(embedder, train, k))
+            loss.class_vectors.assign(class_mean_proxies(embedder, train, k))
         model = tfdml.models.MetricModel(embedder, loss)
         model.compile(optimizer=keras.optimizers.Adam(args.learning_rate),
                       jit_compile=args.jit_compile)

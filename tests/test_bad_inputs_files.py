@@ -59,11 +59,11 @@ def test_weights_of_another_loss_class_are_refused(tmp_path):
     # Same state layout ([C, D] vectors): this used to load without a word.
     path, _ = _saved(tmp_path, losses.ProxyAnchorLoss(num_classes=4))
     model = _model(losses.ArcFaceLoss(num_classes=4))
-    before = np.asarray(model.metric_loss.class_weights).copy()
+    before = np.asarray(model.metric_loss.class_vectors).copy()
     with pytest.raises(ValueError, match="ProxyAnchorLoss.*ArcFaceLoss") as info:
         model.load_weights(path)
     assert str(path) in str(info.value)
-    np.testing.assert_array_equal(np.asarray(model.metric_loss.class_weights), before)
+    np.testing.assert_array_equal(np.asarray(model.metric_loss.class_vectors), before)
 
 
 @pytest.mark.multibackend
@@ -88,10 +88,10 @@ def test_weights_of_another_embedding_size_name_it(tmp_path):
 def test_weights_of_the_same_loss_still_load_and_skip_mismatch_still_warns(tmp_path):
     path, saved = _saved(tmp_path, losses.ArcFaceLoss(num_classes=4))
     model = _model(losses.ArcFaceLoss(num_classes=4))
-    model.metric_loss.class_weights.assign(np.zeros((4, 4), "float32"))
+    model.metric_loss.class_vectors.assign(np.zeros((4, 4), "float32"))
     model.load_weights(path)
-    np.testing.assert_array_equal(np.asarray(model.metric_loss.class_weights),
-                                  np.asarray(saved.metric_loss.class_weights))
+    np.testing.assert_array_equal(np.asarray(model.metric_loss.class_vectors),
+                                  np.asarray(saved.metric_loss.class_vectors))
     other = _model(losses.ProxyAnchorLoss(num_classes=4))
     with pytest.warns(UserWarning, match="ProxyAnchorLoss"):  # Keras' skip_mismatch
         other.load_weights(tmp_path / "run.weights.h5", skip_mismatch=True)
@@ -131,8 +131,8 @@ def test_load_model_of_a_complete_file_and_of_a_missing_one(tmp_path):
     path, saved = _saved(tmp_path, losses.ArcFaceLoss(num_classes=4), "run.keras")
     loaded = tfdml.models.load_model(path, compile=False)
     assert isinstance(loaded, MetricModel)
-    np.testing.assert_array_equal(np.asarray(loaded.metric_loss.class_weights),
-                                  np.asarray(saved.metric_loss.class_weights))
+    np.testing.assert_array_equal(np.asarray(loaded.metric_loss.class_vectors),
+                                  np.asarray(saved.metric_loss.class_vectors))
     with pytest.raises(ValueError, match="missing.keras"):  # Keras' own error
         tfdml.models.load_model(tmp_path / "missing.keras")
 

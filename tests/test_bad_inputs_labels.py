@@ -79,7 +79,7 @@ def _class_losses():
               "proxy_anchor/class": ProxyAnchorLoss(num_classes=C)}
     for loss in losses.values():
         loss.build_state(D)
-        loss.class_weights.assign(W2)
+        loss.class_vectors.assign(W2)
     return losses
 
 

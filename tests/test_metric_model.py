@@ -57,7 +57,7 @@ def test_fit_trains_the_proxies_with_the_network():
     loss = ProxyAnchorLoss(NUM_CLASSES)
     model = _model(loss)
     assert len(model.trainable_variables) == 3  # kernel, bias, proxies
-    proxies = loss.class_weights
+    proxies = loss.class_vectors
     assert tuple(proxies.shape) == (NUM_CLASSES, 4)
     assert any(v is proxies for v in model.trainable_variables)
     before = np.array(to_numpy(proxies))
@@ -93,8 +93,8 @@ def test_keras_file_keeps_the_vectors_and_resume_continues_exactly(tmp_path):
         resumed = keras.models.load_model(path)
     assert isinstance(resumed, MetricModel)
     assert isinstance(resumed.metric_loss, SoftTripleLoss)
-    np.testing.assert_allclose(to_numpy(resumed.metric_loss.class_weights),
-                               to_numpy(first.metric_loss.class_weights), rtol=0)
+    np.testing.assert_allclose(to_numpy(resumed.metric_loss.class_vectors),
+                               to_numpy(first.metric_loss.class_vectors), rtol=0)
     _fit(resumed, data, epochs=2, initial_epoch=1)
     for a, b in zip(_numpy(straight.trainable_variables), _numpy(resumed.trainable_variables),
                     strict=True):
@@ -142,8 +142,8 @@ def test_weights_file_round_trip_and_plain_embedder_checkpoints(tmp_path):
     other.build_from_config({"input_shape": (None, 6)})
     other.optimizer.build(other.trainable_variables)  # so that its moments load too
     other.load_weights(path)
-    np.testing.assert_allclose(to_numpy(other.metric_loss.class_weights),
-                               to_numpy(model.metric_loss.class_weights), rtol=0)
+    np.testing.assert_allclose(to_numpy(other.metric_loss.class_vectors),
+                               to_numpy(model.metric_loss.class_vectors), rtol=0)
     for a, b in zip(_numpy(other.optimizer.variables), _numpy(model.optimizer.variables),
                     strict=True):
         np.testing.assert_allclose(a, b, rtol=0)
@@ -214,7 +214,7 @@ def test_unbuilt_subclassed_embedder_with_embedding_dim():
     model = MetricModel(Embedder(), CosFaceLoss(NUM_CLASSES), embedding_dim=4)
     model.compile(optimizer=keras.optimizers.Adam(0.05), jit_compile=CAN_COMPILE)
     _fit(model, _data())
-    assert tuple(model.metric_loss.class_weights.shape) == (NUM_CLASSES, 4)
+    assert tuple(model.metric_loss.class_vectors.shape) == (NUM_CLASSES, 4)
     assert len(model.trainable_variables) == 3
 
 
@@ -236,7 +236,7 @@ def test_margin_softmax_losses_train_without_nan_under_mixed_precision(policy, m
                             shuffle=False, verbose=0)
     values = history.history["loss"]
     assert np.all(np.isfinite(values)), values
-    assert np.all(np.isfinite(to_numpy(loss.class_weights)))
+    assert np.all(np.isfinite(to_numpy(loss.class_vectors)))
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

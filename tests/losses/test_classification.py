@@ -1,5 +1,5 @@
 """The classification losses (tfdml.losses.classification): what the shared class-vector
-tests of tests/losses/test_class_weights.py do not cover, on its data and cases."""
+tests of tests/losses/test_class_vectors.py do not cover, on its data and cases."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from backends import (
     value_and_grad_function,
 )
 from keras import ops
-from test_class_weights import BY_ID, LABELS, W2, W3, B, C, X
+from test_class_vectors import BY_ID, LABELS, W2, W3, B, C, X
 
 from tfdml.losses import (
     cosface_loss,

@@ -1,6 +1,6 @@
 """ManifoldLoss against a NumPy reference and pytorch-metric-learning 2.9.
 
-The contract tests of the class-weight losses (tests/losses/test_class_weights.py build each
+The contract tests of the class-vector losses (tests/losses/test_class_vectors.py build each
 loss as ``cls(num_classes=C)``; ManifoldLoss takes ``(l, k)``) are written out here: values
 and gradients in float64 and float32, the gradient against central differences, the class
 form against the functional form, degenerate batches, NaN and Inf, meta classes outside
@@ -105,7 +105,7 @@ def test_equals_pytorch_metric_learning_in_float64(case, kwargs, batch, float64)
     # The class form, with the recorded proxies as its variable.
     loss = ManifoldLoss(dim, PML_K, **kwargs, dtype="float64")
     loss.build_state(dim)
-    loss.class_weights.assign(proxies.astype(np.float32))
+    loss.class_vectors.assign(proxies.astype(np.float32))
     got = to_numpy(loss(meta, x))
     np.testing.assert_allclose(got, ref.manifold_loss(
         meta, x, proxies.astype(np.float32).astype(np.float64), **kwargs)[0], rtol=1e-9)
@@ -197,16 +197,16 @@ def test_float64_gradient_check(float64):
 def test_class_form_equals_functional_form_and_reduces_per_sample():
     x32, p32 = X.astype(np.float32), P.astype(np.float32)
     loss = _loss(lambda_c=0.5)
-    assert tuple(loss.class_weights.shape) == (K, D) and len(loss.trainable_variables) == 1
+    assert tuple(loss.class_vectors.shape) == (K, D) and len(loss.trainable_variables) == 1
     assert (loss.l, loss.k) == (D, K)
-    loss.class_weights.assign(p32)
+    loss.class_vectors.assign(p32)
     got_value, got_grad = value_and_grad(lambda y, e: loss(y, e), META, x32, argnums=1)
     want_value, want_grad = value_and_grad(_functional(lambda_c=0.5), META, x32, p32, argnums=1)
     np.testing.assert_allclose(got_value, want_value, rtol=1e-6)
     assert_close_grad(got_grad, want_grad, 1e-5)
     per_sample = ref.manifold_loss(META, X, P, lambda_c=0.5)[1]
     none = _loss(lambda_c=0.5, reduction="none")
-    none.class_weights.assign(p32)
+    none.class_vectors.assign(p32)
     np.testing.assert_allclose(to_numpy(none(META, x32)), per_sample, rtol=1e-5)
     weights = np.linspace(0.0, 2.0, B).astype(np.float32)
     np.testing.assert_allclose(to_numpy(loss(META, x32, sample_weight=weights)),
@@ -260,7 +260,7 @@ def test_nan_or_inf_gives_nan():
         p_bad[3, 2] = bad  # the proxy of an absent meta class
         assert np.isnan(to_numpy(fn(META, x32, p_bad))), f"{bad} in the proxies"
     loss = _loss()
-    loss.class_weights.assign(p_bad)
+    loss.class_vectors.assign(p_bad)
     assert np.isnan(to_numpy(loss(META, x32)))
 
 
@@ -325,16 +325,16 @@ def test_metric_model_trains_the_proxies_and_the_keras_file_keeps_them(tmp_path)
     loss = ManifoldLoss(4, k=8, initializer=keras.initializers.RandomNormal(0.0, 0.5, seed=3))
     model = MetricModel(small_embedding_model(), loss)
     model.compile(optimizer=keras.optimizers.Adam(0.05), jit_compile=CAN_COMPILE)
-    assert any(v is loss.class_weights for v in model.trainable_variables)
-    before = np.array(to_numpy(loss.class_weights))
+    assert any(v is loss.class_vectors for v in model.trainable_variables)
+    before = np.array(to_numpy(loss.class_vectors))
     model.fit(data.x, data.y, batch_size=data.batch_size, epochs=1, shuffle=False, verbose=0)
-    after = np.array(to_numpy(loss.class_weights))
+    after = np.array(to_numpy(loss.class_vectors))
     assert np.abs(after - before).max() > 1e-3 and np.all(np.isfinite(after))
     path = tmp_path / "manifold.keras"
     model.save(path)
     again = keras.models.load_model(path)
     assert isinstance(again.metric_loss, ManifoldLoss) and again.metric_loss.k == 8
-    np.testing.assert_array_equal(to_numpy(again.metric_loss.class_weights), after)
+    np.testing.assert_array_equal(to_numpy(again.metric_loss.class_vectors), after)
 
 
 @pytest.mark.skipif(not CAN_COMPILE, reason="this backend does not compile")
@@ -342,7 +342,7 @@ def test_metric_model_trains_the_proxies_and_the_keras_file_keeps_them(tmp_path)
 def test_compiled_equals_eager():
     x32, p32 = X.astype(np.float32), P.astype(np.float32)
     loss = _loss()
-    loss.class_weights.assign(p32)
+    loss.class_vectors.assign(p32)
 
     def everything(meta, x, p):
         return value_and_grad_tensors(_functional(), meta, x, p, argnums=(1, 2)), loss(meta, x)

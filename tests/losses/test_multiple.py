@@ -69,15 +69,15 @@ def test_a_metric_model_trains_saves_and_restores_the_losses_states(tmp_path):
                             weights=[1.0, 0.5])
     model = _model(loss)
     arcface = loss.losses[1]
-    assert any(v is arcface.class_weights for v in model.trainable_variables)
-    before = np.array(to_numpy(arcface.class_weights))
+    assert any(v is arcface.class_vectors for v in model.trainable_variables)
+    before = np.array(to_numpy(arcface.class_vectors))
     model.fit(X, LABELS, batch_size=12, epochs=2, verbose=0)
-    after = np.array(to_numpy(arcface.class_weights))
+    after = np.array(to_numpy(arcface.class_vectors))
     assert not np.allclose(before, after)
     path = str(tmp_path / "multiple.keras")
     model.save(path)
     loaded = keras.models.load_model(path)
-    restored = loaded.metric_loss.losses[1].class_weights
+    restored = loaded.metric_loss.losses[1].class_vectors
     np.testing.assert_allclose(to_numpy(restored), after, rtol=1e-6)
 
 

@@ -183,7 +183,7 @@ def test_loss_classes_with_the_recorded_weights_equal_pml(case):
     weights = DATA[f"{case}/uneven/weights"]
     loss = _CLASSES[case](weights.shape[0])
     loss.build_state(x.shape[1])
-    loss.class_weights.assign(weights.astype(np.float32))
+    loss.class_vectors.assign(weights.astype(np.float32))
     # The functional form on the same float32-rounded weights, and pml's recorded value
     # on the float64 ones (rounding the weights moves the value by about 1e-7).
     value = float(to_numpy(loss(labels, x)))

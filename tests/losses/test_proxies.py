@@ -1,5 +1,5 @@
 """Proxy Anchor and Proxy-NCA (tfdml.losses.proxies): what the shared class-vector tests of
-tests/losses/test_class_weights.py do not cover, on its data and cases."""
+tests/losses/test_class_vectors.py do not cover, on its data and cases."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import references as ref
 from backends import to_numpy
-from test_class_weights import BY_ID, F32_RTOL, LABELS, W2, B, C, X, _with_sample_weight
+from test_class_vectors import BY_ID, F32_RTOL, LABELS, W2, B, C, X, _with_sample_weight
 
 from tfdml.losses import ProxyAnchorLoss
 
@@ -26,7 +26,7 @@ def test_proxy_anchor_sample_weight():
     drops the sample (here the only sample of class 3, which then leaves P+)."""
     x32 = X.astype(np.float32)
     loss = BY_ID["proxy_anchor"].make()
-    loss.class_weights.assign(W2.astype(np.float32))
+    loss.class_vectors.assign(W2.astype(np.float32))
     unweighted = float(to_numpy(loss(LABELS, x32)))
     np.testing.assert_allclose(unweighted, ref.proxy_anchor_loss(LABELS, X, W2), rtol=F32_RTOL)
     weighted = _with_sample_weight(loss)
@@ -43,7 +43,7 @@ def test_proxy_anchor_sample_weight():
     np.testing.assert_allclose(weighted(LABELS, x32, binary), dropped, rtol=F32_RTOL)
     for reduction in ("sum", "mean_with_sample_weight"):  # a sum over proxies: all the same
         other = BY_ID["proxy_anchor"].make(reduction=reduction)
-        other.class_weights.assign(W2.astype(np.float32))
+        other.class_vectors.assign(W2.astype(np.float32))
         np.testing.assert_allclose(_with_sample_weight(other)(LABELS, x32, weights), got,
                                    rtol=1e-6)
 

@@ -8,7 +8,7 @@ Every class is written to one contract (:mod:`tfdml.losses.base`).
 from tfdml.losses import extend
 from tfdml.losses.angular import AngularLoss, TupletMarginLoss, angular_loss, tuplet_margin_loss
 from tfdml.losses.base import LossState, MetricLoss
-from tfdml.losses.class_weights import ClassVectorLoss, ClassWeights
+from tfdml.losses.class_vectors import ClassVectorLoss, ClassVectors
 from tfdml.losses.classification import (
     ArcFaceLoss,
     CosFaceLoss,
@@ -109,7 +109,7 @@ __all__ = [
     "BarlowTwinsLoss",
     "CircleLoss",
     "ClassVectorLoss",
-    "ClassWeights",
+    "ClassVectors",
     "ContrastiveLoss",
     "CosFaceLoss",
     "CrossBatchMemory",

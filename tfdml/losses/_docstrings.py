@@ -68,7 +68,7 @@ average: see :mod:`tfdml.losses.terms` (every sample is one term).
 dtype: dtype of the returned value. Defaults to `None` (floatx)."""
 
 #: How a class-vector loss keeps and trains its vectors.
-STATE_DOC = """The class vectors are a variable of the loss's state (``loss.class_weights``,
+STATE_DOC = """The class vectors are a variable of the loss's state (``loss.class_vectors``,
 ``[C, D]``; ``[C, k, D]`` with centres), created with the embedding size.
 Train with :class:`tfdml.models.MetricModel`, which owns the state: its
 ``fit`` trains the vectors with the network and its ``save`` keeps them.

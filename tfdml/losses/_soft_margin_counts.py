@@ -11,8 +11,8 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._shims import dtype_name, is_traced, map_indices
-from tfdml.losses.blocks import RowBlocks, batch_rows, block_draws
 from tfdml.losses.inputs import Inputs
+from tfdml.losses.row_blocks import RowBlocks, batch_rows, block_draws
 from tfdml.losses.terms import AnchorTerms, triplet_terms
 from tfdml.miners import Pairs, TripletMiner, as_triplets, gather_triplet_scores
 
@@ -285,7 +285,7 @@ def _node_loop(num_bins, group, body, state, traced):
 
 def _row_chunks(pairs: _AllPairs):
     """The anchors of ``pairs`` in chunks whose ``[rows, R]`` search arrays hold at most
-    ``_GROUP_ENTRIES`` entries (:class:`tfdml.losses.blocks.RowBlocks`), or None for one."""
+    ``_GROUP_ENTRIES`` entries (:class:`tfdml.losses.row_blocks.RowBlocks`), or None for one."""
     t, width = ops.shape(pairs.dist)[0], ops.shape(pairs.dist)[1]
     rows = max(1, _GROUP_ENTRIES // max(width, 1)) if isinstance(width, int) else _DYNAMIC_ROWS
     if isinstance(t, int) and t <= rows:
@@ -496,7 +496,7 @@ def dynamic_terms_in_blocks(inputs, histogram, ok, block_size, random_miners, mi
 
     The first sums the blocks' histogram counts (without gradient), which gives the
     updated histogram and its CDF; the second computes each block's terms with it, each
-    block recomputed in the backward pass (:class:`tfdml.losses.blocks.RowBlocks`).
+    block recomputed in the backward pass (:class:`tfdml.losses.row_blocks.RowBlocks`).
     """
     labels = ops.reshape(inputs.labels, (-1,))
     ref_labels = ops.reshape(inputs.ref_labels, (-1,))

@@ -28,15 +28,15 @@ Optional, each named for what it does:
   pairs of samples), so that blocks of anchors against the batch would change
   them; its ``terms`` then runs over blocks itself when
   :meth:`MetricLoss.uses_blocks` says so. Otherwise ``block_size`` computes
-  the terms of blocks of anchors (:mod:`tfdml.losses.blocks`), with no code
+  the terms of blocks of anchors (:mod:`tfdml.losses.row_blocks`), with no code
   in the loss;
 * ``split_terms = True``: a pair loss whose terms split into its positive and
   negative pairs (``[B, 2]`` fields), so that it takes ``average="halves"``;
 * ``takes_reference_set = False``: a loss that works on the batch alone;
 * ``prepare(...)``: the inputs of ``terms``, for a family of losses that
-  takes other ones (:class:`tfdml.losses.class_weights.ClassVectorLoss`: the
+  takes other ones (:class:`tfdml.losses.class_vectors.ClassVectorLoss`: the
   unit embeddings and the loss's unit class vectors, :class:`ClassInputs
-  <tfdml.losses.class_weights.ClassInputs>`);
+  <tfdml.losses.class_vectors.ClassInputs>`);
 * a check that needs the whole loss (a miner with a ``block_size``): at the end
   of its ``__init__``.
 
@@ -91,10 +91,10 @@ from keras import ops
 from tfdml import ops as dml
 from tfdml._shims import dtype_name, is_traced
 from tfdml._tensors import multi_hot_ok
-from tfdml.losses.blocks import blocked_terms, check_block_size
 from tfdml.losses.inputs import Inputs, mined_pairs, mined_triplets, prepare_inputs, resolve_miner
 from tfdml.losses.ownership import Ownership, check_loss_state, loss_owner
 from tfdml.losses.replicas import call_over_replicas
+from tfdml.losses.row_blocks import blocked_terms, check_block_size
 from tfdml.losses.state import LossState
 from tfdml.losses.terms import (
     AVERAGES,
@@ -293,7 +293,7 @@ class MetricLoss(keras.losses.Loss):
             Defaults to `"anchors"`; each loss sets its paper's.
         block_size: compute the loss over blocks of this many anchors, each
             against the whole batch, recomputing each block in the backward
-            pass (:mod:`tfdml.losses.blocks`): peak memory ``O(block_size x
+            pass (:mod:`tfdml.losses.row_blocks`): peak memory ``O(block_size x
             B)`` instead of ``O(B^2)``, same values and gradients. `None`
             computes the whole batch at once. Defaults to `None`.
         **arguments: the loss's own arguments, checked by its ``__init__``;
@@ -334,7 +334,7 @@ class MetricLoss(keras.losses.Loss):
     split_terms = False
 
     #: The terms of a block of anchors against the whole batch are those anchors' terms, so
-    #: that ``block_size`` computes them in blocks by itself (:mod:`tfdml.losses.blocks`).
+    #: that ``block_size`` computes them in blocks by itself (:mod:`tfdml.losses.row_blocks`).
     #: False for a loss whose terms couple the whole batch: its ``terms`` runs over blocks
     #: itself when :meth:`uses_blocks` says so.
     blockwise = True

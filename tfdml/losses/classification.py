@@ -29,7 +29,7 @@ from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
 from tfdml._tensors import is_number
 from tfdml.losses._docstrings import CLASS_VECTOR_ARGS, STATE_DOC
-from tfdml.losses.class_weights import (
+from tfdml.losses.class_vectors import (
     LOGIT_LIMIT,
     ClassVectorLoss,
     check_scale,
@@ -304,7 +304,7 @@ def soft_triple_loss(y_true, y_pred, centers, la: float = 20.0, gamma: float = 0
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
     return functional_class_loss(_soft_triple, y_true, y_pred, centers, rank=3,
-                                 weights_name="centers", **_check_soft_triple_args(la, gamma, margin))
+                                 vectors_name="centers", **_check_soft_triple_args(la, gamma, margin))
 
 
 # -- classes ---------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
 from tfdml.losses._docstrings import shared_args
 from tfdml.losses.base import AnchorTerms, MetricLoss, anchor_terms, prepare_inputs
-from tfdml.losses.blocks import RowBlocks, batch_rows
+from tfdml.losses.row_blocks import RowBlocks, batch_rows
 
 __all__ = ["FAPPYLoss", "HistogramLoss", "false_positive_probability", "node_histograms"]
 

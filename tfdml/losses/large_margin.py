@@ -18,7 +18,7 @@ from tfdml import ops as dml
 from tfdml._checks import check_int
 from tfdml._docs import fill_doc
 from tfdml.losses._docstrings import CLASS_VECTOR_ARGS, STATE_DOC
-from tfdml.losses.class_weights import (
+from tfdml.losses.class_vectors import (
     ClassVectorLoss,
     check_scale,
     class_cosines,

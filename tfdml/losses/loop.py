@@ -26,7 +26,6 @@ from tfdml._shims import dtype_name
 from tfdml._tensors import is_number
 from tfdml.losses._docstrings import shared_args
 from tfdml.losses.base import MetricLoss, anchor_terms, functional_loss
-from tfdml.losses.blocks import RowBlocks, batch_rows
 from tfdml.losses.loop_pairs import (
     Geometry,
     LabelPairs,
@@ -38,6 +37,7 @@ from tfdml.losses.loop_pairs import (
     ordered,
 )
 from tfdml.losses.multi_similarity import ms_values
+from tfdml.losses.row_blocks import RowBlocks, batch_rows
 from tfdml.miners.selection import multi_similarity_pairs
 
 __all__ = [

@@ -17,7 +17,7 @@ from keras import ops
 from tfdml import ops as dml
 from tfdml._checks import check_int, check_number
 from tfdml._shims import dtype_name
-from tfdml.losses.class_weights import (
+from tfdml.losses.class_vectors import (
     ClassVectorLoss,
     class_mask,
     functional_class_loss,
@@ -130,7 +130,7 @@ def manifold_loss(y_true, y_pred, proxies, l, k=50, lambda_c=1.0, alpha=0.8,  # 
     """
     _check_sizes(l, k, proxies, y_pred)
     return functional_class_loss(_manifold_losses, y_true, y_pred, proxies,
-                                 weights_name="proxies",
+                                 vectors_name="proxies",
                                  **_check_manifold(lambda_c, alpha, margin))
 
 
@@ -159,7 +159,7 @@ class ManifoldLoss(ClassVectorLoss):
     per-sample losses ``L_i``. The cost is one ``(N + K) x (N + K)`` matrix
     inverse per batch, computed in float32 (float64 for float64 embeddings).
 
-    The proxies are a variable of the loss's state (``loss.class_weights``,
+    The proxies are a variable of the loss's state (``loss.class_vectors``,
     ``[k, l]``). Train with :class:`tfdml.models.MetricModel`, which owns it.
 
     Start the proxies in the data. The edge weight ``exp(2 max(cos, 0))``
@@ -189,7 +189,7 @@ class ManifoldLoss(ClassVectorLoss):
         loss.build_state(l)
         e = embedder.predict(x_train)
         e /= np.linalg.norm(e, axis=1, keepdims=True)
-        loss.class_weights.assign(
+        loss.class_vectors.assign(
             np.stack([e[meta_train == j].mean(axis=0) for j in range(k)]))
 
     Args:

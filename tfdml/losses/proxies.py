@@ -8,7 +8,7 @@ from keras import ops
 from tfdml import ops as dml
 from tfdml._checks import check_positive
 from tfdml._shims import dtype_name
-from tfdml.losses.class_weights import (
+from tfdml.losses.class_vectors import (
     ClassVectorLoss,
     check_scale,
     class_cosines,
@@ -114,7 +114,7 @@ def proxy_nca_loss(y_true, y_pred, proxies, scale: float = 1.0):
     Returns:
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
-    return functional_class_loss(_proxy_nca, y_true, y_pred, proxies, weights_name="proxies",
+    return functional_class_loss(_proxy_nca, y_true, y_pred, proxies, vectors_name="proxies",
                                  **_check_nca_scale(scale))
 
 
@@ -127,7 +127,7 @@ class ProxyNCALoss(ClassVectorLoss):
     (pytorch-metric-learning, ProxyNCA++); Movshovitz-Attias et al.'s
     excludes it, which makes the loss unbounded below.
 
-    The proxies are a variable of the loss's state (``loss.class_weights``,
+    The proxies are a variable of the loss's state (``loss.class_vectors``,
     ``[C, D]``). Train with :class:`tfdml.models.MetricModel`, which owns it.
 
     Args:
@@ -178,7 +178,7 @@ class ProxyAnchorLoss(ClassVectorLoss):
     multiplies the sample's exponentials (``w = 1`` everywhere is the
     unweighted loss; ``w = 0`` leaves the sample out).
 
-    The proxies are a variable of the loss's state (``loss.class_weights``,
+    The proxies are a variable of the loss's state (``loss.class_vectors``,
     ``[C, D]``). Train with :class:`tfdml.models.MetricModel`, which owns it.
     Kim et al. train the proxies with a learning rate 100 times the
     network's; here their initial norm plays that role (see the

@@ -48,7 +48,7 @@ class ActiveAnchors(keras.metrics.Mean):
     def __init__(self, loss, name="active_anchors", dtype=None):
         super().__init__(name=name, dtype=dtype)
         from tfdml.losses.base import resolve_loss
-        from tfdml.losses.class_weights import ClassVectorLoss
+        from tfdml.losses.class_vectors import ClassVectorLoss
         from tfdml.losses.xbm import CrossBatchMemory
 
         loss = resolve_loss(loss)

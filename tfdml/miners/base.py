@@ -218,7 +218,7 @@ class Miner:
     def drawing_from(self, generator):
         """Inside the ``with`` block, this miner draws from ``generator``, not its own.
 
-        A loss in row blocks (:mod:`tfdml.losses.blocks`) gives each block a generator
+        A loss in row blocks (:mod:`tfdml.losses.row_blocks`) gives each block a generator
         derived from the step's seed and the block's index, so that recomputing the block
         in the backward pass draws the same numbers; the miner's own generator (and its
         state) is back in place when the block ends, also on an error.

@@ -4,7 +4,7 @@
   normalize`` networks from a Keras Applications name (or ResNet18,
   :mod:`tfdml.models.resnet`), and how each backbone expects its pixels;
 * :mod:`tfdml.models.hub`: the same from a keras-hub backbone (ViT, DINOv2, CLIP,
-  SigLIP, ...), with :mod:`tfdml.models.blocks` to freeze its first blocks or give each
+  SigLIP, ...), with :mod:`tfdml.models.fine_tuning` to freeze its first blocks or give each
   block its learning rate (layer-wise decay), applied by
   :class:`LearningRateMultipliers` (:mod:`tfdml.models.optimizers`);
 * :class:`MetricModel` (:mod:`tfdml.models.metric_model`): an embedding model
@@ -29,9 +29,13 @@ from tfdml.models.backbones import (
     get_preprocess,
     preprocess_mode,
 )
-from tfdml.models.blocks import freeze_transformer_blocks, layerwise_lr_decay, transformer_blocks
 from tfdml.models.contrastive_model import ContrastiveModel
 from tfdml.models.files import load_model, save_model
+from tfdml.models.fine_tuning import (
+    freeze_transformer_blocks,
+    layerwise_lr_decay,
+    transformer_blocks,
+)
 from tfdml.models.heads import build_predictor, build_projector
 from tfdml.models.hub import HUB_BACKBONES, TokenPooling
 from tfdml.models.metric_model import MetricModel, is_stateful_loss, plus_model_losses, unwrap

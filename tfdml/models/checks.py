@@ -15,7 +15,7 @@ import keras
 import numpy as np
 
 from tfdml._tensors import check_label_array
-from tfdml.losses.class_weights import ClassVectorLoss
+from tfdml.losses.class_vectors import ClassVectorLoss
 from tfdml.losses.ownership import losses_within
 from tfdml.losses.xbm import CrossBatchMemory
 

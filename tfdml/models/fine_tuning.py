@@ -1,4 +1,4 @@
-"""A model's layers, its transformer blocks, and what to freeze or train slower.
+"""Fine-tuning a backbone: its layers, its transformer blocks, and what to freeze or train slower.
 
 * :func:`all_layers` walks every layer of a model, nested ones too;
 * :func:`freeze_batchnorm_layers` freezes its BatchNormalization layers;

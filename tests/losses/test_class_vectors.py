@@ -1,4 +1,4 @@
-"""The losses with class vectors (tfdml.losses.class_weights) against tests/references.py.
+"""The losses with class vectors (tfdml.losses.class_vectors) against tests/references.py.
 
 The ten losses with learned class vectors (proxies, class weights, sub-centres,
 SoftTriple centres): normalized softmax, CosFace, ArcFace, sub-centre ArcFace, SoftTriple,
@@ -98,7 +98,7 @@ class Case:
     """One loss: its functional and class forms, its reference and hyperparameters.
 
     ``kwargs`` go to both forms and to the reference; ``class_kwargs`` to the class only;
-    ``weights_name`` is the functional form's name for the class vectors.
+    ``vectors_name`` is the functional form's name for the class vectors.
     """
 
     id: str
@@ -106,7 +106,7 @@ class Case:
     cls: type
     reference: Callable
     rank: int
-    weights_name: str
+    vectors_name: str
     kwargs: dict = field(default_factory=dict)
     class_kwargs: dict = field(default_factory=dict)
     per_sample: bool = True  # Proxy Anchor is a sum over proxies
@@ -210,7 +210,7 @@ def test_float32_matches_reference(case_id):
 def test_reduction_none_is_the_reference_per_sample(case_id):
     case = BY_ID[case_id]
     loss = case.make(reduction="none")
-    loss.class_weights.assign(case.weights.astype(np.float32))
+    loss.class_vectors.assign(case.weights.astype(np.float32))
     got = to_numpy(_class_form(loss)(LABELS, X.astype(np.float32)))
     assert got.shape == (B,)
     np.testing.assert_allclose(got, case.ref_per_sample(LABELS, X, case.weights),
@@ -250,8 +250,8 @@ def test_class_form_equals_functional_form(case_id):
     w32 = case.weights.astype(np.float32)
     x32 = X.astype(np.float32)
     loss = case.make()
-    assert tuple(loss.class_weights.shape) == w32.shape
-    loss.class_weights.assign(w32)
+    assert tuple(loss.class_vectors.shape) == w32.shape
+    loss.class_vectors.assign(w32)
     assert len(loss.trainable_variables) == 1
     got_value, got_grad = value_and_grads(lambda y, e: loss(y, e), LABELS, x32, argnums=1)
     want_value, want_grad = value_and_grads(case, LABELS, x32, w32, argnums=1)
@@ -327,11 +327,11 @@ def test_nan_or_inf_gives_nan(case_id):
         w_bad.reshape(-1, D)[-1, 2] = bad  # a vector of an absent class
         assert np.isnan(to_numpy(fn(LABELS, x32, w_bad))), f"{bad} in the weights"
     loss = case.make()
-    loss.class_weights.assign(w32)
+    loss.class_vectors.assign(w32)
     x_bad = x32.copy()
     x_bad[0, 0] = np.nan
     assert np.isnan(to_numpy(_class_form(loss)(LABELS, x_bad)))
-    loss.class_weights.assign(w_bad)
+    loss.class_vectors.assign(w_bad)
     assert np.isnan(to_numpy(_class_form(loss)(LABELS, x32)))
 
 
@@ -371,7 +371,7 @@ def test_invalid_hyperparameters(case_id, kwargs, match):
 @pytest.mark.parametrize("case_id", IDS)
 def test_invalid_weights_and_labels(case_id):
     case = BY_ID[case_id]
-    name = case.weights_name
+    name = case.vectors_name
     w = case.weights
     wrong_rank = w[:, 0] if case.rank == 3 else w[:, None, :]
     with pytest.raises(ValueError, match=f"`{name}` must have shape"):
@@ -429,7 +429,7 @@ def test_compiled_equals_eager():
     losses = {}
     for case_id in COMPILED_IDS:
         losses[case_id] = BY_ID[case_id].make()
-        losses[case_id].class_weights.assign(weights[case_id])
+        losses[case_id].class_vectors.assign(weights[case_id])
 
     def everything(labels, x, weights):
         out = {}

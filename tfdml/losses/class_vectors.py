@@ -4,7 +4,7 @@ A loss of this family compares each embedding with ``C`` learned vectors, one
 per class (proxies, class weights) or ``k`` per class (sub-centres, SoftTriple
 centres), by the cosine of their angle. The functional forms take the vectors
 explicitly (``[C, D]`` or ``[C, k, D]``); the loss classes
-(:class:`ClassVectorLoss`) hold them in their :class:`ClassWeights` state, which
+(:class:`ClassVectorLoss`) hold them in their :class:`ClassVectors` state, which
 :class:`tfdml.models.MetricModel` trains. Both compute the ``[B]`` loss of each
 sample with the same function of :class:`ClassInputs`.
 
@@ -32,7 +32,7 @@ __all__ = [
     "LOGIT_LIMIT",
     "ClassInputs",
     "ClassVectorLoss",
-    "ClassWeights",
+    "ClassVectors",
     "check_scale",
     "class_cosines",
     "class_inputs",
@@ -67,19 +67,19 @@ def check_scale(name, value):
     return value
 
 
-def prepare_class_inputs(y_true, y_pred, weights, rank, name="weights"):
-    """Validates and casts the inputs of a class-weight loss.
+def prepare_class_inputs(y_true, y_pred, vectors, rank, name="weights"):
+    """Validates and casts the inputs of a class-vector loss.
 
     Args:
         y_true: ``[B]`` / ``[B, 1]`` integer class ids in ``[0, C)``.
         y_pred: ``[B, D]`` embeddings.
-        weights: ``[C, D]`` (``rank=2``) or ``[C, k, D]`` (``rank=3``).
-        rank: the rank ``weights`` must have.
-        name: the argument name of ``weights`` in error messages.
+        vectors: the class vectors, ``[C, D]`` (``rank=2``) or ``[C, k, D]`` (``rank=3``).
+        rank: the rank ``vectors`` must have.
+        name: the argument name of ``vectors`` in error messages.
 
     Returns:
         ``(labels, x, w, valid)``: integer labels, the L2-normalized
-        embeddings and weights in the compute dtype (float32; float64 for
+        embeddings and class vectors in the compute dtype (float32; float64 for
         float64 embeddings), and whether the class ids are in ``[0, C)``:
         ``True`` when checked eagerly, else a scalar bool tensor that the loss
         value passes through :func:`tfdml.ops.nan_unless` (a compiled step
@@ -97,7 +97,7 @@ def prepare_class_inputs(y_true, y_pred, weights, rank, name="weights"):
             f"y_true.shape={tuple(labels.shape)}")
     embeddings = check_embeddings(y_pred, "y_pred")
     check_batch_sizes(labels, embeddings, "y_true", "y_pred")
-    w = ops.convert_to_tensor(weights)
+    w = ops.convert_to_tensor(vectors)
     shape = tuple(w.shape)
     if len(shape) != rank:
         want = "[num_classes, embedding_dim]" if rank == 2 else (
@@ -120,7 +120,7 @@ def prepare_class_inputs(y_true, y_pred, weights, rank, name="weights"):
 
 
 def class_cosines(x, w):
-    """Cosines ``[B, C]`` of unit embeddings ``[B, D]`` and unit weights ``[C, D]``
+    """Cosines ``[B, C]`` of unit embeddings ``[B, D]`` and unit class vectors ``[C, D]``
     (``[B, C, k]`` for ``[C, k, D]``)."""
     if len(w.shape) == 2:
         return dml.matmul(x, ops.transpose(w))
@@ -156,7 +156,7 @@ def per_sample_value(losses, x_raw, w, valid=True):
     return dml.nan_unless(dml.nan_unless_finite(value, w), valid)
 
 
-class ClassWeights(LossState):
+class ClassVectors(LossState):
     """The learned per-class vectors of a loss: ``[C, D]``, or ``[C, k, D]`` with ``k``.
 
     Args:
@@ -219,10 +219,10 @@ class ClassInputs(NamedTuple):
                      for t in (self.embeddings, self.raw_vectors))
 
 
-def class_inputs(y_true, y_pred, weights, rank, name="weights") -> ClassInputs:
+def class_inputs(y_true, y_pred, vectors, rank, name="weights") -> ClassInputs:
     """:func:`prepare_class_inputs` as :class:`ClassInputs`, with the raw inputs kept."""
-    labels, x, w, valid = prepare_class_inputs(y_true, y_pred, weights, rank, name)
-    return ClassInputs(labels, x, w, valid, y_pred, weights)
+    labels, x, w, valid = prepare_class_inputs(y_true, y_pred, vectors, rank, name)
+    return ClassInputs(labels, x, w, valid, y_pred, vectors)
 
 
 def sample_terms(inputs: ClassInputs, losses):
@@ -232,7 +232,7 @@ def sample_terms(inputs: ClassInputs, losses):
     return anchor_terms(losses, ops.ones(ops.shape(losses), "bool"))
 
 
-def functional_class_loss(sample_losses, y_true, y_pred, weights, rank=2, weights_name="weights",
+def functional_class_loss(sample_losses, y_true, y_pred, vectors, rank=2, vectors_name="weights",
                           **arguments):
     """The value of a class-vector loss's functional form: the mean over the batch.
 
@@ -241,16 +241,16 @@ def functional_class_loss(sample_losses, y_true, y_pred, weights, rank=2, weight
             class's ``terms`` method calls.
         y_true: ``[B]`` / ``[B, 1]`` integer class ids in ``[0, C)``.
         y_pred: ``[B, D]`` embeddings.
-        weights: the class vectors, ``[C, D]`` (``rank=2``) or ``[C, k, D]`` (``rank=3``).
-        rank: the rank ``weights`` must have.
-        weights_name: the argument name of ``weights``, for error messages.
+        vectors: the class vectors, ``[C, D]`` (``rank=2``) or ``[C, k, D]`` (``rank=3``).
+        rank: the rank ``vectors`` must have.
+        vectors_name: the argument name of ``vectors``, for error messages.
         **arguments: the loss's own arguments, checked.
 
     Returns:
         A scalar of the dtype of ``y_pred``; NaN when an embedding or a vector is NaN or
         Inf, or (traced) a class id out of range.
     """
-    inputs = class_inputs(y_true, y_pred, weights, rank, weights_name)
+    inputs = class_inputs(y_true, y_pred, vectors, rank, vectors_name)
     return per_sample_value(sample_losses(inputs, **arguments), y_pred, inputs.vectors,
                             inputs.valid)
 
@@ -266,7 +266,7 @@ class ClassVectorLoss(MetricLoss):
     of the ``[B]`` losses that its functional form averages). ``vector_name``
     names the vectors' variable, ``vectors_per_class`` gives their number per
     class (``[C, k, D]``; None for ``[C, D]``). The vectors live in the loss's
-    :class:`ClassWeights` state; train with :class:`tfdml.models.MetricModel`,
+    :class:`ClassVectors` state; train with :class:`tfdml.models.MetricModel`,
     which owns it. These losses compare embeddings with the vectors only: they
     take no reference set and no miner, and every sample is an anchor
     (``average="anchors"`` is the mean over the batch).
@@ -309,12 +309,12 @@ class ClassVectorLoss(MetricLoss):
         return None
 
     @property
-    def weights_rank(self) -> int:
+    def vectors_rank(self) -> int:
         """The rank of the vectors: 2 (``[C, D]``) or 3 (``[C, k, D]``)."""
         return 2 if self.vectors_per_class is None else 3
 
     def make_state(self):
-        return ClassWeights(self.num_classes, self.vectors_per_class, self.initializer,
+        return ClassVectors(self.num_classes, self.vectors_per_class, self.initializer,
                             self.vector_name, name=f"{self.name}_state")
 
     def build_state(self, embedding_dim=None):
@@ -328,7 +328,7 @@ class ClassVectorLoss(MetricLoss):
         return super().build_state(embedding_dim)
 
     @property
-    def class_weights(self):
+    def class_vectors(self):
         """The learned vectors (a variable, ``[C, D]`` or ``[C, k, D]``); built on first use."""
         state = self.state
         if not state.built:
@@ -348,5 +348,5 @@ class ClassVectorLoss(MetricLoss):
                 f"Loss {self.name!r} compares embeddings with its learned class vectors and "
                 "takes no reference set (`ref_embeddings`)."
             )
-        return class_inputs(labels, embeddings, self.class_weights, self.weights_rank,
+        return class_inputs(labels, embeddings, self.class_vectors, self.vectors_rank,
                             self.vector_name)

@@ -2,7 +2,7 @@
 
 Every loss of the ``MetricLoss`` family that builds a ``[B, B]`` matrix takes
 ``block_size``; with it the loss runs over blocks of anchors, each against the whole batch,
-and recomputes each block in the backward pass (``tfdml.losses.blocks``). Here: values and
+and recomputes each block in the backward pass (``tfdml.losses.row_blocks``). Here: values and
 gradients equal the dense loss (which the per-loss tests check against NumPy references)
 with a ragged last block, eagerly and compiled, in float32 and float64, for every
 reduction and with sample weights; wrapped in ``CrossBatchMemory`` and ``TrimmedLoss``;
