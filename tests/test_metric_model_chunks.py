@@ -272,7 +272,7 @@ def test_config_and_keras_file_keep_the_chunk_size(tmp_path):
 # -- the catalogue: blocks with chunks, mixed precision, embedders chunks cannot split -----------
 
 
-@pytest.mark.parametrize("policy", ["float32", "mixed_float16"])
+@pytest.mark.parametrize("policy", ["float32", pytest.param("mixed_float16", marks=pytest.mark.slow)])
 def test_blocks_with_chunks_compile_and_equal_the_dense_step(policy):
     """A loss in row blocks inside a chunked step (the docs' large-batch recipe), compiled
     where the backend compiles (XLA on TensorFlow: the blocks count the batch's rows, which

@@ -152,6 +152,7 @@ def test_build_embedding_model_resnet18_structure_and_output():
     np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, rtol=1e-5)
 
 
+@pytest.mark.slow  # training under each backend
 @pytest.mark.multibackend
 def test_build_embedding_model_trains_with_a_tfdml_loss_under_every_backend():
     """The model and its layers (GeM, L2Normalization) in a compiled fit step with a loss."""
@@ -336,6 +337,7 @@ def test_all_layers_walks_models_and_layers_held_in_attributes():
 # -- training and saving ----------------------------------------------------------------------
 
 
+@pytest.mark.slow  # training, then a .keras file
 def test_trained_embedding_model_round_trips_through_keras_file(tmp_path):
     keras.utils.set_random_seed(0)
     model = models.build_embedding_model(

@@ -266,6 +266,7 @@ def test_compiled_step_equals_eager_with_the_state_update():
     np.testing.assert_array_equal(to_numpy(new), to_numpy(hist))
 
 
+@pytest.mark.slow  # training, then a .keras file
 def test_fit_updates_the_histogram_and_save_load_keeps_it(tmp_path):
     loss = DynamicSoftMarginLoss(num_bins=12, momentum=0.1)
     model = MetricModel(small_embedding_model(input_dim=7, embed_dim=5), loss)

@@ -30,7 +30,9 @@ def _fit(embedder, loss, dataset=None, steps=3, jit_compile=True, lr=0.05, wrap=
     return model
 
 
-@pytest.mark.parametrize("jit_compile", [True, False], ids=["xla", "graph"])
+# Under XLA in the slow tier: the graph step trains the same variables on every commit.
+@pytest.mark.parametrize("jit_compile", [pytest.param(True, marks=pytest.mark.slow), False],
+                         ids=["xla", "graph"])
 def test_metric_model_trains_beta(jit_compile):
     loss = MarginLoss(miner=EASY_HARD)
     model = _fit(small_embedding_model(), loss, jit_compile=jit_compile)
@@ -123,6 +125,7 @@ def test_per_class_loss_survives_keras_save_load(tmp_path):
     )
 
 
+@pytest.mark.slow  # an XLA repeat of the eager per-class check
 def test_per_class_beta_under_xla_matches_eager():
     loss = MarginLoss(num_classes=4, beta=[0.9, 1.0, 1.1, 1.2], miner=EASY_HARD)
     labels = np.array([0, 1, 2, 3, 0, 1, 2, 3, 3], np.int32)

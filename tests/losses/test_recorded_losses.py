@@ -11,15 +11,14 @@ here. ``tests/fixtures/make_recorded_losses.py`` writes it.
   recorded it; otherwise within a few units in the last place, so that another CPU's kernels
   (FMA, vector width) do not fail it.
 * JAX and PyTorch: the same arrays but the learned variables' gradients, within the
-  tolerance of another backend's kernels (``BACKEND_TOLERANCE``). This is where the JAX and
-  PyTorch suites check every loss configuration (each loss with each of its miners) for
-  values and gradients.
+  tolerance of another backend's kernels (``BACKEND_TOLERANCE``). PyTorch checks every case
+  eagerly; eager JAX compiles each op for each shape and dtype, so it checks the float64
+  arrays of one case per loss class eagerly.
 * Compiled (``tf.function(jit_compile=True)``, ``jax.jit``; PyTorch has no compiled path):
-  the float32 value and embedding gradient of every case under JAX; under TensorFlow (which
-  checks every case eagerly) of one case per loss class and per miner kind, and of the
-  cases outside the contract list. Eager JAX compiles each op for
-  each shape and dtype: under JAX the float64 arrays of one case per loss class are checked
-  eagerly, the functional forms compiled.
+  the float32 value and embedding gradient of one case per loss class and per miner kind
+  and of the cases outside the contract list (row blocks, memory banks, ``compat.tfa``) on
+  every commit; every other deterministic case in the slow tier (``make test-slow``). The
+  functional forms are compiled under JAX.
 
 A case whose miner draws at random (``random``, ``distance_weighted``) draws from another
 stream under JAX and PyTorch, and compiled: there the miner-against-reference tests check
@@ -86,14 +85,15 @@ def _skip_unless_recorded(name, recorded):
 
 
 #: Eager JAX compiles each op for each shape and dtype (seconds per loss): it checks the
-#: float64 record of one case per loss class eagerly, and every case compiled.
+#: float64 record of one case per loss class eagerly, and the compiled cases below.
 EAGER_DTYPES = ("float64",) if BACKEND == "jax" else ("float64", "float32")
 EAGER_JAX = {case.id for case in ONE_PER_CLASS}
-#: TensorFlow checks every case eagerly, and compiles (with XLA, a second each) one case per
-#: loss class and per miner kind, and the cases outside the contract list (row blocks,
-#: memory banks, tfdml.compat.tfa): each path through the compiler. JAX compiles every case.
-COMPILED_TF = ({case.id for case in ONE_PER_CLASS_AND_MINER}
-               | set(cases()) - {case.id for case in LOSS_CASES})
+#: Compiled on every commit (XLA under TensorFlow, jax.jit under JAX): one case per loss
+#: class and per miner kind, and the cases outside the contract list (row blocks, memory
+#: banks, tfdml.compat.tfa): each path through the compiler. The other deterministic cases
+#: are compiled in the slow tier (`make test-slow`); TensorFlow checks every case eagerly.
+COMPILED = ({case.id for case in ONE_PER_CLASS_AND_MINER}
+            | set(cases()) - {case.id for case in LOSS_CASES})
 
 
 @pytest.mark.parametrize("name", sorted(cases()))
@@ -107,14 +107,10 @@ def test_loss_values_and_gradients_are_the_recorded_ones(name, recorded):
     _compare(got, recorded, name)
 
 
-@pytest.mark.skipif(not CAN_COMPILE, reason="no compiled path under PyTorch")
-@pytest.mark.parametrize("name", sorted(cases()))
-def test_compiled_loss_values_and_gradients_are_the_recorded_ones(name, recorded):
+def _check_compiled(name, recorded):
     _skip_unless_recorded(name, recorded)
     if not is_deterministic(cases()[name]):
         pytest.skip("a random miner draws another stream when compiled")
-    if BACKEND == "tensorflow" and name not in COMPILED_TF:
-        pytest.skip("XLA: one case per loss class and miner kind (every case eagerly)")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         got = compiled_case(name, cases()[name])
@@ -122,6 +118,19 @@ def test_compiled_loss_values_and_gradients_are_the_recorded_ones(name, recorded
     for key, value in got.items():
         np.testing.assert_allclose(value, recorded[key], rtol=tol[np.float32],
                                    atol=tol[np.float32], err_msg=key)
+
+
+@pytest.mark.skipif(not CAN_COMPILE, reason="no compiled path under PyTorch")
+@pytest.mark.parametrize("name", sorted(COMPILED))
+def test_compiled_loss_values_and_gradients_are_the_recorded_ones(name, recorded):
+    _check_compiled(name, recorded)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CAN_COMPILE, reason="no compiled path under PyTorch")
+@pytest.mark.parametrize("name", sorted(set(cases()) - COMPILED))
+def test_the_other_compiled_loss_values_are_the_recorded_ones(name, recorded):
+    _check_compiled(name, recorded)
 
 
 def test_every_recorded_case_is_still_computed(recorded):
