@@ -353,8 +353,8 @@ class MetricLoss(keras.losses.Loss):
     #: :mod:`tfdml.losses.replicas` for what it costs.
     cross_replica = None
 
-    def __init__(self, normalize=True, reduction="sum_over_batch_size", name=None, dtype=None,
-                 average="anchors", block_size=None, **arguments):
+    def __init__(self, *, normalize=True, average="anchors", reduction="sum_over_batch_size",
+                 name=None, dtype=None, block_size=None, **arguments):
         check_reduction(reduction)
         block_size = check_block_size(block_size)
         check_loss_average(type(self), average)
