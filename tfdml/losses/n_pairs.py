@@ -89,8 +89,7 @@ def _n_pairs_terms(inputs):
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
-@fill_doc(SHARED_ARGS=shared_args("n_pairs_loss",
-                        arguments=("normalize", "average", "reduction", "name", "dtype")))
+@fill_doc(SHARED_ARGS=shared_args("n_pairs_loss", arguments=_N_PAIRS_ARGUMENTS))
 class NPairsLoss(MetricLoss):
     """The multi-class N-pair loss: each pair's anchor against the positives of all pairs.
 
