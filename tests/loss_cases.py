@@ -145,7 +145,7 @@ LOSS_CASES = [
     Case("loop_lifted", lambda: LoOpLoss("lifted_structure")),
     Case("loop_ms", lambda: LoOpLoss("multi_similarity", epsilon=-0.02)),
     Case("loop_triplet_segments", lambda: LoOpLoss("triplet", normalize=False)),
-    Case("loop_ms_segments", lambda: LoOpLoss("multi_similarity", 0.4, False)),
+    Case("loop_ms_segments", lambda: LoOpLoss("multi_similarity", 0.4, normalize=False)),
     Case("hphn_triplet", lambda: HPHNTripletLoss()),
     Case("supcon", lambda: SupConLoss()),
     Case("supcon_ms_eps", lambda: SupConLoss(0.5, MSMiner(positive="easy"))),

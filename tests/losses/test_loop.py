@@ -124,7 +124,7 @@ def test_loop_loss_matches_reference(base, normalized):
     want, per_key = ref.loop_losses(LABELS, x, base, margin, normalized, **options)
     assert per_key, "the test batch must give the loss something to do"
     _check_against_reference(loss, LABELS, x, want, per_key)
-    functional = loop_loss(LABELS, _f32(x), base, margin, normalized, **options)
+    functional = loop_loss(LABELS, _f32(x), base, margin, normalize=normalized, **options)
     np.testing.assert_allclose(to_numpy(functional), want, rtol=0, atol=2e-5)
 
 

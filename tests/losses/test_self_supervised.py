@@ -413,8 +413,8 @@ def test_target_losses_low_precision_inputs_are_computed_in_float32(case, dtype)
 @pytest.mark.parametrize("dtype", [None, "float64"])
 def test_target_losses_config_round_trips(dtype):
     for loss, attrs in (
-            (SimSiamLoss("angular_distance", "sum", "ss", dtype), {"projection_type":
-                                                                   "angular_distance"}),
+            (SimSiamLoss("angular_distance", reduction="sum", name="ss", dtype=dtype),
+             {"projection_type": "angular_distance"}),
             (SimSiamLoss(dtype=dtype), {"projection_type": "negative_cosine_sim"}),
             (BYOLLoss(reduction="none", name="b", dtype=dtype), {})):
         clone = assert_config_roundtrip(loss)

@@ -18,8 +18,11 @@ from tfdml import ops as dml
 from tfdml._checks import check_number, check_positive
 from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
-from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
-from tfdml.losses.base import MetricLoss, functional_loss, mined_pairs, resolve_miner, triplet_terms
+from tfdml.losses._docstrings import shared_args
+from tfdml.losses.base import MetricLoss
+from tfdml.losses.functional import functional_form
+from tfdml.losses.inputs import mined_pairs, resolve_miner
+from tfdml.losses.terms import triplet_terms
 from tfdml.miners import AllPairsMiner, Miner
 
 __all__ = ["AngularLoss", "TupletMarginLoss", "angular_loss", "tuplet_margin_loss"]
@@ -32,12 +35,6 @@ def _pairs(inputs, miner: Miner):
 
 
 # -- angular loss -------------------------------------------------------------------------------
-
-
-def _check_angular(alpha: float = math.radians(40), miner="default"):
-    return {"alpha": check_number("alpha", alpha, low=0, high=math.pi / 2, low_open=True,
-                                  high_open=True),
-            "miner": resolve_miner(miner, AllPairsMiner)}
 
 
 def _angular_terms(inputs, alpha, miner: Miner):
@@ -97,42 +94,23 @@ class AngularLoss(MetricLoss):
         ICCV 2017.
     """
 
-    def __init__(self, alpha: float = math.radians(40), miner="default", normalize=True,
+    def __init__(self, alpha: float = math.radians(40), miner="default", *, normalize=True,
                  average="terms", reduction="sum_over_batch_size", name="angular_loss", dtype=None,
                  block_size=None):
-        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
-                         dtype=dtype, block_size=block_size, **_check_angular(alpha, miner))
+        super().__init__(
+            alpha=check_number("alpha", alpha, low=0, high=math.pi / 2, low_open=True,
+                               high_open=True),
+            miner=resolve_miner(miner, AllPairsMiner), normalize=normalize, average=average,
+            reduction=reduction, name=name, dtype=dtype, block_size=block_size)
 
     def terms(self, inputs):
         return _angular_terms(inputs, **self.arguments)
 
 
-@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
-def angular_loss(y_true, y_pred, alpha: float = math.radians(40), miner="default", normalize=True,
-                 ref_embeddings=None, ref_labels=None, ref_offset=None, average="terms"):
-    """Functional form of :class:`AngularLoss`: the mean over the positive pairs.
-
-    Args:
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
-        y_pred: ``[B, D]`` embeddings.
-        alpha, miner, normalize, average: as in :class:`AngularLoss`.
-        {REFERENCE_ARGS}
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; 0 without a positive pair, NaN when an
-        embedding is NaN or Inf.
-    """
-    return functional_loss(AngularLoss, _angular_terms, y_true, y_pred, ref_embeddings, ref_labels,
-                           ref_offset, normalize, average, **_check_angular(alpha, miner))
+angular_loss = functional_form(AngularLoss)
 
 
 # -- tuplet margin loss -------------------------------------------------------------------------
-
-
-def _check_tuplet(margin: float = math.radians(5.73), scale: float = 64.0, miner="default"):
-    return {"margin": check_number("margin", margin, low=-math.pi / 2, high=math.pi / 2),
-            "scale": check_positive("scale", scale),
-            "miner": resolve_miner(miner, AllPairsMiner)}
 
 
 def _tuplet_terms(inputs, margin, scale, miner: Miner):
@@ -188,31 +166,16 @@ class TupletMarginLoss(MetricLoss):
     """
 
     def __init__(self, margin: float = math.radians(5.73), scale: float = 64.0, miner="default",
-                 normalize=True, average="terms", reduction="sum_over_batch_size",
+                 *, normalize=True, average="terms", reduction="sum_over_batch_size",
                  name="tuplet_margin_loss", dtype=None, block_size=None):
-        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
-                         dtype=dtype, block_size=block_size, **_check_tuplet(margin, scale, miner))
+        super().__init__(
+            margin=check_number("margin", margin, low=-math.pi / 2, high=math.pi / 2),
+            scale=check_positive("scale", scale), miner=resolve_miner(miner, AllPairsMiner),
+            normalize=normalize, average=average, reduction=reduction, name=name, dtype=dtype,
+            block_size=block_size)
 
     def terms(self, inputs):
         return _tuplet_terms(inputs, **self.arguments)
 
 
-@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
-def tuplet_margin_loss(y_true, y_pred, margin: float = math.radians(5.73), scale: float = 64.0,
-                       miner="default", normalize=True, ref_embeddings=None, ref_labels=None,
-                       ref_offset=None, average="terms"):
-    """Functional form of :class:`TupletMarginLoss`: the mean over the positive pairs.
-
-    Args:
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
-        y_pred: ``[B, D]`` embeddings.
-        margin, scale, miner, normalize, average: as in :class:`TupletMarginLoss`.
-        {REFERENCE_ARGS}
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; 0 without a positive pair, NaN when an
-        embedding is NaN or Inf.
-    """
-    return functional_loss(TupletMarginLoss, _tuplet_terms, y_true, y_pred, ref_embeddings,
-                           ref_labels, ref_offset, normalize, average,
-                           **_check_tuplet(margin, scale, miner))
+tuplet_margin_loss = functional_form(TupletMarginLoss)

@@ -206,14 +206,8 @@ def functional_loss(loss_class, terms, y_true, y_pred, ref_embeddings=None, ref_
     Returns:
         A scalar of the dtype of ``y_pred``.
 
-    Example:
-
-    >>> def triplet_nca_loss(y_true, y_pred, order=1, temperature=1.0, miner="default",
-    ...                      normalize=True, ref_embeddings=None, ref_labels=None,
-    ...                      ref_offset=None, average="anchors"):
-    ...     return functional_loss(TripletNCALoss, _nca_terms, y_true, y_pred, ref_embeddings,
-    ...                            ref_labels, ref_offset, normalize, average,
-    ...                            **_check_nca(order, temperature, miner))
+    A loss class's functional form is :func:`tfdml.losses.functional_form` of the class,
+    which computes through :meth:`MetricLoss.functional` instead.
     """
     check_loss_average(loss_class, average)
     inputs = prepare_inputs(y_true, y_pred, ref_embeddings, ref_labels, ref_offset, normalize)
@@ -282,15 +276,15 @@ class MetricLoss(keras.losses.Loss):
 
     Args:
         normalize: L2-normalize the embeddings first. Defaults to `True`.
+        average: what the loss averages over: ``"anchors"``, ``"batch"``,
+            ``"terms"``, ``"nonzero"`` or, for a pair loss whose terms split,
+            ``"halves"`` / ``"halves_terms"`` (:mod:`tfdml.losses.terms`).
+            Defaults to `"anchors"`; each loss sets its paper's.
         reduction: see :mod:`tfdml.losses.terms`. Defaults to
             `"sum_over_batch_size"`.
         name: name of the loss instance.
         dtype: dtype of the returned loss value. Defaults to `None`
             (``keras.config.floatx()``).
-        average: what the loss averages over: ``"anchors"``, ``"batch"``,
-            ``"terms"``, ``"nonzero"`` or, for a pair loss whose terms split,
-            ``"halves"`` / ``"halves_terms"`` (:mod:`tfdml.losses.terms`).
-            Defaults to `"anchors"`; each loss sets its paper's.
         block_size: compute the loss over blocks of this many anchors, each
             against the whole batch, recomputing each block in the backward
             pass (:mod:`tfdml.losses.row_blocks`): peak memory ``O(block_size x
@@ -353,8 +347,8 @@ class MetricLoss(keras.losses.Loss):
     #: :mod:`tfdml.losses.replicas` for what it costs.
     cross_replica = None
 
-    def __init__(self, normalize=True, reduction="sum_over_batch_size", name=None, dtype=None,
-                 average="anchors", block_size=None, **arguments):
+    def __init__(self, *, normalize=True, average="anchors", reduction="sum_over_batch_size",
+                 name=None, dtype=None, block_size=None, **arguments):
         check_reduction(reduction)
         block_size = check_block_size(block_size)
         check_loss_average(type(self), average)

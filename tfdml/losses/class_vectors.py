@@ -275,10 +275,10 @@ class ClassVectorLoss(MetricLoss):
         num_classes: ``C``; class ids must be in ``[0, C)``.
         embedding_dim: ``D``, or None (from the model or the first batch).
         initializer: a Keras initializer for the vectors, or None.
+        average: see :mod:`tfdml.losses.terms`.
         reduction: see :mod:`tfdml.losses.terms`.
         name: name of the loss.
         dtype: dtype of the returned value.
-        average: see :mod:`tfdml.losses.terms`.
         **arguments: the loss's own arguments, checked.
     """
 
@@ -291,17 +291,16 @@ class ClassVectorLoss(MetricLoss):
 
     takes_reference_set = False
 
-    def __init__(self, num_classes, embedding_dim=None, initializer=None,
-                 reduction="sum_over_batch_size", name=None, dtype=None, average="anchors",
-                 **arguments):
+    def __init__(self, num_classes, embedding_dim=None, initializer=None, *, average="anchors",
+                 reduction="sum_over_batch_size", name=None, dtype=None, **arguments):
         num_classes = check_int("num_classes", num_classes)
         if embedding_dim is not None:
             embedding_dim = check_int("embedding_dim", embedding_dim)
         if initializer is not None:
             initializer = keras.initializers.get(initializer)
-        super().__init__(normalize=True, reduction=reduction, name=name, dtype=dtype,
-                         average=average, num_classes=num_classes, embedding_dim=embedding_dim,
-                         initializer=initializer, **arguments)
+        super().__init__(num_classes=num_classes, embedding_dim=embedding_dim,
+                         initializer=initializer, **arguments, normalize=True, average=average,
+                         reduction=reduction, name=name, dtype=dtype)
 
     @property
     def vectors_per_class(self):

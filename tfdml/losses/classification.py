@@ -114,19 +114,12 @@ def _check_cosine_margin(margin):
     return margin
 
 
-def _check_temperature(temperature: float = 0.05):
-    return {"temperature": _check_divisor("temperature", temperature)}
-
-
-def _check_margin_scale(margin: float = 0.35, scale: float = 64.0):
-    return {"margin": _check_cosine_margin(margin), "scale": check_scale("scale", scale)}
-
-
-def _check_arc_args(margin: float = 0.5, scale: float = 64.0):
+def _check_arc_margin(margin):
+    """An additive angular margin in radians, in ``[0, pi/2)``."""
     if not is_number(margin) or not 0 <= margin < math.pi / 2:
         raise ValueError("`margin` must be an angle in radians in [0, pi/2). "
                          f"Received: margin={margin!r}")
-    return {"margin": float(margin), "scale": check_scale("scale", scale)}
+    return float(margin)
 
 
 # -- the per-sample losses, from unit embeddings and weights ------------------------------------
@@ -159,11 +152,6 @@ def _arcface(inputs, margin, scale):
         _margin_logits(cosines, target, scale, _arcface_target(cos_y, margin)), target)
 
 
-def _check_soft_triple_args(la: float = 20.0, gamma: float = 0.1, margin: float = 0.01):
-    return {"la": check_scale("la", la), "gamma": _check_divisor("gamma", gamma),
-            "margin": _check_cosine_margin(margin)}
-
-
 def _soft_triple(inputs, la, gamma, margin):
     labels, x, w = inputs.labels, inputs.x, inputs.vectors
     cosines = class_cosines(x, w)  # [B, C, k]
@@ -173,10 +161,6 @@ def _soft_triple(inputs, la, gamma, margin):
     logits = similarity - ops.where(target, constant_like(margin, similarity),
                                      ops.zeros((), dtype_name(similarity)))
     return softmax_cross_entropy(logits * constant_like(la, logits), target)
-
-
-def _check_p2s():
-    return {}
 
 
 def _p2s_grad(inputs):
@@ -220,7 +204,7 @@ def normalized_softmax_loss(y_true, y_pred, weights, temperature: float = 0.05):
         an embedding or a weight is NaN or Inf.
     """
     return functional_class_loss(_normalized_softmax, y_true, y_pred, weights,
-                                 **_check_temperature(temperature))
+                                 temperature=_check_divisor("temperature", temperature))
 
 
 def cosface_loss(y_true, y_pred, weights, margin: float = 0.35, scale: float = 64.0):
@@ -238,7 +222,8 @@ def cosface_loss(y_true, y_pred, weights, margin: float = 0.35, scale: float = 6
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
     return functional_class_loss(_cosface, y_true, y_pred, weights,
-                                 **_check_margin_scale(margin, scale))
+                                 margin=_check_cosine_margin(margin),
+                                 scale=check_scale("scale", scale))
 
 
 def arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: float = 64.0):
@@ -260,7 +245,8 @@ def arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: float = 64
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
     return functional_class_loss(_arcface, y_true, y_pred, weights,
-                                 **_check_arc_args(margin, scale))
+                                 margin=_check_arc_margin(margin),
+                                 scale=check_scale("scale", scale))
 
 
 def subcenter_arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: float = 64.0):
@@ -279,7 +265,8 @@ def subcenter_arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: 
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
     return functional_class_loss(_arcface, y_true, y_pred, weights, rank=3,
-                                 **_check_arc_args(margin, scale))
+                                 margin=_check_arc_margin(margin),
+                                 scale=check_scale("scale", scale))
 
 
 def soft_triple_loss(y_true, y_pred, centers, la: float = 20.0, gamma: float = 0.1,
@@ -304,7 +291,9 @@ def soft_triple_loss(y_true, y_pred, centers, la: float = 20.0, gamma: float = 0
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
     return functional_class_loss(_soft_triple, y_true, y_pred, centers, rank=3,
-                                 vectors_name="centers", **_check_soft_triple_args(la, gamma, margin))
+                                 vectors_name="centers", la=check_scale("la", la),
+                                 gamma=_check_divisor("gamma", gamma),
+                                 margin=_check_cosine_margin(margin))
 
 
 # -- classes ---------------------------------------------------------------------------------
@@ -335,11 +324,12 @@ class NormalizedSoftmaxLoss(ClassVectorLoss):
         learning", BMVC 2019.
     """
 
-    def __init__(self, num_classes, embedding_dim=None, temperature: float = 0.05, initializer=None,
-                 reduction="sum_over_batch_size", name="normalized_softmax_loss", dtype=None,
-                 average="anchors"):
-        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average,
-                         **_check_temperature(temperature))
+    def __init__(self, num_classes, embedding_dim=None, initializer=None,
+                 temperature: float = 0.05, *, average="anchors",
+                 reduction="sum_over_batch_size", name="normalized_softmax_loss", dtype=None):
+        super().__init__(num_classes, embedding_dim, initializer,
+                         temperature=_check_divisor("temperature", temperature),
+                         average=average, reduction=reduction, name=name, dtype=dtype)
 
     def terms(self, inputs):
         return sample_terms(inputs, _normalized_softmax(inputs, self.temperature))
@@ -370,11 +360,12 @@ class CosFaceLoss(ClassVectorLoss):
         recognition", CVPR 2018.
     """
 
-    def __init__(self, num_classes, embedding_dim=None, margin: float = 0.35, scale: float = 64.0,
-                 initializer=None, reduction="sum_over_batch_size", name="cosface_loss", dtype=None,
-                 average="anchors"):
-        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average,
-                         **_check_margin_scale(margin, scale))
+    def __init__(self, num_classes, embedding_dim=None, initializer=None, margin: float = 0.35,
+                 scale: float = 64.0, *, average="anchors", reduction="sum_over_batch_size",
+                 name="cosface_loss", dtype=None):
+        super().__init__(num_classes, embedding_dim, initializer,
+                         margin=_check_cosine_margin(margin), scale=check_scale("scale", scale),
+                         average=average, reduction=reduction, name=name, dtype=dtype)
 
     def terms(self, inputs):
         return sample_terms(inputs, _cosface(inputs, self.margin, self.scale))
@@ -410,11 +401,12 @@ class ArcFaceLoss(ClassVectorLoss):
         deep face recognition", CVPR 2019.
     """
 
-    def __init__(self, num_classes, embedding_dim=None, margin: float = 0.5, scale: float = 64.0,
-                 initializer=None, reduction="sum_over_batch_size", name="arcface_loss", dtype=None,
-                 average="anchors"):
-        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average,
-                         **_check_arc_args(margin, scale))
+    def __init__(self, num_classes, embedding_dim=None, initializer=None, margin: float = 0.5,
+                 scale: float = 64.0, *, average="anchors", reduction="sum_over_batch_size",
+                 name="arcface_loss", dtype=None):
+        super().__init__(num_classes, embedding_dim, initializer,
+                         margin=_check_arc_margin(margin), scale=check_scale("scale", scale),
+                         average=average, reduction=reduction, name=name, dtype=dtype)
 
     def terms(self, inputs):
         return sample_terms(inputs, _arcface(inputs, self.margin, self.scale))
@@ -449,13 +441,15 @@ class SubCenterArcFaceLoss(ArcFaceLoss):
 
     vector_name = "centers"
 
-    def __init__(self, num_classes, embedding_dim=None, sub_centers: int = 3, margin: float = 0.5,
-                 scale: float = 64.0, initializer=None, reduction="sum_over_batch_size",
-                 name="subcenter_arcface_loss", dtype=None, average="anchors"):
+    def __init__(self, num_classes, embedding_dim=None, initializer=None, sub_centers: int = 3,
+                 margin: float = 0.5, scale: float = 64.0, *, average="anchors",
+                 reduction="sum_over_batch_size", name="subcenter_arcface_loss", dtype=None):
         # ArcFaceLoss's arguments and the sub-centres, which ArcFaceLoss.__init__ does not take.
         ClassVectorLoss.__init__(
-            self, num_classes, embedding_dim, initializer, reduction, name, dtype, average,
-            sub_centers=check_int("sub_centers", sub_centers), **_check_arc_args(margin, scale))
+            self, num_classes, embedding_dim, initializer,
+            sub_centers=check_int("sub_centers", sub_centers), margin=_check_arc_margin(margin),
+            scale=check_scale("scale", scale), average=average, reduction=reduction, name=name,
+            dtype=dtype)
 
     @property
     def vectors_per_class(self):
@@ -494,13 +488,15 @@ class SoftTripleLoss(ClassVectorLoss):
 
     vector_name = "centers"
 
-    def __init__(self, num_classes, embedding_dim=None, centers_per_class: int = 10,
-                 la: float = 20.0, gamma: float = 0.1, margin: float = 0.01, initializer=None,
-                 reduction="sum_over_batch_size", name="soft_triple_loss", dtype=None,
-                 average="anchors"):
-        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average,
-                         **_check_soft_triple_args(la, gamma, margin),
-                         centers_per_class=check_int("centers_per_class", centers_per_class))
+    def __init__(self, num_classes, embedding_dim=None, initializer=None,
+                 centers_per_class: int = 10, la: float = 20.0, gamma: float = 0.1,
+                 margin: float = 0.01, *, average="anchors", reduction="sum_over_batch_size",
+                 name="soft_triple_loss", dtype=None):
+        super().__init__(num_classes, embedding_dim, initializer, la=check_scale("la", la),
+                         gamma=_check_divisor("gamma", gamma),
+                         margin=_check_cosine_margin(margin),
+                         centers_per_class=check_int("centers_per_class", centers_per_class),
+                         average=average, reduction=reduction, name=name, dtype=dtype)
 
     @property
     def vectors_per_class(self):
@@ -539,11 +535,10 @@ class P2SGradLoss(ClassVectorLoss):
         optimizing deep face models", CVPR 2019.
     """
 
-    def __init__(self, num_classes, embedding_dim=None, initializer=None,
-                 reduction="sum_over_batch_size", name="p2s_grad_loss", dtype=None,
-                 average="anchors"):
-        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average,
-                         **_check_p2s())
+    def __init__(self, num_classes, embedding_dim=None, initializer=None, *, average="anchors",
+                 reduction="sum_over_batch_size", name="p2s_grad_loss", dtype=None):
+        super().__init__(num_classes, embedding_dim, initializer, average=average,
+                         reduction=reduction, name=name, dtype=dtype)
 
     def terms(self, inputs):
         return sample_terms(inputs, _p2s_grad(inputs))

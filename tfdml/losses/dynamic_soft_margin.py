@@ -61,8 +61,8 @@ from tfdml.miners import AllPairsMiner
 __all__ = ["DynamicSoftMarginLoss", "dynamic_soft_margin_loss"]
 
 
-def _check_dynamic(min_val: float = -2.0, num_bins: int = 10, momentum: float = 0.01,
-                   miner="default"):
+def _check_dynamic(min_val, num_bins, momentum, miner):
+    """The loss's own arguments, checked, by name (the class's and the functional form's)."""
     return {"min_val": check_number("min_val", min_val, high=0, high_open=True, finite=True),
             "num_bins": check_int("num_bins", num_bins),
             "momentum": check_number("momentum", momentum, low=0, high=1, low_open=True),
@@ -207,11 +207,10 @@ class DynamicSoftMarginLoss(MetricLoss):
     blockwise = False  # the histogram's update needs the whole batch: two passes, in terms
 
     def __init__(self, min_val: float = -2.0, num_bins: int = 10, momentum: float = 0.01,
-                 miner="default", average="terms", reduction="sum_over_batch_size",
+                 miner="default", *, average="terms", reduction="sum_over_batch_size",
                  name="dynamic_soft_margin_loss", dtype=None, block_size=None):
-        super().__init__(average=average, reduction=reduction, name=name, dtype=dtype,
-                         block_size=block_size,
-                         **_check_dynamic(min_val, num_bins, momentum, miner))
+        super().__init__(**_check_dynamic(min_val, num_bins, momentum, miner), average=average,
+                         reduction=reduction, name=name, dtype=dtype, block_size=block_size)
 
     def make_state(self):
         return _Histogram(self.num_bins, self._seed_generators(), name=f"{self.name}_state")

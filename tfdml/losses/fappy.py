@@ -237,7 +237,7 @@ def _blocked_histogram_loss(inputs, bin_width, block_size):
 
 
 #: The shared arguments of these losses, in the order of their signatures.
-_BATCH_PAIRS_ARGUMENTS = ("reduction", "name", "dtype", "average", "block_size")
+_BATCH_PAIRS_ARGUMENTS = ("average", "reduction", "name", "dtype", "block_size")
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -295,11 +295,11 @@ class FAPPYLoss(MetricLoss):
     blockwise = False  # the negatives' histograms of the whole batch: two passes, in terms
     takes_reference_set = False
 
-    def __init__(self, min_bin_width=0.01, reduction="sum_over_batch_size", name="fappy_loss",
-                 dtype=None, average="terms", block_size=None):
-        super().__init__(reduction=reduction, name=name, dtype=dtype, average=average,
-                         block_size=block_size,
-                         min_bin_width=_check_width("min_bin_width", min_bin_width))
+    def __init__(self, min_bin_width=0.01, *, average="terms", reduction="sum_over_batch_size",
+                 name="fappy_loss", dtype=None, block_size=None):
+        super().__init__(min_bin_width=_check_width("min_bin_width", min_bin_width),
+                         average=average, reduction=reduction, name=name, dtype=dtype,
+                         block_size=block_size)
 
     def terms(self, inputs):
         if self.uses_blocks(inputs.x):
@@ -358,10 +358,10 @@ class HistogramLoss(MetricLoss):
     blockwise = False  # the two histograms of the whole batch: summed over blocks, in terms
     takes_reference_set = False
 
-    def __init__(self, bin_width=0.01, reduction="sum_over_batch_size", name="histogram_loss",
-                 dtype=None, average="anchors", block_size=None):
-        super().__init__(reduction=reduction, name=name, dtype=dtype, average=average,
-                         block_size=block_size, bin_width=_check_width("bin_width", bin_width))
+    def __init__(self, bin_width=0.01, *, average="anchors", reduction="sum_over_batch_size",
+                 name="histogram_loss", dtype=None, block_size=None):
+        super().__init__(bin_width=_check_width("bin_width", bin_width), average=average,
+                         reduction=reduction, name=name, dtype=dtype, block_size=block_size)
 
     def terms(self, inputs):
         if self.uses_blocks(inputs.x):

@@ -10,14 +10,12 @@ from tfdml import ops as dml
 from tfdml._checks import check_positive
 from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
-from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
-from tfdml.losses.base import MetricLoss, anchor_terms, functional_loss
+from tfdml.losses._docstrings import shared_args
+from tfdml.losses.base import MetricLoss
+from tfdml.losses.functional import functional_form
+from tfdml.losses.terms import anchor_terms
 
 __all__ = ["InstanceLoss", "instance_loss"]
-
-
-def _check_instance(gamma: float = 64.0):
-    return {"gamma": check_positive("gamma", gamma)}
 
 
 def _instance_terms(inputs, gamma):
@@ -78,28 +76,14 @@ class InstanceLoss(MetricLoss):
         image-text embeddings with instance loss", ACM TOMM 2020.
     """
 
-    def __init__(self, gamma: float = 64.0, normalize=True, average="anchors",
+    def __init__(self, gamma: float = 64.0, *, normalize=True, average="anchors",
                  reduction="sum_over_batch_size", name="instance_loss", dtype=None, block_size=None):
-        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
-                         dtype=dtype, block_size=block_size, **_check_instance(gamma))
+        super().__init__(gamma=check_positive("gamma", gamma), normalize=normalize,
+                         average=average, reduction=reduction, name=name, dtype=dtype,
+                         block_size=block_size)
 
     def terms(self, inputs):
         return _instance_terms(inputs, **self.arguments)
 
 
-@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
-def instance_loss(y_true, y_pred, gamma: float = 64.0, normalize=True, ref_embeddings=None,
-                  ref_labels=None, ref_offset=None, average="anchors"):
-    """Functional form of :class:`InstanceLoss`: the mean over the anchors.
-
-    Args:
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
-        y_pred: ``[B, D]`` embeddings.
-        gamma, normalize, average: as in :class:`InstanceLoss`.
-        {REFERENCE_ARGS}
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; NaN when an embedding is NaN or Inf.
-    """
-    return functional_loss(InstanceLoss, _instance_terms, y_true, y_pred, ref_embeddings,
-                           ref_labels, ref_offset, normalize, average, **_check_instance(gamma))
+instance_loss = functional_form(InstanceLoss)

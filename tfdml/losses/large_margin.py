@@ -43,7 +43,8 @@ __all__ = [
 MAX_ANGLE_MULTIPLIER = 128
 
 
-def _check_large_margin(margin: int = 4, scale: float = 1.0):
+def _check_multiplier(margin):
+    """The angle multiplier ``m``, an integer in ``[1, MAX_ANGLE_MULTIPLIER]``."""
     margin = check_int("margin", margin)
     if margin > MAX_ANGLE_MULTIPLIER:
         raise ValueError(
@@ -51,7 +52,7 @@ def _check_large_margin(margin: int = 4, scale: float = 1.0):
             "cos(m theta) moves m^2 times as fast as cos(theta), so float32 cosines (spaced "
             "6e-8 below 1) resolve the target logit only to about m^2 * 6e-8 (1e-3 at "
             f"m = {MAX_ANGLE_MULTIPLIER}). Received: margin={margin!r}")
-    return {"margin": margin, "scale": check_scale("scale", scale)}
+    return margin
 
 
 def _multiple_angle_target(cos_y, margin):
@@ -114,7 +115,8 @@ def large_margin_softmax_loss(y_true, y_pred, weights, margin: int = 4, scale: f
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
     return functional_class_loss(_large_margin, y_true, y_pred, weights,
-                                 **_check_large_margin(margin, scale))
+                                 margin=_check_multiplier(margin),
+                                 scale=check_scale("scale", scale))
 
 
 def sphereface_loss(y_true, y_pred, weights, margin: int = 4, scale: float = 1.0):
@@ -133,7 +135,8 @@ def sphereface_loss(y_true, y_pred, weights, margin: int = 4, scale: float = 1.0
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
     return functional_class_loss(_sphereface, y_true, y_pred, weights,
-                                 **_check_large_margin(margin, scale))
+                                 margin=_check_multiplier(margin),
+                                 scale=check_scale("scale", scale))
 
 
 _LARGE_MARGIN_DOC = """    With ``theta_c`` the angle between the embedding ``x`` and the class
@@ -183,11 +186,12 @@ class LargeMarginSoftmaxLoss(ClassVectorLoss):
         neural networks", ICML 2016.
     """
 
-    def __init__(self, num_classes, embedding_dim=None, margin: int = 4, scale: float = 1.0,
-                 initializer=None, reduction="sum_over_batch_size",
-                 name="large_margin_softmax_loss", dtype=None, average="anchors"):
-        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average,
-                         **_check_large_margin(margin, scale))
+    def __init__(self, num_classes, embedding_dim=None, initializer=None, margin: int = 4,
+                 scale: float = 1.0, *, average="anchors", reduction="sum_over_batch_size",
+                 name="large_margin_softmax_loss", dtype=None):
+        super().__init__(num_classes, embedding_dim, initializer,
+                         margin=_check_multiplier(margin), scale=check_scale("scale", scale),
+                         average=average, reduction=reduction, name=name, dtype=dtype)
 
     def terms(self, inputs):
         return sample_terms(inputs, _large_margin(inputs, self.margin, self.scale))
@@ -227,11 +231,12 @@ class SphereFaceLoss(ClassVectorLoss):
         for face recognition", CVPR 2017.
     """
 
-    def __init__(self, num_classes, embedding_dim=None, margin: int = 4, scale: float = 1.0,
-                 initializer=None, reduction="sum_over_batch_size", name="sphereface_loss",
-                 dtype=None, average="anchors"):
-        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average,
-                         **_check_large_margin(margin, scale))
+    def __init__(self, num_classes, embedding_dim=None, initializer=None, margin: int = 4,
+                 scale: float = 1.0, *, average="anchors", reduction="sum_over_batch_size",
+                 name="sphereface_loss", dtype=None):
+        super().__init__(num_classes, embedding_dim, initializer,
+                         margin=_check_multiplier(margin), scale=check_scale("scale", scale),
+                         average=average, reduction=reduction, name=name, dtype=dtype)
 
     def terms(self, inputs):
         return sample_terms(inputs, _sphereface(inputs, self.margin, self.scale))

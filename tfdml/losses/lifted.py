@@ -9,17 +9,14 @@ from tfdml import ops as dml
 from tfdml._checks import check_number
 from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
-from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
-from tfdml.losses.base import MetricLoss, anchor_terms, functional_loss, mined_pairs, resolve_miner
+from tfdml.losses._docstrings import shared_args
+from tfdml.losses.base import MetricLoss
+from tfdml.losses.functional import functional_form
+from tfdml.losses.inputs import mined_pairs, resolve_miner
+from tfdml.losses.terms import anchor_terms
 from tfdml.miners import AllPairsMiner, Miner
 
 __all__ = ["GeneralizedLiftedStructureLoss", "generalized_lifted_structure_loss"]
-
-
-def _check_args(neg_margin: float = 1.0, pos_margin: float = 0.0, miner="default"):
-    return {"neg_margin": check_number("neg_margin", neg_margin, finite=True),
-            "pos_margin": check_number("pos_margin", pos_margin, finite=True),
-            "miner": resolve_miner(miner, AllPairsMiner)}
 
 
 def _generalized_lifted_terms(inputs, neg_margin, pos_margin, miner: Miner):
@@ -80,35 +77,17 @@ class GeneralizedLiftedStructureLoss(MetricLoss):
         generalized lifted embedding).
     """
 
-    def __init__(self, neg_margin: float = 1.0, pos_margin: float = 0.0, miner="default",
+    def __init__(self, neg_margin: float = 1.0, pos_margin: float = 0.0, miner="default", *,
                  normalize=True, average="anchors", reduction="sum_over_batch_size",
                  name="generalized_lifted_structure_loss", dtype=None, block_size=None):
-        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
-                         dtype=dtype, block_size=block_size,
-                         **_check_args(neg_margin, pos_margin, miner))
+        super().__init__(
+            neg_margin=check_number("neg_margin", neg_margin, finite=True),
+            pos_margin=check_number("pos_margin", pos_margin, finite=True),
+            miner=resolve_miner(miner, AllPairsMiner), normalize=normalize, average=average,
+            reduction=reduction, name=name, dtype=dtype, block_size=block_size)
 
     def terms(self, inputs):
         return _generalized_lifted_terms(inputs, **self.arguments)
 
 
-@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
-def generalized_lifted_structure_loss(y_true, y_pred, neg_margin: float = 1.0,
-                                      pos_margin: float = 0.0, miner="default", normalize=True,
-                                      ref_embeddings=None, ref_labels=None, ref_offset=None,
-                                      average="anchors"):
-    """Functional form of :class:`GeneralizedLiftedStructureLoss`: the mean over anchors.
-
-    Args:
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
-        y_pred: ``[B, D]`` embeddings.
-        neg_margin, pos_margin, miner, normalize, average: as in
-            :class:`GeneralizedLiftedStructureLoss`.
-        {REFERENCE_ARGS}
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; 0 when no anchor has a positive and a
-        negative, NaN when an embedding is NaN or Inf.
-    """
-    return functional_loss(GeneralizedLiftedStructureLoss, _generalized_lifted_terms, y_true,
-                           y_pred, ref_embeddings, ref_labels, ref_offset, normalize, average,
-                           **_check_args(neg_margin, pos_margin, miner))
+generalized_lifted_structure_loss = functional_form(GeneralizedLiftedStructureLoss)

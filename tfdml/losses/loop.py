@@ -190,7 +190,7 @@ def _check_base(base, margin, options):
     return float(margin), {k: float(v) for k, v in full.items()}
 
 
-def loop_loss(y_true, y_pred, base="triplet", margin=None, normalize=True, **base_options):
+def loop_loss(y_true, y_pred, base="triplet", margin=None, *, normalize=True, **base_options):
     """Functional form of :class:`LoOpLoss`: the mean over pairs (or anchors) with a loss.
 
     Args:
@@ -202,12 +202,7 @@ def loop_loss(y_true, y_pred, base="triplet", margin=None, normalize=True, **bas
         A scalar of the dtype of ``y_pred``; 0 without a positive pair, NaN when an
         embedding is NaN or Inf.
     """
-    base_options = dict(base_options)
-    normalize = bool(normalize)
-    margin, options = _check_base(base, margin, base_options)
-    return functional_loss(LoOpLoss, _per_anchor, y_true, y_pred, normalize=normalize,
-                           base=base, margin=margin, normalized=normalize, loop=True,
-                           options=options)
+    return LoOpLoss(base, margin, normalize=normalize, **base_options).functional(y_true, y_pred)
 
 
 def _check_pair_margin(margin):
@@ -215,7 +210,7 @@ def _check_pair_margin(margin):
     return _check_base("hphn_triplet", margin, {})[0]
 
 
-def hphn_triplet_loss(y_true, y_pred, margin=0.2, normalize=True):
+def hphn_triplet_loss(y_true, y_pred, margin=0.2, *, normalize=True):
     """Functional form of :class:`HPHNTripletLoss`.
 
     Args:
@@ -226,10 +221,7 @@ def hphn_triplet_loss(y_true, y_pred, margin=0.2, normalize=True):
     Returns:
         A scalar of the dtype of ``y_pred``.
     """
-    normalize = bool(normalize)
-    return functional_loss(HPHNTripletLoss, _per_anchor, y_true, y_pred, normalize=normalize,
-                           base="hphn_triplet", margin=_check_pair_margin(margin),
-                           normalized=normalize, loop=False, options={})
+    return HPHNTripletLoss(margin, normalize=normalize).functional(y_true, y_pred)
 
 
 def lifted_structure_loss(y_true, y_pred, margin=0.2, normalize=True):
@@ -329,14 +321,13 @@ class LoOpLoss(MetricLoss):
     blockwise = False  # pairs of the batch: blocks of pairs, in terms
     takes_reference_set = False
 
-    def __init__(self, base="triplet", margin=None, normalize=True,
-                 reduction="sum_over_batch_size", name="loop_loss", dtype=None,
-                 average="anchors", block_size=None, **base_options):
-        base_options = dict(base_options)
-        margin, options = _check_base(base, margin, base_options)
-        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
-                         average=average, block_size=block_size, base=base, margin=margin,
-                         **options)
+    def __init__(self, base="triplet", margin=None, *, normalize=True, average="anchors",
+                 reduction="sum_over_batch_size", name="loop_loss", dtype=None, block_size=None,
+                 **base_options):
+        margin, options = _check_base(base, margin, dict(base_options))
+        super().__init__(base=base, margin=margin, **options, normalize=normalize,
+                         average=average, reduction=reduction, name=name, dtype=dtype,
+                         block_size=block_size)
 
     @property
     def options(self) -> dict:
@@ -380,7 +371,7 @@ class _PairBaseline(MetricLoss):
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
-@fill_doc(SHARED_ARGS=shared_args("hphn_triplet_loss", arguments=_PAIR_COMMON))
+@fill_doc(SHARED_ARGS=shared_args("hphn_triplet_loss"))
 class HPHNTripletLoss(_PairBaseline):
     """Hard-positive hard-negative triplet loss over label pairs (LoOp paper, Section 3.3.2).
 
@@ -407,9 +398,11 @@ class HPHNTripletLoss(_PairBaseline):
 
     _base = "hphn_triplet"
 
-    def __init__(self, margin=0.2, normalize=True, reduction="sum_over_batch_size",
-                 name="hphn_triplet_loss", dtype=None, average="anchors", block_size=None):
-        super().__init__(margin, normalize, reduction, name, dtype, average, block_size)
+    def __init__(self, margin=0.2, *, normalize=True, average="anchors",
+                 reduction="sum_over_batch_size", name="hphn_triplet_loss", dtype=None,
+                 block_size=None):
+        super().__init__(margin, normalize=normalize, average=average, reduction=reduction,
+                         name=name, dtype=dtype, block_size=block_size)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")

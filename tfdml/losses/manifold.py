@@ -27,12 +27,6 @@ from tfdml.losses.class_vectors import (
 __all__ = ["ManifoldLoss", "manifold_loss"]
 
 
-def _check_manifold(lambda_c: float = 1.0, alpha: float = 0.8, margin: float = 5e-4):
-    return {"lambda_c": check_number("lambda_c", lambda_c, low=0),  # inf: context only
-            "alpha": check_number("alpha", alpha, low=0, high=1, low_open=True, high_open=True),
-            "margin": check_number("margin", margin, finite=True)}
-
-
 def random_walk_similarities(x, proxies, alpha):
     """``F = (1 - alpha) (I - alpha S_bar)^-1`` over the nodes ``[x; proxies]``.
 
@@ -91,6 +85,13 @@ def _manifold_losses(inputs, lambda_c, alpha, margin):
     return loss_int + lambda_c * loss_ctx
 
 
+def _checked(lambda_c, alpha, margin):
+    """The loss's own arguments, checked, by name."""
+    return {"lambda_c": check_number("lambda_c", lambda_c, low=0),  # inf: context only
+            "alpha": check_number("alpha", alpha, low=0, high=1, low_open=True, high_open=True),
+            "margin": check_number("margin", margin, finite=True)}
+
+
 def _check_sizes(dim, k, proxies=None, y_pred=None):
     """``(l, k)`` checked (``dim`` is ``l``); ``proxies`` must be ``[k, l]`` and ``y_pred``
     ``[B, l]``."""
@@ -130,8 +131,7 @@ def manifold_loss(y_true, y_pred, proxies, l, k=50, lambda_c=1.0, alpha=0.8,  # 
     """
     _check_sizes(l, k, proxies, y_pred)
     return functional_class_loss(_manifold_losses, y_true, y_pred, proxies,
-                                 vectors_name="proxies",
-                                 **_check_manifold(lambda_c, alpha, margin))
+                                 vectors_name="proxies", **_checked(lambda_c, alpha, margin))
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -222,11 +222,11 @@ class ManifoldLoss(ClassVectorLoss):
     vector_name = "proxies"
 
     def __init__(self, l, k=50, lambda_c=1.0, alpha=0.8, margin=5e-4,  # noqa: E741
-                 initializer=None, reduction="sum_over_batch_size", name="manifold_loss",
-                 dtype=None, average="anchors"):
+                 initializer=None, *, average="anchors", reduction="sum_over_batch_size",
+                 name="manifold_loss", dtype=None):
         dim, k = _check_sizes(l, k)
-        super().__init__(k, dim, initializer, reduction, name, dtype, average,
-                         **_check_manifold(lambda_c, alpha, margin))
+        super().__init__(k, dim, initializer, **_checked(lambda_c, alpha, margin),
+                         average=average, reduction=reduction, name=name, dtype=dtype)
 
     @property
     def l(self):  # noqa: E743 (the paper's and pytorch-metric-learning's name)

@@ -292,6 +292,7 @@ class MarginLoss(MetricLoss):
         miner="default",
         distance: str = "l2",
         beta_lr_multiplier: float = 1.0,
+        *,
         normalize: bool = True,
         average: str = "nonzero",
         reduction="sum_over_batch_size",
@@ -306,11 +307,11 @@ class MarginLoss(MetricLoss):
                 f"Received: beta_lr_multiplier={beta_lr_multiplier!r}"
             )
         self._fixed_beta = beta  # the initial value of the learned beta (make_state)
-        super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
-                         average=average, block_size=block_size,
-                         **_check_args(margin, distance, miner), learn_beta=bool(learn_beta),
+        super().__init__(**_check_args(margin, distance, miner), learn_beta=bool(learn_beta),
                          num_classes=None if num_classes is None else int(num_classes),
-                         beta_lr_multiplier=float(beta_lr_multiplier))
+                         beta_lr_multiplier=float(beta_lr_multiplier), normalize=normalize,
+                         average=average, reduction=reduction, name=name, dtype=dtype,
+                         block_size=block_size)
 
     def make_state(self):
         if not self.learn_beta:

@@ -198,7 +198,7 @@ class MoCoLoss(keras.losses.Loss):
         of training self-supervised vision transformers", ICCV 2021 (v3).
     """
 
-    def __init__(self, temperature=0.2, queue_size=65536, embedding_dim=None, seed=None,
+    def __init__(self, temperature=0.2, queue_size=65536, embedding_dim=None, seed=None, *,
                  reduction="sum_over_batch_size", name="moco_loss", dtype=None):
         self.temperature = check_positive("temperature", temperature)
         self.queue_size = check_int("queue_size", queue_size, minimum=0)

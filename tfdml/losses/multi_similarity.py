@@ -9,18 +9,14 @@ from tfdml import ops as dml
 from tfdml._checks import check_number
 from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
-from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
-from tfdml.losses.base import MetricLoss, anchor_terms, functional_loss, mined_pairs, resolve_miner
+from tfdml.losses._docstrings import shared_args
+from tfdml.losses.base import MetricLoss
+from tfdml.losses.functional import functional_form
+from tfdml.losses.inputs import mined_pairs, resolve_miner
+from tfdml.losses.terms import anchor_terms
 from tfdml.miners import MultiSimilarityMiner
 
 __all__ = ["MultiSimilarityLoss", "ms_values", "multi_similarity_loss"]
-
-
-def _check_args(alpha: float = 2.0, beta: float = 50.0, base: float = 0.5, miner="default"):
-    return {"alpha": check_number("alpha", alpha, low=0, low_open=True),
-            "beta": check_number("beta", beta, low=0, low_open=True),
-            "base": check_number("base", base),
-            "miner": resolve_miner(miner, MultiSimilarityMiner)}
 
 
 def _log1p_sum_exp(z, mask):
@@ -109,33 +105,17 @@ class MultiSimilarityLoss(MetricLoss):
     """
 
     def __init__(self, alpha: float = 2.0, beta: float = 50.0, base: float = 0.5, miner="default",
-                 normalize=True, average="batch", reduction="sum_over_batch_size",
+                 *, normalize=True, average="batch", reduction="sum_over_batch_size",
                  name="multi_similarity_loss", dtype=None, block_size=None):
-        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
-                         dtype=dtype, block_size=block_size,
-                         **_check_args(alpha, beta, base, miner))
+        super().__init__(
+            alpha=check_number("alpha", alpha, low=0, low_open=True),
+            beta=check_number("beta", beta, low=0, low_open=True),
+            base=check_number("base", base), miner=resolve_miner(miner, MultiSimilarityMiner),
+            normalize=normalize, average=average, reduction=reduction, name=name, dtype=dtype,
+            block_size=block_size)
 
     def terms(self, inputs):
         return _ms_terms(inputs, **self.arguments)
 
 
-@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
-def multi_similarity_loss(y_true, y_pred, alpha: float = 2.0, beta: float = 50.0, base: float = 0.5,
-                          miner="default", normalize=True, ref_embeddings=None, ref_labels=None,
-                          ref_offset=None, average="batch"):
-    """Functional form of :class:`MultiSimilarityLoss`: by default the sum over anchors / batch size.
-
-    Args:
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
-        y_pred: ``[B, D]`` embeddings.
-        alpha, beta, base, miner, normalize, average: as in
-            :class:`MultiSimilarityLoss`.
-        {REFERENCE_ARGS}
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; 0 when no anchor has a pair, NaN when an
-        embedding is NaN or Inf.
-    """
-    return functional_loss(MultiSimilarityLoss, _ms_terms, y_true, y_pred, ref_embeddings,
-                           ref_labels, ref_offset, normalize, average,
-                           **_check_args(alpha, beta, base, miner))
+multi_similarity_loss = functional_form(MultiSimilarityLoss)

@@ -101,7 +101,7 @@ class MultipleLosses(LossWrapper):
     >>> model.compile(optimizer="adam")
     """
 
-    def __init__(self, losses, weights=None, miners=None, name="multiple_losses", dtype=None):
+    def __init__(self, losses, weights=None, miners=None, *, name="multiple_losses", dtype=None):
         losses, weights = _check_losses(losses, weights, miners)
         super().__init__(name=name, dtype=dtype, losses=losses, weights=weights)
 

@@ -16,8 +16,10 @@ from tfdml import ops as dml
 from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
 from tfdml._tensors import same_label_dtype
-from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
-from tfdml.losses.base import MetricLoss, anchor_terms, functional_loss
+from tfdml.losses._docstrings import shared_args
+from tfdml.losses.base import MetricLoss
+from tfdml.losses.functional import functional_form
+from tfdml.losses.terms import anchor_terms
 
 __all__ = ["NPairsLoss", "n_pairs_loss"]
 
@@ -86,13 +88,8 @@ def _n_pairs_terms(inputs):
     return anchor_terms(ops.where(anchor, values, zero), anchor)
 
 
-def _check_n_pairs():
-    return {}
-
-
 @keras.saving.register_keras_serializable(package="tfdml")
-@fill_doc(SHARED_ARGS=shared_args("n_pairs_loss",
-                        arguments=("normalize", "average", "reduction", "name", "dtype")))
+@fill_doc(SHARED_ARGS=shared_args("n_pairs_loss", arguments=_N_PAIRS_ARGUMENTS))
 class NPairsLoss(MetricLoss):
     """The multi-class N-pair loss: each pair's anchor against the positives of all pairs.
 
@@ -134,29 +131,13 @@ class NPairsLoss(MetricLoss):
     multi_label = "it takes the first two rows of each class as its pair"
 
 
-    def __init__(self, normalize=True, average="anchors", reduction="sum_over_batch_size",
+    def __init__(self, *, normalize=True, average="anchors", reduction="sum_over_batch_size",
                  name="n_pairs_loss", dtype=None):
         super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
-                         dtype=dtype, **_check_n_pairs())
+                         dtype=dtype)
 
     def terms(self, inputs):
         return _n_pairs_terms(inputs, **self.arguments)
 
 
-@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
-def n_pairs_loss(y_true, y_pred, normalize=True, ref_embeddings=None, ref_labels=None,
-                 ref_offset=None, average="anchors"):
-    """Functional form of :class:`NPairsLoss`: the mean over the chosen pairs.
-
-    Args:
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
-        y_pred: ``[B, D]`` embeddings.
-        normalize, average: as in :class:`NPairsLoss`.
-        {REFERENCE_ARGS}
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; 0 without a class of two samples, NaN when
-        an embedding is NaN or Inf.
-    """
-    return functional_loss(NPairsLoss, _n_pairs_terms, y_true, y_pred, ref_embeddings, ref_labels,
-                           ref_offset, normalize, average, **_check_n_pairs())
+n_pairs_loss = functional_form(NPairsLoss)

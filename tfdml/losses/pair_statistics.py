@@ -17,15 +17,12 @@ from tfdml import ops as dml
 from tfdml._checks import check_number
 from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
-from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
-from tfdml.losses.base import (
-    MetricLoss,
-    anchor_terms,
-    functional_loss,
-    mined_pairs,
-    resolve_miner,
-    split_pair_terms,
-)
+from tfdml.losses._docstrings import shared_args
+from tfdml.losses.base import MetricLoss
+from tfdml.losses.functional import functional_form
+from tfdml.losses.generic import PairLoss
+from tfdml.losses.inputs import mined_pairs, resolve_miner
+from tfdml.losses.terms import anchor_terms, split_pair_terms
 from tfdml.miners import AllPairsMiner, Miner
 
 __all__ = [
@@ -47,8 +44,7 @@ def _similarities(inputs, miner: Miner):
 # -- threshold-consistent margin loss -----------------------------------------------------------
 
 
-def _check_tcm(lambda_plus: float = 1.0, lambda_minus: float = 1.0, margin_plus: float = 0.9,
-               margin_minus: float = 0.5, miner="default"):
+def _check_levels(lambda_plus, lambda_minus, margin_plus, margin_minus):
     checked = {"lambda_plus": check_number("lambda_plus", lambda_plus, low=0, finite=True),
                "lambda_minus": check_number("lambda_minus", lambda_minus, low=0, finite=True),
                "margin_plus": check_number("margin_plus", margin_plus, low=-1, high=1),
@@ -63,24 +59,12 @@ def _check_tcm(lambda_plus: float = 1.0, lambda_minus: float = 1.0, margin_plus:
         raise ValueError(
             "`lambda_plus` and `lambda_minus` cannot both be 0: no pair would ever cost. "
             f"Received: lambda_plus={lambda_plus!r}, lambda_minus={lambda_minus!r}")
-    return {**checked, "miner": resolve_miner(miner, AllPairsMiner)}
-
-
-def _tcm_terms(inputs, lambda_plus, lambda_minus, margin_plus, margin_minus, miner: Miner):
-    sim, pairs = _similarities(inputs, miner)
-    dtype = dtype_name(sim)
-
-    def constant(value):
-        return ops.convert_to_tensor(value, dtype)
-
-    positive = constant(lambda_plus) * ops.relu(constant(margin_plus) - sim)
-    negative = constant(lambda_minus) * ops.relu(sim - constant(margin_minus))
-    return split_pair_terms(positive, negative, pairs)
+    return checked
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
 @fill_doc(SHARED_ARGS=shared_args("threshold_consistent_margin_loss", average="halves"))
-class ThresholdConsistentMarginLoss(MetricLoss):
+class ThresholdConsistentMarginLoss(PairLoss):
     """Threshold-consistent margin loss: hinge the pairs' cosine similarities on two margins.
 
     With ``s`` the cosine similarity of a pair, the positive pairs below
@@ -134,48 +118,29 @@ class ThresholdConsistentMarginLoss(MetricLoss):
     split_terms = True
 
     def __init__(self, lambda_plus: float = 1.0, lambda_minus: float = 1.0,
-                 margin_plus: float = 0.9, margin_minus: float = 0.5, miner="default",
+                 margin_plus: float = 0.9, margin_minus: float = 0.5, miner="default", *,
                  normalize=True, average="halves", reduction="sum_over_batch_size",
                  name="threshold_consistent_margin_loss", dtype=None, block_size=None):
-        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
-                         dtype=dtype, block_size=block_size,
-                         **_check_tcm(lambda_plus, lambda_minus, margin_plus, margin_minus, miner))
+        super().__init__(
+            **_check_levels(lambda_plus, lambda_minus, margin_plus, margin_minus),
+            miner=resolve_miner(miner, AllPairsMiner), normalize=normalize, average=average,
+            reduction=reduction, name=name, dtype=dtype, block_size=block_size)
 
-    def terms(self, inputs):
-        return _tcm_terms(inputs, **self.arguments)
+    def pair_losses(self, scores):
+        dtype = dtype_name(scores)
+
+        def constant(value):
+            return ops.convert_to_tensor(value, dtype)
+
+        positive = constant(self.lambda_plus) * ops.relu(constant(self.margin_plus) - scores)
+        negative = constant(self.lambda_minus) * ops.relu(scores - constant(self.margin_minus))
+        return positive, negative
 
 
-@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
-def threshold_consistent_margin_loss(y_true, y_pred, lambda_plus: float = 1.0,
-                                     lambda_minus: float = 1.0, margin_plus: float = 0.9,
-                                     margin_minus: float = 0.5, miner="default", normalize=True,
-                                     ref_embeddings=None, ref_labels=None, ref_offset=None,
-                                     average="halves"):
-    """Functional form of :class:`ThresholdConsistentMarginLoss`: the halves' means added.
-
-    Args:
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
-        y_pred: ``[B, D]`` embeddings.
-        lambda_plus, lambda_minus, margin_plus, margin_minus, miner, normalize, average:
-            as in :class:`ThresholdConsistentMarginLoss`.
-        {REFERENCE_ARGS}
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; 0 when no pair costs anything, NaN when an
-        embedding is NaN or Inf.
-    """
-    return functional_loss(ThresholdConsistentMarginLoss, _tcm_terms, y_true, y_pred,
-                           ref_embeddings, ref_labels, ref_offset, normalize, average,
-                           **_check_tcm(lambda_plus, lambda_minus, margin_plus, margin_minus, miner))
+threshold_consistent_margin_loss = functional_form(ThresholdConsistentMarginLoss)
 
 
 # -- intra-pair variance loss -------------------------------------------------------------------
-
-
-def _check_ipv(pos_eps: float = 0.01, neg_eps: float = 0.01, miner="default"):
-    return {"pos_eps": check_number("pos_eps", pos_eps, low=0, high=1),
-            "neg_eps": check_number("neg_eps", neg_eps, low=0, finite=True),
-            "miner": resolve_miner(miner, AllPairsMiner)}
 
 
 def _ipv_terms(inputs, pos_eps, neg_eps, miner: Miner):
@@ -243,11 +208,14 @@ class IntraPairVarianceLoss(MetricLoss):
 
     split_terms = True
 
-    def __init__(self, pos_eps: float = 0.01, neg_eps: float = 0.01, miner="default",
+    def __init__(self, pos_eps: float = 0.01, neg_eps: float = 0.01, miner="default", *,
                  normalize=True, average="halves_terms", reduction="sum_over_batch_size",
                  name="intra_pair_variance_loss", dtype=None, block_size=None):
-        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
-                         dtype=dtype, block_size=block_size, **_check_ipv(pos_eps, neg_eps, miner))
+        super().__init__(
+            pos_eps=check_number("pos_eps", pos_eps, low=0, high=1),
+            neg_eps=check_number("neg_eps", neg_eps, low=0, finite=True),
+            miner=resolve_miner(miner, AllPairsMiner), normalize=normalize, average=average,
+            reduction=reduction, name=name, dtype=dtype, block_size=block_size)
         if self.block_size is not None:
             raise ValueError(
                 "IntraPairVarianceLoss cannot run in blocks of anchors: its terms compare each "
@@ -258,38 +226,10 @@ class IntraPairVarianceLoss(MetricLoss):
         return _ipv_terms(inputs, **self.arguments)
 
 
-@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
-def intra_pair_variance_loss(y_true, y_pred, pos_eps: float = 0.01, neg_eps: float = 0.01,
-                             miner="default", normalize=True, ref_embeddings=None, ref_labels=None,
-                             ref_offset=None, average="halves_terms"):
-    """Functional form of :class:`IntraPairVarianceLoss`: the halves' means added.
-
-    Args:
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
-        y_pred: ``[B, D]`` embeddings.
-        pos_eps, neg_eps, miner, normalize, average: as in
-            :class:`IntraPairVarianceLoss`.
-        {REFERENCE_ARGS}
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; 0 when no pair costs anything, NaN when an
-        embedding is NaN or Inf.
-    """
-    return functional_loss(IntraPairVarianceLoss, _ipv_terms, y_true, y_pred, ref_embeddings,
-                           ref_labels, ref_offset, normalize, average,
-                           **_check_ipv(pos_eps, neg_eps, miner))
+intra_pair_variance_loss = functional_form(IntraPairVarianceLoss)
 
 
 # -- ranked list loss ---------------------------------------------------------------------------
-
-
-def _check_rll(margin: float, tn: float, imbalance: float = 0.5, alpha=None, tp: float = 0.0):
-    margin = check_number("margin", margin, low=0, finite=True)
-    if alpha is not None:
-        alpha = check_number("alpha", alpha, low=0, finite=True)
-    return {"margin": margin, "tn": check_number("tn", tn, low=0, finite=True),
-            "imbalance": check_number("imbalance", imbalance, low=0, high=1),
-            "alpha": alpha, "tp": check_number("tp", tp, low=0, finite=True)}
 
 
 def _weighted_mean(values, weights_exponent, mask):
@@ -368,33 +308,19 @@ class RankedListLoss(MetricLoss):
     """
 
     def __init__(self, margin: float, tn: float, imbalance: float = 0.5, alpha=None,
-                 tp: float = 0.0, normalize=True, average="batch", reduction="sum_over_batch_size",
-                 name="ranked_list_loss", dtype=None, block_size=None):
-        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
-                         dtype=dtype, block_size=block_size,
-                         **_check_rll(margin, tn, imbalance, alpha, tp))
+                 tp: float = 0.0, *, normalize=True, average="batch",
+                 reduction="sum_over_batch_size", name="ranked_list_loss", dtype=None,
+                 block_size=None):
+        super().__init__(
+            margin=check_number("margin", margin, low=0, finite=True),
+            tn=check_number("tn", tn, low=0, finite=True),
+            imbalance=check_number("imbalance", imbalance, low=0, high=1),
+            alpha=None if alpha is None else check_number("alpha", alpha, low=0, finite=True),
+            tp=check_number("tp", tp, low=0, finite=True), normalize=normalize, average=average,
+            reduction=reduction, name=name, dtype=dtype, block_size=block_size)
 
     def terms(self, inputs):
         return _rll_terms(inputs, **self.arguments)
 
 
-@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
-def ranked_list_loss(y_true, y_pred, margin: float, tn: float, imbalance: float = 0.5, alpha=None,
-                     tp: float = 0.0, normalize=True, ref_embeddings=None, ref_labels=None,
-                     ref_offset=None, average="batch"):
-    """Functional form of :class:`RankedListLoss`: the mean over the batch.
-
-    Args:
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
-        y_pred: ``[B, D]`` embeddings.
-        margin, tn, imbalance, alpha, tp, normalize, average: as in
-            :class:`RankedListLoss`.
-        {REFERENCE_ARGS}
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; 0 when no pair violates its boundary, NaN
-        when an embedding is NaN or Inf.
-    """
-    return functional_loss(RankedListLoss, _rll_terms, y_true, y_pred, ref_embeddings, ref_labels,
-                           ref_offset, normalize, average,
-                           **_check_rll(margin, tn, imbalance, alpha, tp))
+ranked_list_loss = functional_form(RankedListLoss)

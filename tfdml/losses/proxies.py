@@ -32,15 +32,6 @@ def _proxy_nca(inputs, scale):
     return softmax_cross_entropy(-ops.convert_to_tensor(scale, dtype) * squared, target)
 
 
-def _check_nca_scale(scale: float = 1.0):
-    return {"scale": check_scale("scale", scale)}
-
-
-def _check_proxy_anchor_args(margin: float = 0.1, alpha: float = 32.0):
-    return {"margin": check_positive("margin", margin, allow_zero=True),
-            "alpha": check_scale("alpha", alpha)}
-
-
 def _proxy_anchor_parts(labels, x, proxies, margin, alpha, sample_weight=None):
     """Per proxy: ``(positive_terms, negative_terms, has_positive)``, all ``[C]``."""
     cosines = class_cosines(x, proxies)  # [B, C]
@@ -88,7 +79,8 @@ def proxy_anchor_loss(y_true, y_pred, proxies, margin: float = 0.1, alpha: float
         A scalar of the dtype of ``y_pred``; NaN when an embedding or a proxy
         is NaN or Inf.
     """
-    margin, alpha = _check_proxy_anchor_args(margin, alpha).values()
+    margin = check_positive("margin", margin, allow_zero=True)
+    alpha = check_scale("alpha", alpha)
     labels, x, p, valid = prepare_class_inputs(y_true, y_pred, proxies, 2, "proxies")
     value = _proxy_anchor_value(*_proxy_anchor_parts(labels, x, p, margin, alpha))
     value = dml.nan_unless(dml.nan_unless_finite(value, y_pred, p), valid)
@@ -115,7 +107,7 @@ def proxy_nca_loss(y_true, y_pred, proxies, scale: float = 1.0):
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
     return functional_class_loss(_proxy_nca, y_true, y_pred, proxies, vectors_name="proxies",
-                                 **_check_nca_scale(scale))
+                                 scale=check_scale("scale", scale))
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -154,11 +146,12 @@ class ProxyNCALoss(ClassVectorLoss):
 
     vector_name = "proxies"
 
-    def __init__(self, num_classes, embedding_dim=None, scale: float = 1.0, initializer=None,
-                 reduction="sum_over_batch_size", name="proxy_nca_loss", dtype=None,
-                 average="anchors"):
-        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype, average,
-                         **_check_nca_scale(scale))
+    def __init__(self, num_classes, embedding_dim=None, initializer=None, scale: float = 1.0, *,
+                 average="anchors", reduction="sum_over_batch_size", name="proxy_nca_loss",
+                 dtype=None):
+        super().__init__(num_classes, embedding_dim, initializer,
+                         scale=check_scale("scale", scale), average=average, reduction=reduction,
+                         name=name, dtype=dtype)
 
     def terms(self, inputs):
         return sample_terms(inputs, _proxy_nca(inputs, self.scale))
@@ -212,16 +205,18 @@ class ProxyAnchorLoss(ClassVectorLoss):
 
     vector_name = "proxies"
 
-    def __init__(self, num_classes, embedding_dim=None, margin: float = 0.1,
-                 alpha: float = 32.0, initializer=None, reduction="sum_over_batch_size",
+    def __init__(self, num_classes, embedding_dim=None, initializer=None, margin: float = 0.1,
+                 alpha: float = 32.0, *, reduction="sum_over_batch_size",
                  name="proxy_anchor_loss", dtype=None):
         if reduction in ("none", None):
             raise ValueError(
                 "ProxyAnchorLoss is a sum over proxies, with no value per sample: "
                 f"`reduction` cannot be 'none'. Received: reduction={reduction!r}"
             )
-        super().__init__(num_classes, embedding_dim, initializer, reduction, name, dtype,
-                         **_check_proxy_anchor_args(margin, alpha))
+        super().__init__(num_classes, embedding_dim, initializer,
+                         margin=check_positive("margin", margin, allow_zero=True),
+                         alpha=check_scale("alpha", alpha), reduction=reduction, name=name,
+                         dtype=dtype)
 
     def terms(self, inputs):
         raise ValueError(

@@ -20,9 +20,11 @@ from tfdml import ops as dml
 from tfdml._checks import check_choice, check_int, check_positive
 from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
-from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
-from tfdml.losses.base import MetricLoss, anchor_terms, functional_loss, triplet_terms
+from tfdml.losses._docstrings import shared_args
+from tfdml.losses.base import MetricLoss
 from tfdml.losses.fappy import node_histograms
+from tfdml.losses.functional import functional_form
+from tfdml.losses.terms import anchor_terms, triplet_terms
 
 __all__ = [
     "PNP_VARIANTS",
@@ -54,10 +56,6 @@ def _ranked_before(sim, mask, temperature):
 
 
 # -- FastAP ----------------------------------------------------------------------------------
-
-
-def _check_fast_ap(num_bins=10):
-    return {"num_bins": check_int("num_bins", num_bins, minimum=1)}
 
 
 def _fast_ap_terms(inputs, num_bins):
@@ -111,41 +109,20 @@ class FastAPLoss(MetricLoss):
         Cakir, He, Xia, Kulis, Sclaroff, "Deep metric learning to rank", CVPR 2019.
     """
 
-    def __init__(self, num_bins=10, normalize=True, average="anchors",
+    def __init__(self, num_bins=10, *, normalize=True, average="anchors",
                  reduction="sum_over_batch_size", name="fast_ap_loss", dtype=None, block_size=None):
-        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
-                         dtype=dtype, block_size=block_size, **_check_fast_ap(num_bins))
+        super().__init__(num_bins=check_int("num_bins", num_bins, minimum=1), normalize=normalize,
+                         average=average, reduction=reduction, name=name, dtype=dtype,
+                         block_size=block_size)
 
     def terms(self, inputs):
         return _fast_ap_terms(inputs, **self.arguments)
 
 
-@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
-def fast_ap_loss(y_true, y_pred, num_bins=10, normalize=True, ref_embeddings=None, ref_labels=None,
-                 ref_offset=None, average="anchors"):
-    """Functional form of :class:`FastAPLoss`: the mean of ``1 - FastAP`` over the anchors with a positive.
-
-    Args:
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
-        y_pred: ``[B, D]`` embeddings.
-        num_bins, normalize, average: as in :class:`FastAPLoss`.
-        {REFERENCE_ARGS}
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; 0 without a positive pair, NaN when an
-        embedding is NaN or Inf.
-    """
-    return functional_loss(FastAPLoss, _fast_ap_terms, y_true, y_pred, ref_embeddings, ref_labels,
-                           ref_offset, normalize, average, **_check_fast_ap(num_bins))
+fast_ap_loss = functional_form(FastAPLoss)
 
 
 # -- PNP ---------------------------------------------------------------------------------------
-
-
-def _check_pnp(b=2, alpha=1, anneal=0.01, variant="O"):
-    return {"b": check_positive("b", b), "alpha": check_positive("alpha", alpha),
-            "anneal": check_positive("anneal", anneal),
-            "variant": check_choice("variant", variant, PNP_VARIANTS)}
 
 
 def _pnp_shape(rank, variant, b, alpha):
@@ -210,40 +187,23 @@ class PNPLoss(MetricLoss):
         enough", AAAI 2022.
     """
 
-    def __init__(self, b=2, alpha=1, anneal=0.01, variant="O", normalize=True, average="anchors",
-                 reduction="sum_over_batch_size", name="pnp_loss", dtype=None, block_size=None):
-        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
-                         dtype=dtype, block_size=block_size,
-                         **_check_pnp(b, alpha, anneal, variant))
+    def __init__(self, b=2, alpha=1, anneal=0.01, variant="O", *, normalize=True,
+                 average="anchors", reduction="sum_over_batch_size", name="pnp_loss", dtype=None,
+                 block_size=None):
+        super().__init__(
+            b=check_positive("b", b), alpha=check_positive("alpha", alpha),
+            anneal=check_positive("anneal", anneal),
+            variant=check_choice("variant", variant, PNP_VARIANTS), normalize=normalize,
+            average=average, reduction=reduction, name=name, dtype=dtype, block_size=block_size)
 
     def terms(self, inputs):
         return _pnp_terms(inputs, **self.arguments)
 
 
-@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
-def pnp_loss(y_true, y_pred, b=2, alpha=1, anneal=0.01, variant="O", normalize=True,
-             ref_embeddings=None, ref_labels=None, ref_offset=None, average="anchors"):
-    """Functional form of :class:`PNPLoss`: the mean over the anchors with a positive.
-
-    Args:
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
-        y_pred: ``[B, D]`` embeddings.
-        b, alpha, anneal, variant, normalize, average: as in :class:`PNPLoss`.
-        {REFERENCE_ARGS}
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; 0 without a positive pair, NaN when an
-        embedding is NaN or Inf.
-    """
-    return functional_loss(PNPLoss, _pnp_terms, y_true, y_pred, ref_embeddings, ref_labels,
-                           ref_offset, normalize, average, **_check_pnp(b, alpha, anneal, variant))
+pnp_loss = functional_form(PNPLoss)
 
 
 # -- Smooth-AP --------------------------------------------------------------------------------
-
-
-def _check_smooth_ap(temperature=0.01):
-    return {"temperature": check_positive("temperature", temperature)}
 
 
 def _smooth_ap_terms(inputs, temperature):
@@ -292,31 +252,15 @@ class SmoothAPLoss(MetricLoss):
         large-scale image retrieval", ECCV 2020.
     """
 
-    def __init__(self, temperature=0.01, normalize=True, average="anchors",
+    def __init__(self, temperature=0.01, *, normalize=True, average="anchors",
                  reduction="sum_over_batch_size", name="smooth_ap_loss", dtype=None,
                  block_size=None):
-        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
-                         dtype=dtype, block_size=block_size, **_check_smooth_ap(temperature))
+        super().__init__(temperature=check_positive("temperature", temperature),
+                         normalize=normalize, average=average, reduction=reduction, name=name,
+                         dtype=dtype, block_size=block_size)
 
     def terms(self, inputs):
         return _smooth_ap_terms(inputs, **self.arguments)
 
 
-@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
-def smooth_ap_loss(y_true, y_pred, temperature=0.01, normalize=True, ref_embeddings=None,
-                   ref_labels=None, ref_offset=None, average="anchors"):
-    """Functional form of :class:`SmoothAPLoss`: the mean of ``1 - AP`` over the anchors with a positive.
-
-    Args:
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
-        y_pred: ``[B, D]`` embeddings.
-        temperature, normalize, average: as in :class:`SmoothAPLoss`.
-        {REFERENCE_ARGS}
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; 0 without a positive pair, NaN when an
-        embedding is NaN or Inf.
-    """
-    return functional_loss(SmoothAPLoss, _smooth_ap_terms, y_true, y_pred, ref_embeddings,
-                           ref_labels, ref_offset, normalize, average,
-                           **_check_smooth_ap(temperature))
+smooth_ap_loss = functional_form(SmoothAPLoss)

@@ -135,7 +135,7 @@ class BarlowTwinsLoss(WholeBatchViewsLoss):
         redundancy reduction", ICML 2021.
     """
 
-    def __init__(self, lambda_=5e-3, eps=1e-5, name="barlow_twins_loss", dtype=None):
+    def __init__(self, lambda_=5e-3, eps=1e-5, *, name="barlow_twins_loss", dtype=None):
         super().__init__(name=name, dtype=dtype, **_check_barlow(lambda_, eps))
 
     def value(self, z1, z2):
@@ -222,7 +222,7 @@ class _TargetLoss(keras.losses.Loss):
     """A loss of predictions against targets row by row (``y_true`` the targets), reduced
     by Keras (``reduction``, ``sample_weight`` per row)."""
 
-    def __init__(self, reduction="sum_over_batch_size", name=None, dtype=None, **arguments):
+    def __init__(self, *, reduction="sum_over_batch_size", name=None, dtype=None, **arguments):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self._config_dtype = dtype
         self._argument_names = tuple(arguments)
@@ -284,10 +284,10 @@ class SimSiamLoss(_TargetLoss):
         Chen, He, "Exploring simple Siamese representation learning", CVPR 2021.
     """
 
-    def __init__(self, projection_type="negative_cosine_sim", reduction="sum_over_batch_size",
-                 name="simsiam_loss", dtype=None):
-        super().__init__(reduction=reduction, name=name, dtype=dtype,
-                         projection_type=_check_projection_type(projection_type))
+    def __init__(self, projection_type="negative_cosine_sim", *,
+                 reduction="sum_over_batch_size", name="simsiam_loss", dtype=None):
+        super().__init__(projection_type=_check_projection_type(projection_type),
+                         reduction=reduction, name=name, dtype=dtype)
 
     def call(self, y_true, y_pred):
         return _projection(_target_cosines(y_true, y_pred), self.projection_type)
@@ -325,7 +325,7 @@ class BYOLLoss(_TargetLoss):
         learning", NeurIPS 2020 (eq. 2).
     """
 
-    def __init__(self, reduction="sum_over_batch_size", name="byol_loss", dtype=None):
+    def __init__(self, *, reduction="sum_over_batch_size", name="byol_loss", dtype=None):
         super().__init__(reduction=reduction, name=name, dtype=dtype)
 
     def call(self, y_true, y_pred):

@@ -10,15 +10,11 @@ from tfdml._checks import check_positive
 from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
 from tfdml._tensors import check_batch_sizes, check_embeddings, compute_dtype
-from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
-from tfdml.losses.base import (
-    MetricLoss,
-    anchor_terms,
-    functional_loss,
-    mined_pairs,
-    resolve_miner,
-    triplet_terms,
-)
+from tfdml.losses._docstrings import shared_args
+from tfdml.losses.base import MetricLoss
+from tfdml.losses.functional import functional_form
+from tfdml.losses.inputs import mined_pairs, resolve_miner
+from tfdml.losses.terms import anchor_terms, triplet_terms
 from tfdml.miners import AllPairsMiner
 
 __all__ = [
@@ -39,32 +35,17 @@ def _mined_pairs(inputs, miner):
     return similarity, mined_pairs(inputs, similarity, miner)
 
 
-def _check_ntxent_args(temperature: float = 0.07, miner=None):
-    return {"temperature": check_positive("temperature", temperature),
-            "miner": resolve_miner(miner, AllPairsMiner)}
-
-
-def _check_supcon_args(temperature: float = 0.1, miner=None, graded: bool = False):
+def _check_graded(graded):
     if not isinstance(graded, bool):
         raise ValueError(f"`graded` must be True or False. Received: graded={graded!r}")
-    return {**_check_ntxent_args(temperature, miner), "graded": graded}
-
-
-def _check_circle_args(margin: float = 0.4, gamma: float = 80.0, miner=None):
-    return {"margin": check_positive("margin", margin, allow_zero=True),
-            "gamma": check_positive("gamma", gamma), "miner": resolve_miner(miner, AllPairsMiner)}
-
-
-def _check_snn_args(temperature: float = 1.0, distance: str = "squared_l2", miner=None):
-    return {"temperature": check_positive("temperature", temperature),
-            "distance": dml.check_distance(distance), "miner": resolve_miner(miner, AllPairsMiner)}
+    return graded
 
 
 def _has_both(pairs):
     return ops.logical_and(ops.any(pairs.positive, axis=1), ops.any(pairs.negative, axis=1))
 
 
-def _supcon_terms(inputs, temperature, miner, graded=False):
+def _supcon_terms(inputs, temperature, miner, graded):
     similarity, pairs = _mined_pairs(inputs, miner)
     dtype = dtype_name(similarity)
     logits = similarity / ops.convert_to_tensor(temperature, dtype)
@@ -233,37 +214,20 @@ class SupConLoss(MetricLoss):
         for pytorch-metric-learning in issue #658 and PR #667.
     """
 
-    def __init__(self, temperature: float = 0.1, miner=None, normalize=True, average="anchors",
-                 reduction="sum_over_batch_size", name="supcon_loss", dtype=None, block_size=None,
-                 graded: bool = False):
-        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
-                         dtype=dtype, block_size=block_size,
-                         **_check_supcon_args(temperature, miner, graded))
+    def __init__(self, temperature: float = 0.1, miner=None, graded: bool = False, *,
+                 normalize=True, average="anchors", reduction="sum_over_batch_size",
+                 name="supcon_loss", dtype=None, block_size=None):
+        super().__init__(
+            temperature=check_positive("temperature", temperature),
+            miner=resolve_miner(miner, AllPairsMiner), graded=_check_graded(graded),
+            normalize=normalize, average=average, reduction=reduction, name=name, dtype=dtype,
+            block_size=block_size)
 
     def terms(self, inputs):
         return _supcon_terms(inputs, **self.arguments)
 
 
-@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
-def supcon_loss(y_true, y_pred, temperature: float = 0.1, miner=None, normalize=True,
-                ref_embeddings=None, ref_labels=None, ref_offset=None, average="anchors",
-                graded: bool = False):
-    """Functional form of :class:`SupConLoss`: the mean over anchors with a positive and a negative.
-
-    Args:
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids, or ``[B, L]`` multi-hot
-            label sets.
-        y_pred: ``[B, D]`` embeddings.
-        temperature, miner, normalize, average, graded: as in :class:`SupConLoss`.
-        {REFERENCE_ARGS}
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; 0 when no anchor has a positive and a
-        negative, NaN when an embedding is NaN or Inf.
-    """
-    return functional_loss(SupConLoss, _supcon_terms, y_true, y_pred, ref_embeddings, ref_labels,
-                           ref_offset, normalize, average,
-                           **_check_supcon_args(temperature, miner, graded))
+supcon_loss = functional_form(SupConLoss)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -296,33 +260,18 @@ class NTXentLoss(MetricLoss):
         metric learning with multi-class N-pair loss objective", NeurIPS 2016.
     """
 
-    def __init__(self, temperature: float = 0.07, miner=None, normalize=True, average="terms",
+    def __init__(self, temperature: float = 0.07, miner=None, *, normalize=True, average="terms",
                  reduction="sum_over_batch_size", name="ntxent_loss", dtype=None, block_size=None):
-        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
-                         dtype=dtype, block_size=block_size,
-                         **_check_ntxent_args(temperature, miner))
+        super().__init__(
+            temperature=check_positive("temperature", temperature),
+            miner=resolve_miner(miner, AllPairsMiner), normalize=normalize, average=average,
+            reduction=reduction, name=name, dtype=dtype, block_size=block_size)
 
     def terms(self, inputs):
         return _ntxent_terms(inputs, **self.arguments)
 
 
-@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
-def ntxent_loss(y_true, y_pred, temperature: float = 0.07, miner=None, normalize=True,
-                ref_embeddings=None, ref_labels=None, ref_offset=None, average="terms"):
-    """Functional form of :class:`NTXentLoss`: the mean over positive pairs.
-
-    Args:
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
-        y_pred: ``[B, D]`` embeddings.
-        temperature, miner, normalize, average: as in :class:`NTXentLoss`.
-        {REFERENCE_ARGS}
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; 0 when no anchor has a positive and a
-        negative, NaN when an embedding is NaN or Inf.
-    """
-    return functional_loss(NTXentLoss, _ntxent_terms, y_true, y_pred, ref_embeddings, ref_labels,
-                           ref_offset, normalize, average, **_check_ntxent_args(temperature, miner))
+ntxent_loss = functional_form(NTXentLoss)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -363,36 +312,20 @@ class CircleLoss(MetricLoss):
         optimization", CVPR 2020.
     """
 
-    def __init__(self, margin: float = 0.4, gamma: float = 80.0, miner=None, normalize=True,
+    def __init__(self, margin: float = 0.4, gamma: float = 80.0, miner=None, *, normalize=True,
                  average="anchors", reduction="sum_over_batch_size", name="circle_loss", dtype=None,
                  block_size=None):
-        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
-                         dtype=dtype, block_size=block_size,
-                         **_check_circle_args(margin, gamma, miner))
+        super().__init__(
+            margin=check_positive("margin", margin, allow_zero=True),
+            gamma=check_positive("gamma", gamma), miner=resolve_miner(miner, AllPairsMiner),
+            normalize=normalize, average=average, reduction=reduction, name=name, dtype=dtype,
+            block_size=block_size)
 
     def terms(self, inputs):
         return _circle_terms(inputs, **self.arguments)
 
 
-@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
-def circle_loss(y_true, y_pred, margin: float = 0.4, gamma: float = 80.0, miner=None,
-                normalize=True, ref_embeddings=None, ref_labels=None, ref_offset=None,
-                average="anchors"):
-    """Functional form of :class:`CircleLoss`: the mean over anchors with a positive and a negative.
-
-    Args:
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
-        y_pred: ``[B, D]`` embeddings.
-        margin, gamma, miner, normalize, average: as in :class:`CircleLoss`.
-        {REFERENCE_ARGS}
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; 0 when no anchor has a positive and a
-        negative, NaN when an embedding is NaN or Inf.
-    """
-    return functional_loss(CircleLoss, _circle_terms, y_true, y_pred, ref_embeddings, ref_labels,
-                           ref_offset, normalize, average,
-                           **_check_circle_args(margin, gamma, miner))
+circle_loss = functional_form(CircleLoss)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -444,35 +377,17 @@ class SoftNearestNeighborLoss(MetricLoss):
         and Hinton, AISTATS 2007.
     """
 
-    def __init__(self, temperature: float = 1.0, distance: str = "squared_l2", miner=None,
+    def __init__(self, temperature: float = 1.0, distance: str = "squared_l2", miner=None, *,
                  normalize=False, average="anchors", reduction="sum_over_batch_size",
                  name="soft_nearest_neighbor_loss", dtype=None, block_size=None):
-        super().__init__(normalize=normalize, average=average, reduction=reduction, name=name,
-                         dtype=dtype, block_size=block_size,
-                         **_check_snn_args(temperature, distance, miner))
+        super().__init__(
+            temperature=check_positive("temperature", temperature),
+            distance=dml.check_distance(distance), miner=resolve_miner(miner, AllPairsMiner),
+            normalize=normalize, average=average, reduction=reduction, name=name, dtype=dtype,
+            block_size=block_size)
 
     def terms(self, inputs):
         return _snn_terms(inputs, **self.arguments)
 
 
-@fill_doc(REFERENCE_ARGS=REFERENCE_ARGS)
-def soft_nearest_neighbor_loss(y_true, y_pred, temperature: float = 1.0,
-                               distance: str = "squared_l2", miner=None, normalize=False,
-                               ref_embeddings=None, ref_labels=None, ref_offset=None,
-                               average="anchors"):
-    """Functional form of :class:`SoftNearestNeighborLoss`: the mean over anchors with a positive.
-
-    Args:
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
-        y_pred: ``[B, D]`` embeddings.
-        temperature, distance, miner, normalize, average: as in
-            :class:`SoftNearestNeighborLoss`.
-        {REFERENCE_ARGS}
-
-    Returns:
-        A scalar of the dtype of ``y_pred``; 0 when no anchor has a positive, NaN when
-        an embedding is NaN or Inf.
-    """
-    return functional_loss(SoftNearestNeighborLoss, _snn_terms, y_true, y_pred, ref_embeddings,
-                           ref_labels, ref_offset, normalize, average,
-                           **_check_snn_args(temperature, distance, miner))
+soft_nearest_neighbor_loss = functional_form(SoftNearestNeighborLoss)

@@ -91,14 +91,14 @@ class TrimmedLoss(LossWrapper):
         collapse in metric learning with easy positive sampling".
     """
 
-    def __init__(self, loss, trim: float = 0.2, reduction="sum_over_batch_size", name=None,
-                 dtype=None, average=None):
+    def __init__(self, loss, trim: float = 0.2, *, average=None, reduction="sum_over_batch_size",
+                 name=None, dtype=None):
         loss = resolve_loss(loss)
-        trim = check_number("trim", trim, low=0, high=1, high_open=True)
-        super().__init__(normalize=loss.normalize, reduction=reduction,
-                         name=name or f"trimmed_{loss.name}", dtype=dtype,
-                         average=loss.average if average is None else average, loss=loss,
-                         trim=float(trim))
+        super().__init__(loss=loss, trim=float(check_number("trim", trim, low=0, high=1,
+                                                            high_open=True)),
+                         normalize=loss.normalize,
+                         average=loss.average if average is None else average,
+                         reduction=reduction, name=name or f"trimmed_{loss.name}", dtype=dtype)
 
     def compute_terms(self, labels, embeddings, ref_embeddings=None, ref_labels=None,
                       ref_offset=None, training=True):

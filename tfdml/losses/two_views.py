@@ -131,7 +131,7 @@ class WholeBatchViewsLoss(keras.losses.Loss):
     NaN for non-finite ones.
     """
 
-    def __init__(self, name=None, dtype=None, **arguments):
+    def __init__(self, *, name=None, dtype=None, **arguments):
         super().__init__(name=name, dtype=dtype)
         self._config_dtype = dtype
         self._argument_names = tuple(arguments)
@@ -291,15 +291,15 @@ class SelfSupervisedLoss(LossWrapper):
                              f"own views: `cross_replica` must be False or None. "
                              f"Received: {value!r}")
 
-    def __init__(self, loss, symmetric: bool = True, reduction="sum_over_batch_size", name=None,
-                 dtype=None, average=None):
+    def __init__(self, loss, symmetric: bool = True, *, average=None,
+                 reduction="sum_over_batch_size", name=None, dtype=None):
         loss = resolve_loss(loss)
         if not isinstance(symmetric, bool):
             raise ValueError(f"`symmetric` must be True or False. Received: symmetric={symmetric!r}")
-        super().__init__(normalize=loss.normalize, reduction=reduction,
-                         name=name or f"self_supervised_{loss.name}", dtype=dtype,
-                         average=loss.average if average is None else average, loss=loss,
-                         symmetric=symmetric)
+        super().__init__(loss=loss, symmetric=symmetric, normalize=loss.normalize,
+                         average=loss.average if average is None else average,
+                         reduction=reduction, name=name or f"self_supervised_{loss.name}",
+                         dtype=dtype)
 
     @staticmethod
     def _even(y_pred, sample_weight=None):

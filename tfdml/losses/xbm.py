@@ -127,24 +127,22 @@ class CrossBatchMemory(LossWrapper):
     takes_reference_set = False
 
     def __init__(self, loss, memory_size: int = 1024, warmup_steps: int = 0,
-                 embedding_dim=None, reduction="sum_over_batch_size", name=None, dtype=None,
-                 num_labels=None):
+                 embedding_dim=None, num_labels=None, *, reduction="sum_over_batch_size",
+                 name=None, dtype=None):
         loss = resolve_loss(loss)
         if not loss.takes_reference_set:
             raise ValueError(
                 f"CrossBatchMemory cannot wrap {type(loss).__name__}: it needs a loss that "
                 "takes a reference set (`ref_embeddings`)."
             )
-        memory_size = check_int("memory_size", memory_size)
-        warmup_steps = check_int("warmup_steps", warmup_steps, minimum=0)
-        if num_labels is not None:
-            num_labels = check_int("num_labels", num_labels, minimum=2)
-        super().__init__(normalize=loss.normalize, reduction=reduction,
-                         name=name or f"xbm_{loss.name}", dtype=dtype, average=loss.average,
-                         loss=loss, memory_size=int(memory_size),
-                         warmup_steps=int(warmup_steps),
-                         embedding_dim=None if embedding_dim is None else int(embedding_dim),
-                         num_labels=num_labels)
+        super().__init__(
+            loss=loss, memory_size=int(check_int("memory_size", memory_size)),
+            warmup_steps=int(check_int("warmup_steps", warmup_steps, minimum=0)),
+            embedding_dim=None if embedding_dim is None else int(embedding_dim),
+            num_labels=(None if num_labels is None
+                        else check_int("num_labels", num_labels, minimum=2)),
+            normalize=loss.normalize, average=loss.average, reduction=reduction,
+            name=name or f"xbm_{loss.name}", dtype=dtype)
 
     def make_state(self):
         # The wrapped loss's state holds its miners' seeds.
