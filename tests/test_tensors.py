@@ -14,21 +14,12 @@ from tfdml._tensors import (
     check_label_array,
     check_ref_offset,
     compute_dtype,
-    is_number,
     multi_hot_ok,
     same_label_dtype,
     validate_class_ids,
 )
 
 pytestmark = pytest.mark.multibackend
-
-
-@pytest.mark.parametrize("value,expected", [
-    (1, True), (0.5, True), (np.float32(2.0), True), (np.int64(3), True),
-    (True, False), (np.bool_(True), False), ("1", False), (None, False), (1j, False),
-])
-def test_is_number_accepts_real_numbers_but_not_bools(value, expected):
-    assert is_number(value) is expected
 
 
 @pytest.mark.parametrize("dtype,expected", [

@@ -10,16 +10,19 @@ tfdml takes two forms of labels everywhere (losses, miners, metrics, search, sam
 
 A padded ``[N, M]`` list of label ids (``-1`` for none) is turned into multi-hot by
 :func:`multi_hot`. This module is the NumPy side (data, metrics and search read labels
-here); :func:`tfdml.ops.label_masks` is the tensor side, with the same rule.
+here); :func:`tfdml.ops.label_masks` is the tensor side, with the same rule. The ids the
+metrics take (class ids, cluster ids, group ids) must be finite
+(:func:`check_finite_labeling`).
 """
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
+from tfdml._argument_checks import at_indices, check_int, is_number
+
 __all__ = [
+    "check_finite_labeling",
     "check_min_jaccard",
     "check_multi_hot",
     "is_multi_label",
@@ -87,11 +90,7 @@ def multi_hot(label_ids, num_labels: int, name: str = "label_ids"):
             padding of an array), a sample with no label, or a ``num_labels`` that is
             not an integer >= 2.
     """
-    if (not isinstance(num_labels, numbers.Integral) or isinstance(num_labels, bool)
-            or num_labels < 2):
-        raise ValueError(f"`num_labels` must be an integer >= 2. Received: num_labels="
-                         f"{num_labels!r}")
-    num_labels = int(num_labels)
+    num_labels = check_int("num_labels", num_labels, minimum=2)
     if isinstance(label_ids, np.ndarray) or (
             isinstance(label_ids, (list, tuple)) and label_ids
             and all(np.ndim(row) == 1 for row in label_ids)
@@ -114,12 +113,33 @@ def multi_hot(label_ids, num_labels: int, name: str = "label_ids"):
     return check_multi_hot(out, name)
 
 
+def check_finite_labeling(values, name):
+    """Raises a ValueError naming ``name`` when a float labeling holds a NaN or an Inf.
+
+    Args:
+        values: an array-like of ids (class ids, cluster ids, group ids).
+        name: the argument's name, for the message.
+
+    Raises:
+        ValueError: ``values`` has a floating dtype and holds a NaN or an Inf; the
+            message gives their number and positions.
+    """
+    values = np.asarray(values)
+    if np.issubdtype(values.dtype, np.floating):
+        bad = np.flatnonzero(~np.isfinite(values.reshape(-1)))
+        if len(bad):
+            what = "value" if len(bad) == 1 else "values"
+            raise ValueError(
+                f"`{name}` contains {len(bad)} non-finite {what} (NaN or Inf); it must hold "
+                f"integer ids. Received: {name} with non-finite {what} at {at_indices(bad)}"
+            )
+
+
 def check_min_jaccard(min_jaccard):
     """``min_jaccard`` as a float in ``(0, 1]``, or None (positives share a label)."""
     if min_jaccard is None:
         return None
-    ok = isinstance(min_jaccard, numbers.Real) and not isinstance(min_jaccard, bool)
-    if not ok or not 0.0 < float(min_jaccard) <= 1.0:
+    if not is_number(min_jaccard) or not 0.0 < float(min_jaccard) <= 1.0:
         raise ValueError("`min_jaccard` must be None (positives share a label) or a number in "
                          f"(0, 1]. Received: min_jaccard={min_jaccard!r}")
     return float(min_jaccard)

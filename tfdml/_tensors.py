@@ -30,7 +30,6 @@ __all__ = [
     "check_label_array",
     "check_ref_offset",
     "compute_dtype",
-    "is_number",
     "multi_hot_ok",
     "same_label_dtype",
     "validate_class_ids",
@@ -289,11 +288,6 @@ def check_batch_sizes(labels, embeddings, labels_name="labels", embeddings_name=
 def compute_dtype(dtype) -> str:
     """The dtype computations run in: ``"float64"`` stays, all else ``"float32"``."""
     return "float64" if keras.backend.standardize_dtype(dtype) == "float64" else "float32"
-
-
-def is_number(x) -> bool:
-    """A real Python or NumPy number, not a bool: what hyperparameter checks accept."""
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
 def validate_class_ids(labels, num_classes: int, message: str | None = None):

@@ -20,8 +20,8 @@ from keras import ops
 
 from tfdml import losses
 from tfdml import ops as dml
+from tfdml._argument_checks import is_number
 from tfdml._docs import fill_doc
-from tfdml._tensors import is_number
 from tfdml.losses._docstrings import REFERENCE_ARGS, SHARED, shared_args
 from tfdml.losses.base import MetricLoss, functional_loss, resolve_miner, triplet_terms
 from tfdml.miners import TripletMiner, as_triplets, gather_triplet_scores

@@ -30,7 +30,7 @@ from keras import ops
 
 from tfdml import _files
 from tfdml import ops as dml
-from tfdml._checks import check_choice, check_int
+from tfdml._argument_checks import check_choice, check_int
 from tfdml._files import atomic_path
 from tfdml._pyplot import import_pyplot
 from tfdml._shims import dtype_name

@@ -14,7 +14,7 @@ derived from the pipeline seed.
 
 from __future__ import annotations
 
-from tfdml._checks import check_int as _check_size
+from tfdml._argument_checks import check_int as _check_size
 from tfdml._docs import fill_doc
 from tfdml._tensorflow import tf
 from tfdml.data import numpy_augment as _numpy_augment

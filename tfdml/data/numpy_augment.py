@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfdml._checks import check_int as _check_size
+from tfdml._argument_checks import check_int as _check_size
 from tfdml._docs import fill_doc
 
 __all__ = [

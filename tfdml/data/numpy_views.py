@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from tfdml._checks import check_int, check_number
+from tfdml._argument_checks import check_int, check_number
 from tfdml._docs import fill_doc
 from tfdml.data import numpy_augment
 

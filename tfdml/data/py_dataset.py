@@ -14,7 +14,7 @@ import threading
 import keras
 import numpy as np
 
-from tfdml._checks import check_int
+from tfdml._argument_checks import check_int
 from tfdml.data import numpy_augment
 from tfdml.data.pk import PKSampler, check_channels
 from tfdml.data.source import DatasetSplit, check_in_memory_channels, source_arrays

@@ -12,7 +12,7 @@ import logging
 
 import numpy as np
 
-from tfdml._checks import check_int
+from tfdml._argument_checks import check_int
 from tfdml._tensorflow import tf
 from tfdml.data import augment
 from tfdml.data.pk import PKSampler, check_channels

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from tfdml._checks import check_int, check_number
+from tfdml._argument_checks import check_int, check_number
 from tfdml._docs import fill_doc
 from tfdml._tensorflow import tf
 from tfdml.data import augment

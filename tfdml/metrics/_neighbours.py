@@ -30,9 +30,8 @@ from keras import ops
 
 from tfdml import _labels
 from tfdml import ops as dml
-from tfdml._checks import check_choice, check_int
+from tfdml._argument_checks import check_choice, check_int
 from tfdml._tensors import check_batch_sizes, check_embeddings
-from tfdml.metrics._checks import check_finite_labeling
 from tfdml.search import Index, check_finite, neighbour_recall, neighbours
 from tfdml.search.adding import host_normalize
 from tfdml.search.results import (
@@ -61,7 +60,7 @@ def _group_ids(values, name, rows, rows_name):
     if not isinstance(values, np.ndarray) and hasattr(values, "shape"):
         values = ops.convert_to_numpy(values)  # a tensor
     values = np.asarray(values)
-    check_finite_labeling(values, name)
+    _labels.check_finite_labeling(values, name)
     if values.ndim != 1:
         raise ValueError(f"`{name}` must be a 1-D array of integer group ids. "
                          f"Received: {name}.shape={values.shape}")

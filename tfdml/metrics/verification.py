@@ -24,7 +24,7 @@ import numbers
 import numpy as np
 from keras import ops
 
-from tfdml._checks import check_int
+from tfdml._argument_checks import check_int
 from tfdml._labels import relevance
 from tfdml._tensors import check_embeddings
 from tfdml.metrics._neighbours import data_match_counts, exclusion_counts, prepare

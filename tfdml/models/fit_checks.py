@@ -1,5 +1,5 @@
-"""What :class:`tfdml.models.MetricModel` checks before it trains: its arguments, the labels
-and data given to ``fit``, and what the embedder returns.
+"""What :class:`tfdml.models.MetricModel` checks when it trains: the labels and data given
+to ``fit``, and what the embedder returns.
 
 :func:`check_steps` and :func:`fit_shuffle` are exported as ``tfdml.data.check_steps``
 and ``tfdml.data.fit_shuffle`` too, for a plain ``keras.Model``.
@@ -22,7 +22,6 @@ from tfdml.losses.xbm import CrossBatchMemory
 __all__ = [
     "check_array_labels",
     "check_chunk_output",
-    "check_chunk_size",
     "check_labels",
     "check_one_output",
     "check_steps",
@@ -41,17 +40,6 @@ def output_dim(model):
     if isinstance(shape, (list, tuple)) and shape and isinstance(shape[0], (list, tuple)):
         return None  # several outputs
     return None if not shape else shape[-1]
-
-
-def check_chunk_size(chunk_size):
-    """``chunk_size`` as an int, or None; a ValueError for anything else."""
-    if chunk_size is None:
-        return None
-    if (isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral)
-            or chunk_size < 1):
-        raise ValueError("`chunk_size` must be an integer >= 1 or None. "
-                         f"Received: chunk_size={chunk_size!r}")
-    return int(chunk_size)
 
 
 def check_one_output(y_pred):
