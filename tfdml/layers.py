@@ -7,7 +7,7 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._argument_checks import check_number
-from tfdml._tensors import compute_dtype
+from tfdml._embeddings import compute_dtype
 
 __all__ = ["GeneralizedMeanPooling2D", "GeMPooling2D", "L2Normalization"]
 

@@ -88,8 +88,8 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._argument_checks import check_int
+from tfdml._labels import multi_hot_ok
 from tfdml._shims import dtype_name, is_traced
-from tfdml._tensors import multi_hot_ok
 from tfdml.losses.inputs import Inputs, mined_pairs, mined_triplets, prepare_inputs, resolve_miner
 from tfdml.losses.ownership import Ownership, check_loss_state, loss_owner
 from tfdml.losses.replicas import call_over_replicas

@@ -33,8 +33,8 @@ import keras
 from keras import ops
 
 from tfdml import ops as dml
+from tfdml._embeddings import check_batch_sizes, check_embeddings, compute_dtype
 from tfdml._shims import dtype_name, map_indices
-from tfdml._tensors import check_batch_sizes, check_embeddings, compute_dtype
 from tfdml.losses.terms import AnchorTerms
 
 __all__ = ["RowBlocks", "batch_rows", "block_draws", "blocked_terms"]

@@ -8,8 +8,8 @@ from keras import ops
 from tfdml import ops as dml
 from tfdml._argument_checks import check_positive
 from tfdml._docs import fill_doc
+from tfdml._embeddings import check_batch_sizes, check_embeddings, compute_dtype
 from tfdml._shims import dtype_name
-from tfdml._tensors import check_batch_sizes, check_embeddings, compute_dtype
 from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
 from tfdml.losses.base import (
     MetricLoss,

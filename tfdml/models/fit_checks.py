@@ -14,13 +14,12 @@ import warnings
 import keras
 import numpy as np
 
-from tfdml._tensors import check_label_array
+from tfdml._labels import check_label_array
 from tfdml.losses.class_vectors import ClassVectorLoss
 from tfdml.losses.ownership import losses_within
 from tfdml.losses.xbm import CrossBatchMemory
 
 __all__ = [
-    "check_array_labels",
     "check_chunk_output",
     "check_labels",
     "check_one_output",
@@ -69,25 +68,6 @@ def check_chunk_output(out, rows, chunk_size):
             f"chunk_size={chunk_size!r}")
 
 
-def check_array_labels(y, name):
-    """Labels given as arrays (NumPy, lists, pandas), checked before Keras converts them.
-
-    Keras turns string labels into a dtype error of its own, and under JAX without 64-bit
-    mode holds int64 ids in 32 bits (merging distinct ids); tensors and datasets pass.
-    """
-    if y is None or keras.ops.is_tensor(y):
-        return
-    if hasattr(y, "to_numpy") and hasattr(y, "dtype"):  # pandas
-        y = y.to_numpy()
-    if not isinstance(y, (np.ndarray, list, tuple)):
-        return
-    try:
-        array = np.asarray(y)
-    except ValueError:  # ragged: Keras says what is wrong
-        return
-    check_label_array(array, name)
-
-
 def warn_batches_without_positives(model, y, batch_size, shuffle):
     """Labels given as arrays: warns (once per fit) when the batches ``fit`` will cut from
     them have no two samples of a class, where a mining loss has nothing to learn.
@@ -124,9 +104,11 @@ def warn_batches_without_positives(model, y, batch_size, shuffle):
 
 
 def check_labels(loss, y, name):
-    """Labels given as arrays: :func:`check_array_labels`, and the class ids against the
+    """Labels given as arrays: :func:`tfdml._labels.check_label_array` (Keras turns string
+    labels into a dtype error of its own, and under JAX without 64-bit mode holds int64 ids
+    in 32 bits, merging distinct ids), and the class ids against the
     class count of every loss with class vectors (a traced step would give NaN)."""
-    check_array_labels(y, name)
+    check_label_array(y, name)
     if y is None or keras.ops.is_tensor(y) or not isinstance(y, (np.ndarray, list, tuple)):
         return
     counts = [n for n in (getattr(inner, "num_classes", None)

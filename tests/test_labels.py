@@ -1,5 +1,6 @@
-"""tfdml._tensors: the checks on class ids, embeddings and reference offsets that every
-loss, miner and metric makes (``cast_labels`` itself: tests/test_ops.py)."""
+"""tfdml._labels: the checks and casts of class ids and multi-hot label sets, and the rule
+of relevant pairs (``cast_labels`` itself: tests/test_ops.py; multi-hot labels in the metrics:
+tests/test_metrics_multilabel.py)."""
 
 from __future__ import annotations
 
@@ -8,42 +9,16 @@ import pytest
 from backends import BACKEND, compiled, to_numpy
 from keras import ops
 
-from tfdml._tensors import (
-    check_batch_sizes,
-    check_embeddings,
+from tfdml._labels import (
     check_label_array,
-    check_ref_offset,
-    compute_dtype,
     multi_hot_ok,
+    relevance,
+    row_relevance,
     same_label_dtype,
     validate_class_ids,
 )
 
 pytestmark = pytest.mark.multibackend
-
-
-@pytest.mark.parametrize("dtype,expected", [
-    ("float64", "float64"), ("float32", "float32"), ("float16", "float32"),
-    ("bfloat16", "float32"), ("int32", "float32"),
-])
-def test_compute_dtype_keeps_float64_only(dtype, expected):
-    assert compute_dtype(dtype) == expected
-
-
-def test_check_embeddings_wants_a_rank_2_float_tensor():
-    x = check_embeddings(np.ones((3, 2), np.float32))
-    assert tuple(x.shape) == (3, 2)
-    with pytest.raises(ValueError, match=r"rank-2.*Received: e\.shape=\(3,\)"):
-        check_embeddings(np.ones(3, np.float32), name="e")
-    with pytest.raises(ValueError, match=r"floating dtype.*Received: e\.dtype=int32"):
-        check_embeddings(np.ones((3, 2), np.int32), name="e")
-
-
-def test_check_batch_sizes_names_both_shapes():
-    labels, x = ops.zeros((4,), "int32"), ops.zeros((3, 2))
-    with pytest.raises(ValueError, match=r"`y` and `x`.*y\.shape=\(4,\), x\.shape=\(3, 2\)"):
-        check_batch_sizes(labels, x, "y", "x")
-    check_batch_sizes(ops.zeros((3,), "int32"), x)  # the same size: no error
 
 
 def test_check_label_array_refuses_strings_and_fractions():
@@ -53,26 +28,6 @@ def test_check_label_array_refuses_strings_and_fractions():
         check_label_array(np.array(["a", "b"]))
     with pytest.raises(ValueError, match="`labels`"):
         check_label_array(np.array([0.5, 1.0]), name="labels")
-
-
-@pytest.mark.parametrize("offset", [0, 2, 5])
-def test_check_ref_offset_accepts_offsets_that_keep_the_anchors_inside(offset):
-    assert check_ref_offset(offset, 3, 8) == offset
-    assert check_ref_offset(ops.convert_to_tensor(offset), 3, 8) == offset
-    assert check_ref_offset(None, 3, 8) is None
-
-
-@pytest.mark.parametrize("offset", [-1, 6, 100])
-def test_check_ref_offset_refuses_anchors_outside_the_reference_set(offset):
-    with pytest.raises(ValueError, match=r"`ref_offset` must be in \[0, 5\].*"
-                                         rf"Received: ref_offset={offset}"):
-        check_ref_offset(offset, 3, 8)
-
-
-@pytest.mark.parametrize("offset", [1.0, True, "1"])
-def test_check_ref_offset_wants_an_int(offset):
-    with pytest.raises(ValueError, match="must be an int or None"):
-        check_ref_offset(offset, 3, 8)
 
 
 def test_same_label_dtype_widens_to_int64_only_when_they_differ():
@@ -111,3 +66,25 @@ def test_multi_hot_ok_flags_bad_values_and_empty_sets_when_traced():
     assert int(to_numpy(flag(good))) == 1
     assert int(to_numpy(flag(np.array([[1, 0], [0, 0]], np.int32)))) == 0  # an empty set
     assert int(to_numpy(flag(np.array([[1, -1], [0, 1]], np.int32)))) == 0  # not 0 or 1
+
+
+def test_check_label_array_lets_what_it_cannot_read_pass():
+    check_label_array(None)
+    check_label_array(ops.convert_to_tensor(np.array([0.5])))  # a tensor: the loss checks it
+    check_label_array([[0, 1], [2]])  # ragged: Keras says what is wrong
+    check_label_array(iter([0.5]))  # neither an array nor a list
+
+
+def test_row_relevance_of_class_ids_and_of_label_sets():
+    ids = row_relevance(np.array([1, 2]), np.array([[1, 3], [2, 2]]))
+    assert ids.tolist() == [[True, False], [True, True]]
+    assert row_relevance(np.array([1]), np.array([[1, 3]]), graded=True).tolist() == [[1.0, 0.0]]
+    sets = np.array([[1, 1, 0]], bool)
+    items = np.array([[[1, 0, 0], [0, 0, 1], [1, 1, 0]]], bool)
+    assert row_relevance(sets, items).tolist() == [[True, False, True]]
+    assert row_relevance(sets, items, min_jaccard=0.6).tolist() == [[False, False, True]]
+    assert row_relevance(sets, items, graded=True).tolist() == [[0.5, 0.0, 1.0]]
+    for labels, batch in ((np.array([1, 2]), np.array([[1, 3], [2, 2]])), (sets, items)):
+        np.testing.assert_array_equal(
+            row_relevance(labels, batch),
+            [relevance(labels[i : i + 1], batch[i])[0] for i in range(len(labels))])
