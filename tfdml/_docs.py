@@ -1,7 +1,8 @@
 """Documentation written once: docstring fragments, and the reference tables read from the code.
 
 * :func:`fill_doc`: docstring text written once and filled into the docstrings of several
-  functions.
+  functions; :func:`nonfinite_raises`, one such text: the ``Raises`` entry of a function
+  that refuses non-finite rows.
 * :func:`public_packages`, :func:`public_names`, :func:`documentation`: the public names of
   tfdml and their documentation, which the documentation site renders and checks.
 * :func:`loss_rows`, :func:`loss_table`, :func:`block_size_losses`: the table of losses and
@@ -18,6 +19,7 @@ import ast
 import importlib
 import inspect
 import pathlib
+import textwrap
 
 import keras
 
@@ -31,6 +33,7 @@ __all__ = [
     "loss_rows",
     "loss_table",
     "missing_from_api",
+    "nonfinite_raises",
     "public_names",
     "public_packages",
     "whole_batch_miners",
@@ -53,6 +56,22 @@ def fill_doc(**fragments):
         return obj
 
     return decorate
+
+
+def nonfinite_raises(*names):
+    """The ``Raises`` entry of a metric that refuses non-finite rows of ``names``.
+
+    Args:
+        *names: the arguments whose rows are checked, e.g. ``"embeddings"``.
+
+    Returns:
+        The entry, wrapped to 70 columns with its continuation lines indented by
+        four spaces (for :func:`tfdml._docs.fill_doc`).
+    """
+    rows = " or ".join(f"``{name}``" for name in names)
+    return textwrap.fill(f"ValueError: bad arguments, or a row of {rows} that holds a NaN or an "
+                         "Inf (the message names the argument and the rows).", width=70,
+                         subsequent_indent="    ")
 
 
 def _fill(doc, fragments):

@@ -2,30 +2,14 @@
 
 from __future__ import annotations
 
-import numbers
-
 import keras
 from keras import ops
 
 from tfdml import ops as dml
+from tfdml._argument_checks import check_number
+from tfdml._embeddings import compute_dtype
 
 __all__ = ["GeneralizedMeanPooling2D", "GeMPooling2D", "L2Normalization"]
-
-
-def _is_number(x):
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)
-
-
-def _check_positive(name, value):
-    if not _is_number(value) or not value > 0:
-        raise ValueError(f"`{name}` must be a number > 0. Received: {name}={value!r}")
-
-
-def _work_dtype(x):
-    """float64 for float64 tensors, float32 for anything else."""
-    return "float64" if keras.backend.standardize_dtype(x.dtype) == "float64" else "float32"
-
-
 
 
 def _check_data_format(data_format):
@@ -89,9 +73,8 @@ class GeneralizedMeanPooling2D(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if not _is_number(p) or not p >= 1:
-            raise ValueError(f"`p` must be a number >= 1. Received: p={p!r}")
-        _check_positive("epsilon", epsilon)
+        check_number("p", p, low=1)
+        check_number("epsilon", epsilon, low=0, low_open=True)
         if not isinstance(learnable, bool):
             raise ValueError(
                 f"`learnable` must be True or False. Received: learnable={learnable!r}"
@@ -116,7 +99,7 @@ class GeneralizedMeanPooling2D(keras.layers.Layer):
         return (1, 2) if self.data_format == "channels_last" else (2, 3)
 
     def call(self, inputs):
-        work = _work_dtype(inputs)
+        work = compute_dtype(inputs.dtype)
         x = dml.maximum(ops.cast(inputs, work), ops.cast(self.epsilon, work))
         axes = self._axes()
         p = dml.maximum(ops.cast(self.p, work), ops.cast(1.0, work))
@@ -189,13 +172,13 @@ class L2Normalization(keras.layers.Layer):
             axis = tuple(axis)
         elif not isinstance(axis, int) or isinstance(axis, bool):
             raise ValueError(f"`axis` must be an int or a tuple of ints. Received: axis={axis!r}")
-        _check_positive("epsilon", epsilon)
+        check_number("epsilon", epsilon, low=0, low_open=True)
         self.axis = axis
         self.epsilon = float(epsilon)
         self.supports_masking = True
 
     def call(self, inputs):
-        work = _work_dtype(inputs)
+        work = compute_dtype(inputs.dtype)
         out = dml.l2_normalize(ops.cast(inputs, work), axis=self.axis, epsilon=self.epsilon)
         return ops.cast(out, self.compute_dtype)
 

@@ -75,8 +75,15 @@ __all__ = [
 
 # Backend shims with the same semantics on every backend (tfdml._shims), part of the API.
 # TRANSITION: plumbing still reached as dml.<name> by callers not yet moved.
-# Labels as NumPy arrays (tfdml._labels): the multi-hot form, its check and its rule.
-from tfdml._labels import check_min_jaccard, is_multi_label, multi_hot  # noqa: E402, F401
+# Labels (tfdml._labels): their cast, the multi-hot form and its check, the NumPy rule.
+from tfdml._embeddings import compute_dtype  # noqa: E402, F401
+from tfdml._labels import (  # noqa: E402, F401
+    cast_labels,
+    check_min_jaccard,
+    is_multi_label,
+    multi_hot,
+    same_label_dtype,
+)
 from tfdml._shims import (  # noqa: E402, F401
     arccos,
     clip,
@@ -96,11 +103,6 @@ from tfdml._shims import (  # noqa: E402, F401
     stable_argsort,
     take_along_axis,
     top_k,
-)
-from tfdml._tensors import (  # noqa: E402, F401
-    cast_labels,
-    compute_dtype,
-    same_label_dtype,
 )
 
 

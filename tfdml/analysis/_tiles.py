@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tfdml._checks import check_int
+from tfdml._argument_checks import check_int
 from tfdml.analysis._display import as_numpy, as_text, check_images
 
 __all__ = ["COLORS", "DEFAULT_K", "DEFAULT_QUERIES", "MARKS", "Tile", "check_results", "describe",

@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from tfdml._checks import check_int
+from tfdml._argument_checks import check_int
 from tfdml._files import atomic_path
 from tfdml.analysis._display import as_numpy, as_text, check_images, display, png_bytes
 from tfdml.search import at_indices, check_finite

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfdml._checks import check_choice, check_int
+from tfdml._argument_checks import check_choice, check_int
 from tfdml._pyplot import import_figure
 from tfdml.analysis._display import display
 from tfdml.analysis._tiles import COLORS as COLORS

@@ -30,11 +30,11 @@ from keras import ops
 
 from tfdml import _files
 from tfdml import ops as dml
-from tfdml._checks import check_choice, check_int
+from tfdml._argument_checks import check_choice, check_int
+from tfdml._embeddings import check_batch_sizes, check_embeddings, compute_dtype
 from tfdml._files import atomic_path
 from tfdml._pyplot import import_pyplot
 from tfdml._shims import dtype_name
-from tfdml._tensors import check_batch_sizes, check_embeddings, compute_dtype
 from tfdml.analysis._gradients import training_gradients
 from tfdml.miners import TripletMiner
 

@@ -20,8 +20,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tfdml._argument_checks import is_number
 from tfdml._pyplot import import_pyplot
-from tfdml._tensors import is_number
 
 __all__ = [
     "LOSSES",

@@ -12,7 +12,7 @@ import numpy as np
 
 from tfdml import ops as dml
 from tfdml import search as _search
-from tfdml._checks import check_int
+from tfdml._argument_checks import check_int
 from tfdml._labels import is_multi_label
 
 __all__ = ["EmbeddingCallback", "PyBatches", "check_data", "is_tf_dataset"]

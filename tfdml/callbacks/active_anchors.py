@@ -8,7 +8,7 @@ import warnings
 import keras
 import numpy as np
 
-from tfdml._tensors import is_number
+from tfdml._argument_checks import is_number
 
 __all__ = ["ActiveAnchorsWarning"]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tfdml import metrics as _metrics
-from tfdml._checks import check_choice, check_int
+from tfdml._argument_checks import check_choice, check_int
 from tfdml.callbacks._embedding import EmbeddingCallback, check_data
 from tfdml.metrics.knn import check_temperature
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tfdml import metrics as _metrics
-from tfdml._checks import check_choice, check_int
+from tfdml._argument_checks import check_choice, check_int
 from tfdml.callbacks._embedding import EmbeddingCallback, check_data
 from tfdml.metrics._neighbours import check_index, prepare, report_index
 from tfdml.metrics.retrieval import at_k, check_ks

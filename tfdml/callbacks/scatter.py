@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from tfdml._checks import check_choice, check_int
+from tfdml._argument_checks import check_choice, check_int
 from tfdml._pyplot import import_pyplot
 from tfdml.analysis import scatter as _scatter
 from tfdml.callbacks._embedding import EmbeddingCallback, check_data

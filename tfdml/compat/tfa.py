@@ -50,7 +50,7 @@ import keras
 import tensorflow as tf
 
 from tfdml import ops as dml
-from tfdml._tensors import check_batch_sizes, check_embeddings
+from tfdml._embeddings import check_batch_sizes, check_embeddings
 from tfdml.miners import negatives_at_or_below
 
 __all__ = [

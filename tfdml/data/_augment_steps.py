@@ -17,7 +17,7 @@ import inspect
 
 import numpy as np
 
-from tfdml._checks import check_int as _check_size
+from tfdml._argument_checks import check_int as _check_size
 
 #: The steps that are public functions of ``numpy_augment`` and ``augment``.
 PUBLIC = ("center_crop", "crop_to_bbox", "eval_transform", "get_preprocess",

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from tfdml._checks import check_int
+from tfdml._argument_checks import check_int
 
 __all__ = ["category_class_batches", "check_categories_per_batch", "class_categories"]
 

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from tfdml._checks import check_int
+from tfdml._argument_checks import check_int
 
 #: Whether the ops take images of any rank (TensorFlow's take batches); here `[H, W, C]`.
 ANY_RANK = False

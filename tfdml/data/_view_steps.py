@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import math
 
-from tfdml._checks import check_int, check_number
+from tfdml._argument_checks import check_int, check_number
 from tfdml._docs import fill_doc
 from tfdml.data._augment_steps import as_image, document, get_preprocess, public, resize, to_pixels
 

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from tfdml._checks import check_int
+from tfdml._argument_checks import check_int
 from tfdml._labels import check_multi_hot, is_multi_label
 from tfdml.data._categories import (
     category_class_batches,

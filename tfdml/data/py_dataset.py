@@ -13,7 +13,7 @@ import threading
 import keras
 import numpy as np
 
-from tfdml._checks import check_int
+from tfdml._argument_checks import check_int
 from tfdml._docs import fill_doc
 from tfdml.data import numpy_augment
 from tfdml.data.pk import PKSampler, check_initial_epoch

@@ -11,7 +11,7 @@ import logging
 
 import numpy as np
 
-from tfdml._checks import check_int
+from tfdml._argument_checks import check_int
 from tfdml._docs import fill_doc
 from tfdml._tensorflow import tf
 from tfdml.data import augment

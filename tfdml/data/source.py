@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tfdml._checks import check_int
+from tfdml._argument_checks import check_int
 from tfdml._labels import check_multi_hot, is_multi_label
 from tfdml.data._categories import class_categories
 

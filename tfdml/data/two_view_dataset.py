@@ -6,7 +6,7 @@ from __future__ import annotations
 import keras
 import numpy as np
 
-from tfdml._checks import check_int
+from tfdml._argument_checks import check_int
 
 __all__ = ["TwoViewDataset", "check_dataset"]
 

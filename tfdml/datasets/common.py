@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from tfdml._checks import check_choice  # noqa: F401  (the readers' check)
+from tfdml._argument_checks import check_choice  # noqa: F401  (the readers' check)
 
 logger = logging.getLogger("tfdml.datasets")
 

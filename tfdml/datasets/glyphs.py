@@ -21,7 +21,7 @@ import zipfile
 
 import numpy as np
 
-from tfdml._checks import check_choice, check_int, check_number
+from tfdml._argument_checks import check_choice, check_int, check_number
 from tfdml.data.source import DatasetSplit
 
 __all__ = ["load_glyphs", "GLYPHS_VERSION"]

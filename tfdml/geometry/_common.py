@@ -8,8 +8,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from tfdml._embeddings import compute_dtype
 from tfdml._shims import dtype_name
-from tfdml._tensors import compute_dtype
 
 __all__ = [
     "POINTS_DOC",

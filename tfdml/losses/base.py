@@ -89,12 +89,13 @@ import keras
 from keras import ops
 
 from tfdml import ops as dml
+from tfdml._argument_checks import check_int
+from tfdml._labels import multi_hot_ok
 from tfdml._shims import dtype_name, is_traced
-from tfdml._tensors import multi_hot_ok
 from tfdml.losses.inputs import Inputs, mined_pairs, mined_triplets, prepare_inputs, resolve_miner
 from tfdml.losses.ownership import Ownership, check_loss_state, loss_owner
 from tfdml.losses.replicas import call_over_replicas
-from tfdml.losses.row_blocks import blocked_terms, check_block_size
+from tfdml.losses.row_blocks import blocked_terms
 from tfdml.losses.state import LossState
 from tfdml.losses.terms import (
     AVERAGES,
@@ -350,7 +351,7 @@ class MetricLoss(keras.losses.Loss):
     def __init__(self, *, normalize=True, average="anchors", reduction="sum_over_batch_size",
                  name=None, dtype=None, block_size=None, **arguments):
         check_reduction(reduction)
-        block_size = check_block_size(block_size)
+        block_size = check_int("block_size", block_size, allow_none=True)
         check_loss_average(type(self), average)
         super().__init__(name=name, reduction=reduction, dtype=dtype)
         self.block_size = block_size

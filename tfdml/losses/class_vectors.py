@@ -22,9 +22,10 @@ import keras
 from keras import ops
 
 from tfdml import ops as dml
-from tfdml._checks import check_int, check_positive
+from tfdml._argument_checks import check_int, check_positive
+from tfdml._embeddings import check_batch_sizes, check_embeddings, compute_dtype
+from tfdml._labels import validate_class_ids
 from tfdml._shims import dtype_name
-from tfdml._tensors import check_batch_sizes, check_embeddings, compute_dtype, validate_class_ids
 from tfdml.losses.base import LossState, MetricLoss, anchor_terms, functional_value
 
 __all__ = [

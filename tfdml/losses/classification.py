@@ -24,10 +24,9 @@ import keras
 from keras import ops
 
 from tfdml import ops as dml
-from tfdml._checks import check_int, check_positive
+from tfdml._argument_checks import check_int, check_positive, is_number
 from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
-from tfdml._tensors import is_number
 from tfdml.losses._docstrings import CLASS_VECTOR_ARGS, STATE_DOC
 from tfdml.losses.class_vectors import (
     LOGIT_LIMIT,

@@ -7,7 +7,7 @@ import keras
 from keras import ops
 
 from tfdml import ops as dml
-from tfdml._checks import check_number
+from tfdml._argument_checks import check_number
 from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
 from tfdml.losses._docstrings import shared_args

@@ -39,7 +39,7 @@ import keras
 from keras import ops
 
 from tfdml import ops as dml
-from tfdml._checks import check_int, check_number
+from tfdml._argument_checks import check_int, check_number
 from tfdml._docs import fill_doc
 from tfdml.losses._docstrings import shared_args
 from tfdml.losses._soft_margin_counts import (  # bin_positions: this module's, as before

@@ -22,7 +22,7 @@ docs/extending.md ("Adding a loss") writes a loss with them.
 
 from __future__ import annotations
 
-from tfdml._checks import check_choice, check_int, check_number, check_positive
+from tfdml._argument_checks import check_choice, check_int, check_number, check_positive
 from tfdml._docs import fill_doc
 from tfdml.losses._docstrings import shared_args
 from tfdml.losses.base import MetricLoss

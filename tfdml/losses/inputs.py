@@ -9,7 +9,7 @@ import keras
 from keras import ops
 
 from tfdml import ops as dml
-from tfdml._tensors import check_batch_sizes, check_embeddings, check_ref_offset, compute_dtype
+from tfdml._embeddings import check_batch_sizes, check_embeddings, check_ref_offset, compute_dtype
 from tfdml.miners import AllPairsMiner, Miner, Pairs, Triplets, as_pairs, as_triplets
 
 __all__ = ["Inputs", "mined_pairs", "mined_triplets", "prepare_inputs", "resolve_miner"]

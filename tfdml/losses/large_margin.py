@@ -15,7 +15,7 @@ import keras
 from keras import ops
 
 from tfdml import ops as dml
-from tfdml._checks import check_int
+from tfdml._argument_checks import check_int
 from tfdml._docs import fill_doc
 from tfdml.losses._docstrings import CLASS_VECTOR_ARGS, STATE_DOC
 from tfdml.losses.class_vectors import (

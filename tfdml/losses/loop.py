@@ -21,9 +21,9 @@ import keras
 from keras import ops
 
 from tfdml import ops as dml
+from tfdml._argument_checks import is_number
 from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
-from tfdml._tensors import is_number
 from tfdml.losses._docstrings import shared_args
 from tfdml.losses.base import MetricLoss, anchor_terms, functional_loss
 from tfdml.losses.loop_pairs import (

@@ -15,7 +15,7 @@ import keras
 from keras import ops
 
 from tfdml import ops as dml
-from tfdml._checks import check_int, check_number
+from tfdml._argument_checks import check_int, check_number
 from tfdml._shims import dtype_name
 from tfdml.losses.class_vectors import (
     ClassVectorLoss,

@@ -9,9 +9,9 @@ import numpy as np
 from keras import ops
 
 from tfdml import ops as dml
-from tfdml._checks import check_number
+from tfdml._argument_checks import check_number, is_number
+from tfdml._labels import validate_class_ids
 from tfdml._shims import dtype_name
-from tfdml._tensors import is_number, validate_class_ids
 from tfdml.losses.base import (
     LossState,
     MetricLoss,

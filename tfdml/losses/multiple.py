@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from tfdml._checks import check_number
+from tfdml._argument_checks import check_number
 from tfdml.losses.base import MetricLoss, dtype_config, resolve_loss
 from tfdml.losses.ownership import check_loss_state
 from tfdml.losses.state import LossState

@@ -14,8 +14,8 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._docs import fill_doc
+from tfdml._labels import same_label_dtype
 from tfdml._shims import dtype_name
-from tfdml._tensors import same_label_dtype
 from tfdml.losses._docstrings import shared_args
 from tfdml.losses.base import MetricLoss
 from tfdml.losses.functional import functional_form

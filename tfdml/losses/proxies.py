@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from tfdml import ops as dml
-from tfdml._checks import check_positive
+from tfdml._argument_checks import check_positive
 from tfdml._shims import dtype_name
 from tfdml.losses.class_vectors import (
     ClassVectorLoss,

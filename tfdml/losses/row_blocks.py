@@ -28,31 +28,21 @@ numbers; the rematerialized backward pass replays the block's draws exactly.
 from __future__ import annotations
 
 import contextlib
-import numbers
 
 import keras
 from keras import ops
 
 from tfdml import ops as dml
+from tfdml._embeddings import check_batch_sizes, check_embeddings, compute_dtype
 from tfdml._shims import dtype_name, map_indices
-from tfdml._tensors import check_batch_sizes, check_embeddings, compute_dtype
 from tfdml.losses.terms import AnchorTerms
 
-__all__ = ["RowBlocks", "batch_rows", "block_draws", "blocked_terms", "check_block_size"]
+__all__ = ["RowBlocks", "batch_rows", "block_draws", "blocked_terms"]
 
 # Block i's seeds: the step's seed [s, c] moved to [s + _BLOCK_STRIDE (i + 1) + _DRAW_STRIDE k, c]
 # for its k-th draw, away from the seeds [s, c'] of unblocked draws of the same generator.
 _BLOCK_STRIDE = 1_000_003
 _DRAW_STRIDE = 101
-
-
-def check_block_size(value, name="block_size"):
-    """``None``, or ``value`` as a positive Python int; a ValueError naming ``name`` otherwise."""
-    if value is None:
-        return None
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer or None. Received: {name}={value!r}")
-    return int(value)
 
 
 class _BlockSeed(keras.random.SeedGenerator):

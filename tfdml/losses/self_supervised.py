@@ -23,9 +23,9 @@ import keras
 from keras import ops
 
 from tfdml import ops as dml
-from tfdml._checks import check_positive
+from tfdml._argument_checks import check_positive
+from tfdml._embeddings import check_embeddings, compute_dtype
 from tfdml._shims import dtype_name
-from tfdml._tensors import check_embeddings, compute_dtype
 from tfdml.losses.base import dtype_config
 from tfdml.losses.two_views import WholeBatchViewsLoss
 

@@ -6,10 +6,10 @@ import keras
 from keras import ops
 
 from tfdml import ops as dml
-from tfdml._checks import check_positive
+from tfdml._argument_checks import check_positive
 from tfdml._docs import fill_doc
+from tfdml._embeddings import check_batch_sizes, check_embeddings, compute_dtype
 from tfdml._shims import dtype_name
-from tfdml._tensors import check_batch_sizes, check_embeddings, compute_dtype
 from tfdml.losses._docstrings import shared_args
 from tfdml.losses.base import MetricLoss
 from tfdml.losses.functional import functional_form

@@ -7,7 +7,7 @@ import numpy as np
 from keras import ops
 
 from tfdml import ops as dml
-from tfdml._checks import check_number
+from tfdml._argument_checks import check_number
 from tfdml._shims import dtype_name
 from tfdml.losses.base import AnchorTerms, resolve_loss
 from tfdml.losses.wrapper import LossWrapper

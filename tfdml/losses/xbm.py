@@ -6,9 +6,9 @@ import keras
 from keras import ops
 
 from tfdml import ops as dml
-from tfdml._checks import check_int
+from tfdml._argument_checks import check_int
+from tfdml._embeddings import compute_dtype
 from tfdml._shims import dtype_name, is_traced
-from tfdml._tensors import compute_dtype
 from tfdml.losses.base import AnchorTerms, LossState, resolve_loss
 from tfdml.losses.wrapper import LossWrapper
 

@@ -30,9 +30,8 @@ from keras import ops
 
 from tfdml import _labels
 from tfdml import ops as dml
-from tfdml._checks import check_choice, check_int
-from tfdml._tensors import check_batch_sizes, check_embeddings
-from tfdml.metrics._checks import check_finite_labeling
+from tfdml._argument_checks import check_choice, check_int
+from tfdml._embeddings import check_batch_sizes, check_embeddings
 from tfdml.search import Index, check_finite, neighbour_recall, neighbours
 from tfdml.search.adding import host_normalize
 from tfdml.search.results import (
@@ -61,7 +60,7 @@ def _group_ids(values, name, rows, rows_name):
     if not isinstance(values, np.ndarray) and hasattr(values, "shape"):
         values = ops.convert_to_numpy(values)  # a tensor
     values = np.asarray(values)
-    check_finite_labeling(values, name)
+    _labels.check_finite_labeling(values, name)
     if values.ndim != 1:
         raise ValueError(f"`{name}` must be a 1-D array of integer group ids. "
                          f"Received: {name}.shape={values.shape}")
@@ -374,20 +373,14 @@ def neighbour_chunks(queries, gallery, k, exclude_self, metric, chunk_size, gall
 def relevance(data, k, chunk_size, gallery_chunk_size, graded=False):
     """Yields ``(start, relevant)``: whether each of the ``k`` neighbours of the queries
     ``start...`` of a :class:`Retrieval` is relevant to the query (has its label, or shares
-    a label with its multi-hot set; False for padding); with ``graded`` the gains of
-    :func:`~tfdml.search.results.neighbour_relevance` (float64)."""
+    a label with its multi-hot set; False for padding), by
+    :func:`~tfdml.search.results.neighbour_relevance`; with ``graded`` its gains (float64)."""
     for start, idx in neighbour_chunks(data.queries, data.gallery, k, data.exclude_self,
                                        data.metric, chunk_size, gallery_chunk_size,
                                        groups=data.groups, gallery_groups=data.gallery_groups,
                                        index=data.index, report=data.report):
-        if data.labels.ndim == 2 or graded:
-            yield start, neighbour_relevance(data.labels[start : start + len(idx)],
-                                             data.gallery_labels, idx, data.min_jaccard,
-                                             graded)
-            continue
-        same = data.gallery_labels[np.maximum(idx, 0)] == data.labels[start : start + len(idx),
-                                                                       None]
-        yield start, same & (idx >= 0)
+        yield start, neighbour_relevance(data.labels[start : start + len(idx)],
+                                         data.gallery_labels, idx, data.min_jaccard, graded)
 
 
 def match_counts(labels, gallery_labels, exclude_self, groups=None, gallery_groups=None,

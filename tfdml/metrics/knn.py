@@ -13,9 +13,8 @@ import numbers
 import numpy as np
 from keras import ops
 
-from tfdml._checks import check_int
-from tfdml._docs import fill_doc
-from tfdml.metrics._checks import nonfinite_raises
+from tfdml._argument_checks import check_int
+from tfdml._docs import fill_doc, nonfinite_raises
 from tfdml.metrics._neighbours import neighbour_chunks, prepare
 from tfdml.metrics.retrieval import check_ks
 

@@ -12,11 +12,10 @@ import numpy as np
 from keras import ops
 
 from tfdml import ops as dml
-from tfdml._checks import check_int
-from tfdml._docs import fill_doc
+from tfdml._argument_checks import check_int
+from tfdml._docs import fill_doc, nonfinite_raises
+from tfdml._embeddings import check_batch_sizes, check_embeddings
 from tfdml._labels import is_multi_label
-from tfdml._tensors import check_batch_sizes, check_embeddings
-from tfdml.metrics._checks import nonfinite_raises
 from tfdml.metrics._neighbours import (
     INDEX_RECALL_WARNING as INDEX_RECALL_WARNING,
 )

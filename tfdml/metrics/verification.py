@@ -24,9 +24,9 @@ import numbers
 import numpy as np
 from keras import ops
 
-from tfdml._checks import check_int
+from tfdml._argument_checks import check_int
+from tfdml._embeddings import check_embeddings
 from tfdml._labels import relevance
-from tfdml._tensors import check_embeddings
 from tfdml.metrics._neighbours import data_match_counts, exclusion_counts, prepare
 from tfdml.search import check_finite as _check_finite
 from tfdml.search import exact as _exact

@@ -13,10 +13,9 @@ import keras
 from keras import ops
 
 from tfdml import ops as dml
-from tfdml._checks import check_choice, check_number
+from tfdml._argument_checks import check_choice, check_number, is_number
 from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
-from tfdml._tensors import is_number
 from tfdml.miners.base import (
     MAX_DISTANCE,
     MIN_JACCARD_DOC,

@@ -27,8 +27,8 @@ import keras
 from keras import ops
 
 from tfdml import ops as dml
+from tfdml._embeddings import compute_dtype
 from tfdml._shims import dtype_name
-from tfdml._tensors import compute_dtype
 from tfdml.miners.base import Pairs, scatter_columns
 
 __all__ = [

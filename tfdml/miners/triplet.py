@@ -14,10 +14,9 @@ import keras
 from keras import ops
 
 from tfdml import ops as dml
-from tfdml._checks import check_choice
+from tfdml._argument_checks import check_choice, is_number
 from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
-from tfdml._tensors import is_number
 from tfdml.miners.base import MIN_JACCARD_DOC, Miner, Triplets, check_seed
 from tfdml.miners.selection import (
     NEGATIVE_STRATEGIES,

@@ -5,14 +5,13 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from tfdml._checks import check_number
+from tfdml._argument_checks import check_int, check_number
 from tfdml.losses.base import MetricLoss
 from tfdml.losses.moco import MoCoLoss
 from tfdml.losses.ownership import claim_loss
 from tfdml.losses.self_supervised import BarlowTwinsLoss, BYOLLoss, SimSiamLoss
 from tfdml.losses.supervised_contrastive import NTXentLoss
 from tfdml.losses.two_views import SelfSupervisedLoss, VICRegLoss
-from tfdml.models.checks import check_chunk_size
 from tfdml.models.gradient_cache import GradientCache
 from tfdml.models.heads import IMAGES, VIEW1, VIEW2, TwoViewNetwork
 from tfdml.models.metric_model import plus_model_losses
@@ -194,7 +193,7 @@ class ContrastiveModel(GradientCache, StateSaving, keras.Model):
     def __init__(self, backbone, projector, predictor=None, algorithm="simsiam", loss=None,
                  momentum=None, augmenter=None, chunk_size=None, monitors=None, **kwargs):
         self.momentum = _check_algorithm(algorithm, predictor, momentum)
-        chunk_size = check_chunk_size(chunk_size)
+        chunk_size = check_int("chunk_size", chunk_size, allow_none=True)
         super().__init__(**kwargs)
         for name, layer in (("backbone", backbone), ("projector", projector),
                             ("predictor", predictor), ("augmenter", augmenter)):

@@ -12,9 +12,9 @@
 
 from __future__ import annotations
 
-import numbers
-
 import keras
+
+from tfdml._argument_checks import check_int, check_number
 
 __all__ = [
     "all_layers",
@@ -136,12 +136,6 @@ def transformer_blocks(model) -> tuple[list, list]:
     return embeddings, blocks
 
 
-def _check_count(name, value):
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"`{name}` must be an integer >= 0. Received: {name}={value!r}")
-    return int(value)
-
-
 def freeze_transformer_blocks(model, num_blocks: int) -> list:
     """Freezes the patch embedding and the first ``num_blocks`` transformer blocks.
 
@@ -161,7 +155,7 @@ def freeze_transformer_blocks(model, num_blocks: int) -> list:
         ValueError: ``num_blocks`` is not an integer in that range, or ``model`` holds
             no transformer block.
     """
-    num_blocks = _check_count("num_blocks", num_blocks)
+    num_blocks = check_int("num_blocks", num_blocks, minimum=0)
     if num_blocks == 0:
         return []
     embeddings, blocks = transformer_blocks(model)
@@ -211,9 +205,7 @@ def layerwise_lr_decay(model, decay: float) -> dict:
     >>> optimizer = tfdml.models.LearningRateMultipliers(
     ...     keras.optimizers.AdamW(5e-4, weight_decay=0.05), multipliers)
     """
-    if (not isinstance(decay, numbers.Real) or isinstance(decay, bool)
-            or not 0.0 < decay <= 1.0):
-        raise ValueError(f"`decay` must be a number in (0, 1]. Received: decay={decay!r}")
+    check_number("decay", decay, low=0, high=1, low_open=True)
     embeddings, blocks = transformer_blocks(model)
     depth = len(blocks)
     scale = {}

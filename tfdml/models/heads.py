@@ -6,7 +6,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from tfdml._checks import check_int
+from tfdml._argument_checks import check_int
 
 __all__ = ["IMAGES", "VIEW1", "VIEW2", "TwoViewNetwork", "build_predictor", "build_projector",
            "clone_layer"]

@@ -7,11 +7,11 @@ import inspect
 import keras
 from keras import ops
 
+from tfdml._argument_checks import check_int
 from tfdml._shims import dtype_name
 from tfdml.losses.base import MetricLoss, resolve_loss
 from tfdml.losses.ownership import claim_loss
-from tfdml.models.checks import (
-    check_chunk_size,
+from tfdml.models.fit_checks import (
     check_labels,
     check_one_output,
     check_steps,
@@ -111,7 +111,7 @@ class MetricModel(GradientCache, StateSaving, keras.Model):
     """
 
     def __init__(self, embedder, loss, embedding_dim=None, chunk_size=None, **kwargs):
-        chunk_size = check_chunk_size(chunk_size)
+        chunk_size = check_int("chunk_size", chunk_size, allow_none=True)
         super().__init__(**kwargs)
         if not isinstance(embedder, keras.layers.Layer):
             raise ValueError(

@@ -55,6 +55,7 @@ Conventions:
 """
 
 
+from tfdml._argument_checks import at_indices
 from tfdml.search.calibration import (
     COPY_TOLERANCE,
     SELF_MATCH_SHARE,
@@ -66,7 +67,6 @@ from tfdml.search.calibration import (
 from tfdml.search.exact import (
     METRICS,
     MIN_BUCKET,
-    at_indices,
     check_finite,
     neighbours,
     nonfinite_rows,

@@ -19,7 +19,7 @@ import numpy as np
 from keras import ops
 
 from tfdml import ops as dml
-from tfdml._tensors import check_embeddings
+from tfdml._embeddings import check_embeddings
 from tfdml.search import approximate as faiss_api
 from tfdml.search import exact
 from tfdml.search.exact import (

@@ -12,9 +12,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tfdml._argument_checks import is_number
 from tfdml._labels import check_min_jaccard
 from tfdml._pyplot import import_pyplot
-from tfdml._tensors import is_number
 from tfdml.search.adding import prepare
 from tfdml.search.results import check_same_form, host_labels, neighbour_relevance
 

@@ -13,6 +13,7 @@ import numpy as np
 from keras import ops
 
 from tfdml import ops as dml
+from tfdml._argument_checks import at_indices
 
 #: The metrics an :class:`Index` and :func:`neighbours` take (names of :data:`tfdml.ops.DISTANCES`).
 METRICS = ("cosine", "dot", "l2")
@@ -71,13 +72,6 @@ def nonfinite_rows(embeddings) -> np.ndarray:
     x = ops.cast(x, "float32")
     finite = ops.all(ops.isfinite(ops.reshape(x, (ops.shape(x)[0], -1))), axis=1)
     return np.flatnonzero(~ops.convert_to_numpy(finite)).astype(np.int64)
-
-
-def at_indices(bad):
-    """``"index 3"`` or ``"indices 3, 9, 17, ..."`` (at most five shown)."""
-    if len(bad) == 1:
-        return f"index {bad[0]}"
-    return "indices " + ", ".join(str(i) for i in bad[:5]) + (", ..." if len(bad) > 5 else "")
 
 
 def check_finite(embeddings, name):

@@ -6,8 +6,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from tfdml._checks import check_int
-from tfdml._tensors import is_number
+from tfdml._argument_checks import check_int, is_number
 from tfdml.search import adding, results, tuning
 from tfdml.search import approximate as faiss_api
 from tfdml.search.approximate import ADD_BLOCK

@@ -17,10 +17,11 @@ import zipfile
 
 import numpy as np
 
+from tfdml._argument_checks import at_indices
 from tfdml._files import atomic_path
 from tfdml._labels import check_multi_hot
 from tfdml.search import approximate as faiss_api
-from tfdml.search.exact import METRICS, at_indices, nonfinite_rows
+from tfdml.search.exact import METRICS, nonfinite_rows
 from tfdml.search.store import VectorStore
 
 #: Rows checked (and copied, for an index on disk) at a time when loading.

@@ -24,7 +24,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from tfdml._checks import check_int
+from tfdml._argument_checks import check_int
 from tfdml.search.exact import check_finite
 from tfdml.search.index import Index
 from tfdml.search.results import RetrievalResults

@@ -117,7 +117,7 @@ def added_labels(labels, n, stored=None):
 def neighbour_relevance(query_labels, gallery_labels, indices, min_jaccard=None,
                         graded=False):
     """``[Q, k]``: whether gallery item ``indices[i, j]`` is relevant to query ``i`` (False
-    for a position of ``-1``), by :func:`tfdml._labels.relevance`; with ``graded``, float64
+    for a position of ``-1``), by the rule of :func:`tfdml._labels.relevance`; with ``graded``, float64
     gains: the Jaccard similarity of the label sets of a relevant pair, else 0.
 
     Labels: ``[Q]`` and ``[G]`` class ids (relevant: equal), or ``[Q, L]`` and ``[G, L]``
@@ -126,10 +126,7 @@ def neighbour_relevance(query_labels, gallery_labels, indices, min_jaccard=None,
     """
     indices = np.asarray(indices)
     found = indices >= 0
-    if query_labels.ndim == 1:
-        same = (gallery_labels[np.maximum(indices, 0)] == query_labels[:, None]) & found
-        return same.astype(np.float64) if graded else same
-    items = gallery_labels[np.maximum(indices, 0)]  # [Q, k, L]
+    items = gallery_labels[np.maximum(indices, 0)]  # [Q, k] or [Q, k, L]
     out = _labels.row_relevance(query_labels, items, min_jaccard, graded)
     return np.where(found, out, 0.0) if graded else out & found
 

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tfdml._tensors import is_number
+from tfdml._argument_checks import is_number
 from tfdml.search import approximate as faiss_api
 
 

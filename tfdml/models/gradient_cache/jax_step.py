@@ -8,7 +8,7 @@ import weakref
 import keras
 from keras import ops
 
-from tfdml.models.checks import check_chunk_output
+from tfdml.models.fit_checks import check_chunk_output
 from tfdml.models.gradient_cache.common import GradientCacheBase, first_input, rows
 
 __all__ = ["JaxGradientCache", "jax_compiled_call", "jax_compiled_loop"]

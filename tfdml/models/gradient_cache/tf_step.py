@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from tfdml.models.checks import check_chunk_output
+from tfdml.models.fit_checks import check_chunk_output
 from tfdml.models.gradient_cache.common import GradientCacheBase, first_input, rows
 
 __all__ = ["TFChunks", "TensorFlowGradientCache", "unscale_for_distribution"]

@@ -1,18 +1,39 @@
-"""Argument checks shared by every module: a ValueError that names the argument."""
+"""Argument checks shared by every module: a ValueError that names the argument.
+
+Every check returns the value it accepts (as a plain ``int`` or ``float`` where it says
+so) and raises a ValueError that names the argument and repeats what it received;
+:func:`at_indices` says where in an array the bad entries are.
+"""
 
 from __future__ import annotations
 
 import math
 import numbers
 
-__all__ = ["check_choice", "check_int", "check_number", "check_positive"]
+__all__ = ["at_indices", "check_choice", "check_int", "check_number", "check_positive", "is_number"]
 
 
-def check_int(name, value, minimum=1):
+def is_number(x) -> bool:
+    """A real Python or NumPy number, not a bool: what the number checks accept."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def at_indices(bad):
+    """``"index 3"`` or ``"indices 3, 9, 17, ..."`` (at most five shown)."""
+    if len(bad) == 1:
+        return f"index {bad[0]}"
+    return "indices " + ", ".join(str(i) for i in bad[:5]) + (", ..." if len(bad) > 5 else "")
+
+
+def check_int(name, value, minimum=1, allow_none=False):
     """``value`` as an ``int`` if it is an integer (Python or NumPy, not a bool) of at least
-    ``minimum``; else a ValueError naming ``name``."""
+    ``minimum`` (``None`` too, with ``allow_none``); else a ValueError naming ``name``."""
+    if value is None and allow_none:
+        return None
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"`{name}` must be an integer >= {minimum}. Received: {name}={value!r}")
+        none = " or None" if allow_none else ""
+        raise ValueError(
+            f"`{name}` must be an integer >= {minimum}{none}. Received: {name}={value!r}")
     return int(value)
 
 
@@ -37,7 +58,7 @@ def check_number(name, value, low=None, high=None, low_open=False, high_open=Fal
         low_open, high_open: exclude the bound itself (``> low``, ``< high``).
         finite: refuse +-Inf.
     """
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and value == value
+    ok = is_number(value) and value == value
     if ok and finite:
         ok = not math.isinf(value)
     if ok and low is not None:

@@ -1,5 +1,5 @@
-"""What :class:`tfdml.models.MetricModel` checks before it trains: its arguments, the labels
-and data given to ``fit``, and what the embedder returns.
+"""What :class:`tfdml.models.MetricModel` checks when it trains: the labels and data given
+to ``fit``, and what the embedder returns.
 
 :func:`check_steps` and :func:`fit_shuffle` are exported as ``tfdml.data.check_steps``
 and ``tfdml.data.fit_shuffle`` too, for a plain ``keras.Model``.
@@ -14,15 +14,13 @@ import warnings
 import keras
 import numpy as np
 
-from tfdml._tensors import check_label_array
+from tfdml._labels import check_label_array
 from tfdml.losses.class_vectors import ClassVectorLoss
 from tfdml.losses.ownership import losses_within
 from tfdml.losses.xbm import CrossBatchMemory
 
 __all__ = [
-    "check_array_labels",
     "check_chunk_output",
-    "check_chunk_size",
     "check_labels",
     "check_one_output",
     "check_steps",
@@ -41,17 +39,6 @@ def output_dim(model):
     if isinstance(shape, (list, tuple)) and shape and isinstance(shape[0], (list, tuple)):
         return None  # several outputs
     return None if not shape else shape[-1]
-
-
-def check_chunk_size(chunk_size):
-    """``chunk_size`` as an int, or None; a ValueError for anything else."""
-    if chunk_size is None:
-        return None
-    if (isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral)
-            or chunk_size < 1):
-        raise ValueError("`chunk_size` must be an integer >= 1 or None. "
-                         f"Received: chunk_size={chunk_size!r}")
-    return int(chunk_size)
 
 
 def check_one_output(y_pred):
@@ -79,25 +66,6 @@ def check_chunk_output(out, rows, chunk_size):
             "the wrong order, and the loss would pair the views of different samples. Train "
             f"it without chunks, or embed each view as its own input row. Received: "
             f"chunk_size={chunk_size!r}")
-
-
-def check_array_labels(y, name):
-    """Labels given as arrays (NumPy, lists, pandas), checked before Keras converts them.
-
-    Keras turns string labels into a dtype error of its own, and under JAX without 64-bit
-    mode holds int64 ids in 32 bits (merging distinct ids); tensors and datasets pass.
-    """
-    if y is None or keras.ops.is_tensor(y):
-        return
-    if hasattr(y, "to_numpy") and hasattr(y, "dtype"):  # pandas
-        y = y.to_numpy()
-    if not isinstance(y, (np.ndarray, list, tuple)):
-        return
-    try:
-        array = np.asarray(y)
-    except ValueError:  # ragged: Keras says what is wrong
-        return
-    check_label_array(array, name)
 
 
 def warn_batches_without_positives(model, y, batch_size, shuffle):
@@ -136,9 +104,11 @@ def warn_batches_without_positives(model, y, batch_size, shuffle):
 
 
 def check_labels(loss, y, name):
-    """Labels given as arrays: :func:`check_array_labels`, and the class ids against the
+    """Labels given as arrays: :func:`tfdml._labels.check_label_array` (Keras turns string
+    labels into a dtype error of its own, and under JAX without 64-bit mode holds int64 ids
+    in 32 bits, merging distinct ids), and the class ids against the
     class count of every loss with class vectors (a traced step would give NaN)."""
-    check_array_labels(y, name)
+    check_label_array(y, name)
     if y is None or keras.ops.is_tensor(y) or not isinstance(y, (np.ndarray, list, tuple)):
         return
     counts = [n for n in (getattr(inner, "num_classes", None)

@@ -1,9 +1,16 @@
-"""tfdml._checks: the argument checks every module shares."""
+"""tfdml._argument_checks: the argument checks every module shares."""
 
 import numpy as np
 import pytest
 
-from tfdml._checks import check_choice, check_int, check_number, check_positive
+from tfdml._argument_checks import (
+    at_indices,
+    check_choice,
+    check_int,
+    check_number,
+    check_positive,
+    is_number,
+)
 
 
 def test_check_int_accepts_python_and_numpy_integers_at_the_minimum():
@@ -16,6 +23,30 @@ def test_check_int_names_the_argument(value):
     with pytest.raises(ValueError, match="`k` must be an integer >= 1") as info:
         check_int("k", value)
     assert str(info.value).endswith(f"Received: k={value!r}")
+
+
+def test_check_int_with_allow_none_passes_none_and_says_so():
+    assert check_int("block_size", None, allow_none=True) is None
+    assert check_int("block_size", np.int32(4), allow_none=True) == 4
+    with pytest.raises(ValueError, match=r"`block_size` must be an integer >= 1 or None\. "
+                                         r"Received: block_size=0"):
+        check_int("block_size", 0, allow_none=True)
+    with pytest.raises(ValueError, match="must be an integer >= 1. Received: k=None"):
+        check_int("k", None)
+
+
+@pytest.mark.parametrize("value,expected", [
+    (1, True), (0.5, True), (np.float32(2.0), True), (np.int64(3), True),
+    (True, False), (np.bool_(True), False), ("1", False), (None, False), (1j, False),
+])
+def test_is_number_accepts_real_numbers_but_not_bools(value, expected):
+    assert is_number(value) is expected
+
+
+def test_at_indices_shows_at_most_five():
+    assert at_indices([3]) == "index 3"
+    assert at_indices([1, 2]) == "indices 1, 2"
+    assert at_indices(list(range(7))) == "indices 0, 1, 2, 3, 4, ..."
 
 
 def test_check_choice_lists_the_choices_sorted_only_when_unordered():
