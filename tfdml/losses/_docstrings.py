@@ -7,7 +7,7 @@ A loss class's docstring ends its ``Args:`` with the line ``{SHARED_ARGS}``, fil
 
 from __future__ import annotations
 
-__all__ = ["CLASS_VECTOR_ARGS", "REFERENCE_ARGS", "SHARED", "STATE_DOC", "shared_args"]
+__all__ = ["CLASS_LOSS_ARGS", "CLASS_VECTOR_ARGS", "REFERENCE_ARGS", "SHARED", "STATE_DOC", "shared_args"]
 
 #: The shared arguments of the pair and triplet losses, in the order of their signatures.
 SHARED = ("normalize", "average", "reduction", "name", "dtype", "block_size")
@@ -54,6 +54,13 @@ ref_offset: anchor ``i`` is row ``i + ref_offset`` of the reference
     set (excluded from its positives); `None` when the anchors are not
     in it. Ignored without ``ref_embeddings``."""
 
+#: The shared arguments of a loss with learned class vectors (every sample one term).
+CLASS_LOSS_ARGS = """reduction: see :mod:`tfdml.losses.terms`. Defaults to
+    `"sum_over_batch_size"`.
+average: see :mod:`tfdml.losses.terms` (every sample is one term).
+    Defaults to `"anchors"`, the mean over the batch.
+dtype: dtype of the returned value. Defaults to `None` (floatx)."""
+
 #: The arguments every loss with learned class vectors takes besides its own.
 CLASS_VECTOR_ARGS = """num_classes: ``C``; class ids must be in ``[0, C)``.
 embedding_dim: ``D``. Defaults to `None`: taken from the model by
@@ -61,11 +68,7 @@ embedding_dim: ``D``. Defaults to `None`: taken from the model by
     called eagerly).
 initializer: a Keras initializer for the vectors. Defaults to `None`:
     normal with standard deviation ``1 / sqrt(D)``.
-reduction: see :mod:`tfdml.losses.terms`. Defaults to
-    `"sum_over_batch_size"`.
-average: see :mod:`tfdml.losses.terms` (every sample is one term).
-    Defaults to `"anchors"`, the mean over the batch.
-dtype: dtype of the returned value. Defaults to `None` (floatx)."""
+""" + CLASS_LOSS_ARGS
 
 #: How a class-vector loss keeps and trains its vectors.
 STATE_DOC = """The class vectors are a variable of the loss's state (``loss.class_vectors``,

@@ -34,6 +34,7 @@ __all__ = [
     "ClassInputs",
     "ClassVectorLoss",
     "ClassVectors",
+    "MarginSoftmaxLoss",
     "check_scale",
     "class_cosines",
     "class_inputs",
@@ -350,3 +351,41 @@ class ClassVectorLoss(MetricLoss):
             )
         return class_inputs(labels, embeddings, self.class_vectors, self.vectors_rank,
                             self.vector_name)
+
+
+class MarginSoftmaxLoss(ClassVectorLoss):
+    """Base class of the margin-softmax losses of a margin and a scale (CosFace, ArcFace,
+    L-Softmax, SphereFace).
+
+    A subclass names its per-sample losses ``sample_losses(inputs, margin, scale) -> [B]``
+    (the function its functional form averages) and its margin check
+    ``check_margin(margin)``, as static methods, and writes its own ``__init__`` with its
+    defaults, which passes them on: this ``__init__`` checks the margin and the scale, and
+    ``terms`` is :func:`sample_terms` of the per-sample losses.
+
+    Args:
+        num_classes, embedding_dim, initializer: as in :class:`ClassVectorLoss`.
+        margin: the margin, checked by ``check_margin``.
+        scale: the scale, in ``(0, 1e6]`` (:func:`check_scale`).
+        average, reduction, name, dtype: as in :class:`ClassVectorLoss`.
+        **arguments: the loss's other arguments, checked.
+    """
+
+    def __init__(self, num_classes, embedding_dim, initializer, margin, scale, *, average,
+                 reduction, name, dtype, **arguments):
+        super().__init__(num_classes, embedding_dim, initializer, **arguments,
+                         margin=self.check_margin(margin), scale=check_scale("scale", scale),
+                         average=average, reduction=reduction, name=name, dtype=dtype)
+
+    @staticmethod
+    def check_margin(margin):
+        """The checked margin (a subclass's rule)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def sample_losses(inputs: ClassInputs, margin, scale):
+        """The ``[B]`` losses of the samples (a subclass's function)."""
+        raise NotImplementedError
+
+    def terms(self, inputs):
+        return sample_terms(inputs, self.sample_losses(inputs, self.margin, self.scale))

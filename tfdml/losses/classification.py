@@ -31,6 +31,7 @@ from tfdml.losses._docstrings import CLASS_VECTOR_ARGS, STATE_DOC
 from tfdml.losses.class_vectors import (
     LOGIT_LIMIT,
     ClassVectorLoss,
+    MarginSoftmaxLoss,
     check_scale,
     class_cosines,
     class_mask,
@@ -336,7 +337,7 @@ class NormalizedSoftmaxLoss(ClassVectorLoss):
 
 @keras.saving.register_keras_serializable(package="tfdml")
 @fill_doc(STATE=STATE_DOC, CLASS_VECTOR_ARGS=CLASS_VECTOR_ARGS)
-class CosFaceLoss(ClassVectorLoss):
+class CosFaceLoss(MarginSoftmaxLoss):
     """CosFace (large margin cosine) loss: the target logit is ``s (cos_y - m)``.
 
     ``L = -log softmax_y(s [cos_c - m [c = y]])``, the mean over the batch.
@@ -359,20 +360,19 @@ class CosFaceLoss(ClassVectorLoss):
         recognition", CVPR 2018.
     """
 
+    sample_losses = staticmethod(_cosface)
+    check_margin = staticmethod(_check_cosine_margin)
+
     def __init__(self, num_classes, embedding_dim=None, initializer=None, margin: float = 0.35,
                  scale: float = 64.0, *, average="anchors", reduction="sum_over_batch_size",
                  name="cosface_loss", dtype=None):
-        super().__init__(num_classes, embedding_dim, initializer,
-                         margin=_check_cosine_margin(margin), scale=check_scale("scale", scale),
-                         average=average, reduction=reduction, name=name, dtype=dtype)
-
-    def terms(self, inputs):
-        return sample_terms(inputs, _cosface(inputs, self.margin, self.scale))
+        super().__init__(num_classes, embedding_dim, initializer, margin, scale, average=average,
+                         reduction=reduction, name=name, dtype=dtype)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
 @fill_doc(STATE=STATE_DOC, CLASS_VECTOR_ARGS=CLASS_VECTOR_ARGS)
-class ArcFaceLoss(ClassVectorLoss):
+class ArcFaceLoss(MarginSoftmaxLoss):
     """ArcFace (additive angular margin) loss: the target logit is ``s cos(theta_y + m)``.
 
     ``theta_y = arccos(cos_y)``; past ``theta_y > pi - m`` the target logit is
@@ -400,15 +400,14 @@ class ArcFaceLoss(ClassVectorLoss):
         deep face recognition", CVPR 2019.
     """
 
+    sample_losses = staticmethod(_arcface)
+    check_margin = staticmethod(_check_arc_margin)
+
     def __init__(self, num_classes, embedding_dim=None, initializer=None, margin: float = 0.5,
                  scale: float = 64.0, *, average="anchors", reduction="sum_over_batch_size",
                  name="arcface_loss", dtype=None):
-        super().__init__(num_classes, embedding_dim, initializer,
-                         margin=_check_arc_margin(margin), scale=check_scale("scale", scale),
-                         average=average, reduction=reduction, name=name, dtype=dtype)
-
-    def terms(self, inputs):
-        return sample_terms(inputs, _arcface(inputs, self.margin, self.scale))
+        super().__init__(num_classes, embedding_dim, initializer, margin, scale, average=average,
+                         reduction=reduction, name=name, dtype=dtype)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -444,11 +443,10 @@ class SubCenterArcFaceLoss(ArcFaceLoss):
                  margin: float = 0.5, scale: float = 64.0, *, average="anchors",
                  reduction="sum_over_batch_size", name="subcenter_arcface_loss", dtype=None):
         # ArcFaceLoss's arguments and the sub-centres, which ArcFaceLoss.__init__ does not take.
-        ClassVectorLoss.__init__(
-            self, num_classes, embedding_dim, initializer,
-            sub_centers=check_int("sub_centers", sub_centers), margin=_check_arc_margin(margin),
-            scale=check_scale("scale", scale), average=average, reduction=reduction, name=name,
-            dtype=dtype)
+        MarginSoftmaxLoss.__init__(
+            self, num_classes, embedding_dim, initializer, margin, scale,
+            sub_centers=check_int("sub_centers", sub_centers), average=average,
+            reduction=reduction, name=name, dtype=dtype)
 
     @property
     def vectors_per_class(self):

@@ -19,13 +19,12 @@ from tfdml._argument_checks import check_int
 from tfdml._docs import fill_doc
 from tfdml.losses._docstrings import CLASS_VECTOR_ARGS, STATE_DOC
 from tfdml.losses.class_vectors import (
-    ClassVectorLoss,
+    MarginSoftmaxLoss,
     check_scale,
     class_cosines,
     class_mask,
     constant_like,
     functional_class_loss,
-    sample_terms,
     softmax_cross_entropy,
     target_cosine,
 )
@@ -154,7 +153,7 @@ over the batch. ``m`` is at most 128: float32 cosines resolve
 
 @keras.saving.register_keras_serializable(package="tfdml")
 @fill_doc(STATE=STATE_DOC, MARGIN=_LARGE_MARGIN_DOC, CLASS_VECTOR_ARGS=CLASS_VECTOR_ARGS)
-class LargeMarginSoftmaxLoss(ClassVectorLoss):
+class LargeMarginSoftmaxLoss(MarginSoftmaxLoss):
     """Large-margin softmax (L-Softmax): an angular margin by an angle multiplier.
 
     The logits are ``s |w_c| |x| cos(theta_c)``, and ``s |w_y| |x| psi(theta_y)``
@@ -186,20 +185,19 @@ class LargeMarginSoftmaxLoss(ClassVectorLoss):
         neural networks", ICML 2016.
     """
 
+    sample_losses = staticmethod(_large_margin)
+    check_margin = staticmethod(_check_multiplier)
+
     def __init__(self, num_classes, embedding_dim=None, initializer=None, margin: int = 4,
                  scale: float = 1.0, *, average="anchors", reduction="sum_over_batch_size",
                  name="large_margin_softmax_loss", dtype=None):
-        super().__init__(num_classes, embedding_dim, initializer,
-                         margin=_check_multiplier(margin), scale=check_scale("scale", scale),
-                         average=average, reduction=reduction, name=name, dtype=dtype)
-
-    def terms(self, inputs):
-        return sample_terms(inputs, _large_margin(inputs, self.margin, self.scale))
+        super().__init__(num_classes, embedding_dim, initializer, margin, scale, average=average,
+                         reduction=reduction, name=name, dtype=dtype)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
 @fill_doc(STATE=STATE_DOC, MARGIN=_LARGE_MARGIN_DOC, CLASS_VECTOR_ARGS=CLASS_VECTOR_ARGS)
-class SphereFaceLoss(ClassVectorLoss):
+class SphereFaceLoss(MarginSoftmaxLoss):
     """SphereFace (A-Softmax): L-Softmax with unit class weights.
 
     The logits are ``s |x| cos(theta_c)``, and ``s |x| psi(theta_y)`` for the
@@ -231,12 +229,11 @@ class SphereFaceLoss(ClassVectorLoss):
         for face recognition", CVPR 2017.
     """
 
+    sample_losses = staticmethod(_sphereface)
+    check_margin = staticmethod(_check_multiplier)
+
     def __init__(self, num_classes, embedding_dim=None, initializer=None, margin: int = 4,
                  scale: float = 1.0, *, average="anchors", reduction="sum_over_batch_size",
                  name="sphereface_loss", dtype=None):
-        super().__init__(num_classes, embedding_dim, initializer,
-                         margin=_check_multiplier(margin), scale=check_scale("scale", scale),
-                         average=average, reduction=reduction, name=name, dtype=dtype)
-
-    def terms(self, inputs):
-        return sample_terms(inputs, _sphereface(inputs, self.margin, self.scale))
+        super().__init__(num_classes, embedding_dim, initializer, margin, scale, average=average,
+                         reduction=reduction, name=name, dtype=dtype)

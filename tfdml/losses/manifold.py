@@ -16,7 +16,9 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._argument_checks import check_int, check_number
+from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
+from tfdml.losses._docstrings import CLASS_LOSS_ARGS
 from tfdml.losses.class_vectors import (
     ClassVectorLoss,
     class_mask,
@@ -135,6 +137,7 @@ def manifold_loss(y_true, y_pred, proxies, l, k=50, lambda_c=1.0, alpha=0.8,  # 
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(CLASS_LOSS_ARGS=CLASS_LOSS_ARGS)
 class ManifoldLoss(ClassVectorLoss):
     """Manifold loss: intrinsic and context losses of a random walk over samples and proxies.
 
@@ -203,11 +206,8 @@ class ManifoldLoss(ClassVectorLoss):
             Defaults to `5e-4`.
         initializer: a Keras initializer for the proxies. Defaults to `None`:
             normal with standard deviation ``1 / sqrt(l)``.
-        reduction: see :mod:`tfdml.losses.base`. Defaults to
-            `"sum_over_batch_size"`.
+        {CLASS_LOSS_ARGS}
         name: name of the loss. Defaults to `"manifold_loss"`.
-        dtype: dtype of the returned value. Defaults to `None` (floatx).
-        average: see :mod:`tfdml.losses.base`. Defaults to `"anchors"`.
 
     Examples:
 

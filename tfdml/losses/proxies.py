@@ -7,7 +7,9 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._argument_checks import check_positive
+from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
+from tfdml.losses._docstrings import CLASS_VECTOR_ARGS
 from tfdml.losses.class_vectors import (
     ClassVectorLoss,
     check_scale,
@@ -111,6 +113,7 @@ def proxy_nca_loss(y_true, y_pred, proxies, scale: float = 1.0):
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(CLASS_VECTOR_ARGS=CLASS_VECTOR_ARGS)
 class ProxyNCALoss(ClassVectorLoss):
     """Proxy-NCA loss: softmax over negative squared distances to one proxy per class.
 
@@ -123,16 +126,9 @@ class ProxyNCALoss(ClassVectorLoss):
     ``[C, D]``). Train with :class:`tfdml.models.MetricModel`, which owns it.
 
     Args:
-        num_classes: ``C``; class ids must be in ``[0, C)``.
-        embedding_dim: ``D``. Defaults to `None` (from the model).
+        {CLASS_VECTOR_ARGS}
         scale: ``s`` in ``(0, 1e6]``. Defaults to `1.0`.
-        initializer: a Keras initializer for the proxies. Defaults to `None`:
-            normal with standard deviation ``1 / sqrt(D)``.
-        reduction: see :mod:`tfdml.losses.base`. Defaults to
-            `"sum_over_batch_size"`.
         name: name of the loss. Defaults to `"proxy_nca_loss"`.
-        dtype: dtype of the returned value. Defaults to `None` (floatx).
-        average: see :mod:`tfdml.losses.base`. Defaults to `"anchors"`.
 
     Examples:
 

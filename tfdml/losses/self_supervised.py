@@ -24,6 +24,7 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._argument_checks import check_positive
+from tfdml._docs import fill_doc
 from tfdml._embeddings import check_embeddings, compute_dtype
 from tfdml._shims import dtype_name
 from tfdml.losses.base import dtype_config
@@ -218,6 +219,16 @@ def byol_loss(p, z):
     return ops.cast(dml.mean(values), dtype_name(check_embeddings(p, "p")))
 
 
+def _target_loss_args(name):
+    """The ``Args`` lines of a target loss's Keras arguments, with its default ``name``."""
+    return "\n".join([
+        "reduction: Keras' reduction of the per-row values. Defaults to",
+        '    `"sum_over_batch_size"`.',
+        f'name: name of the loss. Defaults to `"{name}"`.',
+        "dtype: dtype of the returned value. Defaults to `None` (floatx).",
+    ])
+
+
 class _TargetLoss(keras.losses.Loss):
     """A loss of predictions against targets row by row (``y_true`` the targets), reduced
     by Keras (``reduction``, ``sample_weight`` per row)."""
@@ -237,6 +248,7 @@ class _TargetLoss(keras.losses.Loss):
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(TARGET_LOSS_ARGS=_target_loss_args("simsiam_loss"))
 class SimSiamLoss(_TargetLoss):
     """SimSiam: each prediction drawn towards the stop-gradient of its target.
 
@@ -268,10 +280,7 @@ class SimSiamLoss(_TargetLoss):
     Args:
         projection_type: one of ``"negative_cosine_sim"``, ``"cosine_distance"``,
             ``"angular_distance"``. Defaults to `"negative_cosine_sim"`.
-        reduction: Keras' reduction of the per-row values. Defaults to
-            `"sum_over_batch_size"`.
-        name: name of the loss. Defaults to `"simsiam_loss"`.
-        dtype: dtype of the returned value. Defaults to `None` (floatx).
+        {TARGET_LOSS_ARGS}
 
     Examples:
 
@@ -294,6 +303,7 @@ class SimSiamLoss(_TargetLoss):
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(TARGET_LOSS_ARGS=_target_loss_args("byol_loss"))
 class BYOLLoss(_TargetLoss):
     """BYOL: the normalized prediction regressed on the target network's projection.
 
@@ -308,10 +318,7 @@ class BYOLLoss(_TargetLoss):
     has cosine 0. NaN or Inf gives NaN; computed in float32 for float16 and bfloat16.
 
     Args:
-        reduction: Keras' reduction of the per-row values. Defaults to
-            `"sum_over_batch_size"`.
-        name: name of the loss. Defaults to `"byol_loss"`.
-        dtype: dtype of the returned value. Defaults to `None` (floatx).
+        {TARGET_LOSS_ARGS}
 
     Examples:
 
