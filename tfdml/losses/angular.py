@@ -113,20 +113,6 @@ angular_loss = functional_form(AngularLoss)
 # -- tuplet margin loss -------------------------------------------------------------------------
 
 
-def _tuplet_terms(inputs, margin, scale, miner: Miner):
-    sim, pairs = _pairs(inputs, miner)
-    dtype = dtype_name(sim)
-    scale = ops.convert_to_tensor(scale, dtype)
-    # cos(theta_ap - margin), with sin(theta) = sqrt(1 - cos^2) (finite gradient at 0).
-    sine = dml.safe_sqrt(ops.relu(1.0 - ops.square(sim)))
-    shifted = sim * math.cos(margin) + sine * math.sin(margin)
-    negatives, has_negative = dml.masked_logsumexp(scale * sim, pairs.negative)
-    zero = ops.zeros((), dtype)
-    logits = ops.where(has_negative, negatives, zero)[:, None] - scale * shifted
-    values = ops.where(has_negative[:, None], ops.softplus(logits), zero)
-    return triplet_terms(values, pairs.positive)
-
-
 @keras.saving.register_keras_serializable(package="tfdml")
 @fill_doc(SHARED_ARGS=shared_args("tuplet_margin_loss", average="terms"))
 class TupletMarginLoss(MetricLoss):
@@ -175,7 +161,17 @@ class TupletMarginLoss(MetricLoss):
             block_size=block_size)
 
     def terms(self, inputs):
-        return _tuplet_terms(inputs, **self.arguments)
+        sim, pairs = _pairs(inputs, self.miner)
+        dtype = dtype_name(sim)
+        scale = ops.convert_to_tensor(self.scale, dtype)
+        # cos(theta_ap - margin), with sin(theta) = sqrt(1 - cos^2) (finite gradient at 0).
+        sine = dml.safe_sqrt(ops.relu(1.0 - ops.square(sim)))
+        shifted = sim * math.cos(self.margin) + sine * math.sin(self.margin)
+        negatives, has_negative = dml.masked_logsumexp(scale * sim, pairs.negative)
+        zero = ops.zeros((), dtype)
+        logits = ops.where(has_negative, negatives, zero)[:, None] - scale * shifted
+        values = ops.where(has_negative[:, None], ops.softplus(logits), zero)
+        return triplet_terms(values, pairs.positive)
 
 
 tuplet_margin_loss = functional_form(TupletMarginLoss)

@@ -39,6 +39,7 @@ __all__ = [
     "class_cosines",
     "class_inputs",
     "functional_class_loss",
+    "functional_margin_loss",
     "prepare_class_inputs",
     "sample_terms",
     "softmax_cross_entropy",
@@ -389,3 +390,12 @@ class MarginSoftmaxLoss(ClassVectorLoss):
 
     def terms(self, inputs):
         return sample_terms(inputs, self.sample_losses(inputs, self.margin, self.scale))
+
+
+def functional_margin_loss(loss_class, y_true, y_pred, weights, margin, scale, rank=2):
+    """The value of a :class:`MarginSoftmaxLoss` subclass's functional form: its margin
+    check, the scale's and its per-sample losses, the mean over the batch
+    (:func:`functional_class_loss`)."""
+    return functional_class_loss(loss_class.sample_losses, y_true, y_pred, weights, rank=rank,
+                                 margin=loss_class.check_margin(margin),
+                                 scale=check_scale("scale", scale))

@@ -37,6 +37,7 @@ from tfdml.losses.class_vectors import (
     class_mask,
     constant_like,
     functional_class_loss,
+    functional_margin_loss,
     sample_terms,
     softmax_cross_entropy,
     target_cosine,
@@ -221,9 +222,7 @@ def cosface_loss(y_true, y_pred, weights, margin: float = 0.35, scale: float = 6
     Returns:
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
-    return functional_class_loss(_cosface, y_true, y_pred, weights,
-                                 margin=_check_cosine_margin(margin),
-                                 scale=check_scale("scale", scale))
+    return functional_margin_loss(CosFaceLoss, y_true, y_pred, weights, margin, scale)
 
 
 def arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: float = 64.0):
@@ -244,9 +243,7 @@ def arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: float = 64
     Returns:
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
-    return functional_class_loss(_arcface, y_true, y_pred, weights,
-                                 margin=_check_arc_margin(margin),
-                                 scale=check_scale("scale", scale))
+    return functional_margin_loss(ArcFaceLoss, y_true, y_pred, weights, margin, scale)
 
 
 def subcenter_arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: float = 64.0):
@@ -264,9 +261,8 @@ def subcenter_arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: 
     Returns:
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
-    return functional_class_loss(_arcface, y_true, y_pred, weights, rank=3,
-                                 margin=_check_arc_margin(margin),
-                                 scale=check_scale("scale", scale))
+    return functional_margin_loss(SubCenterArcFaceLoss, y_true, y_pred, weights, margin, scale,
+                                  rank=3)
 
 
 def soft_triple_loss(y_true, y_pred, centers, la: float = 20.0, gamma: float = 0.1,

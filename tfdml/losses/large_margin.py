@@ -20,11 +20,10 @@ from tfdml._docs import fill_doc
 from tfdml.losses._docstrings import CLASS_VECTOR_ARGS, STATE_DOC
 from tfdml.losses.class_vectors import (
     MarginSoftmaxLoss,
-    check_scale,
     class_cosines,
     class_mask,
     constant_like,
-    functional_class_loss,
+    functional_margin_loss,
     softmax_cross_entropy,
     target_cosine,
 )
@@ -113,9 +112,7 @@ def large_margin_softmax_loss(y_true, y_pred, weights, margin: int = 4, scale: f
     Returns:
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
-    return functional_class_loss(_large_margin, y_true, y_pred, weights,
-                                 margin=_check_multiplier(margin),
-                                 scale=check_scale("scale", scale))
+    return functional_margin_loss(LargeMarginSoftmaxLoss, y_true, y_pred, weights, margin, scale)
 
 
 def sphereface_loss(y_true, y_pred, weights, margin: int = 4, scale: float = 1.0):
@@ -133,9 +130,7 @@ def sphereface_loss(y_true, y_pred, weights, margin: int = 4, scale: float = 1.0
     Returns:
         The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
     """
-    return functional_class_loss(_sphereface, y_true, y_pred, weights,
-                                 margin=_check_multiplier(margin),
-                                 scale=check_scale("scale", scale))
+    return functional_margin_loss(SphereFaceLoss, y_true, y_pred, weights, margin, scale)
 
 
 _LARGE_MARGIN_DOC = """    With ``theta_c`` the angle between the embedding ``x`` and the class

@@ -39,15 +39,6 @@ def ms_values(scores, pairs, alpha, beta, base, negative_scores=None):
             + _log1p_sum_exp(beta * negative, pairs.negative) / beta)
 
 
-def _ms_terms(inputs, alpha, beta, base, miner):
-    x, ref = inputs.x, inputs.ref
-    scores = dml.pairwise_similarity(x, ref)
-    pairs = mined_pairs(inputs, scores, miner)
-    active = ops.logical_or(ops.any(pairs.positive, axis=1),
-                             ops.any(pairs.negative, axis=1))
-    return anchor_terms(ms_values(scores, pairs, alpha, beta, base), active)
-
-
 @keras.saving.register_keras_serializable(package="tfdml")
 @fill_doc(SHARED_ARGS=shared_args("multi_similarity_loss", average="batch"))
 class MultiSimilarityLoss(MetricLoss):
@@ -115,7 +106,12 @@ class MultiSimilarityLoss(MetricLoss):
             block_size=block_size)
 
     def terms(self, inputs):
-        return _ms_terms(inputs, **self.arguments)
+        x, ref = inputs.x, inputs.ref
+        scores = dml.pairwise_similarity(x, ref)
+        pairs = mined_pairs(inputs, scores, self.miner)
+        active = ops.logical_or(ops.any(pairs.positive, axis=1),
+                                 ops.any(pairs.negative, axis=1))
+        return anchor_terms(ms_values(scores, pairs, self.alpha, self.beta, self.base), active)
 
 
 multi_similarity_loss = functional_form(MultiSimilarityLoss)

@@ -143,20 +143,6 @@ threshold_consistent_margin_loss = functional_form(ThresholdConsistentMarginLoss
 # -- intra-pair variance loss -------------------------------------------------------------------
 
 
-def _ipv_terms(inputs, pos_eps, neg_eps, miner: Miner):
-    sim, pairs = _similarities(inputs, miner)
-    dtype = dtype_name(sim)
-    zero = ops.zeros((), dtype)
-
-    def mean(mask):  # over the batch's mined pairs of one kind (0 for none)
-        count = ops.sum(ops.cast(mask, dtype))
-        return dml.divide_no_nan(ops.sum(ops.where(mask, sim, zero)), count)
-
-    below = ops.convert_to_tensor(1.0 - pos_eps, dtype) * mean(pairs.positive) - sim
-    above = sim - ops.convert_to_tensor(1.0 + neg_eps, dtype) * mean(pairs.negative)
-    return split_pair_terms(ops.square(ops.relu(below)), ops.square(ops.relu(above)), pairs)
-
-
 @keras.saving.register_keras_serializable(package="tfdml")
 @fill_doc(SHARED_ARGS=shared_args("intra_pair_variance_loss", average="halves_terms"))
 class IntraPairVarianceLoss(MetricLoss):
@@ -223,7 +209,17 @@ class IntraPairVarianceLoss(MetricLoss):
                 f"block_size=None. Received: block_size={self.block_size!r}")
 
     def terms(self, inputs):
-        return _ipv_terms(inputs, **self.arguments)
+        sim, pairs = _similarities(inputs, self.miner)
+        dtype = dtype_name(sim)
+        zero = ops.zeros((), dtype)
+
+        def mean(mask):  # over the batch's mined pairs of one kind (0 for none)
+            count = ops.sum(ops.cast(mask, dtype))
+            return dml.divide_no_nan(ops.sum(ops.where(mask, sim, zero)), count)
+
+        below = ops.convert_to_tensor(1.0 - self.pos_eps, dtype) * mean(pairs.positive) - sim
+        above = sim - ops.convert_to_tensor(1.0 + self.neg_eps, dtype) * mean(pairs.negative)
+        return split_pair_terms(ops.square(ops.relu(below)), ops.square(ops.relu(above)), pairs)
 
 
 intra_pair_variance_loss = functional_form(IntraPairVarianceLoss)

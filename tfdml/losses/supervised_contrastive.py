@@ -45,69 +45,6 @@ def _has_both(pairs):
     return ops.logical_and(ops.any(pairs.positive, axis=1), ops.any(pairs.negative, axis=1))
 
 
-def _supcon_terms(inputs, temperature, miner, graded):
-    similarity, pairs = _mined_pairs(inputs, miner)
-    dtype = dtype_name(similarity)
-    logits = similarity / ops.convert_to_tensor(temperature, dtype)
-    others = ops.logical_or(pairs.positive, pairs.negative)
-    denominator, _ = dml.masked_logsumexp(logits, others, axis=1)
-    active = _has_both(pairs)
-    # Finite stand-in where the anchor is inactive (its row is dropped anyway).
-    denominator = ops.where(active, denominator, ops.zeros((), dtype))
-    log_prob = logits - denominator[:, None]
-    positives = ops.cast(pairs.positive, dtype)
-    if graded:  # Multi-SupCon: each positive weighted by the Jaccard similarity of the sets
-        log_prob = log_prob * ops.cast(dml.label_jaccard(inputs.labels, inputs.ref_labels),
-                                       dtype)
-    total = -ops.sum(ops.where(pairs.positive, log_prob, ops.zeros((), dtype)), axis=1)
-    losses = dml.divide_no_nan(total, ops.sum(positives, axis=1))
-    return anchor_terms(losses, active)
-
-
-def _ntxent_terms(inputs, temperature, miner):
-    similarity, pairs = _mined_pairs(inputs, miner)
-    dtype = dtype_name(similarity)
-    logits = similarity / ops.convert_to_tensor(temperature, dtype)
-    negatives, has_negative = dml.masked_logsumexp(logits, pairs.negative, axis=1)
-    negatives = ops.where(has_negative, negatives, ops.zeros((), dtype))
-    # -log(e^{s_ap} / (e^{s_ap} + sum_n e^{s_an})) = softplus(lse_n s_an - s_ap); 0 without n.
-    values = ops.softplus(negatives[:, None] - logits)
-    values = ops.where(has_negative[:, None], values, ops.zeros((), dtype))
-    return triplet_terms(values, pairs.positive)
-
-
-def _circle_terms(inputs, margin, gamma, miner):
-    similarity, pairs = _mined_pairs(inputs, miner)
-    dtype = dtype_name(similarity)
-    zero = ops.zeros((), dtype)
-    m, g = ops.convert_to_tensor(margin, dtype), ops.convert_to_tensor(gamma, dtype)
-    one = ops.ones((), dtype)
-    fixed = ops.stop_gradient(similarity)
-    alpha_p = dml.maximum(one + m - fixed, zero)  # [O_p - s_p]_+, O_p = 1 + m
-    alpha_n = dml.maximum(fixed + m, zero)  # [s_n - O_n]_+, O_n = -m
-    positive, _ = dml.masked_logsumexp(-g * alpha_p * (similarity - (one - m)), pairs.positive,
-                                       axis=1)
-    negative, _ = dml.masked_logsumexp(g * alpha_n * (similarity - m), pairs.negative, axis=1)
-    active = _has_both(pairs)
-    total = ops.where(active, positive + negative, zero)
-    return anchor_terms(ops.softplus(total), active)
-
-
-def _snn_terms(inputs, temperature, distance, miner):
-    x, ref = inputs.x, inputs.ref
-    dist = dml.distance_matrix(x, ref, distance)
-    pairs = mined_pairs(inputs, -dist, miner)
-    dtype = dtype_name(dist)
-    logits = -dist / ops.convert_to_tensor(temperature, dtype)
-    same, active = dml.masked_logsumexp(logits, pairs.positive, axis=1)
-    everyone, _ = dml.masked_logsumexp(logits, ops.logical_or(pairs.positive, pairs.negative),
-                                       axis=1)
-    zero = ops.zeros((), dtype)
-    # An anchor without a same-class neighbour (-inf - -inf) is left out with a finite 0.
-    losses = ops.where(active, everyone, zero) - ops.where(active, same, zero)
-    return anchor_terms(losses, active)
-
-
 def multiple_negatives_ranking_loss(query_embeddings, key_embeddings, scale: float = 20.0,
                                     normalize: bool = False, add_one: bool = False):
     """In-batch negatives: query ``i``'s key is its positive, the other keys its negatives.
@@ -224,7 +161,23 @@ class SupConLoss(MetricLoss):
             block_size=block_size)
 
     def terms(self, inputs):
-        return _supcon_terms(inputs, **self.arguments)
+        similarity, pairs = _mined_pairs(inputs, self.miner)
+        dtype = dtype_name(similarity)
+        logits = similarity / ops.convert_to_tensor(self.temperature, dtype)
+        others = ops.logical_or(pairs.positive, pairs.negative)
+        denominator, _ = dml.masked_logsumexp(logits, others, axis=1)
+        active = _has_both(pairs)
+        # Finite stand-in where the anchor is inactive (its row is dropped anyway).
+        denominator = ops.where(active, denominator, ops.zeros((), dtype))
+        log_prob = logits - denominator[:, None]
+        positives = ops.cast(pairs.positive, dtype)
+        # Multi-SupCon: each positive weighted by the Jaccard similarity of the label sets.
+        if self.graded:
+            log_prob = log_prob * ops.cast(dml.label_jaccard(inputs.labels, inputs.ref_labels),
+                                           dtype)
+        total = -ops.sum(ops.where(pairs.positive, log_prob, ops.zeros((), dtype)), axis=1)
+        losses = dml.divide_no_nan(total, ops.sum(positives, axis=1))
+        return anchor_terms(losses, active)
 
 
 supcon_loss = functional_form(SupConLoss)
@@ -268,7 +221,15 @@ class NTXentLoss(MetricLoss):
             reduction=reduction, name=name, dtype=dtype, block_size=block_size)
 
     def terms(self, inputs):
-        return _ntxent_terms(inputs, **self.arguments)
+        similarity, pairs = _mined_pairs(inputs, self.miner)
+        dtype = dtype_name(similarity)
+        logits = similarity / ops.convert_to_tensor(self.temperature, dtype)
+        negatives, has_negative = dml.masked_logsumexp(logits, pairs.negative, axis=1)
+        negatives = ops.where(has_negative, negatives, ops.zeros((), dtype))
+        # -log(e^{s_ap} / (e^{s_ap} + sum_n e^{s_an})) = softplus(lse_n s_an - s_ap); 0 without n.
+        values = ops.softplus(negatives[:, None] - logits)
+        values = ops.where(has_negative[:, None], values, ops.zeros((), dtype))
+        return triplet_terms(values, pairs.positive)
 
 
 ntxent_loss = functional_form(NTXentLoss)
@@ -322,7 +283,20 @@ class CircleLoss(MetricLoss):
             block_size=block_size)
 
     def terms(self, inputs):
-        return _circle_terms(inputs, **self.arguments)
+        similarity, pairs = _mined_pairs(inputs, self.miner)
+        dtype = dtype_name(similarity)
+        zero = ops.zeros((), dtype)
+        m, g = ops.convert_to_tensor(self.margin, dtype), ops.convert_to_tensor(self.gamma, dtype)
+        one = ops.ones((), dtype)
+        fixed = ops.stop_gradient(similarity)
+        alpha_p = dml.maximum(one + m - fixed, zero)  # [O_p - s_p]_+, O_p = 1 + m
+        alpha_n = dml.maximum(fixed + m, zero)  # [s_n - O_n]_+, O_n = -m
+        positive, _ = dml.masked_logsumexp(-g * alpha_p * (similarity - (one - m)), pairs.positive,
+                                           axis=1)
+        negative, _ = dml.masked_logsumexp(g * alpha_n * (similarity - m), pairs.negative, axis=1)
+        active = _has_both(pairs)
+        total = ops.where(active, positive + negative, zero)
+        return anchor_terms(ops.softplus(total), active)
 
 
 circle_loss = functional_form(CircleLoss)
@@ -387,7 +361,18 @@ class SoftNearestNeighborLoss(MetricLoss):
             block_size=block_size)
 
     def terms(self, inputs):
-        return _snn_terms(inputs, **self.arguments)
+        x, ref = inputs.x, inputs.ref
+        dist = dml.distance_matrix(x, ref, self.distance)
+        pairs = mined_pairs(inputs, -dist, self.miner)
+        dtype = dtype_name(dist)
+        logits = -dist / ops.convert_to_tensor(self.temperature, dtype)
+        same, active = dml.masked_logsumexp(logits, pairs.positive, axis=1)
+        everyone, _ = dml.masked_logsumexp(logits, ops.logical_or(pairs.positive, pairs.negative),
+                                           axis=1)
+        zero = ops.zeros((), dtype)
+        # An anchor without a same-class neighbour (-inf - -inf) is left out with a finite 0.
+        losses = ops.where(active, everyone, zero) - ops.where(active, same, zero)
+        return anchor_terms(losses, active)
 
 
 soft_nearest_neighbor_loss = functional_form(SoftNearestNeighborLoss)

@@ -85,20 +85,6 @@ def _between_references(ref, triplets, distance, ref_dist=None):
     return ops.take(ops.reshape(ref_dist, (-1,)), flat)[:, :, None]
 
 
-def _pn_terms(inputs, margin, distance, miner):
-    ref = inputs.ref
-    dist = dml.distance_matrix(inputs.x, ref, distance)
-    triplets = mined_triplets(inputs, -dist, miner)
-    d_ap, d_an = gather_triplet_scores(dist, triplets)
-    ref_dist = dist if inputs.batch_is_reference else None
-    d_n = dml.minimum(d_an, _between_references(ref, triplets, distance, ref_dist))
-    if margin is None:
-        values = ops.softplus(d_ap - d_n)
-    else:
-        values = ops.relu(d_ap - d_n + ops.convert_to_tensor(margin, dtype_name(dist)))
-    return triplet_terms(values, triplets.mask)
-
-
 @keras.saving.register_keras_serializable(package="tfdml")
 @fill_doc(SHARED_ARGS=shared_args("triplet_nca_loss"))
 class TripletNCALoss(TripletLoss):
@@ -297,7 +283,17 @@ class PNLoss(MetricLoss):
                 f"use another miner. Received: block_size={self.block_size!r}, miner={self.miner!r}")
 
     def terms(self, inputs):
-        return _pn_terms(inputs, **self.arguments)
+        ref = inputs.ref
+        dist = dml.distance_matrix(inputs.x, ref, self.distance)
+        triplets = mined_triplets(inputs, -dist, self.miner)
+        d_ap, d_an = gather_triplet_scores(dist, triplets)
+        ref_dist = dist if inputs.batch_is_reference else None
+        d_n = dml.minimum(d_an, _between_references(ref, triplets, self.distance, ref_dist))
+        if self.margin is None:
+            values = ops.softplus(d_ap - d_n)
+        else:
+            values = ops.relu(d_ap - d_n + ops.convert_to_tensor(self.margin, dtype_name(dist)))
+        return triplet_terms(values, triplets.mask)
 
 
 pn_loss = functional_form(PNLoss)
