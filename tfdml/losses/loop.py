@@ -41,13 +41,16 @@ from tfdml.losses.row_blocks import RowBlocks, batch_rows
 from tfdml.miners.selection import multi_similarity_pairs
 
 __all__ = [
+    "BASES",
+    "PAIR_COMMON",
     "HPHNTripletLoss",
-    "LiftedStructureLoss",
     "LoOpLoss",
+    "PairBaseline",
+    "check_pair_margin",
     "hphn_triplet_loss",
     "label_pairs",
-    "lifted_structure_loss",
     "loop_loss",
+    "pair_baseline_loss",
 ]
 
 BASES = ("triplet", "hphn_triplet", "lifted_structure", "multi_similarity")
@@ -210,9 +213,17 @@ def loop_loss(y_true, y_pred, base="triplet", margin=None, normalize=True, **bas
                            options=options)
 
 
-def _check_pair_margin(margin):
+def check_pair_margin(margin):
     """The margin of the pair baselines (HPHN, lifted structure): a number >= 0."""
     return _check_base("hphn_triplet", margin, {})[0]
+
+
+def pair_baseline_loss(cls, y_true, y_pred, margin, normalize):
+    """The functional form of the pair baseline ``cls`` (a :class:`PairBaseline`)."""
+    normalize = bool(normalize)
+    return functional_loss(cls, _per_anchor, y_true, y_pred, normalize=normalize,
+                           base=cls.pair_form, margin=check_pair_margin(margin),
+                           normalized=normalize, loop=False, options={})
 
 
 def hphn_triplet_loss(y_true, y_pred, margin=0.2, normalize=True):
@@ -226,28 +237,7 @@ def hphn_triplet_loss(y_true, y_pred, margin=0.2, normalize=True):
     Returns:
         A scalar of the dtype of ``y_pred``.
     """
-    normalize = bool(normalize)
-    return functional_loss(HPHNTripletLoss, _per_anchor, y_true, y_pred, normalize=normalize,
-                           base="hphn_triplet", margin=_check_pair_margin(margin),
-                           normalized=normalize, loop=False, options={})
-
-
-def lifted_structure_loss(y_true, y_pred, margin=0.2, normalize=True):
-    """Functional form of :class:`LiftedStructureLoss`.
-
-    Args:
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
-        y_pred: ``[B, D]`` embeddings.
-        margin, normalize: as in :class:`LiftedStructureLoss`.
-
-    Returns:
-        A scalar of the dtype of ``y_pred``.
-    """
-    normalize = bool(normalize)
-    return functional_loss(LiftedStructureLoss, _per_anchor, y_true, y_pred,
-                           normalize=normalize, base="lifted_structure",
-                           margin=_check_pair_margin(margin), normalized=normalize, loop=False,
-                           options={})
+    return pair_baseline_loss(HPHNTripletLoss, y_true, y_pred, margin, normalize)
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
@@ -351,18 +341,20 @@ class LoOpLoss(MetricLoss):
 
 
 #: The shared arguments of the pair baselines, in the order of their signatures.
-_PAIR_COMMON = ("normalize", "reduction", "name", "dtype", "average", "block_size")
+PAIR_COMMON = ("normalize", "reduction", "name", "dtype", "average", "block_size")
 
 
-class _PairBaseline(MetricLoss):
+class PairBaseline(MetricLoss):
     """A loss over the disjoint same-class pairs of the batch, hardest positive and negative
-    per pair; ``_base`` names its form in :func:`_per_anchor`."""
+    per pair (:class:`HPHNTripletLoss`, :class:`tfdml.losses.LiftedStructureLoss`): the
+    baselines of the LoOp paper, the LoOp losses without the LoOp distance.
+    ``pair_form`` names its form (one of :data:`BASES` but ``"multi_similarity"``)."""
 
     #: Pairs of samples are formed within each class, as LoOp's.
     multi_label = "it forms its pairs within each class"
 
 
-    _base = None
+    pair_form = None
     blockwise = False  # pairs of the batch: blocks of pairs, in terms
     takes_reference_set = False
 
@@ -370,18 +362,18 @@ class _PairBaseline(MetricLoss):
                  dtype=None, average="anchors", block_size=None):
         super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
                          average=average, block_size=block_size,
-                         margin=_check_pair_margin(margin))
+                         margin=check_pair_margin(margin))
 
     def terms(self, inputs):
         if self.uses_blocks(inputs.x):
-            return _blocked_per_anchor(inputs, self._base, self.margin, self.normalize, False,
-                                       {}, self.block_size)
-        return _per_anchor(inputs, self._base, self.margin, self.normalize, False, {})
+            return _blocked_per_anchor(inputs, self.pair_form, self.margin, self.normalize,
+                                       False, {}, self.block_size)
+        return _per_anchor(inputs, self.pair_form, self.margin, self.normalize, False, {})
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
-@fill_doc(SHARED_ARGS=shared_args("hphn_triplet_loss", arguments=_PAIR_COMMON))
-class HPHNTripletLoss(_PairBaseline):
+@fill_doc(SHARED_ARGS=shared_args("hphn_triplet_loss", arguments=PAIR_COMMON))
+class HPHNTripletLoss(PairBaseline):
     """Hard-positive hard-negative triplet loss over label pairs (LoOp paper, Section 3.3.2).
 
     For each disjoint same-class pair ``(i, j)`` (see
@@ -391,7 +383,7 @@ class HPHNTripletLoss(_PairBaseline):
                    - min(min_{c[k]!=c[i]} d_ik, min_{c[l]!=c[j]} d_jl), 0)
 
     averaged over the pairs that have a negative. With two samples per class
-    it equals :class:`LiftedStructureLoss`. ``LoOpLoss("hphn_triplet")`` is
+    it equals :class:`tfdml.losses.LiftedStructureLoss`. ``LoOpLoss("hphn_triplet")`` is
     its LoOp form. It pairs the samples of the batch and takes no reference
     set.
 
@@ -405,39 +397,8 @@ class HPHNTripletLoss(_PairBaseline):
         triplet mining" (HPHN), WACV 2020; the LoOp paper (ICCV 2021).
     """
 
-    _base = "hphn_triplet"
+    pair_form = "hphn_triplet"
 
     def __init__(self, margin=0.2, normalize=True, reduction="sum_over_batch_size",
                  name="hphn_triplet_loss", dtype=None, average="anchors", block_size=None):
-        super().__init__(margin, normalize, reduction, name, dtype, average, block_size)
-
-
-@keras.saving.register_keras_serializable(package="tfdml")
-@fill_doc(SHARED_ARGS=shared_args("lifted_structure_loss", arguments=_PAIR_COMMON))
-class LiftedStructureLoss(_PairBaseline):
-    """The lifted structure loss in the hinge form of the LoOp paper's eq. 16.
-
-    For each disjoint same-class pair ``(i, j)``::
-
-        L_ij = max(d_ij + m - min(min_{c[k]!=c[i]} d_ik, min_{c[l]!=c[j]} d_jl), 0)
-
-    averaged over the pairs that have a negative. (Song et al.'s original,
-    and the LoOp authors' released code, use a log-sum-exp over the negatives
-    instead of the hard minimum.) ``LoOpLoss("lifted_structure")`` is its
-    LoOp form. It pairs the samples of the batch and takes no reference set.
-
-    Args:
-        margin: ``m >= 0``, the gap between ``d_ij`` and the closest
-            negative. Defaults to `0.2`.
-        {SHARED_ARGS}
-
-    Reference:
-        Oh Song, Xiang, Jegelka, Savarese, "Deep metric learning via lifted
-        structured feature embedding", CVPR 2016; the LoOp paper, eq. 16.
-    """
-
-    _base = "lifted_structure"
-
-    def __init__(self, margin=0.2, normalize=True, reduction="sum_over_batch_size",
-                 name="lifted_structure_loss", dtype=None, average="anchors", block_size=None):
         super().__init__(margin, normalize, reduction, name, dtype, average, block_size)
