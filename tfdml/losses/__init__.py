@@ -37,15 +37,13 @@ from tfdml.losses.dynamic_soft_margin import DynamicSoftMarginLoss, dynamic_soft
 from tfdml.losses.fappy import FAPPYLoss, HistogramLoss, false_positive_probability
 from tfdml.losses.functional import functional_form
 from tfdml.losses.instance import InstanceLoss, instance_loss
-from tfdml.losses.lifted import GeneralizedLiftedStructureLoss, generalized_lifted_structure_loss
-from tfdml.losses.loop import (
-    HPHNTripletLoss,
+from tfdml.losses.lifted import (
+    GeneralizedLiftedStructureLoss,
     LiftedStructureLoss,
-    LoOpLoss,
-    hphn_triplet_loss,
+    generalized_lifted_structure_loss,
     lifted_structure_loss,
-    loop_loss,
 )
+from tfdml.losses.loop import HPHNTripletLoss, LoOpLoss, hphn_triplet_loss, loop_loss
 from tfdml.losses.manifold import ManifoldLoss, manifold_loss
 from tfdml.losses.margin import MarginLoss, margin_loss
 from tfdml.losses.moco import KeyQueue, MoCoLoss, moco_loss
@@ -73,9 +71,11 @@ from tfdml.losses.self_supervised import (
     BarlowTwinsLoss,
     BYOLLoss,
     SimSiamLoss,
+    VICRegLoss,
     barlow_twins_loss,
     byol_loss,
     simsiam_loss,
+    vicreg_loss,
 )
 from tfdml.losses.supervised_contrastive import (
     CircleLoss,
@@ -97,7 +97,7 @@ from tfdml.losses.triplet import (
     triplet_margin_loss,
     triplet_nca_loss,
 )
-from tfdml.losses.two_views import SelfSupervisedLoss, VICRegLoss, vicreg_loss
+from tfdml.losses.two_views import SelfSupervisedLoss
 from tfdml.losses.xbm import CrossBatchMemory, MemoryBank
 
 __all__ = [

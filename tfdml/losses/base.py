@@ -126,7 +126,6 @@ __all__ = [
     "check_loss_average",
     "check_sample_weight",
     "dtype_config",
-    "functional_loss",
     "functional_value",
     "mined_pairs",
     "mined_triplets",
@@ -180,42 +179,6 @@ def check_loss_average(cls, average):
             "the negative pairs apart, and this loss's terms do not split into the two. Use "
             f"'anchors', 'batch', 'terms' or 'nonzero'. Received: average={average!r}")
     return average
-
-
-def functional_loss(loss_class, terms, y_true, y_pred, ref_embeddings=None, ref_labels=None,
-                    ref_offset=None, normalize=True, average="anchors", **arguments):
-    """The value of a loss's functional form: the class's terms and reduction, without a loss.
-
-    The same checks, terms and reduction as ``loss_class`` with its default reduction; the
-    value has the dtype of ``y_pred``. ``ref_embeddings`` (``[R, D]``) and ``ref_labels``
-    (``[R]``) replace the batch as the set positives and negatives are mined from; anchor
-    ``i`` is row ``i + ref_offset`` of it (excluded from its positives), or not in it for
-    ``ref_offset=None``.
-
-    Args:
-        loss_class: the loss's class (whether its terms split, for ``average``).
-        terms: ``terms(inputs, **arguments) -> AnchorTerms``: the function the class's
-            ``terms`` method calls.
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids, or ``[B, L]`` multi-hot label
-            sets (for a loss whose class takes them, :attr:`MetricLoss.multi_label`).
-        y_pred: ``[B, D]`` embeddings.
-        ref_embeddings, ref_labels, ref_offset: the reference set, as above.
-        normalize: L2-normalize the embeddings first.
-        average: what the loss averages over (:data:`AVERAGES`).
-        **arguments: the loss's own arguments, checked as its class checks them.
-
-    Returns:
-        A scalar of the dtype of ``y_pred``.
-
-    A loss class's functional form is :func:`tfdml.losses.functional_form` of the class,
-    which computes through :meth:`MetricLoss.functional` instead.
-    """
-    check_loss_average(loss_class, average)
-    inputs = prepare_inputs(y_true, y_pred, ref_embeddings, ref_labels, ref_offset, normalize)
-    refuse_label_sets(loss_class, inputs.labels)
-    value = functional_value(terms(inputs, **arguments), average, y_pred, ref_embeddings,
-                             normalize)
-    return dml.nan_unless(value, multi_hot_ok(inputs.labels))
 
 
 def refuse_label_sets(loss_class, labels):

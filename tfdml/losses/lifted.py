@@ -1,4 +1,5 @@
-"""The generalized lifted structure loss of Hermans, Beyer and Leibe ("In defense of the triplet loss")."""
+"""The lifted structure losses: Song et al.'s in the hinge form of the LoOp paper, and the
+generalized one of Hermans, Beyer and Leibe ("In defense of the triplet loss")."""
 
 from __future__ import annotations
 
@@ -13,10 +14,66 @@ from tfdml.losses._docstrings import shared_args
 from tfdml.losses.base import MetricLoss
 from tfdml.losses.functional import functional_form
 from tfdml.losses.inputs import mined_pairs, resolve_miner
+from tfdml.losses.loop import PairBaseline
 from tfdml.losses.terms import anchor_terms
 from tfdml.miners import AllPairsMiner, Miner
 
-__all__ = ["GeneralizedLiftedStructureLoss", "generalized_lifted_structure_loss"]
+__all__ = [
+    "GeneralizedLiftedStructureLoss",
+    "LiftedStructureLoss",
+    "generalized_lifted_structure_loss",
+    "lifted_structure_loss",
+]
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+@fill_doc(SHARED_ARGS=shared_args("lifted_structure_loss"))
+class LiftedStructureLoss(PairBaseline):
+    """The lifted structure loss in the hinge form of the LoOp paper's eq. 16.
+
+    For each disjoint same-class pair ``(i, j)``::
+
+        L_ij = max(d_ij + m - min(min_{c[k]!=c[i]} d_ik, min_{c[l]!=c[j]} d_jl), 0)
+
+    averaged over the pairs that have a negative. (Song et al.'s original,
+    and the LoOp authors' released code, use a log-sum-exp over the negatives
+    instead of the hard minimum.) ``LoOpLoss("lifted_structure")`` is its
+    LoOp form. It pairs the samples of the batch and takes no reference set.
+
+    Args:
+        margin: ``m >= 0``, the gap between ``d_ij`` and the closest
+            negative. Defaults to `0.2`.
+        {SHARED_ARGS}
+
+    Reference:
+        Oh Song, Xiang, Jegelka, Savarese, "Deep metric learning via lifted
+        structured feature embedding", CVPR 2016; the LoOp paper, eq. 16.
+    """
+
+    pair_form = "lifted_structure"
+
+    def __init__(self, margin=0.2, *, normalize=True, average="anchors",
+                 reduction="sum_over_batch_size", name="lifted_structure_loss", dtype=None,
+                 block_size=None):
+        super().__init__(margin, normalize=normalize, average=average, reduction=reduction,
+                         name=name, dtype=dtype, block_size=block_size)
+
+
+def lifted_structure_loss(y_true, y_pred, margin=0.2, *, normalize=True):
+    """Functional form of :class:`LiftedStructureLoss`.
+
+    Args:
+        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
+        y_pred: ``[B, D]`` embeddings.
+        margin, normalize: as in :class:`LiftedStructureLoss`.
+
+    Returns:
+        A scalar of the dtype of ``y_pred``.
+    """
+    return LiftedStructureLoss(margin, normalize=normalize).functional(y_true, y_pred)
+
+
+# -- generalized lifted structure --------------------------------------------------------------
 
 
 def _generalized_lifted_terms(inputs, neg_margin, pos_margin, miner: Miner):

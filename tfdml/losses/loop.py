@@ -25,7 +25,7 @@ from tfdml._argument_checks import is_number
 from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
 from tfdml.losses._docstrings import shared_args
-from tfdml.losses.base import MetricLoss, anchor_terms, functional_loss
+from tfdml.losses.base import MetricLoss, anchor_terms
 from tfdml.losses.loop_pairs import (
     Geometry,
     LabelPairs,
@@ -42,11 +42,10 @@ from tfdml.miners.selection import multi_similarity_pairs
 
 __all__ = [
     "HPHNTripletLoss",
-    "LiftedStructureLoss",
     "LoOpLoss",
+    "PairBaseline",
     "hphn_triplet_loss",
     "label_pairs",
-    "lifted_structure_loss",
     "loop_loss",
 ]
 
@@ -224,24 +223,6 @@ def hphn_triplet_loss(y_true, y_pred, margin=0.2, *, normalize=True):
     return HPHNTripletLoss(margin, normalize=normalize).functional(y_true, y_pred)
 
 
-def lifted_structure_loss(y_true, y_pred, margin=0.2, normalize=True):
-    """Functional form of :class:`LiftedStructureLoss`.
-
-    Args:
-        y_true: ``[B]`` or ``[B, 1]`` integer class ids.
-        y_pred: ``[B, D]`` embeddings.
-        margin, normalize: as in :class:`LiftedStructureLoss`.
-
-    Returns:
-        A scalar of the dtype of ``y_pred``.
-    """
-    normalize = bool(normalize)
-    return functional_loss(LiftedStructureLoss, _per_anchor, y_true, y_pred,
-                           normalize=normalize, base="lifted_structure",
-                           margin=_check_pair_margin(margin), normalized=normalize, loop=False,
-                           options={})
-
-
 @keras.saving.register_keras_serializable(package="tfdml")
 class LoOpLoss(MetricLoss):
     """The LoOp losses: optimal hard negatives between pairs (Section 3.3 of the LoOp paper).
@@ -341,23 +322,20 @@ class LoOpLoss(MetricLoss):
         return _per_anchor(inputs, self.base, self.margin, self.normalize, True, self.options)
 
 
-#: The shared arguments of the pair baselines, in the order of their signatures.
-_PAIR_COMMON = ("normalize", "reduction", "name", "dtype", "average", "block_size")
-
-
-class _PairBaseline(MetricLoss):
+class PairBaseline(MetricLoss):
     """A loss over the disjoint same-class pairs of the batch, hardest positive and negative
-    per pair; ``_base`` names its form in :func:`_per_anchor`."""
+    per pair (the HPHN triplet and the lifted structure losses); ``pair_form`` names its form
+    in :func:`_per_anchor`."""
 
     #: Pairs of samples are formed within each class, as LoOp's.
     multi_label = "it forms its pairs within each class"
 
 
-    _base = None
+    pair_form = None
     blockwise = False  # pairs of the batch: blocks of pairs, in terms
     takes_reference_set = False
 
-    def __init__(self, margin=0.2, normalize=True, reduction="sum_over_batch_size", name=None,
+    def __init__(self, margin=0.2, *, normalize=True, reduction="sum_over_batch_size", name=None,
                  dtype=None, average="anchors", block_size=None):
         super().__init__(normalize=normalize, reduction=reduction, name=name, dtype=dtype,
                          average=average, block_size=block_size,
@@ -365,14 +343,14 @@ class _PairBaseline(MetricLoss):
 
     def terms(self, inputs):
         if self.uses_blocks(inputs.x):
-            return _blocked_per_anchor(inputs, self._base, self.margin, self.normalize, False,
+            return _blocked_per_anchor(inputs, self.pair_form, self.margin, self.normalize, False,
                                        {}, self.block_size)
-        return _per_anchor(inputs, self._base, self.margin, self.normalize, False, {})
+        return _per_anchor(inputs, self.pair_form, self.margin, self.normalize, False, {})
 
 
 @keras.saving.register_keras_serializable(package="tfdml")
 @fill_doc(SHARED_ARGS=shared_args("hphn_triplet_loss"))
-class HPHNTripletLoss(_PairBaseline):
+class HPHNTripletLoss(PairBaseline):
     """Hard-positive hard-negative triplet loss over label pairs (LoOp paper, Section 3.3.2).
 
     For each disjoint same-class pair ``(i, j)`` (see
@@ -396,41 +374,10 @@ class HPHNTripletLoss(_PairBaseline):
         triplet mining" (HPHN), WACV 2020; the LoOp paper (ICCV 2021).
     """
 
-    _base = "hphn_triplet"
+    pair_form = "hphn_triplet"
 
     def __init__(self, margin=0.2, *, normalize=True, average="anchors",
                  reduction="sum_over_batch_size", name="hphn_triplet_loss", dtype=None,
                  block_size=None):
         super().__init__(margin, normalize=normalize, average=average, reduction=reduction,
                          name=name, dtype=dtype, block_size=block_size)
-
-
-@keras.saving.register_keras_serializable(package="tfdml")
-@fill_doc(SHARED_ARGS=shared_args("lifted_structure_loss", arguments=_PAIR_COMMON))
-class LiftedStructureLoss(_PairBaseline):
-    """The lifted structure loss in the hinge form of the LoOp paper's eq. 16.
-
-    For each disjoint same-class pair ``(i, j)``::
-
-        L_ij = max(d_ij + m - min(min_{c[k]!=c[i]} d_ik, min_{c[l]!=c[j]} d_jl), 0)
-
-    averaged over the pairs that have a negative. (Song et al.'s original,
-    and the LoOp authors' released code, use a log-sum-exp over the negatives
-    instead of the hard minimum.) ``LoOpLoss("lifted_structure")`` is its
-    LoOp form. It pairs the samples of the batch and takes no reference set.
-
-    Args:
-        margin: ``m >= 0``, the gap between ``d_ij`` and the closest
-            negative. Defaults to `0.2`.
-        {SHARED_ARGS}
-
-    Reference:
-        Oh Song, Xiang, Jegelka, Savarese, "Deep metric learning via lifted
-        structured feature embedding", CVPR 2016; the LoOp paper, eq. 16.
-    """
-
-    _base = "lifted_structure"
-
-    def __init__(self, margin=0.2, normalize=True, reduction="sum_over_batch_size",
-                 name="lifted_structure_loss", dtype=None, average="anchors", block_size=None):
-        super().__init__(margin, normalize, reduction, name, dtype, average, block_size)

@@ -1,18 +1,18 @@
-"""Self-supervised losses without negatives: Barlow Twins, SimSiam and BYOL.
+"""Self-supervised losses without negatives: VICReg, Barlow Twins, SimSiam and BYOL.
 
 **Calling conventions.**
 
-* :class:`BarlowTwinsLoss` takes the two views stacked along the batch axis, ``y_pred =
-  [Z; Z']`` of ``[2N, D]``, as :class:`VICRegLoss` (:mod:`tfdml.losses.two_views`), and
-  ignores ``y_true``: one number for the batch.
+* :class:`VICRegLoss` and :class:`BarlowTwinsLoss` take the two views stacked along the
+  batch axis, ``y_pred = [Z; Z']`` of ``[2N, D]`` (:mod:`tfdml.losses.two_views`), and
+  ignore ``y_true``: one number for the batch.
 * :class:`SimSiamLoss` and :class:`BYOLLoss` compare predictions with targets row by row:
   ``loss(y_true=targets, y_pred=predictions)``, both ``[M, D]``. The targets are constants
   in the gradient (the stop-gradient of both papers). The symmetric loss of two views is
   one call on stacked rows: ``loss([z2; z1], [p1; p2])``, the mean over the ``2N`` rows
   (what :class:`tfdml.models.ContrastiveModel` does).
 
-The functional forms take the two arrays apart: ``barlow_twins_loss(za, zb)``,
-``simsiam_loss(p, z)``, ``byol_loss(p, z)``.
+The functional forms take the two arrays apart: ``vicreg_loss(embeddings,
+ref_embeddings)``, ``barlow_twins_loss(za, zb)``, ``simsiam_loss(p, z)``, ``byol_loss(p, z)``.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from tfdml._shims import dtype_name
 from tfdml.losses.base import dtype_config
 from tfdml.losses.two_views import WholeBatchViewsLoss
 
-__all__ = ["BYOLLoss", "BarlowTwinsLoss", "SimSiamLoss", "barlow_twins_loss", "byol_loss",
-           "simsiam_loss"]
+__all__ = ["BYOLLoss", "BarlowTwinsLoss", "SimSiamLoss", "VICRegLoss", "barlow_twins_loss",
+           "byol_loss", "simsiam_loss", "vicreg_loss"]
 
 
 def _same_shape(a, b, names):
@@ -39,6 +39,126 @@ def _same_shape(a, b, names):
            for s, t in zip(a.shape, b.shape, strict=True)):
         raise ValueError(f"`{names[0]}` and `{names[1]}` must have the same shape [N, D]. "
                          f"Received: {tuple(a.shape)} and {tuple(b.shape)}")
+
+
+# -- VICReg -------------------------------------------------------------------------------------
+
+
+def _check_vicreg(invariance_lambda, variance_mu, covariance_v, eps):
+    return {"invariance_lambda": check_positive("invariance_lambda", invariance_lambda, True),
+            "variance_mu": check_positive("variance_mu", variance_mu, True),
+            "covariance_v": check_positive("covariance_v", covariance_v, True),
+            "eps": check_positive("eps", eps)}
+
+
+def _spread_terms(z, eps):
+    """``(variance, covariance)`` regularizers of one view ``[N, D]``: the hinge on its
+    standard deviations (halved, as the authors' code) and its squared off-diagonal
+    covariances over ``D``. A batch of one has variance and covariance 0."""
+    rows = z.shape[0] if z.shape[0] is not None else ops.shape(z)[0]
+    dtype = dtype_name(z)
+    denominator = ops.cast(ops.maximum(rows - 1, 1), dtype)
+    centered = z - dml.mean(z, axis=0, keepdims=True)
+    cov = dml.matmul(ops.transpose(centered), centered) / denominator
+    var = ops.sum(ops.square(centered), axis=0) / denominator
+    std = ops.sqrt(var + ops.convert_to_tensor(eps, dtype))
+    variance = dml.mean(ops.relu(1.0 - std)) / 2.0
+    dim = ops.shape(cov)[0]
+    diagonal = ops.equal(ops.arange(dim)[:, None], ops.arange(dim)[None, :])
+    off = ops.where(diagonal, ops.zeros((), dtype), cov)
+    covariance = ops.sum(ops.square(off)) / ops.cast(dim, dtype)
+    return variance, covariance
+
+
+def _vicreg_value(z1, z2, invariance_lambda, variance_mu, covariance_v, eps):
+    """The VICReg loss of two ``[N, D]`` views in their compute dtype, NaN for non-finite
+    (or overflowing) inputs."""
+    dtype = compute_dtype(z1.dtype)
+    a, b = ops.cast(z1, dtype), ops.cast(z2, dtype)
+    invariance = dml.mean(ops.square(a - b))
+    variance_a, covariance_a = _spread_terms(a, eps)
+    variance_b, covariance_b = _spread_terms(b, eps)
+    value = (invariance_lambda * invariance + variance_mu * (variance_a + variance_b)
+             + covariance_v * (covariance_a + covariance_b))
+    return dml.nan_unless_finite(value, a, b, distances=True)
+
+
+def vicreg_loss(embeddings, ref_embeddings, invariance_lambda=25, variance_mu=25,
+                covariance_v=1, eps=1e-4):
+    """Functional form of :class:`VICRegLoss` on two views given apart.
+
+    Args:
+        embeddings: ``[N, D]``, the first view of each sample.
+        ref_embeddings: ``[N, D]``, the second view (row ``i`` of each: sample ``i``).
+        invariance_lambda, variance_mu, covariance_v, eps: as in :class:`VICRegLoss`.
+
+    Returns:
+        A scalar of the dtype of ``embeddings``; NaN when an embedding is NaN or Inf.
+
+    Raises:
+        ValueError: for bad arguments, or views that are not ``[N, D]`` floats of the same
+            shape.
+    """
+    arguments = _check_vicreg(invariance_lambda, variance_mu, covariance_v, eps)
+    z1 = check_embeddings(embeddings, "embeddings")
+    z2 = check_embeddings(ref_embeddings, "ref_embeddings")
+    _same_shape(z1, z2, ("embeddings", "ref_embeddings"))
+    value = _vicreg_value(z1, z2, **arguments)
+    return ops.cast(value, dtype_name(z1))
+
+
+@keras.saving.register_keras_serializable(package="tfdml")
+class VICRegLoss(WholeBatchViewsLoss):
+    """VICReg: invariance between the two views, variance and decorrelation within each.
+
+    With ``Z``, ``Z'`` the ``[N, D]`` views (``y_pred`` = ``[Z; Z']``, the calling convention
+    of :mod:`tfdml.losses.two_views`), as the authors' code computes it::
+
+        L = lambda mean_{i,d} (z_id - z'_id)^2
+          + mu [v(Z) + v(Z')] / 2 + nu [c(Z) + c(Z')]
+        v(Z) = mean_d max(0, 1 - sqrt(Var(z_.d) + eps))
+        c(Z) = (1 / D) sum_{d != e} Cov(Z)_de^2
+
+    with the unbiased variance and covariance over the batch (``N - 1``). The embeddings
+    are used as given (the paper applies the loss to the expander's output, not
+    normalized); no labels. The paper's equations (5) and (6) write the invariance as the
+    mean over samples of ``||z_i - z'_i||^2`` (``D`` times the code's) and the variance
+    term without the halving: its coefficients (25, 25, 1) are the code's, as here and in
+    pytorch-metric-learning (docs/losses.md).
+
+    The value is one number for the batch: there is no per-sample loss, so no
+    ``reduction`` and no ``sample_weight``. It is computed in float32 for float16 and
+    bfloat16 embeddings (float64 for float64). A batch of one pair (``N = 1``) has no
+    spread: its variance is taken as 0 (so ``v = max(0, 1 - sqrt(eps))``, constant) and its
+    covariance 0, and only the invariance term trains. A NaN or Inf embedding gives NaN.
+
+    Args:
+        invariance_lambda: ``lambda >= 0``. Defaults to `25`.
+        variance_mu: ``mu >= 0``. Defaults to `25`.
+        covariance_v: ``nu >= 0``. Defaults to `1`.
+        eps: ``> 0``, added to the variance under the square root. Defaults to `1e-4`.
+        name: name of the loss. Defaults to `"vicreg_loss"`.
+        dtype: dtype of the returned value. Defaults to `None` (floatx).
+
+    Examples:
+
+    >>> views = keras.ops.concatenate([f(a), f(b)], axis=0)  # [2N, D]
+    >>> model = keras.Model([a, b], views)
+    >>> model.compile(optimizer="adam", loss=tfdml.losses.VICRegLoss())
+    >>> model.fit([first_views, second_views], None)  # no labels
+
+    Reference:
+        Bardes, Ponce, LeCun, "VICReg: variance-invariance-covariance regularization for
+        self-supervised learning", ICLR 2022.
+    """
+
+    def __init__(self, invariance_lambda=25, variance_mu=25, covariance_v=1, eps=1e-4, *,
+                 name="vicreg_loss", dtype=None):
+        super().__init__(name=name, dtype=dtype, **_check_vicreg(
+            invariance_lambda, variance_mu, covariance_v, eps))
+
+    def value(self, z1, z2):
+        return _vicreg_value(z1, z2, **self.arguments)
 
 
 # -- Barlow Twins -------------------------------------------------------------------------------

@@ -9,9 +9,9 @@ from tfdml._argument_checks import check_int, check_number
 from tfdml.losses.base import MetricLoss
 from tfdml.losses.moco import MoCoLoss
 from tfdml.losses.ownership import claim_loss
-from tfdml.losses.self_supervised import BarlowTwinsLoss, BYOLLoss, SimSiamLoss
+from tfdml.losses.self_supervised import BarlowTwinsLoss, BYOLLoss, SimSiamLoss, VICRegLoss
 from tfdml.losses.supervised_contrastive import NTXentLoss
-from tfdml.losses.two_views import SelfSupervisedLoss, VICRegLoss
+from tfdml.losses.two_views import SelfSupervisedLoss
 from tfdml.models.gradient_cache import GradientCache
 from tfdml.models.heads import IMAGES, VIEW1, VIEW2, TwoViewNetwork
 from tfdml.models.metric_model import plus_model_losses
