@@ -23,7 +23,9 @@ from tfdml import ops as dml
 from tfdml._argument_checks import is_number
 from tfdml._docs import fill_doc
 from tfdml.losses._docstrings import REFERENCE_ARGS, SHARED, shared_args
-from tfdml.losses.base import MetricLoss, functional_loss, resolve_miner, triplet_terms
+from tfdml.losses.base import MetricLoss, functional_loss
+from tfdml.losses.inputs import resolve_miner
+from tfdml.losses.terms import triplet_terms
 from tfdml.miners import TripletMiner, as_triplets, gather_triplet_scores
 
 pytestmark = pytest.mark.multibackend

@@ -14,7 +14,7 @@ derived from the pipeline seed.
 
 from __future__ import annotations
 
-from tfdml._argument_checks import check_int as _check_size
+from tfdml._argument_checks import check_int
 from tfdml._docs import fill_doc
 from tfdml._tensorflow import tf
 from tfdml.data import numpy_augment as _numpy_augment
@@ -168,7 +168,7 @@ def resize(image, size, keep_aspect_ratio=False):
     >>> tfdml.data.augment.resize(tf.zeros([30, 60, 3]), 16, keep_aspect_ratio=True).shape
     TensorShape([16, 32, 3])
     """
-    _check_size("size", size)
+    check_int("size", size)
     image = _as_float(image)
     if not keep_aspect_ratio:
         return tf.image.resize(image, (size, size))
@@ -189,7 +189,7 @@ def center_crop(image, size):
     >>> tfdml.data.augment.center_crop(tf.zeros([256, 300, 3]), 224).shape
     TensorShape([224, 224, 3])
     """
-    _check_size("size", size)
+    check_int("size", size)
     return tf.image.resize_with_crop_or_pad(image, size, size)
 
 
@@ -210,7 +210,7 @@ def random_crop(image, size, seed=None):
     >>> out.shape
     TensorShape([4, 4, 3])
     """
-    _check_size("size", size)
+    check_int("size", size)
     image = tf.convert_to_tensor(image)
     channels = image.shape[-1] if image.shape[-1] is not None else tf.shape(image)[-1]
     return tf.image.stateless_random_crop(image, [size, size, channels], seed_or_random(seed))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfdml._argument_checks import check_int as _check_size
+from tfdml._argument_checks import check_int
 from tfdml._docs import fill_doc
 
 __all__ = [
@@ -56,8 +56,8 @@ Returns:
 
 def check_crop_and_resize(crop_size, resize_size):
     """Both sizes positive integers, the crop at most the resize (a ValueError otherwise)."""
-    _check_size("crop_size", crop_size)
-    _check_size("resize_size", resize_size)
+    check_int("crop_size", crop_size)
+    check_int("resize_size", resize_size)
     if crop_size > resize_size:
         raise ValueError(
             "`crop_size` must be at most `resize_size`. "
@@ -67,7 +67,7 @@ def check_crop_and_resize(crop_size, resize_size):
 
 def check_pad_crop(size, padding):
     """The size a positive integer and the padding a non-negative one (a ValueError otherwise)."""
-    _check_size("size", size)
+    check_int("size", size)
     if isinstance(padding, bool) or not isinstance(padding, int) or padding < 0:
         raise ValueError(
             f"`padding` must be a non-negative integer. Received: padding={padding!r}"
@@ -137,7 +137,7 @@ def resize(image, size, keep_aspect_ratio=False):
     >>> tfdml.data.numpy_augment.resize(np.zeros([30, 60, 3]), 16, keep_aspect_ratio=True).shape
     (16, 32, 3)
     """
-    _check_size("size", size)
+    check_int("size", size)
     image = _image(image).astype(np.float32, copy=False)  # not written to
     height, width = image.shape[:2]
     if keep_aspect_ratio:
@@ -160,7 +160,7 @@ def center_crop(image, size):
 
     {CENTER_CROP}
     """
-    _check_size("size", size)
+    check_int("size", size)
     image = _image(image)
     out = np.zeros((size, size, image.shape[2]), image.dtype)
     height, width = image.shape[:2]
@@ -182,7 +182,7 @@ def random_crop(image, size, rng=None):
     Returns:
         `[size, size, C]` image of the input dtype.
     """
-    _check_size("size", size)
+    check_int("size", size)
     image = _image(image)
     height, width = image.shape[:2]
     if height < size or width < size:

@@ -11,7 +11,8 @@ from tfdml._argument_checks import check_positive
 from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
 from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
-from tfdml.losses.base import MetricLoss, anchor_terms, functional_loss
+from tfdml.losses.base import MetricLoss, functional_loss
+from tfdml.losses.terms import anchor_terms
 
 __all__ = ["InstanceLoss", "instance_loss"]
 

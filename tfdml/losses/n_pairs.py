@@ -17,7 +17,8 @@ from tfdml._docs import fill_doc
 from tfdml._labels import same_label_dtype
 from tfdml._shims import dtype_name
 from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
-from tfdml.losses.base import MetricLoss, anchor_terms, functional_loss
+from tfdml.losses.base import MetricLoss, functional_loss
+from tfdml.losses.terms import anchor_terms
 
 __all__ = ["NPairsLoss", "n_pairs_loss"]
 

@@ -18,14 +18,9 @@ from tfdml._argument_checks import check_number
 from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
 from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
-from tfdml.losses.base import (
-    MetricLoss,
-    anchor_terms,
-    functional_loss,
-    mined_pairs,
-    resolve_miner,
-    split_pair_terms,
-)
+from tfdml.losses.base import MetricLoss, functional_loss
+from tfdml.losses.inputs import mined_pairs, resolve_miner
+from tfdml.losses.terms import anchor_terms, split_pair_terms
 from tfdml.miners import AllPairsMiner, Miner
 
 __all__ = [

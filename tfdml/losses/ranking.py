@@ -2,7 +2,7 @@
 
 Each anchor ranks the reference set (the other samples of the batch, or
 ``ref_embeddings``) by similarity and scores the ranks of its positives; the loss
-of an anchor is one term (:func:`tfdml.losses.base.anchor_terms`), or one term per
+of an anchor is one term (:func:`tfdml.losses.terms.anchor_terms`), or one term per
 positive, so ``block_size`` splits the anchors as for any other loss.
 
 * FastAP soft-bins the distances to the anchor: ``O(B R + B n)`` memory for
@@ -21,8 +21,9 @@ from tfdml._argument_checks import check_choice, check_int, check_positive
 from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
 from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
-from tfdml.losses.base import MetricLoss, anchor_terms, functional_loss, triplet_terms
+from tfdml.losses.base import MetricLoss, functional_loss
 from tfdml.losses.fappy import node_histograms
+from tfdml.losses.terms import anchor_terms, triplet_terms
 
 __all__ = [
     "PNP_VARIANTS",

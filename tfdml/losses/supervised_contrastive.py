@@ -11,14 +11,9 @@ from tfdml._docs import fill_doc
 from tfdml._embeddings import check_batch_sizes, check_embeddings, compute_dtype
 from tfdml._shims import dtype_name
 from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
-from tfdml.losses.base import (
-    MetricLoss,
-    anchor_terms,
-    functional_loss,
-    mined_pairs,
-    resolve_miner,
-    triplet_terms,
-)
+from tfdml.losses.base import MetricLoss, functional_loss
+from tfdml.losses.inputs import mined_pairs, resolve_miner
+from tfdml.losses.terms import anchor_terms, triplet_terms
 from tfdml.miners import AllPairsMiner
 
 __all__ = [

@@ -12,13 +12,9 @@ from tfdml._argument_checks import check_number, is_number
 from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
 from tfdml.losses._docstrings import REFERENCE_ARGS, shared_args
-from tfdml.losses.base import (
-    MetricLoss,
-    functional_loss,
-    mined_triplets,
-    resolve_miner,
-    triplet_terms,
-)
+from tfdml.losses.base import MetricLoss, functional_loss
+from tfdml.losses.inputs import mined_triplets, resolve_miner
+from tfdml.losses.terms import triplet_terms
 from tfdml.miners import TripletMiner, gather_triplet_scores
 
 __all__ = [
