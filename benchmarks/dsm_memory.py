@@ -85,7 +85,9 @@ def _dense_loss(labels, embeddings, histogram, min_val=-2.0, momentum=0.01):
 
     from tfdml import ops as dml
     from tfdml._shims import dtype_name
-    from tfdml.losses.base import functional_value, mined_triplets, prepare_inputs, triplet_terms
+    from tfdml.losses.base import functional_value
+    from tfdml.losses.inputs import mined_triplets, prepare_inputs
+    from tfdml.losses.terms import triplet_terms
     from tfdml.miners import AllPairsMiner, gather_triplet_scores
 
     inputs = prepare_inputs(labels, embeddings, None, None, None, True)

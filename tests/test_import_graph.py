@@ -22,8 +22,9 @@ EXAMPLES = PACKAGE.parent / "examples"
 #: Bottom first. A module's layer is that of the longest prefix of its name listed here.
 LAYERS = (
     ("tfdml._version", "tfdml._argument_checks", "tfdml._files", "tfdml._docs", "tfdml._install",
-     "tfdml._shims", "tfdml._tensorflow", "tfdml._embeddings", "tfdml._pyplot", "tfdml._labels"),
-    ("tfdml.ops", "tfdml._distances", "tfdml.layers", "tfdml.geometry"),
+     "tfdml._shims", "tfdml._tensorflow", "tfdml._embeddings", "tfdml._pyplot", "tfdml._labels",
+     "tfdml._endless"),
+    ("tfdml.ops", "tfdml.layers", "tfdml.geometry"),
     ("tfdml.miners",),
     ("tfdml.losses",),
     ("tfdml.models",),

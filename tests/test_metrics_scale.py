@@ -257,7 +257,7 @@ def test_fnmr_at_fmr_thresholds_on_huge_and_negative_scores():
     # scores of both signs: the keys order every float32 value.
     x, y = tied_embeddings(25, 20, 3)
     huge = x * np.float32(2.0**63)  # squared distances beyond float32: searched scaled
-    assert verification.score_scale(2.0**63, 6, "l2") < 1.0
+    assert search.score_scale(2.0**63, 6, "l2") < 1.0
     assert metrics.fnmr_at_fmr(huge, y, FMRS, metric="l2") == ref.fnmr_at_fmr(x, y, FMRS,
                                                                              metric="l2")
     scores = np.array([-2.0, -1.0, -0.0, 0.0, 1e-30, 0.5, 3e38], np.float32)

@@ -9,7 +9,7 @@ from tfdml import ops as dml
 from tfdml._argument_checks import check_number
 from tfdml._embeddings import compute_dtype
 
-__all__ = ["GeneralizedMeanPooling2D", "GeMPooling2D", "L2Normalization"]
+__all__ = ["GeneralizedMeanPooling2D", "L2Normalization"]
 
 
 def _check_data_format(data_format):
@@ -130,10 +130,6 @@ class GeneralizedMeanPooling2D(keras.layers.Layer):
             data_format=self.data_format,
         )
         return config
-
-
-GeMPooling2D = GeneralizedMeanPooling2D
-"""Alias of :class:`GeneralizedMeanPooling2D`."""
 
 
 @keras.saving.register_keras_serializable(package="tfdml")

@@ -27,11 +27,35 @@ import keras
 import numpy as np
 from keras import ops
 
-# The names of distances and their check, part of this module's API (dml.check_distance).
-from tfdml._distances import (  # noqa: F401
-    DISTANCES,
-    LOSS_DISTANCES,
-    check_distance,
+# cast_labels, multi_hot (tfdml._labels) and the backend shims of __all__ (tfdml._shims, the
+# same semantics on every backend) are part of this module's API.
+from tfdml._embeddings import compute_dtype
+from tfdml._labels import (
+    cast_labels,
+    check_min_jaccard,
+    is_multi_label,
+    multi_hot,
+    same_label_dtype,
+)
+from tfdml._shims import (
+    arccos,
+    clip,
+    cos_sin,
+    cumsum,
+    divide_no_nan,
+    dtype_name,
+    float_bits,
+    floor,
+    map_indices,
+    matmul,
+    maximum,
+    mean,
+    minimum,
+    scatter_rows,
+    segment_sum,
+    stable_argsort,
+    take_along_axis,
+    top_k,
 )
 
 __all__ = [
@@ -72,38 +96,6 @@ __all__ = [
     "take_along_axis",
     "top_k",
 ]
-
-# Backend shims with the same semantics on every backend (tfdml._shims), part of the API.
-# TRANSITION: plumbing still reached as dml.<name> by callers not yet moved.
-# Labels (tfdml._labels): their cast, the multi-hot form and its check, the NumPy rule.
-from tfdml._embeddings import compute_dtype  # noqa: E402, F401
-from tfdml._labels import (  # noqa: E402, F401
-    cast_labels,
-    check_min_jaccard,
-    is_multi_label,
-    multi_hot,
-    same_label_dtype,
-)
-from tfdml._shims import (  # noqa: E402, F401
-    arccos,
-    clip,
-    cos_sin,
-    cumsum,
-    divide_no_nan,
-    dtype_name,
-    float_bits,
-    floor,
-    map_indices,
-    matmul,
-    maximum,
-    mean,
-    minimum,
-    scatter_rows,
-    segment_sum,
-    stable_argsort,
-    take_along_axis,
-    top_k,
-)
 
 
 def all_finite(*tensors, distances: bool = False):
@@ -288,6 +280,35 @@ def safe_sqrt(x, epsilon: float = 1e-12):
     positive = x > ops.cast(epsilon, dtype)
     one, zero = ops.ones((), dtype), ops.zeros((), dtype)  # broadcast, not materialized
     return ops.where(positive, ops.sqrt(ops.where(positive, x, one)), zero)
+
+
+#: tfdml's names of distances, the same in losses, miners, metrics, callbacks and search:
+#: ``"cosine"`` (``1 - x.y`` of L2-normalized vectors; as a similarity, ``x.y``), ``"dot"``
+#: (the dot product, a similarity), ``"l2"`` (the Euclidean distance) and ``"squared_l2"``
+#: (its square). Each function takes those it computes.
+DISTANCES = ("cosine", "dot", "l2", "squared_l2")
+
+#: The distances of the losses (:func:`tfdml.ops.distance_matrix`,
+#: :func:`tfdml.ops.paired_distance`).
+LOSS_DISTANCES = ("squared_l2", "l2", "cosine")
+
+
+def check_distance(value, accepted=LOSS_DISTANCES, name: str = "distance"):
+    """``value`` as a name of :data:`DISTANCES`, if the argument ``name`` takes it.
+
+    Args:
+        value: the name given.
+        accepted: the names the argument takes. Defaults to :data:`LOSS_DISTANCES`.
+        name: the argument, for the messages. Defaults to `"distance"`.
+
+    Raises:
+        ValueError: naming ``name`` and the names of ``accepted``, when ``accepted``
+            does not hold ``value``.
+    """
+    accepted = tuple(accepted)
+    if not isinstance(value, str) or value not in accepted:
+        raise ValueError(f"`{name}` must be one of {accepted}. Received: {name}={value!r}")
+    return value
 
 
 def pairwise_similarity(x, y=None):

@@ -200,7 +200,7 @@ def saved_arrays(path) -> dict:
     saved with (``tfdml.losses.LossState``) are not weights and are left out."""
     import h5py
 
-    from tfdml.losses.base import LossState
+    from tfdml.losses.state import LossState
 
     marker = "/" + LossState.LOSS_CLASS_KEY
     arrays = {}

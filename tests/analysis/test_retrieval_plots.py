@@ -19,7 +19,7 @@ from matplotlib.colors import to_hex
 
 import tfdml
 from tfdml.analysis._display import display
-from tfdml.analysis.retrieval import COLORS
+from tfdml.analysis._tiles import COLORS
 from tfdml.search.results import RetrievalResults
 
 matplotlib.use("Agg")

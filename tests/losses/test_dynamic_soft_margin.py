@@ -49,7 +49,7 @@ from tfdml import ops as dml
 from tfdml._shims import dtype_name
 from tfdml.losses import DynamicSoftMarginLoss, dynamic_soft_margin_loss
 from tfdml.losses import _soft_margin_counts as dsm_counts
-from tfdml.losses.base import mined_triplets, prepare_inputs, resolve_miner
+from tfdml.losses.inputs import mined_triplets, prepare_inputs, resolve_miner
 from tfdml.miners import (
     AllPairsMiner,
     MultiSimilarityMiner,

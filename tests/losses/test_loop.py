@@ -29,7 +29,8 @@ from tfdml.losses import (
     lifted_structure_loss,
     loop_loss,
 )
-from tfdml.losses.loop import BASES, label_pairs
+from tfdml.losses.loop import BASES
+from tfdml.losses.loop_pairs import label_pairs
 
 # Classes of 4, 3 (one unpaired), 2, 2 and a singleton; shuffled; B=12 != D=5.
 LABELS = ref.make_labels([4, 3, 2, 2, 1], seed=3)

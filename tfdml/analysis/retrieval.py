@@ -10,10 +10,10 @@ A :class:`tfdml.search.RetrievalResults` holds each query's ranked neighbours
   grey (correctness unknown), with its score, label and id under it;
 * :func:`plot_worst_queries` draws the worst queries, their value in each
   row's title;
-* :func:`retrieval_html` (module :mod:`tfdml.analysis.html_page`) writes the
-  same rows as one self-contained HTML page (images inline);
-* :func:`projector_export` (module :mod:`tfdml.analysis.projector`) writes the
-  files TensorBoard's embedding projector reads (tensor TSV, metadata TSV,
+* :func:`tfdml.analysis.retrieval_html` (module :mod:`tfdml.analysis.html_page`)
+  writes the same rows as one self-contained HTML page (images inline);
+* :func:`tfdml.analysis.projector_export` (module :mod:`tfdml.analysis.projector`)
+  writes the files TensorBoard's embedding projector reads (tensor TSV, metadata TSV,
   sprite image, ``projector_config.pbtxt``), without TensorFlow.
 
 The figures and the page draw the same rows of tiles: the query, then its
@@ -37,21 +37,20 @@ import numpy as np
 from tfdml._argument_checks import check_choice, check_int
 from tfdml._pyplot import import_figure
 from tfdml.analysis._display import display
-from tfdml.analysis._tiles import COLORS as COLORS
-from tfdml.analysis._tiles import DEFAULT_K as DEFAULT_K
-from tfdml.analysis._tiles import DEFAULT_QUERIES as DEFAULT_QUERIES
-from tfdml.analysis._tiles import MARKS as MARKS
-from tfdml.analysis._tiles import check_results, describe, has_labels, prepare, tile_rows
-from tfdml.analysis.html_page import retrieval_html
-from tfdml.analysis.projector import MAX_SPRITE as MAX_SPRITE  # also read from here
-from tfdml.analysis.projector import projector_export
+from tfdml.analysis._tiles import (
+    COLORS,
+    MARKS,
+    check_results,
+    describe,
+    has_labels,
+    prepare,
+    tile_rows,
+)
 
 __all__ = [
     "BY",
     "plot_retrieval",
     "plot_worst_queries",
-    "projector_export",
-    "retrieval_html",
     "worst_queries",
 ]
 

@@ -26,12 +26,12 @@ first use and raise an ImportError that says what to install without it.
 
 import importlib
 
+from tfdml._endless import check_steps, fit_shuffle
 from tfdml.data import numpy_augment, numpy_views
 from tfdml.data.pk import PKSampler
 from tfdml.data.py_dataset import EvalDataset, PKDataset
 from tfdml.data.source import DatasetSplit
 from tfdml.data.two_view_dataset import TwoViewDataset
-from tfdml.models.fit_checks import check_steps, fit_shuffle
 
 __all__ = ["DatasetSplit", "EvalDataset", "PKDataset", "PKSampler", "TwoViewDataset", "augment",
            "check_steps", "eval_batches", "fit_shuffle", "numpy_augment", "numpy_views",

@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 
+from tfdml._argument_checks import check_choice
 from tfdml.datasets import common
 
 __all__ = ["load_cars196"]
@@ -108,7 +109,7 @@ def load_cars196(data_dir, split="train"):
         ValueError: unknown `split`, or a malformed .mat file.
         FileNotFoundError: the annotation file or an image is missing.
     """
-    common.check_choice("split", split, SPLITS)
+    check_choice("split", split, SPLITS)
     if (
         data_dir is not None
         and os.path.isdir(os.path.join(os.fspath(data_dir), "devkit"))

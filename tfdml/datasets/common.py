@@ -7,8 +7,6 @@ import os
 
 import numpy as np
 
-from tfdml._argument_checks import check_choice  # noqa: F401  (the readers' check)
-
 logger = logging.getLogger("tfdml.datasets")
 
 # Where to get each data set, quoted in every "missing file" error.

@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from tfdml._argument_checks import check_choice
 from tfdml.datasets import common
 
 __all__ = ["load_cub200"]
@@ -45,7 +46,7 @@ def load_cub200(data_dir, split="train"):
         ValueError: unknown `split`, or a malformed list file.
         FileNotFoundError: a list file or an image is missing.
     """
-    common.check_choice("split", split, SPLITS)
+    check_choice("split", split, SPLITS)
     root = common.resolve_root(data_dir, NAME, "images.txt", ("CUB_200_2011",))
     images = common.read_rows(os.path.join(root, "images.txt"), NAME, 2)
     labels_path = os.path.join(root, "image_class_labels.txt")

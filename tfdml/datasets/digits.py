@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tfdml._argument_checks import check_choice
 from tfdml.data.source import DatasetSplit
-from tfdml.datasets import common
 
 __all__ = ["load_digits"]
 
@@ -32,8 +32,8 @@ def load_digits(split="train", dtype="uint8"):
     Raises:
         ValueError: unknown `split` or `dtype`.
     """
-    common.check_choice("split", split, SPLITS)
-    common.check_choice("dtype", dtype, DTYPES)
+    check_choice("split", split, SPLITS)
+    check_choice("dtype", dtype, DTYPES)
     from sklearn.datasets import load_digits as sk_load_digits
 
     bunch = sk_load_digits()

@@ -8,6 +8,7 @@ from collections import Counter
 
 import numpy as np
 
+from tfdml._argument_checks import check_choice
 from tfdml.datasets import common
 
 __all__ = ["load_inshop"]
@@ -57,7 +58,7 @@ def load_inshop(data_dir, split="train"):
         ValueError: unknown `split`, or a malformed partition file.
         FileNotFoundError: the partition file or an image is missing.
     """
-    common.check_choice("split", split, SPLITS)
+    check_choice("split", split, SPLITS)
     root = common.resolve_root(data_dir, NAME, _PARTITION)
     path = os.path.join(root, _PARTITION)
     with open(path, encoding="utf-8") as f:

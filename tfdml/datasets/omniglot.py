@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from tfdml._argument_checks import check_choice
 from tfdml.data.source import DatasetSplit
 from tfdml.datasets import common
 
@@ -63,8 +64,8 @@ def load_omniglot(data_dir, split="train", label="character"):
         FileNotFoundError: the split's folder is missing or empty.
     """
     split = SPLIT_ALIASES.get(split, split)
-    common.check_choice("split", split, SPLITS)
-    common.check_choice("label", label, LABELS)
+    check_choice("split", split, SPLITS)
+    check_choice("label", label, LABELS)
     folder = _FOLDERS[split]
     root = common.resolve_root(data_dir, NAME, folder, ("omniglot", "python"))
     base = os.path.join(root, folder)

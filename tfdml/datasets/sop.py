@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 
+from tfdml._argument_checks import check_choice
 from tfdml.datasets import common
 
 __all__ = ["load_sop", "SUPER_CLASSES"]
@@ -60,7 +61,7 @@ def load_sop(data_dir, split="train"):
         ValueError: unknown `split`, or a malformed list file.
         FileNotFoundError: the list file or an image is missing.
     """
-    common.check_choice("split", split, SPLITS)
+    check_choice("split", split, SPLITS)
     fname = _FILES[split]
     root = common.resolve_root(data_dir, NAME, fname, ("Stanford_Online_Products",))
     path = os.path.join(root, fname)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tfdml._argument_checks import check_choice
 from tfdml.data.source import DatasetSplit
 from tfdml.datasets import common, omniglot
 
@@ -113,13 +114,13 @@ def load_tfds(name, split="train", data_dir=None, download=False, label="charact
 def _check_arguments(name, split, label):
     """``split`` (an Omniglot alias resolved) once ``name``, ``split`` and ``label`` are known
     to be valid; a ValueError naming the first bad one otherwise."""
-    common.check_choice("name", name, TFDS_NAMES)
+    check_choice("name", name, TFDS_NAMES)
     if name == "omniglot":
         split = omniglot.SPLIT_ALIASES.get(split, split)
-        common.check_choice("label", label, omniglot.LABELS)
+        check_choice("label", label, omniglot.LABELS)
     elif label != "character":
         raise ValueError(f"`label` is an Omniglot option. Received: label={label!r}")
-    common.check_choice("split", split, _SPLITS[name])
+    check_choice("split", split, _SPLITS[name])
     return split
 
 

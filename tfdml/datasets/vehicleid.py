@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from tfdml._argument_checks import check_choice
 from tfdml.data.source import DatasetSplit
 from tfdml.datasets import common
 
@@ -50,7 +51,7 @@ def load_vehicleid(data_dir, split="train"):
         ValueError: unknown `split`, or a malformed list file.
         FileNotFoundError: the list file or an image is missing.
     """
-    common.check_choice("split", split, SPLITS)
+    check_choice("split", split, SPLITS)
     rel = os.path.join("train_test_split", _FILES[split])
     root = common.resolve_root(data_dir, NAME, rel, ("VehicleID_V1.0",))
     path = os.path.join(root, rel)

@@ -7,24 +7,20 @@ Every class is written to one contract (:mod:`tfdml.losses.base`).
 
 from tfdml.losses import extend
 from tfdml.losses.angular import AngularLoss, TupletMarginLoss, angular_loss, tuplet_margin_loss
-from tfdml.losses.base import LossState, MetricLoss
+from tfdml.losses.base import MetricLoss
 from tfdml.losses.class_vectors import ClassVectorLoss, ClassVectors
 from tfdml.losses.classification import (
     ArcFaceLoss,
     CosFaceLoss,
-    LargeMarginSoftmaxLoss,
     NormalizedSoftmaxLoss,
     P2SGradLoss,
     SoftTripleLoss,
-    SphereFaceLoss,
     SubCenterArcFaceLoss,
     arcface_loss,
     cosface_loss,
-    large_margin_softmax_loss,
     normalized_softmax_loss,
     p2s_grad_loss,
     soft_triple_loss,
-    sphereface_loss,
     subcenter_arcface_loss,
 )
 from tfdml.losses.contrastive import (
@@ -37,6 +33,12 @@ from tfdml.losses.dynamic_soft_margin import DynamicSoftMarginLoss, dynamic_soft
 from tfdml.losses.fappy import FAPPYLoss, HistogramLoss, false_positive_probability
 from tfdml.losses.functional import functional_form
 from tfdml.losses.instance import InstanceLoss, instance_loss
+from tfdml.losses.large_margin import (
+    LargeMarginSoftmaxLoss,
+    SphereFaceLoss,
+    large_margin_softmax_loss,
+    sphereface_loss,
+)
 from tfdml.losses.lifted import (
     GeneralizedLiftedStructureLoss,
     LiftedStructureLoss,
@@ -77,6 +79,7 @@ from tfdml.losses.self_supervised import (
     simsiam_loss,
     vicreg_loss,
 )
+from tfdml.losses.state import LossState
 from tfdml.losses.supervised_contrastive import (
     CircleLoss,
     NTXentLoss,

@@ -90,54 +90,31 @@ from keras import ops
 
 from tfdml import ops as dml
 from tfdml._argument_checks import check_int
-from tfdml._labels import multi_hot_ok
+from tfdml._labels import is_multi_label, multi_hot_ok
 from tfdml._shims import dtype_name, is_traced
-from tfdml.losses.inputs import Inputs, mined_pairs, mined_triplets, prepare_inputs, resolve_miner
+from tfdml.losses.inputs import Inputs, prepare_inputs
 from tfdml.losses.ownership import Ownership, check_loss_state, loss_owner
 from tfdml.losses.replicas import call_over_replicas
 from tfdml.losses.row_blocks import blocked_terms
 from tfdml.losses.state import LossState
 from tfdml.losses.terms import (
-    AVERAGES,
     HALVES,
     AnchorTerms,
-    anchor_terms,
     average_terms,
     check_average,
     check_reduction,
     check_sample_weight,
-    pair_terms,
-    reduce_anchor_losses,
     reduce_terms,
-    split_pair_terms,
-    triplet_terms,
 )
 from tfdml.miners import Miner
 
 __all__ = [
-    "AVERAGES",
-    "AnchorTerms",
-    "Inputs",
-    "LossState",
     "MetricLoss",
-    "anchor_terms",
-    "average_terms",
-    "check_average",
     "check_loss_average",
-    "check_sample_weight",
     "dtype_config",
     "functional_value",
-    "mined_pairs",
-    "mined_triplets",
-    "pair_terms",
-    "prepare_inputs",
     "random_miners",
-    "reduce_anchor_losses",
-    "reduce_terms",
     "resolve_loss",
-    "resolve_miner",
-    "split_pair_terms",
-    "triplet_terms",
 ]
 
 
@@ -184,7 +161,7 @@ def check_loss_average(cls, average):
 def refuse_label_sets(loss_class, labels):
     """Raises a ValueError for multi-hot ``[B, L]`` labels given to a loss class that needs
     one class id per sample (:attr:`MetricLoss.multi_label` is a string saying why)."""
-    if loss_class.multi_label is not True and dml.is_multi_label(labels):
+    if loss_class.multi_label is not True and is_multi_label(labels):
         raise ValueError(
             f"{loss_class.__name__} needs one class id per sample ({loss_class.multi_label}); "
             f"it does not take multi-hot label sets. Received: y_true.shape="

@@ -24,9 +24,11 @@ from keras import ops
 from tfdml import ops as dml
 from tfdml._argument_checks import check_int, check_positive
 from tfdml._embeddings import check_batch_sizes, check_embeddings, compute_dtype
-from tfdml._labels import validate_class_ids
+from tfdml._labels import is_multi_label, validate_class_ids
 from tfdml._shims import dtype_name
-from tfdml.losses.base import LossState, MetricLoss, anchor_terms, functional_value
+from tfdml.losses.base import MetricLoss, functional_value
+from tfdml.losses.state import LossState
+from tfdml.losses.terms import anchor_terms
 
 __all__ = [
     "constant_like",
@@ -93,7 +95,7 @@ def prepare_class_inputs(y_true, y_pred, vectors, rank, name="weights"):
             (eagerly) class ids outside ``[0, C)``.
     """
     labels = dml.cast_labels(y_true, "y_true")
-    if dml.is_multi_label(labels):
+    if is_multi_label(labels):
         raise ValueError(
             "A class-vector loss needs one class id per sample (each sample is compared with "
             "the vector of its class); it does not take multi-hot label sets. Received: "

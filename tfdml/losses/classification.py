@@ -42,31 +42,19 @@ from tfdml.losses.class_vectors import (
     softmax_cross_entropy,
     target_cosine,
 )
-from tfdml.losses.large_margin import (
-    MAX_ANGLE_MULTIPLIER,
-    LargeMarginSoftmaxLoss,
-    SphereFaceLoss,
-    large_margin_softmax_loss,
-    sphereface_loss,
-)
 
 __all__ = [
-    "MAX_ANGLE_MULTIPLIER",
     "ArcFaceLoss",
     "CosFaceLoss",
-    "LargeMarginSoftmaxLoss",
     "NormalizedSoftmaxLoss",
     "P2SGradLoss",
     "SoftTripleLoss",
-    "SphereFaceLoss",
     "SubCenterArcFaceLoss",
     "arcface_loss",
     "cosface_loss",
-    "large_margin_softmax_loss",
     "normalized_softmax_loss",
     "p2s_grad_loss",
     "soft_triple_loss",
-    "sphereface_loss",
     "subcenter_arcface_loss",
 ]
 

@@ -47,15 +47,10 @@ from tfdml.losses._soft_margin_counts import (  # bin_positions: this module's, 
     dynamic_terms,
     dynamic_terms_in_blocks,
 )
-from tfdml.losses.base import (
-    LossState,
-    MetricLoss,
-    check_average,
-    functional_value,
-    prepare_inputs,
-    random_miners,
-    resolve_miner,
-)
+from tfdml.losses.base import MetricLoss, functional_value, random_miners
+from tfdml.losses.inputs import prepare_inputs, resolve_miner
+from tfdml.losses.state import LossState
+from tfdml.losses.terms import check_average
 from tfdml.miners import AllPairsMiner
 
 __all__ = ["DynamicSoftMarginLoss", "dynamic_soft_margin_loss"]

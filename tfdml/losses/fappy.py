@@ -23,8 +23,10 @@ from tfdml._argument_checks import check_number
 from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
 from tfdml.losses._docstrings import shared_args
-from tfdml.losses.base import AnchorTerms, MetricLoss, anchor_terms, prepare_inputs
+from tfdml.losses.base import MetricLoss
+from tfdml.losses.inputs import prepare_inputs
 from tfdml.losses.row_blocks import RowBlocks, batch_rows
+from tfdml.losses.terms import AnchorTerms, anchor_terms
 
 __all__ = ["FAPPYLoss", "HistogramLoss", "false_positive_probability", "node_histograms"]
 

@@ -10,7 +10,8 @@ replaces the anchor-negative distance of four losses (Section 3.3).
 
 Pairs are formed from the labels, not from positions in the batch: the samples of
 each class, in batch order, are paired as (1st, 2nd), (3rd, 4th), ... A class with
-an odd number of samples leaves its last one unpaired (see :func:`label_pairs`).
+an odd number of samples leaves its last one unpaired (see
+:func:`tfdml.losses.loop_pairs.label_pairs`).
 Everything is computed from the ``B x B`` matrix of dot products: no ``[B, B, D]``
 tensor, and it compiles under XLA.
 """
@@ -25,7 +26,7 @@ from tfdml._argument_checks import is_number
 from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
 from tfdml.losses._docstrings import shared_args
-from tfdml.losses.base import MetricLoss, anchor_terms
+from tfdml.losses.base import MetricLoss
 from tfdml.losses.loop_pairs import (
     Geometry,
     LabelPairs,
@@ -33,11 +34,11 @@ from tfdml.losses.loop_pairs import (
     by_sample,
     gather,
     head,
-    label_pairs,
     ordered,
 )
 from tfdml.losses.multi_similarity import ms_values
 from tfdml.losses.row_blocks import RowBlocks, batch_rows
+from tfdml.losses.terms import anchor_terms
 from tfdml.miners.selection import multi_similarity_pairs
 
 __all__ = [
@@ -45,7 +46,6 @@ __all__ = [
     "LoOpLoss",
     "PairBaseline",
     "hphn_triplet_loss",
-    "label_pairs",
     "loop_loss",
 ]
 
@@ -228,7 +228,7 @@ class LoOpLoss(MetricLoss):
     """The LoOp losses: optimal hard negatives between pairs (Section 3.3 of the LoOp paper).
 
     Positive pairs ``(i, j)`` are the disjoint same-class pairs of
-    :func:`label_pairs`; ``d_ij`` is their Euclidean distance and ``d_ijkl`` the
+    :func:`tfdml.losses.loop_pairs.label_pairs`; ``d_ij`` is their Euclidean distance and ``d_ijkl`` the
     LoOp distance to a pair ``(k, l)`` of another class: the minimum distance
     between the arcs ``X[i] -> X[j]`` and ``X[k] -> X[l]`` on the unit sphere
     (or between the segments, ``normalize=False``). With ``m`` the margin:
@@ -354,7 +354,7 @@ class HPHNTripletLoss(PairBaseline):
     """Hard-positive hard-negative triplet loss over label pairs (LoOp paper, Section 3.3.2).
 
     For each disjoint same-class pair ``(i, j)`` (see
-    :func:`tfdml.losses.loop.label_pairs`)::
+    :func:`tfdml.losses.loop_pairs.label_pairs`)::
 
         L_ij = max(max(max_{c[k]=c[i]} d_ik, max_{c[l]=c[j]} d_jl) + m
                    - min(min_{c[k]!=c[i]} d_ik, min_{c[l]!=c[j]} d_jl), 0)

@@ -12,16 +12,10 @@ from tfdml import ops as dml
 from tfdml._argument_checks import check_number, is_number
 from tfdml._labels import validate_class_ids
 from tfdml._shims import dtype_name
-from tfdml.losses.base import (
-    LossState,
-    MetricLoss,
-    check_average,
-    functional_value,
-    pair_terms,
-    prepare_inputs,
-    resolve_miner,
-    triplet_terms,
-)
+from tfdml.losses.base import MetricLoss, functional_value
+from tfdml.losses.inputs import prepare_inputs, resolve_miner
+from tfdml.losses.state import LossState
+from tfdml.losses.terms import check_average, pair_terms, triplet_terms
 from tfdml.miners import Pairs, TripletMiner, gather_triplet_scores
 
 __all__ = ["MarginLoss", "margin_loss"]

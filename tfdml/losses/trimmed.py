@@ -9,7 +9,8 @@ from keras import ops
 from tfdml import ops as dml
 from tfdml._argument_checks import check_number
 from tfdml._shims import dtype_name
-from tfdml.losses.base import AnchorTerms, resolve_loss
+from tfdml.losses.base import resolve_loss
+from tfdml.losses.terms import AnchorTerms
 from tfdml.losses.wrapper import LossWrapper
 
 __all__ = ["TrimmedLoss", "trim_mask"]

@@ -21,7 +21,8 @@ from keras import ops
 from tfdml import ops as dml
 from tfdml._embeddings import check_embeddings
 from tfdml._shims import replica_context
-from tfdml.losses.base import AnchorTerms, dtype_config, resolve_loss
+from tfdml.losses.base import dtype_config, resolve_loss
+from tfdml.losses.terms import AnchorTerms
 from tfdml.losses.wrapper import LossWrapper
 
 __all__ = ["SelfSupervisedLoss", "WholeBatchViewsLoss", "split_views"]

@@ -8,8 +8,11 @@ from keras import ops
 from tfdml import ops as dml
 from tfdml._argument_checks import check_int
 from tfdml._embeddings import compute_dtype
+from tfdml._labels import is_multi_label
 from tfdml._shims import dtype_name, is_traced
-from tfdml.losses.base import AnchorTerms, LossState, resolve_loss
+from tfdml.losses.base import resolve_loss
+from tfdml.losses.state import LossState
+from tfdml.losses.terms import AnchorTerms
 from tfdml.losses.wrapper import LossWrapper
 
 __all__ = ["CrossBatchMemory", "MemoryBank"]
@@ -158,7 +161,7 @@ class CrossBatchMemory(LossWrapper):
         return self.state
 
     def _check_bank_labels(self, labels):
-        multi = dml.is_multi_label(labels)
+        multi = is_multi_label(labels)
         if multi == (self.num_labels is not None) and (
                 not multi or labels.shape[-1] in (None, self.num_labels)):
             return

@@ -58,19 +58,19 @@ the training batches that a tfdml loss learns from; :class:`OutputStd` and :clas
 self-supervised training too).
 """
 
-from tfdml.metrics.active import ActiveAnchors
-from tfdml.metrics.clustering import f1_clustering, nmi, nmi_score, pairwise_f1_score
-from tfdml.metrics.collapse import PCF, OutputStd
-from tfdml.metrics.knn import knn_accuracy
-from tfdml.metrics.retrieval import (
+from tfdml.metrics._neighbours import (
     METRICS as METRICS,
 )
-from tfdml.metrics.retrieval import (
+from tfdml.metrics._neighbours import (
     UNMATCHED as UNMATCHED,
 )
-from tfdml.metrics.retrieval import (
+from tfdml.metrics._neighbours import (
     check_metric as check_metric,
 )
+from tfdml.metrics.active import ActiveAnchors
+from tfdml.metrics.clustering import f1_clustering, nmi, nmi_score, pairwise_f1_score
+from tfdml.metrics.collapse import PCF
+from tfdml.metrics.knn import knn_accuracy
 from tfdml.metrics.retrieval import (
     cmc,
     map_at_k,
@@ -81,6 +81,7 @@ from tfdml.metrics.retrieval import (
     vehicleid_match_rate,
 )
 from tfdml.metrics.verification import fnmr_at_fmr, pcf
+from tfdml.models.monitors import OutputStd
 
 __all__ = [
     "PCF",

@@ -10,7 +10,7 @@ from tfdml._argument_checks import check_int
 from tfdml._docs import fill_doc, nonfinite_raises
 from tfdml._embeddings import check_batch_sizes, check_embeddings
 from tfdml._labels import check_finite_labeling, is_multi_label
-from tfdml.metrics.retrieval import check_metric
+from tfdml.metrics._neighbours import check_metric
 from tfdml.search import check_finite as _check_finite
 from tfdml.search import score_scale
 

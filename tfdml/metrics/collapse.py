@@ -7,8 +7,8 @@ written with ``keras.ops`` only and run under TensorFlow, JAX and PyTorch, insid
 train steps.
 
 :class:`OutputStd` is defined in :mod:`tfdml.models.monitors` (``tfdml.models.
-ContrastiveModel``, a layer below the metrics, reports it) and re-exported here: one class,
-one registered Keras name (``tfdml>OutputStd``).
+ContrastiveModel``, a layer below the metrics, reports it) and public as
+``tfdml.metrics.OutputStd``: one class, one registered Keras name (``tfdml>OutputStd``).
 """
 
 from __future__ import annotations
@@ -19,9 +19,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from tfdml.models.monitors import OutputStd
-
-__all__ = ["PCF", "OutputStd"]
+__all__ = ["PCF"]
 
 
 def _rows(y_pred, name):

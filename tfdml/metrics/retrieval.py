@@ -17,21 +17,7 @@ from tfdml._docs import fill_doc, nonfinite_raises
 from tfdml._embeddings import check_batch_sizes, check_embeddings
 from tfdml._labels import is_multi_label
 from tfdml.metrics._neighbours import (
-    INDEX_RECALL_WARNING as INDEX_RECALL_WARNING,
-)
-from tfdml.metrics._neighbours import (
-    INDEX_SAMPLE as INDEX_SAMPLE,
-)
-from tfdml.metrics._neighbours import (
-    METRICS as METRICS,
-)
-from tfdml.metrics._neighbours import (
-    UNMATCHED as UNMATCHED,
-)
-from tfdml.metrics._neighbours import (
-    check_metric as check_metric,
-)
-from tfdml.metrics._neighbours import (
+    check_metric,
     data_match_counts,
     exclusion_counts,
     ideal_gains,

@@ -22,6 +22,7 @@ from keras import ops
 from tfdml import ops as dml
 from tfdml._argument_checks import check_choice, check_number
 from tfdml._docs import fill_doc
+from tfdml._labels import check_min_jaccard
 from tfdml._shims import dtype_name
 from tfdml.miners.base import (
     DISTANCE_DOC,
@@ -87,7 +88,7 @@ class TripletMarginMiner(Miner):
 
     def __init__(self, margin: float = 0.2, type_of_triplets: str = "all",
                  distance: str = "l2", min_jaccard: float | None = None):
-        self.min_jaccard = dml.check_min_jaccard(min_jaccard)
+        self.min_jaccard = check_min_jaccard(min_jaccard)
         self.margin = check_number("margin", margin, finite=True)
         self.type_of_triplets = check_choice("type_of_triplets", type_of_triplets,
                                              TRIPLET_MARGIN_TYPES)
@@ -201,7 +202,7 @@ class BatchEasyHardMiner(Miner):
     def __init__(self, pos_strategy: str = "easy", neg_strategy: str = "semihard",
                  allowed_pos_range=None, allowed_neg_range=None, distance: str = "l2",
                  min_jaccard: float | None = None):
-        self.min_jaccard = dml.check_min_jaccard(min_jaccard)
+        self.min_jaccard = check_min_jaccard(min_jaccard)
         check_choice("pos_strategy", pos_strategy, BATCH_STRATEGIES)
         check_choice("neg_strategy", neg_strategy, BATCH_STRATEGIES)
         strategies = {pos_strategy, neg_strategy}
@@ -319,7 +320,7 @@ class HDCMiner(Miner):
 
     def __init__(self, filter_percentage: float = 0.5, distance: str = "l2",
                  min_jaccard: float | None = None):
-        self.min_jaccard = dml.check_min_jaccard(min_jaccard)
+        self.min_jaccard = check_min_jaccard(min_jaccard)
         self.filter_percentage = check_number("filter_percentage", filter_percentage, low=0,
                                               high=1, low_open=True)
         self.distance = check_distance(distance)
@@ -367,7 +368,7 @@ class AngularMiner(Miner):
     """
 
     def __init__(self, angle: float = math.radians(20), min_jaccard: float | None = None):
-        self.min_jaccard = dml.check_min_jaccard(min_jaccard)
+        self.min_jaccard = check_min_jaccard(min_jaccard)
         self.angle = check_number("angle", angle, low=0, high=math.pi / 2, low_open=True,
                                   high_open=True)
 

@@ -14,6 +14,7 @@ from keras import ops
 from tfdml import ops as dml
 from tfdml._argument_checks import check_int
 from tfdml._docs import fill_doc
+from tfdml._labels import check_min_jaccard
 from tfdml._shims import dtype_name
 from tfdml.miners.base import (
     MIN_JACCARD_DOC,
@@ -129,7 +130,7 @@ class UniformHistogramMiner(Miner):
 
     def __init__(self, num_bins: int = 100, pos_per_bin: int = 10, neg_per_bin: int = 10,
                  distance: str = "l2", seed: int | None = None, min_jaccard: float | None = None):
-        self.min_jaccard = dml.check_min_jaccard(min_jaccard)
+        self.min_jaccard = check_min_jaccard(min_jaccard)
         self.num_bins = check_int("num_bins", num_bins)
         self.pos_per_bin = check_int("pos_per_bin", pos_per_bin)
         self.neg_per_bin = check_int("neg_per_bin", neg_per_bin)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from tfdml import ops as dml
 from tfdml._argument_checks import check_choice, check_number, is_number
 from tfdml._docs import fill_doc
+from tfdml._labels import check_min_jaccard
 from tfdml._shims import dtype_name
 from tfdml.miners.base import (
     MAX_DISTANCE,
@@ -59,7 +59,7 @@ class AllPairsMiner(Miner):
     """
 
     def __init__(self, min_jaccard: float | None = None):
-        self.min_jaccard = dml.check_min_jaccard(min_jaccard)
+        self.min_jaccard = check_min_jaccard(min_jaccard)
 
     def get_config(self):
         return self.with_min_jaccard({})
@@ -119,7 +119,7 @@ class MultiSimilarityMiner(Miner):
 
     def __init__(self, epsilon: float = 0.1, positive: str = "hard",
                  min_jaccard: float | None = None):
-        self.min_jaccard = dml.check_min_jaccard(min_jaccard)
+        self.min_jaccard = check_min_jaccard(min_jaccard)
         if not is_number(epsilon) or not epsilon >= 0:
             raise ValueError(f"`epsilon` must be a number >= 0. Received: epsilon={epsilon!r}")
         check_choice("positive", positive, MS_POSITIVE_STRATEGIES)
@@ -178,7 +178,7 @@ class PairMarginMiner(Miner):
 
     def __init__(self, pos_margin: float = 0.2, neg_margin: float = 0.8, distance: str = "l2",
                  min_jaccard: float | None = None):
-        self.min_jaccard = dml.check_min_jaccard(min_jaccard)
+        self.min_jaccard = check_min_jaccard(min_jaccard)
         self.distance = check_distance(distance)
         top = MAX_DISTANCE[self.distance]
         self.pos_margin = check_number("pos_margin", pos_margin, finite=True)

@@ -16,6 +16,7 @@ from keras import ops
 from tfdml import ops as dml
 from tfdml._argument_checks import check_choice, is_number
 from tfdml._docs import fill_doc
+from tfdml._labels import check_min_jaccard
 from tfdml._shims import dtype_name
 from tfdml.miners.base import MIN_JACCARD_DOC, Miner, Triplets, check_seed
 from tfdml.miners.selection import (
@@ -128,7 +129,7 @@ class TripletMiner(Miner):
         upper_cutoff: float | None = 1.4,
         min_jaccard: float | None = None,
     ):
-        self.min_jaccard = dml.check_min_jaccard(min_jaccard)
+        self.min_jaccard = check_min_jaccard(min_jaccard)
         check_choice("positive", positive, POSITIVE_STRATEGIES)
         check_choice("negative", negative, NEGATIVE_STRATEGIES)
         if disjoint and (positive == "all" or negative == "all"):

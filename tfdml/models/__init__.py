@@ -21,17 +21,12 @@ Lower layers (ops, miners, losses) never import this package.
 
 from __future__ import annotations
 
-from tfdml.models.backbones import (
-    BACKBONES,
-    all_layers,
-    build_embedding_model,
-    freeze_batchnorm_layers,
-    get_preprocess,
-    preprocess_mode,
-)
+from tfdml.models.backbones import BACKBONES, build_embedding_model, get_preprocess, preprocess_mode
 from tfdml.models.contrastive_model import ContrastiveModel
 from tfdml.models.files import load_model, save_model
 from tfdml.models.fine_tuning import (
+    all_layers,
+    freeze_batchnorm_layers,
     freeze_transformer_blocks,
     layerwise_lr_decay,
     transformer_blocks,

@@ -18,16 +18,14 @@ from dataclasses import dataclass
 import keras
 
 from tfdml.layers import GeneralizedMeanPooling2D, L2Normalization
-from tfdml.models.fine_tuning import all_layers, freeze_batchnorm_layers, freeze_transformer_blocks
+from tfdml.models.fine_tuning import freeze_batchnorm_layers, freeze_transformer_blocks
 from tfdml.models.hub import HUB_BACKBONES, build_hub_features, is_hub_backbone
 from tfdml.models.resnet import resnet18
 from tfdml.models.weights import check_input_shape, check_weights, explain_missing_weights
 
 __all__ = [
     "BACKBONES",
-    "all_layers",
     "build_embedding_model",
-    "freeze_batchnorm_layers",
     "get_preprocess",
     "keras_preprocess_input",
     "preprocess_mode",

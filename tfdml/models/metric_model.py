@@ -8,14 +8,13 @@ import keras
 from keras import ops
 
 from tfdml._argument_checks import check_int
+from tfdml._endless import check_steps, fit_shuffle
 from tfdml._shims import dtype_name
 from tfdml.losses.base import MetricLoss, resolve_loss
 from tfdml.losses.ownership import claim_loss
 from tfdml.models.fit_checks import (
     check_labels,
     check_one_output,
-    check_steps,
-    fit_shuffle,
     output_dim,
     warn_batches_without_positives,
 )

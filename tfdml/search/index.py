@@ -15,7 +15,6 @@ from tfdml.search.exact import check_metric, neighbours, score_scale
 from tfdml.search.results import Lookup, RetrievalResults, gather, without_self
 from tfdml.search.store import PLACES, VectorStore
 from tfdml.search.tuning import Tuning
-from tfdml.search.tuning import neighbour_recall as neighbour_recall
 
 #: The search backends of an :class:`Index`.
 BACKENDS = ("keras", "faiss")
