@@ -1,14 +1,12 @@
 """Wrong or unusual input to tfdml.data gives the right values or a ValueError naming the
 argument, on both paths (PKDataset / EvalDataset in NumPy, pk_batches / eval_batches in
-tf.data): 16-bit images, inverted boxes, endless datasets in `fit`, Keras' shuffle warning,
-a `map_fn` that returns None.
+tf.data): 16-bit images, inverted boxes, a `map_fn` that returns None. Endless datasets in
+`fit` and Keras' shuffle warning: tests/test_endless.py.
 
 The PyDataset tests run under every backend; the tf.data ones under TensorFlow.
 """
 
-import warnings
 
-import keras
 import numpy as np
 import pytest
 from backends import BACKEND
@@ -35,12 +33,6 @@ def _write_16bit_pngs(folder):
     with Image.open(paths[0]) as image:
         assert image.mode == "I;16"
     return paths
-
-
-def _model(shape):
-    model = keras.Sequential([keras.Input(shape), keras.layers.Flatten(), keras.layers.Dense(4)])
-    model.compile("sgd", tfdml.losses.TripletNCALoss(order=2))
-    return model
 
 
 # -- 1. 16-bit images: the high byte, on both paths ------------------------------------------
@@ -205,59 +197,7 @@ def test_inverted_box_on_the_tf_data_path():
         crop(image, tf.constant([5.0, 1.0, 2.0, 6.0]))
 
 
-# -- 4. an endless dataset in fit needs steps_per_epoch ----------------------------------------
-
-
-@pytest.mark.multibackend
-def test_check_steps_refuses_an_endless_dataset_without_steps():
-    x = np.zeros((4, 2, 2, 1), np.float32)
-    endless = tfdml.data.PKDataset((x, LABELS), 2, 2, seed=0)
-    finite = tfdml.data.PKDataset((x, LABELS), 2, 2, seed=0, repeat=False)
-    with pytest.raises(ValueError, match=r"`steps_per_epoch`.*steps_per_epoch=None"):
-        tfdml.data.check_steps(endless, None)
-    with pytest.raises(ValueError, match=r"`validation_steps`.*validation_steps=None"):
-        tfdml.data.check_steps(endless, None, "validation_steps")
-    assert tfdml.data.check_steps(endless, 3) == 3
-    assert tfdml.data.check_steps(finite, None) is None
-    assert tfdml.data.check_steps((x, LABELS), None) is None
-    assert tfdml.data.check_steps(tfdml.data.EvalDataset((x, LABELS), 2), None) is None
-
-
-@tensorflow_only
-def test_check_steps_refuses_an_endless_tf_dataset():
-    import tensorflow as tf
-
-    x = np.zeros((4, 2, 2, 1), np.float32)
-    with pytest.raises(ValueError, match="`steps_per_epoch`"):
-        tfdml.data.check_steps(tfdml.data.pk_batches((x, LABELS), 2, 2, seed=0), None)
-    finite = tfdml.data.pk_batches((x, LABELS), 2, 2, seed=0, repeat=False)
-    assert tfdml.data.check_steps(finite, None) is None
-    unknown = tf.data.Dataset.range(3).filter(lambda i: i > 0)  # may end: not refused
-    assert tfdml.data.check_steps(unknown, None) is None
-
-
-# -- 5. Keras' shuffle warning on an endless PyDataset -------------------------------------------
-
-
-@pytest.mark.multibackend
-def test_fit_shuffle_keeps_keras_from_warning():
-    x = np.random.default_rng(0).random((4, 2, 2, 1)).astype(np.float32)
-    endless = tfdml.data.PKDataset((x, LABELS), 2, 2, seed=0)
-    finite = tfdml.data.PKDataset((x, LABELS), 2, 2, seed=0, repeat=False)
-    assert tfdml.data.fit_shuffle(endless) is False
-    assert tfdml.data.fit_shuffle(finite) is True and tfdml.data.fit_shuffle(finite, False) is False
-    assert tfdml.data.fit_shuffle((x, LABELS)) is True
-    model = _model((2, 2, 1))
-    with pytest.warns(UserWarning, match="shuffle=True"):  # the warning fit_shuffle avoids
-        model.fit(endless, epochs=1, steps_per_epoch=1, verbose=0)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        model.fit(endless, epochs=1, steps_per_epoch=1, verbose=0,
-                  shuffle=tfdml.data.fit_shuffle(endless))
-    assert not [w for w in caught if "shuffle" in str(w.message)]
-
-
-# -- 6. a map_fn that returns None ----------------------------------------------------------------
+# -- 4. a map_fn that returns None ----------------------------------------------------------------
 
 
 @pytest.mark.multibackend
