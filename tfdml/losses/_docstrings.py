@@ -61,6 +61,12 @@ average: see :mod:`tfdml.losses.terms` (every sample is one term).
     Defaults to `"anchors"`, the mean over the batch.
 dtype: dtype of the returned value. Defaults to `None` (floatx)."""
 
+#: The labels of a class-vector loss's functional form (its ``Args``, before the embeddings).
+CLASS_LABELS = "y_true: ``[B]`` integer class ids in ``[0, C)``."
+
+#: What the functional form of a per-sample class-vector loss returns.
+CLASS_MEAN = "The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs)."
+
 #: The arguments every loss with learned class vectors takes besides its own.
 CLASS_VECTOR_ARGS = """num_classes: ``C``; class ids must be in ``[0, C)``.
 embedding_dim: ``D``. Defaults to `None`: taken from the model by

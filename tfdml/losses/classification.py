@@ -27,7 +27,7 @@ from tfdml import ops as dml
 from tfdml._argument_checks import check_int, check_positive, is_number
 from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
-from tfdml.losses._docstrings import CLASS_VECTOR_ARGS, STATE_DOC
+from tfdml.losses._docstrings import CLASS_LABELS, CLASS_MEAN, CLASS_VECTOR_ARGS, STATE_DOC
 from tfdml.losses.class_vectors import (
     LOGIT_LIMIT,
     ClassVectorLoss,
@@ -163,27 +163,29 @@ def _p2s_grad(inputs):
 # -- functional forms --------------------------------------------------------------------------
 
 
+@fill_doc(CLASS_LABELS=CLASS_LABELS, CLASS_MEAN=CLASS_MEAN)
 def p2s_grad_loss(y_true, y_pred, weights):
     """P2SGrad (Zhang et al. 2019) as a loss: ``1/2 sum_c (cos(x, w_c) - [c = y])^2``.
 
     Its gradient is the paper's update (eq. 11), ``sum_c (cos_c - [c = y]) grad cos_c``.
 
     Args:
-        y_true: ``[B]`` integer class ids in ``[0, C)``.
+        {CLASS_LABELS}
         y_pred: ``[B, D]`` embeddings (normalized here).
         weights: ``[C, D]`` class weights (normalized here).
 
     Returns:
-        The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
+        {CLASS_MEAN}
     """
     return functional_class_loss(_p2s_grad, y_true, y_pred, weights)
 
 
+@fill_doc(CLASS_LABELS=CLASS_LABELS, CLASS_MEAN=CLASS_MEAN)
 def normalized_softmax_loss(y_true, y_pred, weights, temperature: float = 0.05):
     """Normalized softmax loss (Zhai & Wu 2019): cross-entropy of ``cos(x, w_c) / T``.
 
     Args:
-        y_true: ``[B]`` integer class ids in ``[0, C)``.
+        {CLASS_LABELS}
         y_pred: ``[B, D]`` embeddings (normalized here).
         weights: ``[C, D]`` class weights (normalized here).
         temperature: ``T >= 1e-6``. Defaults to `0.05`.
@@ -196,11 +198,12 @@ def normalized_softmax_loss(y_true, y_pred, weights, temperature: float = 0.05):
                                  temperature=_check_divisor("temperature", temperature))
 
 
+@fill_doc(CLASS_LABELS=CLASS_LABELS, CLASS_MEAN=CLASS_MEAN)
 def cosface_loss(y_true, y_pred, weights, margin: float = 0.35, scale: float = 64.0):
     """CosFace / large margin cosine loss (Wang et al. 2018): target logit ``s (cos_y - m)``.
 
     Args:
-        y_true: ``[B]`` integer class ids in ``[0, C)``.
+        {CLASS_LABELS}
         y_pred: ``[B, D]`` embeddings (normalized here).
         weights: ``[C, D]`` class weights (normalized here).
         margin: ``m`` in ``[0, 2]``, subtracted from the target cosine. Defaults
@@ -208,11 +211,12 @@ def cosface_loss(y_true, y_pred, weights, margin: float = 0.35, scale: float = 6
         scale: ``s`` in ``(0, 1e6]``. Defaults to `64.0`.
 
     Returns:
-        The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
+        {CLASS_MEAN}
     """
     return functional_margin_loss(CosFaceLoss, y_true, y_pred, weights, margin, scale)
 
 
+@fill_doc(CLASS_LABELS=CLASS_LABELS, CLASS_MEAN=CLASS_MEAN)
 def arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: float = 64.0):
     """ArcFace / additive angular margin loss (Deng et al. 2019): target logit
     ``s cos(theta_y + m)``.
@@ -221,7 +225,7 @@ def arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: float = 64
     the authors' code, so that it keeps decreasing with the angle.
 
     Args:
-        y_true: ``[B]`` integer class ids in ``[0, C)``.
+        {CLASS_LABELS}
         y_pred: ``[B, D]`` embeddings (normalized here).
         weights: ``[C, D]`` class weights (normalized here).
         margin: ``m`` in radians, in ``[0, pi/2)``. Defaults to `0.5`
@@ -229,30 +233,32 @@ def arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: float = 64
         scale: ``s`` in ``(0, 1e6]``. Defaults to `64.0`.
 
     Returns:
-        The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
+        {CLASS_MEAN}
     """
     return functional_margin_loss(ArcFaceLoss, y_true, y_pred, weights, margin, scale)
 
 
+@fill_doc(CLASS_LABELS=CLASS_LABELS, CLASS_MEAN=CLASS_MEAN)
 def subcenter_arcface_loss(y_true, y_pred, weights, margin: float = 0.5, scale: float = 64.0):
     """Sub-centre ArcFace (Deng et al. 2020): ArcFace on each class's nearest sub-centre.
 
     ``cos_c = max_j cos(x, w_c^j)`` over the ``k`` sub-centres of class ``c``.
 
     Args:
-        y_true: ``[B]`` integer class ids in ``[0, C)``.
+        {CLASS_LABELS}
         y_pred: ``[B, D]`` embeddings (normalized here).
         weights: ``[C, k, D]`` sub-centres (normalized here).
         margin: ``m`` in radians, in ``[0, pi/2)``. Defaults to `0.5`.
         scale: ``s`` in ``(0, 1e6]``. Defaults to `64.0`.
 
     Returns:
-        The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
+        {CLASS_MEAN}
     """
     return functional_margin_loss(SubCenterArcFaceLoss, y_true, y_pred, weights, margin, scale,
                                   rank=3)
 
 
+@fill_doc(CLASS_LABELS=CLASS_LABELS, CLASS_MEAN=CLASS_MEAN)
 def soft_triple_loss(y_true, y_pred, centers, la: float = 20.0, gamma: float = 0.1,
                      margin: float = 0.01):
     """SoftTriple loss (Qian et al. 2019): softmax over ``k`` centres per class.
@@ -263,7 +269,7 @@ def soft_triple_loss(y_true, y_pred, centers, la: float = 20.0, gamma: float = 0
     pytorch-metric-learning.
 
     Args:
-        y_true: ``[B]`` integer class ids in ``[0, C)``.
+        {CLASS_LABELS}
         y_pred: ``[B, D]`` embeddings (normalized here).
         centers: ``[C, k, D]`` centres (normalized here).
         la: ``lambda`` in ``(0, 1e6]``, the scale. Defaults to `20.0`.
@@ -272,7 +278,7 @@ def soft_triple_loss(y_true, y_pred, centers, la: float = 20.0, gamma: float = 0
         margin: ``delta`` in ``[0, 2]``. Defaults to `0.01`.
 
     Returns:
-        The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
+        {CLASS_MEAN}
     """
     return functional_class_loss(_soft_triple, y_true, y_pred, centers, rank=3,
                                  vectors_name="centers", la=check_scale("la", la),

@@ -17,7 +17,7 @@ from keras import ops
 from tfdml import ops as dml
 from tfdml._argument_checks import check_int
 from tfdml._docs import fill_doc
-from tfdml.losses._docstrings import CLASS_VECTOR_ARGS, STATE_DOC
+from tfdml.losses._docstrings import CLASS_LABELS, CLASS_MEAN, CLASS_VECTOR_ARGS, STATE_DOC
 from tfdml.losses.class_vectors import (
     MarginSoftmaxLoss,
     class_cosines,
@@ -97,38 +97,42 @@ def _sphereface(inputs, margin, scale):
     return softmax_cross_entropy(logits, target)
 
 
+#: The functional forms' own arguments.
+_MULTIPLIER_ARGS = """margin: the integer angle multiplier ``m`` in ``[1, 128]``. Defaults to
+    `4`.
+scale: ``s`` in ``(0, 1e6]``. Defaults to `1.0`."""
+
+
+@fill_doc(CLASS_LABELS=CLASS_LABELS, CLASS_MEAN=CLASS_MEAN, MULTIPLIER_ARGS=_MULTIPLIER_ARGS)
 def large_margin_softmax_loss(y_true, y_pred, weights, margin: int = 4, scale: float = 1.0):
     """Large-margin softmax (L-Softmax, Liu et al. 2016): the target logit
     ``|w_y| |x| psi(theta_y)``, the others ``|w_c| |x| cos(theta_c)``, times ``scale``.
 
     Args:
-        y_true: ``[B]`` integer class ids in ``[0, C)``.
+        {CLASS_LABELS}
         y_pred: ``[B, D]`` embeddings (their norms enter the logits).
         weights: ``[C, D]`` class weights (their norms enter the logits).
-        margin: the integer angle multiplier ``m`` in ``[1, 128]``. Defaults to
-            `4`.
-        scale: ``s`` in ``(0, 1e6]``. Defaults to `1.0`.
+        {MULTIPLIER_ARGS}
 
     Returns:
-        The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
+        {CLASS_MEAN}
     """
     return functional_margin_loss(LargeMarginSoftmaxLoss, y_true, y_pred, weights, margin, scale)
 
 
+@fill_doc(CLASS_LABELS=CLASS_LABELS, CLASS_MEAN=CLASS_MEAN, MULTIPLIER_ARGS=_MULTIPLIER_ARGS)
 def sphereface_loss(y_true, y_pred, weights, margin: int = 4, scale: float = 1.0):
     """SphereFace / A-Softmax (Liu et al. 2017): L-Softmax with unit class weights, the
     logits ``|x| psi(theta_y)`` and ``|x| cos(theta_c)``, times ``scale``.
 
     Args:
-        y_true: ``[B]`` integer class ids in ``[0, C)``.
+        {CLASS_LABELS}
         y_pred: ``[B, D]`` embeddings (their norms enter the logits).
         weights: ``[C, D]`` class weights (normalized here).
-        margin: the integer angle multiplier ``m`` in ``[1, 128]``. Defaults to
-            `4`.
-        scale: ``s`` in ``(0, 1e6]``. Defaults to `1.0`.
+        {MULTIPLIER_ARGS}
 
     Returns:
-        The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
+        {CLASS_MEAN}
     """
     return functional_margin_loss(SphereFaceLoss, y_true, y_pred, weights, margin, scale)
 

@@ -9,7 +9,7 @@ from tfdml import ops as dml
 from tfdml._argument_checks import check_positive
 from tfdml._docs import fill_doc
 from tfdml._shims import dtype_name
-from tfdml.losses._docstrings import CLASS_VECTOR_ARGS
+from tfdml.losses._docstrings import CLASS_LABELS, CLASS_MEAN, CLASS_VECTOR_ARGS
 from tfdml.losses.class_vectors import (
     ClassVectorLoss,
     check_scale,
@@ -60,6 +60,7 @@ def _proxy_anchor_value(pos_terms, neg_terms, has_positive):
     return dml.divide_no_nan(ops.sum(pos_terms), count) + ops.sum(neg_terms) / num_classes
 
 
+@fill_doc(CLASS_LABELS=CLASS_LABELS, CLASS_MEAN=CLASS_MEAN)
 def proxy_anchor_loss(y_true, y_pred, proxies, margin: float = 0.1, alpha: float = 32.0):
     """Proxy Anchor loss (Kim et al. 2020).
 
@@ -71,7 +72,7 @@ def proxy_anchor_loss(y_true, y_pred, proxies, margin: float = 0.1, alpha: float
         + 1/|P| sum_{p in P} log(1 + sum_{x in X_p-} exp(alpha (s(x, p) + margin)))``
 
     Args:
-        y_true: ``[B]`` integer class ids in ``[0, C)``.
+        {CLASS_LABELS}
         y_pred: ``[B, D]`` embeddings (normalized here).
         proxies: ``[C, D]`` (normalized here).
         margin: ``delta >= 0``. Defaults to `0.1`.
@@ -89,6 +90,7 @@ def proxy_anchor_loss(y_true, y_pred, proxies, margin: float = 0.1, alpha: float
     return ops.cast(value, dtype_name(ops.convert_to_tensor(y_pred)))
 
 
+@fill_doc(CLASS_LABELS=CLASS_LABELS, CLASS_MEAN=CLASS_MEAN)
 def proxy_nca_loss(y_true, y_pred, proxies, scale: float = 1.0):
     """Proxy-NCA loss (Movshovitz-Attias et al. 2017), as a softmax over all proxies.
 
@@ -99,14 +101,14 @@ def proxy_nca_loss(y_true, y_pred, proxies, scale: float = 1.0):
     without bound.
 
     Args:
-        y_true: ``[B]`` integer class ids in ``[0, C)``.
+        {CLASS_LABELS}
         y_pred: ``[B, D]`` embeddings (normalized here).
         proxies: ``[C, D]`` (normalized here).
         scale: ``s`` in ``(0, 1e6]`` (pytorch-metric-learning's ``softmax_scale``).
             Defaults to `1.0`.
 
     Returns:
-        The mean over the batch (dtype of ``y_pred``; NaN for NaN/Inf inputs).
+        {CLASS_MEAN}
     """
     return functional_class_loss(_proxy_nca, y_true, y_pred, proxies, vectors_name="proxies",
                                  scale=check_scale("scale", scale))
