@@ -17,6 +17,8 @@ Checks:
 * :func:`run_under_policy` / :func:`mixed_precision_loss`: Keras mixed precision.
 * :func:`large_tensor_ops` / :func:`trace_loss_graph`: static-shape graph walk that
   finds ops whose outputs are too large (e.g. a ``B x B x B`` tensor). TensorFlow only.
+* :func:`slow_beyond`: the parameters of a test that run on every commit, and the rest in the
+  slow tier (``make test-slow``).
 * hypothesis strategies: :func:`ordinary_batches`, :func:`degenerate_batches`,
   :func:`no_triplet_batches` and the single kinds they mix.
 
@@ -90,6 +92,7 @@ __all__ = [
     "pk_labels",
     "run_under_policy",
     "singleton_batches",
+    "slow_beyond",
     "small_embedding_model",
     "trace_loss_graph",
     "walk_graph_ops",
@@ -103,6 +106,39 @@ LossLike = keras.losses.Loss | Callable[[], keras.losses.Loss]
 
 
 # -- loss cases ------------------------------------------------------------------------------
+
+
+def slow_beyond(values, fast, ids=None) -> list:
+    """``values`` as pytest parameters, those not named in ``fast`` marked ``slow``.
+
+    The fast tier (every commit) keeps one configuration per code path of a check, the ones
+    in ``fast``; the slow tier (``make test-slow``) runs the others. A value's name is its id
+    in ``ids`` (a list, or a function of the value), else the ``id`` of a ``pytest.param``,
+    else ``str(value)``. A name in ``fast`` that no value has is an error, so a renamed
+    configuration cannot drop out of the fast tier unnoticed.
+    """
+    values = list(values)
+
+    def name(i, value):
+        if ids is not None:
+            return ids(value) if callable(ids) else ids[i]
+        if isinstance(value, type(pytest.param(None))):
+            return value.id if value.id is not None else str(value.values[0])
+        return str(value)
+
+    names = [name(i, v) for i, v in enumerate(values)]
+    unknown = set(fast) - set(names)
+    if unknown:
+        raise ValueError(f"fast-tier names not among the parameters: {sorted(unknown)}")
+    params = []
+    for label, value in zip(names, values):
+        marks = () if label in fast else (pytest.mark.slow,)
+        if isinstance(value, type(pytest.param(None))):
+            params.append(pytest.param(*value.values, id=value.id or label,
+                                       marks=(*value.marks, *marks)))
+        else:
+            params.append(pytest.param(value, id=label, marks=marks))
+    return params
 
 
 def make_loss(loss: LossLike) -> keras.losses.Loss:
@@ -378,6 +414,12 @@ def _batch_for_model(input_dim=6, num_classes=3, per_class=3, seed=1):
     return labels, features
 
 
+def _build_state(loss, embedding_dim):
+    state = getattr(loss, "state", None)
+    if state is not None and not state.built:
+        loss.build_state(embedding_dim)
+
+
 def assert_keras_save_load(loss: LossLike, tmp_path, labels=None, features=None):
     """A model compiled with the loss survives ``.keras`` save/load with the same loss.
 
@@ -389,12 +431,17 @@ def assert_keras_save_load(loss: LossLike, tmp_path, labels=None, features=None)
         labels, features = _batch_for_model()
     model = small_embedding_model(input_dim=features.shape[-1])
     model.compile(optimizer="sgd", loss=loss)
-    expected = to_numpy(loss(labels, model(features)))
+    embeddings = model(features)
+    # A loss with learned variables is called outside a MetricModel here: its variables are
+    # built first, as its error asks (a differentiated first call builds none on PyTorch).
+    _build_state(loss, embeddings.shape[-1])
+    expected = to_numpy(loss(labels, embeddings))
 
     path = tmp_path / f"{type(loss).__name__}.keras"
     model.save(path)
     loaded = keras.models.load_model(path)
     loaded_loss = loaded.loss
+    _build_state(loaded_loss, embeddings.shape[-1])
     assert isinstance(loaded_loss, keras.losses.Loss), f"loaded loss is {loaded_loss!r}"
     assert_same_config(loss, loaded_loss)
     miner = getattr(loss, "miner", None)
