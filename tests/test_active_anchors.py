@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import references as ref
 import tensorflow as tf
-from harness import small_embedding_model
+from harness import slow_beyond, small_embedding_model
 
 import tfdml
 from tfdml.callbacks import ActiveAnchorsWarning
@@ -30,14 +30,22 @@ def _reference_fraction(labels):
     return float(np.mean(np.asarray(pos).any(axis=1) & np.asarray(neg).any(axis=1)))
 
 
-@pytest.mark.parametrize("labels", [
+FRACTION_LABELS = [
     [0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10],  # two anchors have a triplet
     [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3],  # all do
     list(range(12)),  # none does
     [4] * 12,  # one class: no negative
-])
-@pytest.mark.parametrize("make", [TripletNCALoss, MultiSimilarityLoss,
-                                  lambda: MarginLoss(miner=TripletMiner("easy", "hard"))])
+]
+FRACTION_LOSSES = {"TripletNCALoss": TripletNCALoss, "MultiSimilarityLoss": MultiSimilarityLoss,
+                   "margin_easy_hard": lambda: MarginLoss(miner=TripletMiner("easy", "hard"))}
+
+
+# On every commit each loss and each batch once; the other pairs in the slow tier.
+@pytest.mark.parametrize("make,labels", slow_beyond(
+    [pytest.param(make, labels, id=f"{name}-labels{i}")
+     for i, labels in enumerate(FRACTION_LABELS) for name, make in FRACTION_LOSSES.items()],
+    {"TripletNCALoss-labels0", "MultiSimilarityLoss-labels1", "margin_easy_hard-labels2",
+     "TripletNCALoss-labels3"}))
 def test_metric_is_the_fraction_of_anchors_with_a_triplet(labels, make):
     metric = ActiveAnchors(make())
     metric.update_state(np.array(labels), X)

@@ -40,6 +40,7 @@ from backends import (
     value_and_grad,
     value_and_grad_function,
 )
+from harness import slow_beyond
 from keras import ops
 
 import tfdml
@@ -274,14 +275,26 @@ def _on_every_backend(names, multibackend):
     return [pytest.param(n, marks=MB) if n in multibackend else n for n in names]
 
 
+#: Losses that normalize, reduce and check their value in the shared code of
+#: ``tfdml.losses.base`` as triplet_nca and contrastive do: their cases run in the slow tier.
+SHARED_PATH = ("circle", "margin", "multi_similarity", "ntxent", "triplet_margin")
+
+
+def _on_every_commit(params, suffix=""):
+    """``params`` with the cases of :data:`SHARED_PATH` (``name + suffix``) in the slow tier."""
+    slow = {name + suffix for name in SHARED_PATH}
+    names = [p.values[0] if isinstance(p, type(pytest.param(None))) else p for p in params]
+    return slow_beyond(params, {n for n in names if n not in slow})
+
+
 def _loss_function(loss):
     """``x -> loss(LABELS, x)``, traced once under JAX (eager JAX compiles every op)."""
     fn = lambda x: loss(LABELS, x)  # noqa: E731
     return traced(fn) if BACKEND == "jax" else fn
 
 
-@pytest.mark.parametrize("name", _on_every_backend(
-    NORMALIZING, ("triplet_nca", "contrastive", "soft_nearest_neighbor")))
+@pytest.mark.parametrize("name", _on_every_commit(_on_every_backend(
+    NORMALIZING, ("triplet_nca", "contrastive", "soft_nearest_neighbor"))))
 def test_normalizing_loss_has_the_same_value_at_any_scale(name):
     fn = _loss_function(NORMALIZING[name]())
     want = float(to_numpy(fn(X)))
@@ -330,8 +343,8 @@ def _one_huge_row(x, scale):
     return x
 
 
-@pytest.mark.parametrize("name", _on_every_backend(
-    NOT_NORMALIZING, ("contrastive", "soft_nearest_neighbor")))
+@pytest.mark.parametrize("name", _on_every_commit(_on_every_backend(
+    NOT_NORMALIZING, ("contrastive", "soft_nearest_neighbor"))))
 def test_loss_without_normalization_is_nan_when_distances_overflow(name):
     fn = _loss_function(NOT_NORMALIZING[name]())
     for case, x in (("all_rows", X * np.float32(1e20)), ("one_row", _one_huge_row(X, 1e20)),
@@ -344,13 +357,13 @@ def test_loss_without_normalization_is_nan_when_distances_overflow(name):
 
 
 @pytest.mark.usefixtures("float64")
-@pytest.mark.parametrize("name", [
+@pytest.mark.parametrize("name", _on_every_commit([
     pytest.param(name, marks=pytest.mark.xfail(
         reason="the float32 segment distances of tfdml.geometry lose accuracy for norms far "
                "from 1 (5% at 1e10), whatever the overflow", strict=False))
     if name == "loop_segments" else
     pytest.param(name, marks=MB) if name in ("contrastive", "soft_nearest_neighbor") else name
-    for name in NOT_NORMALIZING])
+    for name in NOT_NORMALIZING]))
 def test_loss_without_normalization_below_the_bound_is_right_or_not_finite(name):
     """Below the bound the float32 value is its float64 value, or Inf/NaN where the loss's own
     arithmetic overflows (exp of a huge similarity), never a finite wrong value."""
@@ -409,8 +422,8 @@ FUNCTIONAL = {
 }
 
 
-@pytest.mark.parametrize("name", _on_every_backend(
-    FUNCTIONAL, ("contrastive_loss", "multiple_negatives_ranking_loss")))
+@pytest.mark.parametrize("name", _on_every_commit(_on_every_backend(
+    FUNCTIONAL, ("contrastive_loss", "multiple_negatives_ranking_loss")), "_loss"))
 def test_functional_losses(name):
     fn = FUNCTIONAL[name]
     assert np.isnan(to_numpy(fn(_one_huge_row(X, 1e20), False)))
@@ -546,8 +559,8 @@ def _batch():
     return rng.normal(size=(32, 6)).astype(np.float32), np.repeat(np.arange(4), 8)
 
 
-@pytest.mark.parametrize("name", _on_every_backend(
-    ["contrastive", "soft_nearest_neighbor", "triplet_margin"], ("soft_nearest_neighbor",)))
+@pytest.mark.parametrize("name", _on_every_commit(_on_every_backend(
+    ["contrastive", "soft_nearest_neighbor", "triplet_margin"], ("soft_nearest_neighbor",))))
 def test_diverged_training_stops_with_nan_loss(name):
     """SGD at learning rate 1e30: after one step the embeddings are about 1e29..1e31, finite,
     but their squared distances are not; the loss is NaN and TerminateOnNaN stops."""

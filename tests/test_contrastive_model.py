@@ -12,6 +12,7 @@ import keras
 import numpy as np
 import pytest
 from backends import BACKEND, to_numpy
+from harness import slow_beyond
 
 import tfdml
 from tfdml.losses import MoCoLoss
@@ -66,9 +67,13 @@ def _values(variables):
 
 # Eagerly in the slow tier: the compiled step is the one users train with, and the other
 # tests here check the eager step's values (chunks, the momentum sequence, a resumed run).
+# Compiled, one algorithm of each kind of step trains on every commit: keys (moco) here, two
+# views (simclr) in test_monitors_watch_the_projections and targets (byol) in
+# test_the_momentum_update_is_the_papers_sequence. The other algorithms run here in the slow
+# tier.
 @pytest.mark.parametrize("mode", [m if m == "compiled" else pytest.param(m, marks=pytest.mark.slow)
                                   for m in MODES])
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("algorithm", slow_beyond(ALGORITHMS, {"moco"}))
 def test_each_algorithm_trains_two_epochs_without_nan(algorithm, mode):
     keras.utils.set_random_seed(0)
     model = _compile(_model(algorithm), mode)
@@ -80,7 +85,11 @@ def test_each_algorithm_trains_two_epochs_without_nan(algorithm, mode):
                                to_numpy(model.backbone(x)), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
+# One algorithm of each kind of step on every commit, byol's target network too: two views
+# (simclr), targets (simsiam, byol) and keys (moco); barlow and vicreg (two views) in the slow
+# tier.
+@pytest.mark.parametrize("algorithm", slow_beyond(ALGORITHMS, {"simclr", "simsiam", "byol",
+                                                               "moco"}))
 def test_a_chunked_step_equals_the_whole_batch_step(algorithm):
     """Batches of 12 samples in chunks of 5, 5 and 2 (both views of a sample together)."""
     runs = []

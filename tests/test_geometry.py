@@ -35,6 +35,7 @@ import keras
 import numpy as np
 import pytest
 from backends import (
+    BACKEND,
     compiled,
     enable_float64,
     to_numpy,
@@ -42,6 +43,7 @@ from backends import (
     value_and_grad,
     value_and_grad_function,
 )
+from harness import slow_beyond
 from keras import ops
 
 import tfdml.geometry  # noqa: F401  (the package may not export the module yet)
@@ -552,10 +554,12 @@ def test_arc_points_lie_on_arcs(d):
 
 def test_arc_intersecting_and_overlapping_give_zero():
     data = arc_data(8)
-    for group in ("intersecting", "coplanar_overlap", "identical", "reversed"):
-        sel = data["labels"] == group
-        dist = geometry.arc_distance(*(_t(data[k][sel]) for k in ("x1", "x2", "y1", "y2")))
-        np.testing.assert_allclose(to_numpy(dist), 0.0, atol=1e-7)
+    groups = ("intersecting", "coplanar_overlap", "identical", "reversed")
+    sel = np.isin(data["labels"], groups)  # one call (the problems are independent)
+    dist = to_numpy(geometry.arc_distance(*(_t(data[k][sel]) for k in ("x1", "x2", "y1", "y2"))))
+    for group in groups:
+        np.testing.assert_allclose(dist[data["labels"][sel] == group], 0.0, atol=1e-7,
+                                   err_msg=group)
 
 
 # -- arcs: touching arcs ---------------------------------------------------------------------------
@@ -611,19 +615,30 @@ def _touching_arcs(kind, n, d, seed, angles=(0.05, np.pi / 2)):
             _rotate(p, ty, -g * length_y), _rotate(p, ty, (1 - g) * length_y))
 
 
-@pytest.mark.parametrize("precision", PRECISIONS)
-@pytest.mark.parametrize("kind", ["shared", "crossing", "through"])
-@pytest.mark.parametrize("d", (3, 8))
+TOUCHING_KINDS = ("shared", "crossing", "through")
+# Every kind in every precision on every commit, in 3 or in 8 dimensions by turns (each kind
+# and each precision sees both); the other dimension in the slow tier.
+_TOUCHING = [pytest.param(precision, kind, d, id=f"{d}-{kind}-{precision}")
+             for d in (3, 8) for kind in TOUCHING_KINDS for precision in PRECISIONS]
+_TOUCHING_FAST = {f"{(3, 8)[(TOUCHING_KINDS.index(kind) + PRECISIONS.index(precision)) % 2]}"
+                  f"-{kind}-{precision}" for kind in TOUCHING_KINDS for precision in PRECISIONS}
+
+
+@pytest.mark.parametrize("precision,kind,d", slow_beyond(_TOUCHING, _TOUCHING_FAST))
 def test_arc_touching_is_zero(precision, kind, d):
     """Shared endpoints, crossing arcs and an endpoint on the other arc: distance 0 (below
     the 1e-6 that safe_sqrt reads as 0), in float32 too, not sqrt(eps) ~ 3e-4 to 5e-4 as
     sqrt(2 - 2 s) from the dot products gives."""
-    for seed in range(3):
-        vectors = _touching_arcs(kind, 120, d, seed)
-        dist, (p1, p2) = to_numpy(geometry.arc_distance(*_as_inputs(vectors, precision),
-                                                        return_points=True))
-        assert np.max(dist) <= 1e-6, (seed, np.max(dist))
-        assert np.max(np.linalg.norm(p1 - p2, axis=-1)) <= 1e-6
+    # Three seeds of 120 arcs each, in one call (the problems are independent, row by row).
+    seeds = [_touching_arcs(kind, 120, d, seed) for seed in range(3)]
+    vectors = [np.concatenate(parts) for parts in zip(*seeds, strict=True)]
+    dist, (p1, p2) = to_numpy(geometry.arc_distance(*_as_inputs(vectors, precision),
+                                                    return_points=True))
+    gap = np.linalg.norm(p1 - p2, axis=-1)
+    for seed, (d_seed, gap_seed) in enumerate(zip(dist.reshape(3, 120), gap.reshape(3, 120),
+                                                  strict=True)):
+        assert np.max(d_seed) <= 1e-6, (seed, np.max(d_seed))
+        assert np.max(gap_seed) <= 1e-6
     # Against the brute force as well (float64 only; it has the same optimum).
     vectors = _touching_arcs(kind, 40, d, 9)
     s_bf = brute_arc(*vectors)[0]
@@ -635,10 +650,13 @@ def test_arc_shallow_crossing_within_documented_bound(precision):
     """Great circles crossing at a small angle phi: the crossing is located from the dot
     products to about eps / phi^2 along the arcs, and refined against the vectors; the
     documented float32 bound is eps / phi (float64: below 1e-6)."""
+    phis = (1e-3, 3e-3, 1e-2)
     for d in (3, 8, 64):
-        for phi in (1e-3, 3e-3, 1e-2):
-            vectors = _touching_arcs("crossing", 100, d, 0, angles=(phi, phi))
-            dist = to_numpy(geometry.arc_distance(*_as_inputs(vectors, precision)))
+        # The three angles in one call (the problems are independent, row by row).
+        parts = [_touching_arcs("crossing", 100, d, 0, angles=(phi, phi)) for phi in phis]
+        vectors = [np.concatenate(group) for group in zip(*parts, strict=True)]
+        dists = to_numpy(geometry.arc_distance(*_as_inputs(vectors, precision))).reshape(3, 100)
+        for phi, dist in zip(phis, dists, strict=True):
             bound = EPS32 / phi if precision == "float32" else 1e-6
             assert np.max(dist) <= bound, (d, phi, np.max(dist), bound)
 
@@ -646,30 +664,41 @@ def test_arc_shallow_crossing_within_documented_bound(precision):
 _ARGS4 = (0, 1, 2, 3)
 
 
-@pytest.mark.parametrize("precision", _mb("float32", "float64_from_float32"))
-def test_arc_touching_gradients_finite_and_zero(precision):
-    """At distance 0 the gradient is safe_sqrt's: 0, finite (eagerly and compiled)."""
+# Eagerly in both precisions on every commit; compiled in float32 on every commit, and in
+# float64 (the same program in another dtype: one more XLA compilation) in the slow tier.
+_TOUCHING_GRADIENTS = [pytest.param("float32", True, marks=MB, id="float32"),
+                       pytest.param("float64_from_float32", False, id="float64_from_float32"),
+                       pytest.param("float64_from_float32", True,
+                                    id="float64_from_float32-compiled")]
 
-    dist_and_grad = value_and_grad_function(geometry.arc_distance, argnums=_ARGS4,
-                                            jit_compile=True)
+
+@pytest.mark.parametrize("precision,jit", slow_beyond(
+    _TOUCHING_GRADIENTS, {"float32", "float64_from_float32"}))
+def test_arc_touching_gradients_finite_and_zero(precision, jit):
+    """At distance 0 the gradient is safe_sqrt's: 0, finite (eagerly and compiled)."""
 
     def points(*xs):
         _, (p1, p2) = geometry.arc_distance(*xs, return_points=True)
         return ops.sum(p1) + ops.sum(p2)
 
-    # In 8 dimensions (values in 3 and 8: test_arc_touching_is_zero); the three kinds share
-    # their shapes, so one compiled program per precision.
-    for kind in ("shared", "crossing", "through"):
-        xs = _as_inputs(_touching_arcs(kind, 60, 8, 4), precision)
-        dist, grads = value_and_grad(geometry.arc_distance, *xs, argnums=_ARGS4)
+    # In 8 dimensions (values in 3 and 8: test_arc_touching_is_zero); the three kinds in one
+    # batch (the problems are independent, row by row), so one call and one compiled program.
+    kinds = [_touching_arcs(kind, 60, 8, 4) for kind in ("shared", "crossing", "through")]
+    xs = _as_inputs([np.concatenate(parts) for parts in zip(*kinds, strict=True)], precision)
+    dist, grads = value_and_grad(geometry.arc_distance, *xs, argnums=_ARGS4)
+    grads = list(grads)
+    if jit:
+        dist_and_grad = value_and_grad_function(geometry.arc_distance, argnums=_ARGS4,
+                                                jit_compile=True)
         dist_jit, grads_jit = to_numpy(dist_and_grad(*xs))
         np.testing.assert_allclose(dist_jit, dist, atol=1e-6)
-        for gr in list(grads) + list(grads_jit):
-            assert np.all(np.isfinite(gr))
-            np.testing.assert_array_equal(gr, 0.0)
-        _, point_grads = value_and_grad(points, *xs, argnums=_ARGS4)
-        for gr in point_grads:  # the points' gradients are finite too
-            assert np.all(np.isfinite(gr))
+        grads += list(grads_jit)
+    for gr in grads:
+        assert np.all(np.isfinite(gr))
+        np.testing.assert_array_equal(gr, 0.0)
+    _, point_grads = value_and_grad(points, *xs, argnums=_ARGS4)
+    for gr in point_grads:  # the points' gradients are finite too
+        assert np.all(np.isfinite(gr))
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
@@ -681,8 +710,11 @@ def test_arc_near_miss_distance_is_accurate(precision):
     rng = np.random.default_rng(11)
     e = np.eye(4)
     n = 60
+    deltas = (1e-5, 1e-4, 1e-3, 1e-2)
+    tol = 1e-9 if precision == "float64" else 1e-6
     for d in (4, 8, 64):
-        for delta in (1e-5, 1e-4, 1e-3, 1e-2):
+        parts = []
+        for delta in deltas:
             psi = 2 * np.arcsin(delta / 2)
             c = np.cos(psi) * e[0] + np.sin(psi) * e[3]
             a = np.stack([-rng.uniform(0.05, 1.0, n), rng.uniform(0.05, 1.0, n)], 1)
@@ -691,9 +723,11 @@ def test_arc_near_miss_distance_is_accurate(precision):
                             for i in range(2)]
                            + [np.cos(b[:, i, None]) * c + np.sin(b[:, i, None]) * e[2]
                               for i in range(2)], axis=1)
-            vectors = [v for v in np.moveaxis(_embed(pts, d, rng), 1, 0)]
-            dist = to_numpy(geometry.arc_distance(*_as_inputs(vectors, precision)))
-            tol = 1e-9 if precision == "float64" else 1e-6
+            parts.append(np.moveaxis(_embed(pts, d, rng), 1, 0))
+        # The four distances in one call (the problems are independent, row by row).
+        vectors = list(np.concatenate(parts, axis=1))
+        dists = to_numpy(geometry.arc_distance(*_as_inputs(vectors, precision)))
+        for delta, dist in zip(deltas, dists.reshape(len(deltas), n), strict=True):
             assert np.max(np.abs(dist - delta)) <= tol, (d, delta, np.max(np.abs(dist - delta)))
 
 
@@ -758,9 +792,13 @@ def test_arc_gradients_finite_everywhere(dtype):
         xs = [_t(data[k], dtype) for k in ("x1", "x2", "y1", "y2")]
         for gr in value_and_grad(total_from_vectors, *xs, argnums=_ARGS4)[1]:
             assert np.all(np.isfinite(gr))
-        dots = [_t(v, dtype) for v in _arc_dots(*(data[k] for k in ("x1", "x2", "y1", "y2")))]
-        for gr in value_and_grad(total_from_dots, *dots, argnums=tuple(range(6)))[1]:
-            assert np.all(np.isfinite(gr))
+    # The dot products of both dimensions in one call (the problems are independent).
+    dots = [np.concatenate(parts) for parts in zip(*(
+        _arc_dots(*(arc_data(d)[k] for k in ("x1", "x2", "y1", "y2"))) for d in (3, 8)),
+        strict=True)]
+    for gr in value_and_grad(total_from_dots, *(_t(v, dtype) for v in dots),
+                             argnums=tuple(range(6)))[1]:
+        assert np.all(np.isfinite(gr))
 
 
 def _unique_mask(data):
@@ -788,22 +826,34 @@ def test_arc_dot_gradients_envelope(d):
 
 
 def _central_differences(fun, arrays, h=1e-6):
-    """d sum(fun(*arrays)) / d arrays[i], elementwise problems, all coordinates at once."""
-    grads = []
+    """d sum(fun(*arrays)) / d arrays[i], elementwise problems, all coordinates at once.
+
+    The problems are independent row by row, so every perturbed copy (each coordinate of
+    each argument, plus and minus ``h``) goes into one batch: one call of ``fun``.
+    """
+    n = arrays[0].shape[0]
+    batches = [[] for _ in arrays]
+    shifts = []  # (argument, coordinate) of each block of n rows, plus then minus
     for i, arr in enumerate(arrays):
-        flat = arr.reshape(arr.shape[0], -1)
-        g = np.zeros_like(flat)
+        flat = arr.reshape(n, -1)
         for j in range(flat.shape[1]):
-            plus, minus = flat.copy(), flat.copy()
-            plus[:, j] += h
-            minus[:, j] -= h
-            args_p = list(arrays)
-            args_m = list(arrays)
-            args_p[i] = plus.reshape(arr.shape)
-            args_m[i] = minus.reshape(arr.shape)
-            g[:, j] = (fun(*args_p) - fun(*args_m)) / (2 * h)
-        grads.append(g.reshape(arr.shape))
-    return grads
+            for sign in (1.0, -1.0):
+                moved = flat.copy()
+                moved[:, j] += sign * h
+                for k, other in enumerate(arrays):
+                    batches[k].append(moved.reshape(arr.shape) if k == i else other)
+            shifts.append((i, j))
+    values = np.asarray(fun(*(np.concatenate(b) for b in batches))).reshape(-1, 2, n)
+    grads = [np.zeros((n, arr.reshape(n, -1).shape[1])) for arr in arrays]
+    for (i, j), (plus, minus) in zip(shifts, values, strict=True):
+        grads[i][:, j] = (plus - minus) / (2 * h)
+    return [g.reshape(arr.shape) for g, arr in zip(grads, arrays, strict=True)]
+
+
+def _for_one_call(fn):
+    """``fn`` for the one call of :func:`_central_differences`: eager (a trace costs more than
+    the call), traced under JAX (whose eager calls compile every op)."""
+    return traced(fn) if BACKEND == "jax" else fn
 
 
 def test_arc_gradients_match_finite_differences():
@@ -812,7 +862,7 @@ def test_arc_gradients_match_finite_differences():
     idx = np.flatnonzero(mask)[::4][:60]
     xs = [v[idx] for v in vecs]
 
-    dist_fn = traced(geometry.arc_distance)  # one trace for the many evaluations
+    dist_fn = _for_one_call(geometry.arc_distance)
 
     def dist_np(*a):
         return to_numpy(dist_fn(*(_t(v) for v in a)))
@@ -824,10 +874,10 @@ def test_arc_gradients_match_finite_differences():
 
     dots = _arc_dots(*xs)
 
-    traced_s = traced(geometry.arc_similarity_from_dots)
+    s_fn = _for_one_call(geometry.arc_similarity_from_dots)
 
     def s_np(*a):
-        return to_numpy(traced_s(*(_t(v) for v in a)))
+        return to_numpy(s_fn(*(_t(v) for v in a)))
 
     _, _, grads = _arc_dot_grads(dots)
     fds = _central_differences(s_np, dots)
@@ -908,10 +958,12 @@ def test_arc_broadcasts_on_grids():
     grid = geometry.arc_distance(x1[:, None], x2[:, None], y1[None], y2[None])
     assert tuple(grid.shape) == (b, b)
     grid = to_numpy(grid)
+    # Row by row: the b x b pairs as b * b separate problems, in one call.
+    rows = geometry.arc_distance(np.repeat(x1, b, 0), np.repeat(x2, b, 0), np.tile(y1, (b, 1)),
+                                 np.tile(y2, (b, 1)))
+    rows = to_numpy(rows).reshape(b, b)
     for i in range(b):
-        row = geometry.arc_distance(np.repeat(x1[i: i + 1], b, 0), np.repeat(x2[i: i + 1], b, 0),
-                                    y1, y2)
-        np.testing.assert_allclose(grid[i], to_numpy(row), atol=1e-12)
+        np.testing.assert_allclose(grid[i], rows[i], atol=1e-12)
     # Dots of different (broadcastable) shapes: [B, 1] for the positives, [1, B] for the
     # negatives, [B, B] for the cross terms.
     s = geometry.arc_similarity_from_dots(
@@ -1183,7 +1235,7 @@ def test_segment_gradients_match_finite_differences():
     idx = np.flatnonzero(_seg_unique(data))[::4][:60]
     xs = [data[k][idx] for k in ("x1", "x2", "y1", "y2")]
 
-    dist_fn = traced(geometry.segment_distance)
+    dist_fn = _for_one_call(geometry.segment_distance)
 
     def dist_np(*a):
         return to_numpy(dist_fn(*(_t(v) for v in a)))

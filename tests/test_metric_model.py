@@ -14,7 +14,7 @@ import keras
 import numpy as np
 import pytest
 from backends import BACKEND, CAN_COMPILE, to_numpy, value_and_grad
-from harness import pk_arrays, run_under_policy, small_embedding_model
+from harness import pk_arrays, run_under_policy, slow_beyond, small_embedding_model
 
 import tfdml
 from tfdml.losses import (
@@ -38,9 +38,17 @@ def _data(num_batches=2, seed=0):
     return pk_arrays(num_classes=4, per_class=3, num_batches=num_batches, seed=seed)
 
 
-def _model(loss, seed=0):
+# What the files and callbacks keep, what fit accepts and what evaluate reports is the same
+# under every mode: those tests run eagerly on every commit, compiled in the slow tier
+# (test_fit_trains_the_proxies_with_the_network, test_unbuilt_subclassed_embedder_with_embedding_dim
+# and the mixed-precision tests train compiled on every commit).
+ONE_MODE = slow_beyond(["eager", "compiled"] if CAN_COMPILE else ["eager"], {"eager"})
+
+
+def _model(loss, seed=0, mode="compiled"):
     model = MetricModel(small_embedding_model(seed=seed), loss)
-    model.compile(optimizer=keras.optimizers.Adam(0.05), jit_compile=CAN_COMPILE)
+    model.compile(optimizer=keras.optimizers.Adam(0.05), run_eagerly=mode == "eager",
+                  jit_compile=CAN_COMPILE and mode == "compiled")
     return model
 
 
@@ -72,7 +80,8 @@ def test_fit_trains_the_proxies_with_the_network():
                                to_numpy(model.embedder.predict(x, verbose=0)), rtol=1e-6)
 
 
-def test_keras_file_keeps_the_vectors_and_resume_continues_exactly(tmp_path):
+@pytest.mark.parametrize("mode", ONE_MODE)
+def test_keras_file_keeps_the_vectors_and_resume_continues_exactly(tmp_path, mode):
     """Two epochs straight equal one epoch, save, load, one more epoch: the optimizer's
     moments for the network and the centres come back with the file."""
     data = _data()
@@ -81,10 +90,10 @@ def test_keras_file_keeps_the_vectors_and_resume_continues_exactly(tmp_path):
         return SoftTripleLoss(NUM_CLASSES, centers_per_class=2,
                               initializer=keras.initializers.RandomNormal(0.0, 0.5, seed=1))
 
-    straight = _model(make_loss())
+    straight = _model(make_loss(), mode=mode)
     _fit(straight, data, epochs=2)
 
-    first = _model(make_loss())
+    first = _model(make_loss(), mode=mode)
     _fit(first, data, epochs=1)
     path = tmp_path / "run.keras"
     first.save(path)
@@ -101,14 +110,15 @@ def test_keras_file_keeps_the_vectors_and_resume_continues_exactly(tmp_path):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
 
 
-def test_backup_and_restore_resumes_an_interrupted_fit(tmp_path):
+@pytest.mark.parametrize("mode", ONE_MODE)
+def test_backup_and_restore_resumes_an_interrupted_fit(tmp_path, mode):
     """keras.callbacks.BackupAndRestore: a run killed after its first epoch and started
     again ends where an uninterrupted run ends (proxies and optimizer included)."""
     data = _data()
 
     def make_model():
         return _model(ProxyAnchorLoss(NUM_CLASSES, initializer=keras.initializers.RandomNormal(
-            0.0, 0.5, seed=2)))
+            0.0, 0.5, seed=2)), mode=mode)
 
     class Interrupt(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
@@ -133,12 +143,13 @@ def test_backup_and_restore_resumes_an_interrupted_fit(tmp_path):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
 
 
-def test_weights_file_round_trip_and_plain_embedder_checkpoints(tmp_path):
-    model = _model(ProxyAnchorLoss(NUM_CLASSES))
+@pytest.mark.parametrize("mode", ONE_MODE)
+def test_weights_file_round_trip_and_plain_embedder_checkpoints(tmp_path, mode):
+    model = _model(ProxyAnchorLoss(NUM_CLASSES), mode=mode)
     _fit(model, _data())
     path = str(tmp_path / "all.weights.h5")
     model.save_weights(path)
-    other = _model(ProxyAnchorLoss(NUM_CLASSES), seed=5)
+    other = _model(ProxyAnchorLoss(NUM_CLASSES), seed=5, mode=mode)
     other.build_from_config({"input_shape": (None, 6)})
     other.optimizer.build(other.trainable_variables)  # so that its moments load too
     other.load_weights(path)
@@ -150,16 +161,17 @@ def test_weights_file_round_trip_and_plain_embedder_checkpoints(tmp_path):
     # Weights of a plain embedding model load into the wrapped one.
     plain = str(tmp_path / "plain.weights.h5")
     model.embedder.save_weights(plain)
-    fresh = _model(ProxyAnchorLoss(NUM_CLASSES), seed=7)
+    fresh = _model(ProxyAnchorLoss(NUM_CLASSES), seed=7, mode=mode)
     fresh.embedder.load_weights(plain)
     x = _data().x[:4]
     np.testing.assert_allclose(to_numpy(fresh(x)), to_numpy(model(x)), rtol=1e-6)
 
 
-def test_stateless_losses_train_through_it_too():
+@pytest.mark.parametrize("mode", ONE_MODE)
+def test_stateless_losses_train_through_it_too(mode):
     loss = SupConLoss()
     assert loss.state is None
-    model = _model(loss)
+    model = _model(loss, mode=mode)
     assert len(model.trainable_variables) == 2
     before = _numpy(model.trainable_variables)
     _fit(model, _data())
@@ -167,9 +179,10 @@ def test_stateless_losses_train_through_it_too():
                for a, b in zip(before, _numpy(model.trainable_variables), strict=True))
 
 
-def test_evaluate_reports_the_wrapped_loss():
+@pytest.mark.parametrize("mode", ONE_MODE)
+def test_evaluate_reports_the_wrapped_loss(mode):
     loss = MarginLoss(miner=tfdml.miners.TripletMiner("easy", "hard"))
-    model = _model(loss)
+    model = _model(loss, mode=mode)
     data = _data(num_batches=1)
     value = model.evaluate(data.x, data.y, batch_size=data.batch_size, verbose=0)
     expected = to_numpy(loss(data.y, model(data.x)))
@@ -221,11 +234,18 @@ def test_unbuilt_subclassed_embedder_with_embedding_dim():
 # -- mixed precision: scale 64 never overflows float16 --------------------------------------------
 
 
-@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
-@pytest.mark.parametrize("make", [lambda: ArcFaceLoss(NUM_CLASSES, scale=64.0),
-                                  lambda: CosFaceLoss(NUM_CLASSES, scale=64.0)],
-                         ids=["arcface", "cosface"])
-def test_margin_softmax_losses_train_without_nan_under_mixed_precision(policy, make):
+MARGIN_SOFTMAX = {"arcface": lambda: ArcFaceLoss(NUM_CLASSES, scale=64.0),
+                  "cosface": lambda: CosFaceLoss(NUM_CLASSES, scale=64.0)}
+
+
+# Each loss and each policy on every commit (arcface under float16, cosface under bfloat16),
+# the other two pairs in the slow tier; test_half_precision_embeddings_at_the_extreme_angles
+# checks every pair's values on every commit.
+@pytest.mark.parametrize("make, policy", slow_beyond(
+    [pytest.param(make, policy, id=f"{name}-{policy}")
+     for name, make in MARGIN_SOFTMAX.items() for policy in ("mixed_float16", "mixed_bfloat16")],
+    {"arcface-mixed_float16", "cosface-mixed_bfloat16"}))
+def test_margin_softmax_losses_train_without_nan_under_mixed_precision(make, policy):
     if BACKEND == "jax" and policy == "mixed_float16":
         pytest.skip("one policy under JAX (each compiles a training step)")
     with run_under_policy(policy):
@@ -258,10 +278,11 @@ def test_half_precision_embeddings_at_the_extreme_angles(fn, dtype):
     assert np.abs(grad).max() > 0
 
 
-def test_fit_refuses_an_endless_dataset_without_steps_and_does_not_warn_about_shuffle():
+@pytest.mark.parametrize("mode", ONE_MODE)
+def test_fit_refuses_an_endless_dataset_without_steps_and_does_not_warn_about_shuffle(mode):
     data = _data()
     stream = tfdml.data.PKDataset((data.x, data.y), 4, 3, seed=0)  # repeat=True: endless
-    model = _model(SupConLoss())
+    model = _model(SupConLoss(), mode=mode)
     with pytest.raises(ValueError, match="steps_per_epoch"):
         model.fit(stream, epochs=2, verbose=0)
     with pytest.raises(ValueError, match="validation_steps"):

@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import pytest
 from backends import BACKEND, CAN_COMPILE, to_numpy, value_and_grad_function
-from harness import pk_arrays
+from harness import pk_arrays, slow_beyond
 
 from tfdml.losses import (
     CrossBatchMemory,
@@ -33,6 +33,13 @@ NUM_CLASSES = 8  # pk_arrays(num_classes=4, num_batches=2): ids 0..7
 # How a step runs: eagerly, as a graph (TensorFlow without XLA) or compiled.
 MODES = {"tensorflow": ["eager", "graph", "compiled"], "jax": ["eager", "compiled"],
          "torch": ["eager"]}[BACKEND]
+
+# The checks of one mode are about what a chunked step computes (the loss's variables and
+# state, the chunk sizes, regularization), the same code under every mode: eagerly on every
+# commit, compiled in the slow tier. The compiled chunk loop runs on every commit in
+# test_random_and_batch_norm_layers_replay_the_first_pass (a ragged last chunk) and
+# test_blocks_with_chunks_compile_and_equal_the_dense_step (against the unchunked step).
+ONE_MODE = ["eager", "compiled"] if CAN_COMPILE else ["eager"]
 
 
 def _data(num_batches=2, seed=0):
@@ -85,11 +92,22 @@ def _assert_same_variables(a, b, rtol=1e-5, atol=1e-6):
 # -- the update of the unchunked step -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("make_loss, optimizer", [
-    (lambda: TripletNCALoss(order=2), {"class_name": "SGD", "config": {"learning_rate": 0.5}}),
-    (lambda: SupConLoss(), {"class_name": "Adam", "config": {"learning_rate": 0.01}}),
-], ids=["triplet_nca-sgd", "supcon-adam"])
+STEP_LOSSES = {
+    "triplet_nca-sgd": (lambda: TripletNCALoss(order=2),
+                        {"class_name": "SGD", "config": {"learning_rate": 0.5}}),
+    "supcon-adam": (lambda: SupConLoss(), {"class_name": "Adam", "config": {"learning_rate": 0.01}}),
+}
+
+
+# Eagerly on every commit (SGD, and Adam: one update of its moments per step); as a graph and
+# compiled in the slow tier. On every commit a compiled chunked step equals the unchunked one
+# in test_blocks_with_chunks_compile_and_equal_the_dense_step, and the chunk loop, a ragged
+# last chunk included, equals the step computed by hand as a graph and compiled in
+# test_random_and_batch_norm_layers_replay_the_first_pass.
+@pytest.mark.parametrize("make_loss, optimizer, mode", slow_beyond(
+    [pytest.param(make, optimizer, mode, id=f"{name}-{mode}")
+     for name, (make, optimizer) in STEP_LOSSES.items() for mode in MODES],
+    {"triplet_nca-sgd-eager", "supcon-adam-eager"}))
 def test_chunked_steps_equal_unchunked_steps(make_loss, optimizer, mode):
     plain, chunked = _pair(_embedder, make_loss, mode, optimizer)
     before = _numpy(plain.trainable_variables)
@@ -103,10 +121,12 @@ def test_chunked_steps_equal_unchunked_steps(make_loss, optimizer, mode):
                                rtol=1e-5)
 
 
-@pytest.mark.parametrize("chunk_size", [4, 12, 16])
-def test_chunks_without_a_ragged_one(chunk_size):
+# A chunk larger than the batch takes the same path as one of the whole batch (the stock step):
+# in the slow tier.
+@pytest.mark.parametrize("mode", slow_beyond(ONE_MODE, {"eager"}))
+@pytest.mark.parametrize("chunk_size", slow_beyond([4, 12, 16], {"4", "12"}))
+def test_chunks_without_a_ragged_one(chunk_size, mode):
     """Chunks that divide the batch; one chunk of the whole batch (or larger)."""
-    mode = "compiled" if CAN_COMPILE else "eager"
     plain, chunked = _pair(_embedder, SupConLoss, mode, "sgd", chunk_size=chunk_size)
     data = _data()
     _fit(plain, data)
@@ -114,13 +134,13 @@ def test_chunks_without_a_ragged_one(chunk_size):
     _assert_same_variables(chunked.trainable_variables, plain.trainable_variables)
 
 
+@pytest.mark.parametrize("mode", slow_beyond(ONE_MODE, {"eager"}))
 @pytest.mark.parametrize("make_loss", [
     lambda: MarginLoss(miner=TripletMiner("easy", "hard")),  # beta is learned
     lambda: ProxyAnchorLoss(NUM_CLASSES, initializer=keras.initializers.RandomNormal(
         0.0, 0.5, seed=2))],
                          ids=["margin-beta", "proxy_anchor"])
-def test_the_losss_variables_train_as_without_chunks(make_loss):
-    mode = "compiled" if CAN_COMPILE else "eager"
+def test_the_losss_variables_train_as_without_chunks(make_loss, mode):
     plain, chunked = _pair(_embedder, make_loss, mode, {"class_name": "Adam",
                                                         "config": {"learning_rate": 0.05}})
     learned = chunked.metric_loss.trainable_variables
@@ -133,8 +153,8 @@ def test_the_losss_variables_train_as_without_chunks(make_loss):
     _assert_same_variables(chunked.trainable_variables, plain.trainable_variables)
 
 
-def test_weight_regularization_is_trained_once():
-    mode = "compiled" if CAN_COMPILE else "eager"
+@pytest.mark.parametrize("mode", slow_beyond(ONE_MODE, {"eager"}))
+def test_weight_regularization_is_trained_once(mode):
     plain, chunked = _pair(lambda: _embedder(regularizer=keras.regularizers.L2(0.1)),
                            SupConLoss, mode, {"class_name": "SGD",
                                               "config": {"learning_rate": 0.5}})
@@ -186,8 +206,13 @@ def _reference_step(model, loss, x, y, learning_rate, mode):
     return updated, _numpy(new_state)
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("middle", ["dropout", "batch_norm"])
+# On every commit each layer eagerly, Dropout compiled and BatchNormalization as a graph; the
+# other two in the slow tier.
+@pytest.mark.parametrize("middle, mode", slow_beyond(
+    [pytest.param(middle, mode, id=f"{middle}-{mode}")
+     for middle in ("dropout", "batch_norm") for mode in MODES],
+    {f"{middle}-{mode}" for middle in ("dropout", "batch_norm") for mode in MODES}
+    - {"batch_norm-compiled", "dropout-graph"}))
 def test_random_and_batch_norm_layers_replay_the_first_pass(middle, mode):
     """The update equals the gradient of the loss on the embeddings of the chunks (same
     dropout masks, BatchNormalization's statistics per chunk), and the embedder's state
@@ -214,12 +239,12 @@ def test_random_and_batch_norm_layers_replay_the_first_pass(middle, mode):
 # -- the loss runs once per step -------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("mode", slow_beyond(ONE_MODE, {"eager"}))
 @pytest.mark.parametrize("make_loss", [
     lambda: CrossBatchMemory(TripletNCALoss(), memory_size=24),
     lambda: TripletNCALoss(miner=TripletMiner("easy", "random", seed=1)),
 ], ids=["xbm", "random_miner"])
-def test_the_losss_state_advances_once_per_step(make_loss):
-    mode = "compiled" if CAN_COMPILE else "eager"
+def test_the_losss_state_advances_once_per_step(make_loss, mode):
     plain, chunked = _pair(_embedder, make_loss, mode, "sgd")
     data = _data(num_batches=1)
     _fit(plain, data)
@@ -245,7 +270,9 @@ def test_bad_chunk_size(bad):
         MetricModel(_embedder(), SupConLoss(), chunk_size=bad)
 
 
-def test_config_and_keras_file_keep_the_chunk_size(tmp_path):
+# Eagerly on every commit; compiled as fit compiles by default in the slow tier.
+@pytest.mark.parametrize("mode", slow_beyond(["eager", "default"], {"eager"}))
+def test_config_and_keras_file_keep_the_chunk_size(tmp_path, mode):
     model = MetricModel(_embedder(), MarginLoss(miner=TripletMiner("easy", "hard")),
                         chunk_size=np.int64(7))
     assert model.chunk_size == 7 and isinstance(model.chunk_size, int)
@@ -253,7 +280,7 @@ def test_config_and_keras_file_keep_the_chunk_size(tmp_path):
     assert config["chunk_size"] == 7
     assert MetricModel.from_config(config).chunk_size == 7
     assert MetricModel(_embedder(), SupConLoss()).get_config()["chunk_size"] is None
-    model.compile(optimizer="adam")
+    model.compile(optimizer="adam", run_eagerly=mode == "eager")
     data = _data(num_batches=1)
     _fit(model, data)
     # evaluate and predict run as without chunks.
@@ -305,7 +332,8 @@ def _two_views_embedder():
     return keras.Model([first, second], views)
 
 
-@pytest.mark.parametrize("chunk_size", [1, 3])
+# Chunks of one row in the slow tier: the same check refuses them.
+@pytest.mark.parametrize("chunk_size", slow_beyond([1, 3], {"3"}))
 def test_an_embedder_of_two_stacked_views_is_refused_with_chunks(chunk_size):
     from tfdml.losses import NTXentLoss, SelfSupervisedLoss
 

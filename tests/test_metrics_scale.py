@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import references as ref
 from backends import BACKEND
+from harness import slow_beyond
 from metric_cases import assert_metric_close, tied_embeddings
 
 from tfdml import metrics, search
@@ -60,8 +61,12 @@ def _cases(seed, n=26):
 # -- the retrieval metrics with groups, against the reference ----------------------------------
 
 
-@pytest.mark.parametrize("name", RANKED)
-@pytest.mark.parametrize("metric", [pytest.param("cosine", marks=MB), "l2"])
+# Every metric with cosine scores, and l2 scores (the same grouping code) with one of them,
+# on every commit; the other l2 pairs in the slow tier.
+@pytest.mark.parametrize("metric,name", slow_beyond(
+    [pytest.param(m, n, id=f"{m}-{n}", marks=[MB] if m == "cosine" else [])
+     for m in ("cosine", "l2") for n in RANKED],
+    {*(f"cosine-{n}" for n in RANKED), "l2-recall"}))
 def test_ranked_metrics_with_groups_match_the_reference(name, metric):
     for data, groups in _cases(3):
         want = ref.grouped_metric(name, **data, ks=(1, 2, 5), metric=metric, **groups)
@@ -222,7 +227,10 @@ def test_pcf_on_the_oml_example():
 FMRS = (0.01, 0.1, 0.25, 0.5, 0.9)
 
 
-@pytest.mark.parametrize("metric", [pytest.param("cosine", marks=MB), "l2"])
+# l2 (slow tier): the same thresholds and groups as cosine; l2 scores on every commit in
+# test_fnmr_at_fmr_on_random_data_and_integer_l2.
+@pytest.mark.parametrize("metric", slow_beyond([pytest.param("cosine", marks=MB), "l2"],
+                                               {"cosine"}))
 def test_fnmr_at_fmr_matches_the_reference(metric):
     for data, groups in _cases(21, n=24):
         for extra in ({}, groups):

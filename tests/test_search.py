@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from backends import BACKEND
+from harness import slow_beyond
 
 from tfdml.search import METRICS, Index, calibrate, plot_calibration
 
@@ -43,8 +44,14 @@ def brute_force(queries, gallery, k, metric):
     return np.take_along_axis(values, order, axis=1), order
 
 
-@pytest.mark.parametrize("metric", METRICS)
-@pytest.mark.parametrize("chunks", [(1, 1), (3, 7), (64, 5), (1024, 16384)])
+CHUNKINGS = [(1, 1), (3, 7), (64, 5), (1024, 16384)]
+
+
+# Every chunking and every metric on every commit (the metric scores, the chunking merges);
+# the other pairs in the slow tier.
+@pytest.mark.parametrize("chunks,metric", slow_beyond(
+    [pytest.param(c, m, id=f"chunks{i}-{m}") for i, c in enumerate(CHUNKINGS) for m in METRICS],
+    {"chunks0-dot", "chunks1-cosine", "chunks2-l2", "chunks3-cosine"}))
 def test_exact_answers_with_ties_across_chunk_sizes(metric, chunks):
     gallery = _tied_data(45, 4, 0, metric)
     queries = np.concatenate([_tied_data(10, 4, 1, metric), gallery[:3]])
@@ -59,8 +66,11 @@ def test_exact_answers_with_ties_across_chunk_sizes(metric, chunks):
     assert len(index) == 45
 
 
-@pytest.mark.parametrize("metric", ["cosine", "l2"])
-@pytest.mark.parametrize("k", [1, 3, 7, 30])
+# On every commit each k (each cut of the groups) and each metric; the other pairs in the slow
+# tier.
+@pytest.mark.parametrize("k,metric", slow_beyond(
+    [pytest.param(k, m, id=f"{k}-{m}") for m in ("cosine", "l2") for k in (1, 3, 7, 30)],
+    {"1-cosine", "3-l2", "7-cosine", "30-l2"}))
 def test_wide_blocks_and_a_ragged_last_block_are_exact(metric, k):
     """Gallery blocks much wider than k, one chunk or two of odd sizes (501 and 502): the
     group pre-selection runs on the whole groups of a block (all but k = 30 here, and k = 7
@@ -275,6 +285,9 @@ def test_faiss_backend_without_faiss_names_the_package(monkeypatch):
         Index(backend="annoy")
 
 
+# Real training (slow tier); calibrate on every commit: test_calibrate_picks_the_loosest_
+# threshold_reaching_the_precision and the other calibrate tests above.
+@pytest.mark.slow
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="trains a model: one backend suffices")
 def test_calibrated_threshold_holds_its_precision_on_held_out_digits():
     """A 16-d embedding of scikit-learn's digits (300 steps of 2nd-order triplet NCA on

@@ -13,6 +13,8 @@ import pytest
 pytest.importorskip("faiss")
 pytestmark = pytest.mark.multibackend
 
+from harness import slow_beyond  # noqa: E402
+
 from tfdml.search import Index, neighbour_recall  # noqa: E402
 
 STRUCTURES = ("HNSW16", "IVF16,Flat", "IVF16,PQ8x4")
@@ -34,8 +36,10 @@ def _exact(gallery, queries, k, metric):
     return index.search(queries, k)
 
 
-@pytest.mark.parametrize("metric", ["cosine", "l2"])
-@pytest.mark.parametrize("structure", STRUCTURES)
+# Each structure and each metric on every commit; the other pairs in the slow tier.
+@pytest.mark.parametrize("structure,metric", slow_beyond(
+    [pytest.param(s, m, id=f"{s}-{m}") for s in STRUCTURES for m in ("cosine", "l2")],
+    {"HNSW16-l2", "IVF16,Flat-cosine", "IVF16,PQ8x4-cosine"}))
 def test_tune_reaches_the_target_recall_and_sets_it(structure, metric):
     gallery, _ = _clusters(3000)
     queries, _ = _clusters(200, seed=1)
@@ -160,8 +164,11 @@ def test_train_first_then_add():
         Index("cosine").train(gallery)
 
 
-@pytest.mark.parametrize("vectors", ["memory", "disk", None])
-@pytest.mark.parametrize("structure", STRUCTURES)
+# Each structure and each place of the vectors on every commit; the other pairs in the slow
+# tier.
+@pytest.mark.parametrize("structure,vectors", slow_beyond(
+    [pytest.param(s, v, id=f"{s}-{v}") for s in STRUCTURES for v in ("memory", "disk", None)],
+    {"HNSW16-memory", "IVF16,Flat-disk", "IVF16,PQ8x4-None"}))
 def test_save_and_load_give_the_same_answers(structure, vectors, tmp_path):
     gallery, labels = _clusters(1200)
     queries, _ = _clusters(30, seed=4)

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 import references as ref
 import tensorflow as tf
-from backends import central_differences
-from harness import run_under_policy, small_embedding_model
+from harness import run_under_policy, slow_beyond, small_embedding_model
 
 from tfdml import ops as dml
 from tfdml.compat import tfa
@@ -21,18 +20,20 @@ LABELS = ref.make_labels([4, 3, 2, 2, 1], seed=8)  # B=12, with a singleton
 X = np.random.default_rng(21).normal(size=(12, 5)) * 1.7  # B != D, norms far from 1
 
 
-def _grad_check(fn, x, rtol=1e-4, atol=1e-6):
+def _grad_check(fn, x, rtol=1e-4, atol=1e-6, delta=1e-6):
     """The eager gradient of the scalar ``fn`` at the float64 ``x`` against central
-    differences (as ``tf.test.compute_gradient``) of ``fn`` traced once: the many
-    evaluations run a graph."""
+    differences (as ``tf.test.compute_gradient``) of ``fn``: every shifted copy of ``x``
+    (each entry plus and minus ``delta``) evaluated in one call of one graph."""
     x = tf.constant(x, tf.float64)
     with tf.GradientTape() as tape:
         tape.watch(x)
         value = fn(x)
     theoretical = tape.gradient(value, x).numpy()
-    traced = tf.function(fn)
-    numerical = central_differences(lambda e: float(traced(tf.constant(e))), x.numpy(),
-                                    delta=1e-6)
+    x0 = x.numpy()
+    shifts = delta * np.eye(x0.size).reshape(x0.size, *x0.shape)
+    values = tf.function(lambda b: tf.map_fn(fn, b, fn_output_signature=tf.float64))(
+        tf.constant(np.concatenate([x0 + shifts, x0 - shifts]))).numpy()
+    numerical = ((values[:x0.size] - values[x0.size:]) / (2.0 * delta)).reshape(x0.shape)
     assert np.all(np.isfinite(theoretical))
     np.testing.assert_allclose(theoretical, numerical, rtol=rtol, atol=atol)
 
@@ -48,7 +49,7 @@ def test_distances_match_reference(metric):
     np.testing.assert_allclose(np.diag(got), 0.0, atol=1e-12)
 
 
-@pytest.mark.parametrize("margin", [1.0, 0.3])
+@pytest.mark.parametrize("margin", slow_beyond([1.0, 0.3], {"1.0"}))  # 0.3: the same code
 @pytest.mark.parametrize("metric", METRICS)
 def test_semihard_matches_reference(metric, margin):
     for seed in range(4):
@@ -137,10 +138,11 @@ def test_gradients_match_finite_differences(metric):
 
 def test_xla_matches_eager():
     x = tf.constant(X, tf.float32)
-    for fn in (tfa.losses.triplet_semihard_loss, tfa.losses.triplet_hard_loss):
-        eager = fn(LABELS, x).numpy()
-        compiled = tf.function(lambda y, e, fn=fn: fn(y, e), jit_compile=True)(LABELS, x)
-        np.testing.assert_allclose(compiled.numpy(), eager, rtol=1e-5)
+    fns = (tfa.losses.triplet_semihard_loss, tfa.losses.triplet_hard_loss)
+    # Both losses in one XLA program (one compilation).
+    compiled = tf.function(lambda y, e: [fn(y, e) for fn in fns], jit_compile=True)(LABELS, x)
+    for fn, got in zip(fns, compiled, strict=True):
+        np.testing.assert_allclose(got.numpy(), fn(LABELS, x).numpy(), rtol=1e-5)
 
 
 def test_low_precision_embeddings_keep_class_ids_and_dtype():
@@ -180,7 +182,7 @@ def test_bad_input():
         tfa.losses.triplet_semihard_loss(LABELS[:5], X)
 
 
-@pytest.mark.parametrize("margin", [1.0, 0.5])
+@pytest.mark.parametrize("margin", slow_beyond([1.0, 0.5], {"1.0"}))  # 0.5: the same code
 def test_lifted_struct_matches_reference(margin):
     for seed in range(3):
         labels = ref.make_labels([3, 3, 2, 2, 1], seed=seed)
@@ -270,7 +272,27 @@ def _has_distance_ties(case, inputs):
     return False
 
 
-@pytest.mark.parametrize("case", _CASES, ids=[c["id"] for c in _CASES])
+def _fast_case_ids(cases):
+    """The cases checked on every commit: every function and class with every set of arguments
+    on the main batch (``rand12_float32``), and every kind of batch (label formats, dtypes,
+    sizes, singletons, ties, duplicates, ...) once per function, with its first arguments
+    (classes: the label formats and dtypes; their other batches are those of the functions
+    they call). The other cases, the same paths with other arguments, run in the slow tier."""
+    fast, seen = set(), set()
+    for case in cases:
+        batch = case["id"].split("__")[1]
+        group = (case["function"], batch)
+        is_class = case["function"] in _CLASSES
+        other_margin = case["id"].endswith(("__m0.3", "__m0.5"))  # a factor in the same code
+        if (batch == "rand12_float32" and not other_margin) or (group not in seen and not (
+                is_class and batch.startswith(("rand33", "unit16", "singletons", "all_distinct")))):
+            fast.add(case["id"])
+        seen.add(group)
+    return fast
+
+
+@pytest.mark.parametrize("case", slow_beyond(_CASES, _fast_case_ids(_CASES),
+                                             ids=lambda c: c["id"]))
 def test_matches_tensorflow_addons(case):
     inputs = {k: tf.constant(_DATA[v]) for k, v in case["inputs"].items()}
     cotangent = inputs.pop("cotangent", None)
@@ -306,22 +328,38 @@ def test_matches_tensorflow_addons(case):
         np.testing.assert_allclose(got, want, rtol=10 * rtol, atol=10 * atol)
 
 
-@pytest.mark.parametrize("fn", [
-    lambda y, x: tfa.triplet_semihard_loss(y, x),
-    lambda y, x: tfa.triplet_semihard_loss(y, x, distance_metric="angular"),
-    lambda y, x: tfa.triplet_hard_loss(y, x),
-    lambda y, x: tfa.triplet_hard_loss(y, x, soft=True),
-    lambda y, x: tfa.lifted_struct_loss(y, x),
-    lambda y, x: tfa.TripletSemiHardLoss()(y, x),
-    lambda y, x: tfa.LiftedStructLoss()(y, x),
-], ids=["semihard", "semihard_angular", "hard", "hard_soft", "lifted", "semihard_class",
-        "lifted_class"])
-def test_nonfinite_embeddings_give_nan_like_tfa(fn):
-    """TFA 0.23 returns NaN here; a finite value would keep TerminateOnNaN from firing."""
+_NONFINITE = {
+    "semihard": lambda y, x: tfa.triplet_semihard_loss(y, x),
+    "semihard_angular": lambda y, x: tfa.triplet_semihard_loss(y, x, distance_metric="angular"),
+    "hard": lambda y, x: tfa.triplet_hard_loss(y, x),
+    "hard_soft": lambda y, x: tfa.triplet_hard_loss(y, x, soft=True),
+    "lifted": lambda y, x: tfa.lifted_struct_loss(y, x),
+    "semihard_class": lambda y, x: tfa.TripletSemiHardLoss()(y, x),
+    "lifted_class": lambda y, x: tfa.LiftedStructLoss()(y, x),
+}
+
+
+@pytest.fixture(scope="module")
+def nonfinite_values():
+    """bad -> (eager, compiled): each loss of _NONFINITE at a batch with one ``bad`` entry,
+    eagerly and under XLA, all the losses in one XLA program (one compilation for all)."""
     labels = np.array([0, 0, 1, 1, 2, 2, 2, 3], np.int32)
-    compiled = tf.function(fn, jit_compile=True)  # one XLA program for the three inputs
+    compiled = tf.function(lambda y, x: {name: fn(y, x) for name, fn in _NONFINITE.items()},
+                           jit_compile=True)
+    out = {}
     for bad in (np.nan, np.inf, -np.inf):
         x = np.random.default_rng(3).normal(size=(8, 5)).astype(np.float32)
         x[4, 2] = bad
-        assert np.isnan(fn(labels, x).numpy()), bad
-        assert np.isnan(compiled(tf.constant(labels), tf.constant(x)).numpy()), bad
+        eager = {name: fn(labels, x).numpy() for name, fn in _NONFINITE.items()}
+        jit = {name: v.numpy() for name, v in compiled(tf.constant(labels),
+                                                       tf.constant(x)).items()}
+        out[bad] = (eager, jit)
+    return out
+
+
+@pytest.mark.parametrize("name", list(_NONFINITE))
+def test_nonfinite_embeddings_give_nan_like_tfa(name, nonfinite_values):
+    """TFA 0.23 returns NaN here; a finite value would keep TerminateOnNaN from firing."""
+    for bad, (eager, jit) in nonfinite_values.items():
+        assert np.isnan(eager[name]), bad
+        assert np.isnan(jit[name]), bad

@@ -7,6 +7,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from harness import slow_beyond
 from test_pk import _labels  # noqa: E402  (the sampler's test labels)
 
 import tfdml
@@ -169,20 +170,25 @@ def test_corrupt_file_raise_names_path(tmp_path):
         next(iter(ds))
 
 
-@pytest.mark.parametrize("repeat", [True, False])
-def test_corrupt_file_at_any_position_is_named(tmp_path, repeat):
+#: File ``bad`` broken, drawn with ``seed=bad``: seeds 1, 0 and 2 put it first, inside and
+#: last in the first batch. On every commit those three in an endless stream, and the last
+#: with ``repeat=False`` (the end of the stream: its only batch); the others in the slow tier.
+@pytest.mark.parametrize("repeat,bad", slow_beyond(
+    [pytest.param(repeat, bad, id=f"{repeat}-{bad}") for bad in range(6)
+     for repeat in (True, False)],
+    {"True-0", "True-1", "True-2", "False-2"}))
+def test_corrupt_file_at_any_position_is_named(tmp_path, repeat, bad):
     labels = np.repeat(np.arange(3), 2)
     paths = _write_jpegs(str(tmp_path), labels)
     with open(paths[0], "rb") as f:
         good = f.read()
-    for bad in range(6):  # the gap is first, inside, or last in the batch / stream
-        for i, path in enumerate(paths):
-            with open(path, "wb") as f:
-                f.write(b"broken" if i == bad else good)
-        ds = pk_batches((paths, labels), 3, 2, seed=bad, repeat=repeat,
-                        steps_per_epoch=1 if not repeat else None)
-        with pytest.raises(tf.errors.InvalidArgumentError, match=f"img_{bad}.jpg"):
-            list(ds.take(2))
+    for i, path in enumerate(paths):
+        with open(path, "wb") as f:
+            f.write(b"broken" if i == bad else good)
+    ds = pk_batches((paths, labels), 3, 2, seed=bad, repeat=repeat,
+                    steps_per_epoch=1 if not repeat else None)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"img_{bad}.jpg"):
+        list(ds.take(2))
 
 
 def test_corrupt_file_skip_warns_and_keeps_batch_size(tmp_path, caplog):

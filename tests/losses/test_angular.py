@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import references as ref
 from backends import reference_gradient, to_numpy, value_and_grad
+from harness import slow_beyond
 from pml_data import BATCHES, recorded, uneven_batch
 
 from tfdml.losses import AngularLoss, TupletMarginLoss, angular_loss, tuplet_margin_loss
@@ -25,9 +26,14 @@ LOSSES = {
 }
 
 
-@pytest.mark.parametrize("name,args", [
-    ("angular", ()), ("angular", (math.radians(55),)), ("tuplet_margin", ()),
-    ("tuplet_margin", (0.3, 16.0))])
+# The defaults of each loss on every commit; other values of the same arguments in the slow
+# tier.
+@pytest.mark.parametrize("name,args", slow_beyond([
+    pytest.param("angular", (), id="angular-args0"),
+    pytest.param("angular", (math.radians(55),), id="angular-args1"),
+    pytest.param("tuplet_margin", (), id="tuplet_margin-args2"),
+    pytest.param("tuplet_margin", (0.3, 16.0), id="tuplet_margin-args3")],
+    {"angular-args0", "tuplet_margin-args2"}))
 def test_values_and_gradients_match_the_reference(name, args):
     cls, _, reference = LOSSES[name]
     labels, x = uneven_batch()
@@ -58,7 +64,9 @@ def test_tuplet_margin_loss_equals_pytorch_metric_learning(batch):
     np.testing.assert_allclose(grad, want_grad, rtol=1e-7, atol=1e-10)
 
 
-@pytest.mark.parametrize("batch", BATCHES)
+# The pk batch (slow tier) is the same reading on a larger batch; uneven and pairs run on
+# every commit.
+@pytest.mark.parametrize("batch", slow_beyond(BATCHES, {"uneven", "pairs"}))
 def test_angular_loss_differs_from_pytorch_metric_learning_by_its_unnormalized_negatives(batch):
     """pytorch-metric-learning 2.9 normalizes the anchor and the positive but multiplies
     their sum by the negatives' embeddings as given; the paper (and tfdml) L2-normalizes

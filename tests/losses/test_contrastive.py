@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import references as ref
 from backends import CAN_COMPILE, gradient_check, to_numpy, value_and_grad
-from harness import assert_compiled_values_equal_eager
+from harness import assert_compiled_values_equal_eager, slow_beyond
 from keras import ops
 from recorded_mining import (
     RecordingMiner,
@@ -88,7 +88,10 @@ def _params(names, multibackend):
     return [pytest.param(n, marks=MB) if n in multibackend else n for n in names]
 
 
-@pytest.mark.parametrize("miner", _params(sorted(MINERS), ["none", "dw_easy"]))
+# On every commit: no miner, a pair miner and triplet miners (hardest, distance weighted);
+# the other miners, whose pairs reach the loss the same way, in the slow tier.
+@pytest.mark.parametrize("miner", slow_beyond(_params(sorted(MINERS), ["none", "dw_easy"]),
+                                              {"none", "ms_hard", "easy_hard", "dw_easy"}))
 def test_class_form_matches_reference(miner):
     want, per_anchor = run_contrastive(*BATCH_A, MINERS[miner](), negative_margin=1.4)
     assert want > 0 and per_anchor
@@ -96,10 +99,18 @@ def test_class_form_matches_reference(miner):
                     grad=False)
 
 
-@pytest.mark.parametrize("distance,margins", [("squared_l2", (0.0, 2.0)),
-                                              ("squared_l2", (0.5, 1.5)),
-                                              ("cosine", (0.2, 0.9)), ("l2", (0.9, 1.3))])
-@pytest.mark.parametrize("miner", ["none", "ms_easy", "all_semihard"])
+DISTANCES_AND_MARGINS = [("squared_l2", (0.0, 2.0)), ("squared_l2", (0.5, 1.5)),
+                         ("cosine", (0.2, 0.9)), ("l2", (0.9, 1.3))]
+
+
+# On every commit each distance and margins once and each kind of miner; the other pairs in
+# the slow tier.
+@pytest.mark.parametrize("miner,distance,margins", slow_beyond(
+    [pytest.param(m, d, margins, id=f"{m}-{d}-margins{i}")
+     for i, (d, margins) in enumerate(DISTANCES_AND_MARGINS)
+     for m in ("none", "ms_easy", "all_semihard")],
+    {"none-squared_l2-margins0", "ms_easy-squared_l2-margins1",
+     "all_semihard-cosine-margins2", "none-l2-margins3"}))
 def test_distances_and_margins(miner, distance, margins):
     want, _ = run_contrastive(*BATCH_A, MINERS[miner](), *margins, distance=distance)
     assert want > 0
@@ -127,15 +138,18 @@ def test_positive_margin_stops_the_pull():
 REF_LABELS, REF_X = ref.make_batch([4, 3, 3, 2, 1, 1], 5, seed=3)  # R=14, D=5
 
 
-@pytest.mark.parametrize("miner", _params(["none", "ms_hard", "easy_hard", "all_all",
-                                           "dw_easy"], []))
+# The triplet miners easy_hard and all_all take the reference set as dw_easy does: slow tier.
+@pytest.mark.parametrize("miner", slow_beyond(["none", "ms_hard", "easy_hard", "all_all",
+                                               "dw_easy"], {"none", "ms_hard", "dw_easy"}))
 def test_functional_reference_set_with_offset(miner):
     labels, x = REF_LABELS[3:9], REF_X[3:9]
     run_contrastive(labels, x, MINERS[miner](), 0.2, 1.3, ref_set=(REF_X, REF_LABELS, 3),
                     functional=True)
 
 
-@pytest.mark.parametrize("miner", ["none", "ms_easy", "all_semihard", "dw_easy"])
+# all_semihard takes the reference set as dw_easy does: slow tier.
+@pytest.mark.parametrize("miner", slow_beyond(["none", "ms_easy", "all_semihard", "dw_easy"],
+                                              {"none", "ms_easy", "dw_easy"}))
 def test_functional_reference_set_without_offset(miner):
     rng = np.random.default_rng(21)
     x = rng.normal(size=(6, 5))
@@ -167,12 +181,14 @@ def test_anchor_with_negatives_only_counts_without_miner():
 SMALL_LABELS = np.array([2, 5, 2, 5, 2, 9], np.int32)
 
 
+# A triplet miner's pairs (slow tier) reach the float64 gradient as the pair miner's do.
 @pytest.mark.multibackend
-@pytest.mark.parametrize("make_miner,distance", [
-    (lambda: None, "l2"), (lambda: None, "squared_l2"),
-    (lambda: MultiSimilarityMiner(0.3, "easy"), "cosine"),
-    (lambda: TripletMiner("easy", "hard"), "l2"),
-])
+@pytest.mark.parametrize("make_miner,distance", slow_beyond([
+    pytest.param(lambda: None, "l2", id="none-l2"),
+    pytest.param(lambda: None, "squared_l2", id="none-squared_l2"),
+    pytest.param(lambda: MultiSimilarityMiner(0.3, "easy"), "cosine", id="ms_easy-cosine"),
+    pytest.param(lambda: TripletMiner("easy", "hard"), "l2", id="easy_hard-l2"),
+], {"none-l2", "none-squared_l2", "ms_easy-cosine"}))
 def test_float64_compute_gradient(make_miner, distance, float64):
     x = np.random.default_rng(4).normal(size=(6, 4))
     labels = ops.convert_to_tensor(SMALL_LABELS)

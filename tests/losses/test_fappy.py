@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import references as ref
 from backends import BACKEND, CAN_COMPILE, gradient_check, to_numpy, value_and_grad
-from harness import assert_compiled_values_equal_eager
+from harness import assert_compiled_values_equal_eager, slow_beyond
 from keras import ops
 
 from tfdml import ops as dml
@@ -37,12 +37,15 @@ GRAD_ATOL = 1e-4
 MB = pytest.mark.multibackend
 
 
-def grid(firsts, seconds, multibackend=()):
-    """Every ``(first, second)`` as pytest params; the pairs in ``multibackend`` also run under
-    JAX and PyTorch. (Eager JAX compiles every op for each new shape, and each scale of FAPPY
-    has its own number of nodes: the multibackend subset keeps to few shapes and scales.)"""
-    return [pytest.param(a, b, marks=MB) if (a, b) in multibackend else (a, b)
-            for a in firsts for b in seconds]
+def grid(firsts, seconds, multibackend=(), fast=None):
+    """Every ``(first, second)`` as pytest params ``first-second``; the pairs in
+    ``multibackend`` also run under JAX and PyTorch. (Eager JAX compiles every op for each new
+    shape, and each scale of FAPPY has its own number of nodes: the multibackend subset keeps
+    to few shapes and scales.) With ``fast``, the names of the pairs that run on every commit
+    (every first and every second at least once): the others run in the slow tier."""
+    params = [pytest.param(a, b, id=f"{a}-{b}", marks=[MB] if (a, b) in multibackend else [])
+              for a in firsts for b in seconds]
+    return params if fast is None else slow_beyond(params, fast)
 
 
 def f32(x):
@@ -200,7 +203,9 @@ def test_probability_hand_example(delta):
 
 @pytest.mark.parametrize("batch,delta", grid(
     sorted(BATCHES), [2.0, 0.5, 0.1, 0.0625, 0.01, 2.0 / 4096],
-    multibackend=[("mixed", 0.1)]))
+    multibackend=[("mixed", 0.1)],
+    fast={"extreme-0.00048828125", "mixed-0.1", "pairs-2.0", "wide-0.5", "mixed-0.0625",
+          "wide-0.01"}))
 def test_probability_matches_reference(batch, delta):
     labels, x = BATCHES[batch]
     x32, x64 = f32(x)
@@ -291,7 +296,9 @@ def test_scales_of_algorithm_1():
 
 @pytest.mark.parametrize("batch,min_bin_width", grid(
     sorted(BATCHES), [2.0, 0.5, 0.01, 0.003, 1e-3, 1e-4],
-    multibackend=[("extreme", 0.5)]))
+    multibackend=[("extreme", 0.5)],
+    fast={"extreme-0.5", "extreme-0.0001", "mixed-2.0", "pairs-0.01", "wide-0.003",
+          "mixed-0.001"}))
 def test_loss_matches_reference(batch, min_bin_width):
     labels, x = BATCHES[batch]
     x32, x64 = f32(x)
@@ -312,7 +319,9 @@ def test_loss_float64_matches_reference():
     np.testing.assert_allclose(got, ref.fappy_loss(labels, x, 1e-3), atol=1e-10)
 
 
-@pytest.mark.parametrize("min_bin_width", [pytest.param(0.25, marks=MB), 0.01, 1e-3])
+# 0.01 (slow tier) lies between the coarse 0.25 and the fine 1e-3, both on every commit.
+@pytest.mark.parametrize("min_bin_width", slow_beyond([pytest.param(0.25, marks=MB), 0.01, 1e-3],
+                                                      {"0.25", "0.001"}))
 def test_loss_gradient_matches_finite_differences(min_bin_width):
     finest = ref.fappy_scales(min_bin_width)[-1]
     labels, x64 = smooth_batch([3, 3, 2, 2, 1], 4, finest, margin=2e-5, seed=10)
@@ -370,8 +379,9 @@ def test_histogram_reversed_distributions():
         np.testing.assert_allclose(got, 0.0, atol=LOSS_TOL)
 
 
-@pytest.mark.parametrize("batch,bin_width", grid(sorted(BATCHES), [0.5, 0.25, 0.1, 0.05, 0.01],
-                                                 multibackend=[("mixed", 0.1)]))
+@pytest.mark.parametrize("batch,bin_width", grid(
+    sorted(BATCHES), [0.5, 0.25, 0.1, 0.05, 0.01], multibackend=[("mixed", 0.1)],
+    fast={"mixed-0.1", "extreme-0.01", "pairs-0.5", "wide-0.25", "extreme-0.05"}))
 def test_histogram_matches_reference(batch, bin_width):
     labels, x = BATCHES[batch]
     x32, x64 = f32(x)
@@ -553,7 +563,9 @@ def _loss_params():
     return [pytest.param(n, marks=MB) if n in MB_LOSSES else n for n in sorted(LOSSES)]
 
 
-@pytest.mark.parametrize("name", _loss_params())
+# fappy_0.01 and histogram_0.5 (slow tier): scales between those of the other cases.
+@pytest.mark.parametrize("name", slow_beyond(_loss_params(),
+                                             {"fappy_0.25", "fappy_1e-4", "histogram_0.01"}))
 def test_extreme_similarities_finite(name):
     labels, x = BATCHES["extreme"]
     x32, _ = f32(x)
@@ -580,8 +592,9 @@ NO_PAIRS = {
 
 
 @pytest.mark.parametrize("case,name", grid(
-    sorted(NO_PAIRS), sorted(LOSSES),
-    multibackend=[("one_class", "fappy_0.25")]))
+    sorted(NO_PAIRS), sorted(LOSSES), multibackend=[("one_class", "fappy_0.25")],
+    fast={"one_class-fappy_0.25", "one_class-fappy_0.01", "no_positive-fappy_1e-4",
+          "no_positive-histogram_0.5", "one_class-histogram_0.01"}))
 def test_nothing_to_learn_gives_zero(case, name):
     labels = NO_PAIRS[case]
     x = np.random.default_rng(8).normal(size=(6, 4))

@@ -19,6 +19,7 @@ from backends import (
     value_and_grad,
     value_and_grad_function,
 )
+from harness import slow_beyond
 from keras import ops
 
 from tfdml.losses import (
@@ -39,6 +40,34 @@ X = np.random.default_rng(11).normal(size=(12, 5))
 TWO_LABELS = ref.make_labels([2, 2, 2, 2], seed=4)
 TWO_X = np.random.default_rng(12).normal(size=(8, 6))
 MB = pytest.mark.multibackend
+
+
+def _memoized(between):
+    """``between`` (a brute-force distance between two arcs or segments) computed once for
+    each set of end points."""
+    cache = {}
+
+    def once(*ends):
+        key = tuple(np.asarray(e, np.float64).tobytes() for e in ends)
+        if key not in cache:
+            cache[key] = between(*ends)
+        return cache[key]
+
+    return once
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _brute_force_once():
+    """The brute-force distances between pairs are most of the time of ``ref.loop_losses``
+    (about a second a batch), and every base, margin and baseline of a batch asks for the
+    same ones: in this module each is computed once."""
+    import references.loop as loop_reference
+
+    patch = pytest.MonkeyPatch()
+    for name in ("brute_force_arc_distance", "brute_force_segment_distance"):
+        patch.setattr(loop_reference, name, _memoized(getattr(loop_reference, name)))
+    yield
+    patch.undo()
 
 
 @pytest.fixture(autouse=True)
@@ -113,10 +142,17 @@ def _loop_id(base, normalized):
 
 _LOOP_PARAMS = [(b, n) for n in (True, False) for b in BASES]
 
+# The NumPy references take brute-force minima between arcs (about a second a batch, once per
+# batch: _brute_force_once): on every commit each base once and each geometry (arcs, segments)
+# twice; the other four configurations in the slow tier.
+_LOOP_FAST = {"triplet-arcs", "multi_similarity-arcs", "hphn_triplet-segments",
+              "lifted_structure-segments"}
 
-@pytest.mark.parametrize("base,normalized", _some_multibackend(
+
+@pytest.mark.parametrize("base,normalized", slow_beyond(_some_multibackend(
     _loop_id, _LOOP_PARAMS, {("triplet", True), ("multi_similarity", True),
-                             ("hphn_triplet", False), ("lifted_structure", False)}))
+                             ("hphn_triplet", False), ("lifted_structure", False)}),
+    _LOOP_FAST))
 def test_loop_loss_matches_reference(base, normalized):
     margin = 0.4 if base == "multi_similarity" else 0.3
     options = {"epsilon": 0.2} if base == "multi_similarity" else {}
@@ -129,11 +165,12 @@ def test_loop_loss_matches_reference(base, normalized):
     np.testing.assert_allclose(to_numpy(functional), want, rtol=0, atol=2e-5)
 
 
-@pytest.mark.parametrize("make,base,normalize", _some_multibackend(
+@pytest.mark.parametrize("make,base,normalize", slow_beyond(_some_multibackend(
     lambda make, base, normalize: f"{base}-{normalize}",
     [(make, base, n) for n in (True, False) for make, base in (
         (HPHNTripletLoss, "hphn_triplet"), (LiftedStructureLoss, "lifted_structure"))],
-    {(HPHNTripletLoss, "hphn_triplet", True), (LiftedStructureLoss, "lifted_structure", False)}))
+    {(HPHNTripletLoss, "hphn_triplet", True), (LiftedStructureLoss, "lifted_structure", False)}),
+    {"hphn_triplet-True", "lifted_structure-False"}))  # each loss and each normalization once
 def test_baselines_match_reference(make, base, normalize):
     want, per_key = ref.loop_losses(LABELS, X, base, 0.5, normalize, loop=False)
     assert per_key
@@ -183,8 +220,14 @@ def _value_and_grad(fn, x):
     return value_and_grad(fn, x)
 
 
-@pytest.mark.parametrize("base,normalized", _some_multibackend(
-    _loop_id, _LOOP_PARAMS, {("triplet", True), ("multi_similarity", False)}))
+# What finite differences check here beyond autodiff of each base's formula is the gradient
+# through the solvers (the envelope of the closest points), the same for every base: on every
+# commit each geometry once, each with another base (every base's values against the
+# references: test_loop_loss_matches_reference; finite gradients for every base:
+# test_gradients_finite_on_degenerate_pairs).
+@pytest.mark.parametrize("base,normalized", slow_beyond(_some_multibackend(
+    _loop_id, _LOOP_PARAMS, {("triplet", True), ("multi_similarity", False)}),
+    {"triplet-arcs", "multi_similarity-segments"}))
 def test_float64_gradients_match_finite_differences(base, normalized):
     labels = np.array([0, 1, 0, 1, 2, 2, 1, 1])
     x = np.random.default_rng(5).normal(size=(8, 4))
@@ -200,8 +243,10 @@ def test_float64_gradients_match_finite_differences(base, normalized):
     np.testing.assert_allclose(theoretical, numerical, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("base,normalized", _some_multibackend(
-    _loop_id, _LOOP_PARAMS, {("multi_similarity", True), ("triplet", False)}))
+@pytest.mark.parametrize("base,normalized", slow_beyond(_some_multibackend(
+    _loop_id, _LOOP_PARAMS, {("multi_similarity", True), ("triplet", False)}),
+    {"multi_similarity-arcs", "triplet-segments", "hphn_triplet-arcs",
+     "lifted_structure-segments"}))  # each base once, each geometry twice
 def test_gradients_finite_on_degenerate_pairs(base, normalized):
     """Duplicate pairs (arcs that are points), antipodal pairs, intersecting arcs."""
     e = np.array([[1.0, 0, 0], [1.0, 0, 0], [0, 1.0, 0], [0, -1.0, 0],
@@ -225,13 +270,14 @@ def test_no_positive_pair_gives_zero(base):
         assert np.all(grad == 0.0)
 
 
-def test_shuffled_batch_matches_reference():
+# The pairs are made from the labels before any base sees them: one base on every commit.
+@pytest.mark.parametrize("base", slow_beyond(BASES, {"triplet"}))
+def test_shuffled_batch_matches_reference(base):
     """Pairs come from the labels: any batch order works (classes need not be consecutive)."""
     perm = np.random.default_rng(0).permutation(len(LABELS))
     labels, x = LABELS[perm], X[perm]
-    for base in BASES:
-        want, _ = ref.loop_losses(labels, x, base, LoOpLoss(base).margin)
-        np.testing.assert_allclose(to_numpy(LoOpLoss(base)(labels, x)), want, atol=2e-5)
+    want, _ = ref.loop_losses(labels, x, base, LoOpLoss(base).margin)
+    np.testing.assert_allclose(to_numpy(LoOpLoss(base)(labels, x)), want, atol=2e-5)
 
 
 def test_options_and_config():

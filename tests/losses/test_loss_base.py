@@ -40,6 +40,7 @@ from harness import (
     pk_data,
     pk_dataset,
     run_under_policy,
+    slow_beyond,
     small_embedding_model,
     trace_loss_graph,
     walk_graph_ops,
@@ -170,7 +171,12 @@ def triplet_anchors(labels):
 # -- serialization -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", PER_CLASS_AND_MINER)
+# A miner's config is one code path whatever its strategies: on every commit each loss class
+# (with its miner) and the disjoint miner; the other miner kinds in the slow tier.
+CONFIG_FAST = {case.id for case in ONE_PER_CLASS} | {"nca2_disjoint_easy_hard"}
+
+
+@pytest.mark.parametrize("case", slow_beyond(PER_CLASS_AND_MINER, CONFIG_FAST))
 def test_config_roundtrip(case):
     loss = case.make()
     clone = assert_config_roundtrip(loss)
@@ -183,7 +189,16 @@ def test_config_roundtrip(case):
     )
 
 
-@pytest.mark.parametrize("case", PER_CLASS)
+# The .keras file stores the loss as serialize_keras_object does, which test_config_roundtrip
+# checks for every case on every commit (JSON included); saved in a model and loaded on every
+# commit, one case per kind of nested config and state: a miner, a learned variable, a wrapped
+# loss, a list of losses, class vectors and their initializer, a running histogram and a
+# memory bank. The other classes in the slow tier.
+SAVE_LOAD_FAST = {"nca_order1", "wu_default", "trimmed_margin_random", "multiple_nca_contrastive",
+                  "normalized_softmax", "dynamic_soft_margin", "xbm_nca2_bank64"}
+
+
+@pytest.mark.parametrize("case", slow_beyond(PER_CLASS, SAVE_LOAD_FAST))
 def test_keras_save_load(case, tmp_path):
     if case.two_views:
         pytest.skip("two stacked views: the model's batch has an odd number of rows")
@@ -200,8 +215,10 @@ def test_config_keeps_dtype():
 
 
 @pytest.mark.parametrize(
-    "case", pick("nca2_random", "margin_cos_random", "nca2_easy_dw", "wu_all_dw", "wu_default",
-                 "margin_disjoint_dw", multibackend={"nca2_random", "wu_all_dw"})
+    "case", slow_beyond(  # margin_cos_random: nca2_random's miner, random/random
+        pick("nca2_random", "margin_cos_random", "nca2_easy_dw", "wu_all_dw", "wu_default",
+             "margin_disjoint_dw", multibackend={"nca2_random", "wu_all_dw"}),
+        {"nca2_random", "nca2_easy_dw", "wu_all_dw", "wu_default", "margin_disjoint_dw"})
 )
 def test_seeded_random_miner_reproducible_and_compiles(case):
     """Under PyTorch ``compiled`` is the function itself: the later calls run eagerly."""
@@ -305,6 +322,11 @@ def probe(case_id):
 # generated examples. PyTorch: an eager probe, fast, so a few generated examples. JAX: the
 # probe is compiled (jax.jit) once per batch shape, and hypothesis' generated batches all
 # have different shapes, so only the hand-made examples of one shape, FUZZ_SHAPE, run.
+#
+# A fuzz test of the fast tier runs its hand-made examples (each kind of degenerate batch;
+# tracing the probe is most of the cost); the test of the same name with the suffix
+# ``_on_generated_batches``, in the slow tier, runs hypothesis' generated batches through the
+# same check.
 FUZZ_SHAPE = (8, 5)
 
 
@@ -312,6 +334,20 @@ def fuzz_settings(tf_examples, torch_examples):
     if BACKEND == "jax":
         return settings(phases=[Phase.explicit])
     return settings(max_examples=tf_examples if ON_TF else torch_examples)
+
+
+#: The hand-made examples alone (``@with_examples``): the fast tier.
+EXAMPLES_ONLY = settings(phases=[Phase.explicit])
+
+#: Under JAX only the hand-made examples run (see above): nothing is generated.
+GENERATED_NOT_UNDER_JAX = pytest.mark.skipif(
+    BACKEND == "jax", reason="one compile per batch shape: the hand-made examples only")
+
+
+def generated_settings(tf_examples, torch_examples):
+    """The generated batches alone (the hand-made ones are the test without the suffix)."""
+    return settings(max_examples=tf_examples if ON_TF else torch_examples,
+                    phases=[phase for phase in Phase if phase is not Phase.explicit])
 
 
 def fuzz_examples(batches):
@@ -333,10 +369,23 @@ DEGENERATE_EXAMPLES = degenerate_examples() + _one_shape_examples()
 
 
 @pytest.mark.parametrize("case", PER_CLASS_AND_MINER)
-@fuzz_settings(10, 3)
+@EXAMPLES_ONLY
 @given(batch=degenerate_batches())
 @with_examples(fuzz_examples(DEGENERATE_EXAMPLES))
 def test_degenerate_batches_finite(case, batch):
+    _check_degenerate_batch(case, batch)
+
+
+@pytest.mark.slow
+@GENERATED_NOT_UNDER_JAX
+@pytest.mark.parametrize("case", PER_CLASS_AND_MINER)
+@generated_settings(10, 3)
+@given(batch=degenerate_batches())
+def test_degenerate_batches_finite_on_generated_batches(case, batch):
+    _check_degenerate_batch(case, batch)
+
+
+def _check_degenerate_batch(case, batch):
     skip_unless_probed(case)
     out = probe(case.id)(batch.labels, batch.embeddings)
     for key, value in out.items():
@@ -374,12 +423,25 @@ NONFINITE_FUZZ = pick("nca_order1", "nca2_all_semihard", "nca2_disjoint_easy_har
 
 
 @pytest.mark.parametrize("case", NONFINITE_FUZZ)
-@fuzz_settings(10, 3)
+@EXAMPLES_ONLY
 @given(batch=nonfinite_batches())
 @with_examples(fuzz_examples(_nonfinite_examples()))
 def test_nonfinite_embeddings_give_nan(case, batch):
     """A NaN or Inf anywhere in the batch gives a NaN loss (TerminateOnNaN fires), never a
     finite value from a selection that silently skipped the bad sample."""
+    _check_nonfinite_batch(case, batch)
+
+
+@pytest.mark.slow
+@GENERATED_NOT_UNDER_JAX
+@pytest.mark.parametrize("case", NONFINITE_FUZZ)
+@generated_settings(10, 3)
+@given(batch=nonfinite_batches())
+def test_nonfinite_embeddings_give_nan_on_generated_batches(case, batch):
+    _check_nonfinite_batch(case, batch)
+
+
+def _check_nonfinite_batch(case, batch):
     out = probe(case.id)(batch.labels, batch.embeddings)
     assert np.isnan(out["value"]), (batch.kind, out["value"])
     assert np.all(np.isnan(out["none"])), (batch.kind, out["none"])
@@ -399,6 +461,10 @@ def test_nonfinite_embeddings_give_nan_eagerly_for_every_reduction(case):
         assert np.all(np.isnan(value)), (bad, reduction, value)
 
 
+# Slow tier: test_degenerate_batches_finite asserts the same (value, per-anchor values and
+# gradient exactly 0) on these hand-made batches on every commit; here batches without a
+# triplet are generated too.
+@pytest.mark.slow
 @pytest.mark.parametrize("case", PER_CLASS_AND_MINER)
 @fuzz_settings(10, 2)
 @given(batch=no_triplet_batches())
@@ -413,7 +479,18 @@ def test_no_triplet_gives_exact_zero(case, batch):
         assert np.all(out[key] == 0.0), (key, out[key])
 
 
-@pytest.mark.parametrize("case", PER_CLASS)
+# Every class's terms without a triplet are checked in its own reduction on every commit
+# (test_degenerate_batches_finite, hand-made batches with one class and with singletons). The
+# other reductions and sample weights are reduce_terms' (tfdml.losses.terms), whose path
+# depends on the average: on every commit one class per average (anchors, nonzero, batch,
+# terms), one that does not normalize, and each class with its own compute_terms (the
+# trimmed wrapper, the memory bank, the dynamic soft margin); the others in the slow tier.
+NO_TRIPLET_REDUCTIONS_FAST = {"nca_order1", "wu_default", "ms_default", "ntxent",
+                              "soft_nearest_neighbor", "trimmed_margin_random", "xbm_nca2_bank64",
+                              "dynamic_soft_margin"}
+
+
+@pytest.mark.parametrize("case", slow_beyond(PER_CLASS, NO_TRIPLET_REDUCTIONS_FAST))
 def test_no_triplet_zero_for_every_reduction(case):
     """(The default reduction is fuzzed above.)"""
     if not case.zero_without_triplet:
@@ -461,11 +538,15 @@ def _expected_and_merged(factory, embeddings):
     return correct, merged
 
 
+# The class ids take the same path whatever the low-precision dtype: on every commit every
+# class with two ids that bfloat16 merges; float16 and larger ids in the slow tier (and, in a
+# mixed-precision model, in test_mixed_precision_model_keeps_class_ids on every commit).
 @pytest.mark.parametrize("case", PER_CLASS)
 @pytest.mark.parametrize(
     "ids,dtype",
-    [((256, 257), "bfloat16"), ((4096, 4097), "bfloat16"), ((2048, 2049), "float16")],
-    ids=["256_257_bf16", "4096_4097_bf16", "2048_2049_fp16"],
+    slow_beyond([pytest.param((256, 257), "bfloat16", id="256_257_bf16"),
+                 pytest.param((4096, 4097), "bfloat16", id="4096_4097_bf16"),
+                 pytest.param((2048, 2049), "float16", id="2048_2049_fp16")], {"256_257_bf16"}),
 )
 def test_class_ids_stay_distinct_with_low_precision_embeddings(case, ids, dtype):
     if case.class_ids is not None and case.class_ids <= max(ids):
@@ -493,8 +574,12 @@ def test_class_ids_stay_distinct_with_low_precision_embeddings(case, ids, dtype)
     ],
     ids=["bf16_256_257", "bf16_4096_4097", "fp16_2048_2049"],
 )
-@pytest.mark.parametrize("case", pick("nca_order2", "margin_squared_l2",
-                                      multibackend={"nca_order2"} if BACKEND == "jax" else True))
+# The model's dtype policy and the loss's labels meet in the shared MetricLoss path: one loss
+# on every commit, the triplet margin loss in the slow tier (with bfloat16 embeddings, every
+# class is checked by test_class_ids_stay_distinct_with_low_precision_embeddings).
+@pytest.mark.parametrize("case", slow_beyond(
+    pick("nca_order2", "margin_squared_l2",
+         multibackend={"nca_order2"} if BACKEND == "jax" else True), {"nca_order2"}))
 def test_mixed_precision_model_keeps_class_ids(case, policy, ids):
     labels = [ids[0], ids[1], 2049 + 7, 2049 + 7]
     result = mixed_precision_loss(
@@ -765,7 +850,19 @@ def _check_reductions(base, average):
     return valid
 
 
-@pytest.mark.parametrize("case", PER_CLASS)
+# Each case's reduced value (with and without sample weights) and per-anchor values are
+# checked against the record on every commit (tests/losses/test_recorded_losses.py), and
+# every average with every kind of term below. Here on every commit one class per average
+# (anchors, nonzero, batch, terms, split pair terms, halves, halves_terms), one that does not
+# normalize, one with class vectors, and each loss whose terms are its own (the wrappers, the
+# memory bank, the dynamic soft margin); the other classes in the slow tier.
+REDUCTIONS_FAST = {"nca_order1", "wu_default", "ms_default", "ntxent", "contrastive_all_pairs",
+                   "tcm", "ipv", "soft_nearest_neighbor", "normalized_softmax",
+                   "trimmed_margin_random", "xbm_nca2_bank64", "self_supervised_ntxent",
+                   "dynamic_soft_margin"}
+
+
+@pytest.mark.parametrize("case", slow_beyond(PER_CLASS, REDUCTIONS_FAST))
 def test_reductions_consistent_with_per_anchor(case):
     if not case.per_anchor:
         pytest.skip("no terms per anchor")
@@ -817,7 +914,14 @@ GRAPH_BATCH, GRAPH_DIM = 48, 8
 CUBE_LIMIT = GRAPH_BATCH**3 // 2
 
 
-@pytest.mark.parametrize("case", params(ONE_PER_CLASS_AND_MINER))
+# fappy and histogram: their optimized XLA program is checked on every commit below (their
+# histograms lower to larger tensors than their graph has); their graph in the slow tier.
+CUBE_GRAPH_SLOW = {"fappy", "histogram"}
+
+
+@pytest.mark.parametrize("case", slow_beyond(
+    params(ONE_PER_CLASS_AND_MINER),
+    {case.id for case in ONE_PER_CLASS_AND_MINER} - CUBE_GRAPH_SLOW))
 def test_no_cubic_tensor_unless_all_all(case):
     graph = trace_loss_graph(built(case.make(), GRAPH_DIM), GRAPH_BATCH, GRAPH_DIM)
     assert any("gradient_tape" in op.name for op in walk_graph_ops(graph)), "no backward ops"
@@ -831,7 +935,7 @@ def test_no_cubic_tensor_unless_all_all(case):
 # XLA compiles each (seconds): on every commit the all/all control and the losses whose ops
 # lower to larger tensors than their graph has (sorting, searching, histograms); the rest of
 # the miner kinds and losses in the slow tier (the graph walk above checks each on every
-# commit).
+# commit, but fappy and histogram, whose compiled program is checked here).
 _HLO_FAST = {"margin_all_all", "nca2_all_semihard", "fappy", "histogram", "loop_ms"}
 
 

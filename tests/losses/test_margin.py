@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import references as ref
 from backends import CAN_COMPILE, compiled, gradient_check, to_numpy, value_and_grad
+from harness import slow_beyond
 from keras import ops
 from recorded_mining import (
     RecordingMiner,
@@ -103,7 +104,11 @@ def _params(names, multibackend):
     return [pytest.param(n, marks=MB) if n in multibackend else n for n in names]
 
 
-@pytest.mark.parametrize("miner", _params(sorted(MINERS), ["dw_easy"]))
+# On every commit: distance weighted, all triplets, disjoint triplets and a pair miner; the
+# other strategies, whose triplets or pairs reach the loss the same way, in the slow tier.
+@pytest.mark.parametrize("miner", slow_beyond(_params(sorted(MINERS), ["dw_easy"]),
+                                              {"dw_easy", "all_all", "disjoint_easy_hard",
+                                               "ms_hard"}))
 def test_class_form_matches_reference(miner):
     want, mined = run_margin(*BATCH_A, MINERS[miner]())
     assert want > 0
@@ -111,8 +116,12 @@ def test_class_form_matches_reference(miner):
     run_margin(*BATCH_B, MINERS[miner](), margin=0.1, beta=1.0, grad=False)
 
 
-@pytest.mark.parametrize("miner,distance", [
-    (m, d) for m in ["dw_easy", "all_all", "ms_easy"] for d in ["squared_l2", "cosine"]])
+# Each distance, with triplets and with pairs, on every commit; the other pairs in the slow
+# tier.
+@pytest.mark.parametrize("miner,distance", slow_beyond(
+    [pytest.param(m, d, id=f"{m}-{d}")
+     for m in ["dw_easy", "all_all", "ms_easy"] for d in ["squared_l2", "cosine"]],
+    {"dw_easy-squared_l2", "all_all-cosine", "ms_easy-cosine"}))
 def test_other_distances(miner, distance):
     want, _ = run_margin(*BATCH_A, MINERS[miner](), margin=0.3, beta=0.9, distance=distance)
     assert want > 0
@@ -147,15 +156,18 @@ def test_without_normalization():
 REF_LABELS, REF_X = ref.make_batch([4, 3, 3, 2, 1, 1], 5, seed=3)  # R=14, D=5
 REF_MINERS = ["dw_easy", "dw_all", "easy_semihard", "all_all", "ms_hard", "ms_easy",
               "disjoint_easy_hard"]
+#: On every commit: distance weighted and disjoint triplets and a pair miner over the reference
+#: set; the other strategies (the same way into the loss) in the slow tier.
+REF_FAST = {"dw_easy", "ms_hard", "disjoint_easy_hard"}
 
 
-@pytest.mark.parametrize("miner", _params(REF_MINERS, ["dw_easy"]))
+@pytest.mark.parametrize("miner", slow_beyond(_params(REF_MINERS, ["dw_easy"]), REF_FAST))
 def test_functional_reference_set_with_offset(miner):
     labels, x = REF_LABELS[3:9], REF_X[3:9]
     run_margin(labels, x, MINERS[miner](), ref_set=(REF_X, REF_LABELS, 3), functional=True)
 
 
-@pytest.mark.parametrize("miner", REF_MINERS)
+@pytest.mark.parametrize("miner", slow_beyond(REF_MINERS, REF_FAST))
 def test_functional_reference_set_without_offset(miner):
     rng = np.random.default_rng(21)
     x = rng.normal(size=(6, 5))
@@ -180,8 +192,9 @@ CLASS_X = np.random.default_rng(8).normal(size=(14, 6))
 CLASS_BETA = [0.8, 1.2, 1.5, 1.0, 1.35]
 
 
-@pytest.mark.parametrize("miner", _params(["dw_easy", "all_hard", "ms_hard", "ms_all"],
-                                          ["all_hard"]))
+# dw_easy and ms_all (slow tier) index beta by the anchor's class as all_hard and ms_hard do.
+@pytest.mark.parametrize("miner", slow_beyond(
+    _params(["dw_easy", "all_hard", "ms_hard", "ms_all"], ["all_hard"]), {"all_hard", "ms_hard"}))
 def test_per_class_beta_matches_reference(miner):
     want, _ = run_margin(CLASS_LABELS, CLASS_X, MINERS[miner](), beta=CLASS_BETA,
                          num_classes=5)
@@ -300,13 +313,18 @@ def test_learn_beta_false_is_a_constant():
 SMALL_LABELS = np.array([2, 0, 2, 0, 2, 1], np.int32)  # B=6, D=4, one singleton
 
 
+# On every commit triplets with a scalar beta and pairs with a beta per class; the other two
+# (the same float64 gradient paths) in the slow tier.
 @pytest.mark.multibackend
-@pytest.mark.parametrize("make_miner,beta,distance", [
-    (lambda: TripletMiner("easy", "hard"), 1.2, "l2"),
-    (lambda: TripletMiner("all", "all"), [1.0, 0.7, 1.3], "l2"),
-    (lambda: MultiSimilarityMiner(0.3, "all"), 0.9, "squared_l2"),
-    (lambda: MultiSimilarityMiner(0.2, "easy"), [1.0, 0.7, 1.3], "cosine"),
-])
+@pytest.mark.parametrize("make_miner,beta,distance", slow_beyond([
+    pytest.param(lambda: TripletMiner("easy", "hard"), 1.2, "l2", id="easy_hard-1.2-l2"),
+    pytest.param(lambda: TripletMiner("all", "all"), [1.0, 0.7, 1.3], "l2",
+                 id="all_all-per_class-l2"),
+    pytest.param(lambda: MultiSimilarityMiner(0.3, "all"), 0.9, "squared_l2",
+                 id="ms_all-0.9-squared_l2"),
+    pytest.param(lambda: MultiSimilarityMiner(0.2, "easy"), [1.0, 0.7, 1.3], "cosine",
+                 id="ms_easy-per_class-cosine"),
+], {"easy_hard-1.2-l2", "ms_easy-per_class-cosine"}))
 def test_float64_compute_gradient(make_miner, beta, distance, float64):
     x = np.random.default_rng(4).normal(size=(6, 4))
     labels = ops.convert_to_tensor(SMALL_LABELS)

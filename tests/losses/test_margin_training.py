@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from harness import assert_keras_save_load, pk_dataset, small_embedding_model
+from harness import assert_keras_save_load, pk_dataset, slow_beyond, small_embedding_model
 
 from tfdml.losses import MarginLoss, TrimmedLoss, margin_loss
 from tfdml.miners import TripletMiner
@@ -17,87 +17,109 @@ from tfdml.models import MetricModel
 EASY_HARD = TripletMiner("easy", "hard")
 
 
-def _fit(embedder, loss, dataset=None, steps=3, jit_compile=True, lr=0.05, wrap=True):
-    """Fits ``MetricModel(embedder, loss)`` (or the bare model compiled with the loss)."""
+# What fit does to beta (per-class updates, the learning-rate multiplier, a wrapper's beta, a
+# fixed beta, saving) is the same under every mode: eagerly on every commit, under XLA in the
+# slow tier.
+# test_metric_model_trains_beta trains beta under XLA on every commit.
+MODES = slow_beyond(["eager", "xla"], {"eager"})
+
+
+def _fit(embedder, loss, dataset=None, steps=3, mode="xla", lr=0.05, wrap=True):
+    """Fits ``MetricModel(embedder, loss)`` (or the bare model compiled with the loss),
+    run ``mode``: "eager", "graph" or "xla"."""
+    options = {"run_eagerly": mode == "eager", "jit_compile": mode == "xla"}
     if wrap:
         model = MetricModel(embedder, loss)
-        model.compile(optimizer=keras.optimizers.Adam(lr), jit_compile=jit_compile)
+        model.compile(optimizer=keras.optimizers.Adam(lr), **options)
     else:
         model = embedder
-        model.compile(optimizer=keras.optimizers.Adam(lr), loss=loss, jit_compile=jit_compile)
+        model.compile(optimizer=keras.optimizers.Adam(lr), loss=loss, **options)
     dataset = pk_dataset(num_classes=3, per_class=4) if dataset is None else dataset
     model.fit(dataset, epochs=1, steps_per_epoch=steps, shuffle=False, verbose=0)
     return model
 
 
-# Under XLA in the slow tier: the graph step trains the same variables on every commit.
-@pytest.mark.parametrize("jit_compile", [pytest.param(True, marks=pytest.mark.slow), False],
-                         ids=["xla", "graph"])
-def test_metric_model_trains_beta(jit_compile):
+# As a graph in the slow tier: the tests of warnings below train beta as a graph on every
+# commit.
+@pytest.mark.parametrize("mode", slow_beyond(["xla", "graph"], {"xla"}))
+def test_metric_model_trains_beta(mode):
     loss = MarginLoss(miner=EASY_HARD)
-    model = _fit(small_embedding_model(), loss, jit_compile=jit_compile)
+    model = _fit(small_embedding_model(), loss, mode=mode)
     assert len(model.trainable_variables) == 3
     assert any(v is loss.trainable_variables[0] for v in model.trainable_variables)
     after = float(loss.beta.numpy())
     assert abs(after - 1.2) > 1e-3, "beta did not move under model.fit"
 
 
-def test_bare_model_leaves_beta_and_warns():
+# A loss warns about its state when a step is traced: the tests of warnings run as a graph on
+# every commit, under XLA in the slow tier.
+TRACED_MODES = slow_beyond(["graph", "xla"], {"graph"})
+
+
+@pytest.mark.parametrize("mode", TRACED_MODES)
+def test_bare_model_leaves_beta_and_warns(mode):
     loss = MarginLoss(miner=EASY_HARD)
     with pytest.warns(UserWarning, match="learned variables that no model trains"):
-        _fit(small_embedding_model(), loss, wrap=False)
+        _fit(small_embedding_model(), loss, mode=mode, wrap=False)
     assert float(loss.beta.numpy()) == np.float32(1.2)
 
 
-def test_metric_model_does_not_warn():
+@pytest.mark.parametrize("mode", TRACED_MODES)
+def test_metric_model_does_not_warn(mode):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _fit(small_embedding_model(), MarginLoss(miner=EASY_HARD), steps=1)
+        _fit(small_embedding_model(), MarginLoss(miner=EASY_HARD), steps=1, mode=mode)
 
 
-def test_per_class_beta_moves_only_for_classes_in_the_batches():
+@pytest.mark.parametrize("mode", MODES)
+def test_per_class_beta_moves_only_for_classes_in_the_batches(mode):
     # Classes 0..5 appear (two batches of three classes); classes 6..9 never do.
     loss = MarginLoss(0.5, list(np.linspace(1.0, 1.3, 10)), num_classes=10,
                       miner=TripletMiner("all", "all"))
     initial = loss.beta.numpy().copy()
-    _fit(small_embedding_model(), loss, steps=4)
+    _fit(small_embedding_model(), loss, steps=4, mode=mode)
     after = loss.beta.numpy()
     assert np.all(np.abs(after[:6] - initial[:6]) > 1e-4), after - initial
     np.testing.assert_array_equal(after[6:], initial[6:])
 
 
-def test_beta_lr_multiplier_scales_the_adam_step():
+@pytest.mark.parametrize("mode", MODES)
+def test_beta_lr_multiplier_scales_the_adam_step(mode):
     """Adam's first step moves every parameter with a gradient by about lr: beta by m * lr."""
     steps = {}
     for m in (1.0, 10.0):
         loss = MarginLoss(miner=EASY_HARD, beta_lr_multiplier=m)
-        _fit(small_embedding_model(), loss, steps=1, lr=1e-3)
+        _fit(small_embedding_model(), loss, steps=1, mode=mode, lr=1e-3)
         steps[m] = abs(float(loss.beta.numpy()) - 1.2)
     assert steps[1.0] == pytest.approx(1e-3, rel=0.05)
     assert steps[10.0] == pytest.approx(1e-2, rel=0.05)
 
 
-def test_fixed_beta_has_no_variables_and_adds_none():
+# A fixed beta leaves the loss without state, about which a traced step would warn.
+@pytest.mark.parametrize("mode", MODES)
+def test_fixed_beta_has_no_variables_and_adds_none(mode):
     loss = MarginLoss(learn_beta=False, miner=EASY_HARD)
     assert loss.trainable_variables == [] and loss.state is None
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        model = _fit(small_embedding_model(), loss, steps=1)
+        model = _fit(small_embedding_model(), loss, steps=1, mode=mode)
     assert len(model.trainable_variables) == 2
     assert float(loss.beta.numpy()) == pytest.approx(1.2)
 
 
-def test_trimmed_wrapper_trains_the_inner_beta():
+@pytest.mark.parametrize("mode", MODES)
+def test_trimmed_wrapper_trains_the_inner_beta(mode):
     inner = MarginLoss(miner=EASY_HARD)
     loss = TrimmedLoss(inner, trim=0.25)
     assert loss.trainable_variables == inner.trainable_variables
-    _fit(small_embedding_model(), loss)
+    _fit(small_embedding_model(), loss, mode=mode)
     assert abs(float(inner.beta.numpy()) - 1.2) > 1e-3
 
 
-def test_save_load_keeps_learned_beta_and_training_resumes(tmp_path):
+@pytest.mark.parametrize("mode", MODES)
+def test_save_load_keeps_learned_beta_and_training_resumes(tmp_path, mode):
     loss = MarginLoss(num_classes=6, miner=EASY_HARD)
-    model = _fit(small_embedding_model(), loss, steps=3)
+    model = _fit(small_embedding_model(), loss, steps=3, mode=mode)
     learned = loss.beta.numpy().copy()
     assert not np.allclose(learned, 1.2)
     path = tmp_path / "margin.keras"
@@ -137,7 +159,9 @@ def test_per_class_beta_under_xla_matches_eager():
 
 def test_out_of_range_ids_fail_inside_tf_function():
     loss = MarginLoss(num_classes=3, learn_beta=False, miner=EASY_HARD)
-    fn = tf.function(lambda y, e: loss(y, e))
+    # Traced without AutoGraph: the check is an op of the graph, and converting the loss's
+    # code (no control flow on tensors to convert) takes seconds.
+    fn = tf.function(lambda y, e: loss(y, e), autograph=False)
     x = np.random.default_rng(3).normal(size=(4, 5)).astype(np.float32)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"num_classes=3"):
         fn(np.array([0, 0, 5, 5], np.int32), x)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import references as ref
 from backends import BACKEND, compiled, to_numpy, value_and_grad, value_and_grad_function
-from harness import make_loss
+from harness import make_loss, slow_beyond
 from loss_cases import LOSS_CASES
 
 import tfdml
@@ -59,8 +59,19 @@ def _takes_label_sets(case):
 TAKES = [c for c in LOSS_CASES if _takes_label_sets(c)]
 REFUSES = [c for c in LOSS_CASES if not c.two_views and not _takes_label_sets(c)]
 
+#: On every commit: the losses that build their own masks (``dml.label_masks``), the wrappers,
+#: and, of the losses whose masks come from their miner, one per miner and strategy that no
+#: miner test below mines label sets with (all pairs, multi-similarity, random, distance
+#: weighted, disjoint); the other cases in the slow tier.
+ONE_LABEL_FAST = {
+    "fappy", "histogram", "instance_4", "ranked_list", "fast_ap", "pnp_O", "smooth_ap",
+    "dynamic_soft_margin", "trimmed_nca2", "xbm_nca2_bank64", "multiple_nca_contrastive",
+    "nca_order1", "nca2_random", "margin_disjoint_semihard", "wu_default", "ms_default",
+    "contrastive_all_pairs", "contrastive_ms_eps",
+}
 
-@pytest.mark.parametrize("case", TAKES, ids=lambda c: c.id)
+
+@pytest.mark.parametrize("case", slow_beyond(TAKES, ONE_LABEL_FAST, ids=lambda c: c.id))
 def test_one_label_per_sample_equals_class_ids(case):
     x = _embeddings()
     hot = np.eye(8, dtype="float32")[ONE_LABEL]
@@ -279,16 +290,28 @@ def test_blocks_give_the_whole_batch_value():
         np.testing.assert_allclose(blocked_grad, whole_grad, rtol=1e-4, atol=1e-7)
 
 
+# Compiled, every loss gets its masks from label_masks (Multi-SupCon: and label_jaccard), the
+# code the eager tests check. Multi-SupCon on every commit; a loss with a multi-similarity
+# miner and one with a triplet miner in the slow tier.
 @pytest.mark.multibackend
-def test_compiled_label_sets_equal_eager_and_bad_ones_give_nan():
+@pytest.mark.parametrize("make_loss", slow_beyond(
+    [pytest.param(lambda: SupConLoss(graded=True), id="supcon_graded"),
+     pytest.param(lambda: MultiSimilarityLoss(), id="multi_similarity"),
+     pytest.param(lambda: TripletNCALoss(2), id="nca2")], {"supcon_graded"}))
+def test_compiled_label_sets_equal_eager(make_loss):
     y, x = _label_sets(seed=13), _embeddings(seed=14)
-    for loss in (SupConLoss(graded=True), MultiSimilarityLoss(), TripletNCALoss(2)):
-        eager, eager_grad = value_and_grad(lambda e, f=loss: f(y, e), x)
-        step = value_and_grad_function(lambda t, e, f=loss: f(t, e), argnums=1,
-                                       jit_compile=BACKEND != "torch")
-        value, grad = to_numpy(step(y, x))
-        np.testing.assert_allclose(value, eager, rtol=1e-5)
-        np.testing.assert_allclose(grad, eager_grad, rtol=1e-4, atol=1e-7)
+    loss = make_loss()
+    eager, eager_grad = value_and_grad(lambda e: loss(y, e), x)
+    step = value_and_grad_function(lambda t, e: loss(t, e), argnums=1,
+                                   jit_compile=BACKEND != "torch")
+    value, grad = to_numpy(step(y, x))
+    np.testing.assert_allclose(value, eager, rtol=1e-5)
+    np.testing.assert_allclose(grad, eager_grad, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.multibackend
+def test_compiled_bad_label_sets_give_nan():
+    y, x = _label_sets(seed=13), _embeddings(seed=14)
     run = compiled(lambda t, e: SupConLoss()(t, e))
     if BACKEND == "torch":  # eager: checked and raised
         with pytest.raises(ValueError):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import references as ref
 from backends import reference_gradient, to_numpy, value_and_grad
+from harness import slow_beyond
 from pml_data import BATCHES, DATA, recorded, uneven_batch
 
 from tfdml.losses import (
@@ -84,8 +85,12 @@ RLL = {"rll": dict(margin=0.4, tn=10.0),
        "rll_args": dict(margin=0.5, tn=5.0, imbalance=0.3, alpha=1.1, tp=2.0)}
 
 
-@pytest.mark.parametrize("batch", BATCHES)
-@pytest.mark.parametrize("case", sorted(RLL))
+# The references are Python loops differentiated entry by entry (the P x K batch, 24 x 16, takes
+# most of this file's time): on every commit each case once and each batch but P x K once; the
+# other combinations in the slow tier.
+@pytest.mark.parametrize("case,batch", slow_beyond(
+    [pytest.param(case, *batch.values, marks=batch.marks, id=f"{case}-{batch.values[0]}")
+     for batch in BATCHES for case in sorted(RLL)], {"rll-pairs", "rll_args-uneven"}))
 def test_ranked_list_loss_is_the_paper_and_pml_reading_differs_exactly(case, batch):
     """tfdml follows the paper; pml adds 1e-5 per reference sample to each normalizer (and
     leaves out pairs at distance 0). The reference with pml's reading gives pml's value and

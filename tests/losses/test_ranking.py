@@ -22,6 +22,7 @@ from backends import (
     value_and_grad,
     value_and_grad_function,
 )
+from harness import slow_beyond
 from pml_data import BATCHES, DATA, recorded, uneven_batch
 
 from tfdml.losses import (
@@ -47,12 +48,15 @@ CONFIGS = [
     ("pnp", {"variant": "Dq", "alpha": 2.0}), ("pnp", {"variant": "Ib", "b": 3.0, "anneal": 0.05}),
     ("smooth_ap", {}), ("smooth_ap", {"temperature": 0.1}),
 ]
-#: Under JAX only the default of each loss (each configuration compiles anew).
-CONFIG_PARAMS = [
+#: Under JAX only the default of each loss (each configuration compiles anew). On every
+#: commit (TensorFlow) the default of each loss and each PNP variant; other values of the
+#: same parameters in the slow tier.
+CONFIG_PARAMS = slow_beyond([
     pytest.param(name, args, id=f"{name}-{'-'.join(f'{k}={v}' for k, v in args.items())}",
                  marks=pytest.mark.skipif(BACKEND == "jax" and bool(args),
                                           reason="JAX: the defaults only"))
-    for name, args in CONFIGS]
+    for name, args in CONFIGS], {"fast_ap-", "smooth_ap-", *(f"pnp-variant={v}" for v in
+                                                             ("O", "Ds", "Dq", "Iu", "Ib"))})
 
 PNP_CASES = {"pnp_O": {"variant": "O"}, "pnp_Ds": {"variant": "Ds"}, "pnp_Dq": {"variant": "Dq"},
              "pnp_Iu": {"variant": "Iu"}, "pnp_Ib": {"variant": "Ib"},
@@ -99,8 +103,12 @@ def test_functional_form_equals_the_class(name):
                                _run(lambda e: loss(labels, e), x), rtol=1e-12)
 
 
-@pytest.mark.parametrize("case,num_bins", [("fast_ap", 10), ("fast_ap_4", 4)])
-@pytest.mark.parametrize("batch", BATCHES)
+# On every commit each batch and each number of bins once; the other pairs in the slow tier.
+@pytest.mark.parametrize("batch,case,num_bins", slow_beyond(
+    [pytest.param(b.values[0], case, num_bins, id=f"{b.values[0]}-{case}-{num_bins}",
+                  marks=b.marks)
+     for case, num_bins in [("fast_ap", 10), ("fast_ap_4", 4)] for b in BATCHES],
+    {"uneven-fast_ap-10", "pk-fast_ap_4-4", "pairs-fast_ap-10"}))
 def test_fast_ap_equals_pytorch_metric_learning(case, num_bins, batch):
     labels, x, (want_value, want_grad) = recorded(case, batch)
     value, grad = _value_and_grad(FastAPLoss, {"num_bins": num_bins}, labels, x)
@@ -108,8 +116,12 @@ def test_fast_ap_equals_pytorch_metric_learning(case, num_bins, batch):
     np.testing.assert_allclose(grad, want_grad, rtol=1e-7, atol=1e-10)
 
 
-@pytest.mark.parametrize("case", sorted(PNP_CASES))
-@pytest.mark.parametrize("batch", BATCHES)
+# On every commit each variant once and each batch, with the gradient check (uneven-pnp_O);
+# the other pairs (the same reading of pml's) in the slow tier.
+@pytest.mark.parametrize("batch,case", slow_beyond(
+    [pytest.param(b.values[0], c, id=f"{b.values[0]}-{c}", marks=b.marks)
+     for c in sorted(PNP_CASES) for b in BATCHES],
+    {"uneven-pnp_O", "pk-pnp_Ds", "pairs-pnp_Dq", "uneven-pnp_Iu", "pk-pnp_Ib"}))
 def test_pnp_differs_from_pytorch_metric_learning_by_the_anchor_as_its_own_positive(case, batch):
     """pml 2.9 adds each anchor with a positive to its own positives (a term f(R_aa), s_aa = 1,
     and |P_a| + 1 in the mean); the paper's positives are the other samples of the class. The
@@ -129,7 +141,10 @@ def test_pnp_differs_from_pytorch_metric_learning_by_the_anchor_as_its_own_posit
                                    atol=1e-8)
 
 
-@pytest.mark.parametrize("case,temperature", [("smooth_ap", 0.01), ("smooth_ap_t01", 0.1)])
+# The second temperature (slow tier) is the same reading of pml's.
+@pytest.mark.parametrize("case,temperature", slow_beyond(
+    [pytest.param("smooth_ap", 0.01, id="smooth_ap-0.01"),
+     pytest.param("smooth_ap_t01", 0.1, id="smooth_ap_t01-0.1")], {"smooth_ap-0.01"}))
 def test_smooth_ap_differs_from_pytorch_metric_learning_by_the_anchor_in_its_own_set(
         case, temperature):
     """On a batch pml 2.9 reads as meant (classes of equal size in class order, as many rows

@@ -28,7 +28,7 @@ from backends import (
     value_and_grad,
     value_and_grad_function,
 )
-from harness import assert_config_roundtrip, assert_keras_save_load
+from harness import assert_config_roundtrip, assert_keras_save_load, slow_beyond
 
 from tfdml.losses import (
     BarlowTwinsLoss,
@@ -152,8 +152,11 @@ def test_barlow_degenerate_batches_are_finite(kind):
         assert 0 < on_diagonal < 1e-5
 
 
-@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 1e200])
-@pytest.mark.parametrize("row", [2, BARLOW_N + 4], ids=["view1", "view2"])
+# On every commit each view and each bad value once; the other pairs in the slow tier.
+@pytest.mark.parametrize("row,bad", slow_beyond(
+    [pytest.param(row, bad, id=f"{view}-{bad}") for bad in (np.nan, np.inf, -np.inf, 1e200)
+     for view, row in (("view1", 2), ("view2", BARLOW_N + 4))],
+    {"view1-nan", "view2-inf", "view1--inf", "view2-1e+200"}))
 def test_barlow_nonfinite_embeddings_give_nan(bad, row):
     y = BARLOW_STACKED.copy()
     y[row, 1] = bad
@@ -372,9 +375,15 @@ def test_simsiam_angular_distance_is_computed_in_float64():
     np.testing.assert_allclose(value, want, rtol=1e-4)
 
 
-@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-@pytest.mark.parametrize("where", ["predictions", "targets"])
-@pytest.mark.parametrize("case", TARGET_CASES, ids=TARGET_IDS)
+# On every commit: each loss with a NaN prediction, and each of NaN, Inf and -Inf in the
+# targets or predictions of some loss; the other combinations in the slow tier.
+@pytest.mark.parametrize("case,where,bad", slow_beyond(
+    [pytest.param(case, where, bad, id=f"{case.name}-{where}-{bad}")
+     for bad in (np.nan, np.inf, -np.inf) for where in ("predictions", "targets")
+     for case in TARGET_CASES],
+    {*(f"{name}-predictions-nan" for name in TARGET_IDS), "byol-targets-inf",
+     "simsiam_angular_distance-targets--inf", "simsiam_cosine_distance-targets-nan",
+     "simsiam_negative_cosine_sim-predictions--inf"}))
 def test_target_losses_nonfinite_inputs_give_nan(case, where, bad):
     p, z = P.copy(), Z.copy()
     (p if where == "predictions" else z)[2, 1] = bad
@@ -627,8 +636,12 @@ def test_moco_a_batch_with_a_nonfinite_key_is_not_written_into_the_queue():
     assert int(to_numpy(loss.state.position)) == len(K) % 10
 
 
-@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-@pytest.mark.parametrize("where", ["queries_view1", "queries_view2", "keys_view1", "keys_view2"])
+# On every commit each place and each of NaN, Inf and -Inf once; the other combinations in
+# the slow tier.
+@pytest.mark.parametrize("where,bad", slow_beyond(
+    [pytest.param(where, bad, id=f"{where}-{bad}") for bad in (np.nan, np.inf, -np.inf)
+     for where in ("queries_view1", "queries_view2", "keys_view1", "keys_view2")],
+    {"queries_view1-nan", "queries_view2-inf", "keys_view1--inf", "keys_view2-nan"}))
 def test_moco_nonfinite_inputs_give_nan(where, bad):
     q, k = Q.copy(), K.copy()
     (q if where.startswith("queries") else k)[1 if where.endswith("1") else HALF + 1, 2] = bad

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import references as ref
 from backends import CAN_COMPILE, compiled, gradient_check, to_numpy, value_and_grad
+from harness import slow_beyond
 from keras import ops
 from recorded_mining import as_f32, run_recorded
 
@@ -35,10 +36,22 @@ GRAD_RTOL = 1e-4
 MB = pytest.mark.multibackend
 
 
-def _params(cases, multibackend):
+def _params(cases, multibackend, fast=None):
     """``cases`` (tuples) as pytest params; those in ``multibackend`` also run under JAX and
-    PyTorch (a few cases per test: eager JAX compiles every op for each new shape)."""
-    return [pytest.param(*c, marks=MB) if c in multibackend else c for c in cases]
+    PyTorch (a few cases per test: eager JAX compiles every op for each new shape).
+
+    With ``fast`` (cases), the others are marked ``slow`` (:func:`harness.slow_beyond`); the
+    params are then named by their values joined with ``-``.
+    """
+    if fast is None:
+        return [pytest.param(*c, marks=MB) if c in multibackend else c for c in cases]
+    return slow_beyond([pytest.param(*c, marks=[MB] if c in multibackend else [], id=_id(c))
+                        for c in cases], {_id(c) for c in fast})
+
+
+def _id(case):
+    flat = [w for v in case for w in (v if isinstance(v, tuple) else (v,))]
+    return "-".join(str(v) for v in flat)
 
 
 # Batches: B != D, several classes of varying sizes including a singleton.
@@ -113,9 +126,22 @@ def _run(kind, labels, x, params, positive, negative, disjoint=False, normalize=
 
 # -- every strategy combination ------------------------------------------------------------------
 
+# The miners are checked against the reference miner combination by combination in
+# tests/miners/test_miners.py. Here, on every commit, each loss sees every positive and every
+# negative strategy, single choices and "all" on both sides; the other combinations run in the
+# slow tier.
+NCA_FAST = [("easy", "hard"), ("hard", "semihard"), ("random", "semihard"), ("random", "easy"),
+            ("all", "random"), ("easy", "all"), ("all", "all")]
+MARGIN_FAST = [("easy", "semihard"), ("hard", "easy"), ("random", "random"), ("all", "hard"),
+               ("all", "semihard"), ("hard", "all")]
+NCA_DISJOINT_FAST = [("easy", "hard"), ("hard", "random"), ("random", "semihard"),
+                     ("easy", "easy")]
+MARGIN_DISJOINT_FAST = [("hard", "hard"), ("random", "easy"), ("easy", "semihard"),
+                        ("random", "random")]
+
 
 @pytest.mark.parametrize("positive,negative",
-                         _params(COMBOS, [("random", "semihard")]))
+                         _params(COMBOS, [("random", "semihard")], NCA_FAST))
 def test_nca_strategies(positive, negative):
     want = _run("nca", *BATCH_A, (1, 1.0), positive, negative)
     assert want > 0
@@ -123,19 +149,20 @@ def test_nca_strategies(positive, negative):
 
 
 @pytest.mark.parametrize("positive,negative",
-                         _params(COMBOS, [("all", "semihard")]))
+                         _params(COMBOS, [("all", "semihard")], MARGIN_FAST))
 def test_margin_strategies(positive, negative):
     _run("margin", *BATCH_A, (0.2, "squared_l2"), positive, negative)
     _run("margin", *BATCH_B, (0.3, "cosine"), positive, negative, grad=False)
 
 
-@pytest.mark.parametrize("positive,negative", _params(SINGLE_COMBOS, [("hard", "random")]))
+@pytest.mark.parametrize("positive,negative",
+                         _params(SINGLE_COMBOS, [("hard", "random")], NCA_DISJOINT_FAST))
 def test_nca_disjoint(positive, negative):
     want = _run("nca", *BATCH_A, (2, 1.0), positive, negative, disjoint=True)
     assert want > 0
 
 
-@pytest.mark.parametrize("positive,negative", SINGLE_COMBOS)
+@pytest.mark.parametrize("positive,negative", _params(SINGLE_COMBOS, [], MARGIN_DISJOINT_FAST))
 def test_margin_disjoint(positive, negative):
     _run("margin", *BATCH_A, (0.5, "l2"), positive, negative, disjoint=True, grad=False)
     _run("margin", *BATCH_B, (0.2, "squared_l2"), positive, negative, disjoint=True, grad=False)
@@ -144,8 +171,10 @@ def test_margin_disjoint(positive, negative):
 # -- orders, temperatures, distances, normalization ----------------------------------------------
 
 
+# On every commit each order once and each distance once (the temperature and the margin are
+# factors in the same code); the other combinations in the slow tier.
 @pytest.mark.parametrize("order,temperature", _params(
-    list(itertools.product([1, 2], [0.1, 1.0, 2.0])), [(2, 0.1)]))
+    list(itertools.product([1, 2], [0.1, 1.0, 2.0])), [(2, 0.1)], [(1, 2.0), (2, 0.1)]))
 def test_nca_order_and_temperature(order, temperature):
     _run("nca", *BATCH_A, (order, temperature), "easy", "hard")
     _run("nca", *BATCH_B, (order, temperature), "easy", "semihard", grad=False)
@@ -153,7 +182,8 @@ def test_nca_order_and_temperature(order, temperature):
 
 @pytest.mark.parametrize("positive,negative,distance", _params(
     [(p, n, d) for p, n in [("all", "semihard"), ("easy", "hard"), ("hard", "easy")]
-     for d in ["squared_l2", "l2", "cosine"]], [("easy", "hard", "l2")]))
+     for d in ["squared_l2", "l2", "cosine"]], [("easy", "hard", "l2")],
+    [("all", "semihard", "squared_l2"), ("easy", "hard", "l2"), ("hard", "easy", "cosine")]))
 def test_margin_distances(distance, positive, negative):
     want = _run("margin", *BATCH_A, (0.4, distance), positive, negative)
     assert want > 0  # some hinges are active, so the gradient check means something
@@ -194,9 +224,16 @@ REF_MINERS = [("easy", "hard", False), ("all", "semihard", False), ("all", "all"
               ("random", "semihard", True), ("hard", "random", True)]
 
 
-@pytest.mark.parametrize("kind,params,positive,negative,disjoint", _params(
-    [(k, p, *m) for m in REF_MINERS
-     for k, p in [("nca", (1, 1.0)), ("nca", (2, 0.5)), ("margin", (0.3, "l2"))]],
+def _ref_params(losses, multibackend):
+    """Every miner of REF_MINERS with every loss of ``losses``; on every commit each miner
+    once and each loss at least once (miner i with loss i mod 3), the rest in the slow tier."""
+    cases = [(*loss, *m) for m in REF_MINERS for loss in losses]
+    fast = [(*losses[i % len(losses)], *m) for i, m in enumerate(REF_MINERS)]
+    return _params(cases, multibackend, fast)
+
+
+@pytest.mark.parametrize("kind,params,positive,negative,disjoint", _ref_params(
+    [("nca", (1, 1.0)), ("nca", (2, 0.5)), ("margin", (0.3, "l2"))],
     [("nca", (2, 0.5), "hard", "random", True)]))
 def test_reference_set_with_offset(kind, params, positive, negative, disjoint):
     # The batch is rows 3..8 of the reference set.
@@ -205,9 +242,8 @@ def test_reference_set_with_offset(kind, params, positive, negative, disjoint):
          ref_set=(REF_X, REF_LABELS, 3))
 
 
-@pytest.mark.parametrize("kind,params,positive,negative,disjoint", _params(
-    [(k, p, *m) for m in REF_MINERS
-     for k, p in [("nca", (2, 2.0)), ("margin", (0.2, "cosine")), ("margin", (0.2, "squared_l2"))]],
+@pytest.mark.parametrize("kind,params,positive,negative,disjoint", _ref_params(
+    [("nca", (2, 2.0)), ("margin", (0.2, "squared_l2")), ("margin", (0.2, "cosine"))],
     [("margin", (0.2, "cosine"), "all", "all", False)]))
 def test_reference_set_without_offset(kind, params, positive, negative, disjoint):
     # Anchors outside the reference set; label 100 has no positive there.
@@ -246,18 +282,21 @@ def _small_x():
     return np.random.default_rng(4).normal(size=(6, 4))
 
 
+FLOAT64_CASES = [
+    ("nca", (1, 1.0), "easy", "hard"),
+    ("nca", (2, 0.5), "easy", "semihard"),
+    ("nca", (2, 1.0), "all", "all"),
+    ("margin", (0.25, "squared_l2"), "all", "semihard"),
+    ("margin", (0.5, "l2"), "easy", "hard"),
+    ("margin", (0.25, "cosine"), "hard", "easy"),
+]
+
+
+# On every commit each loss with single choices and with "all"; float32 checks every order
+# and distance (test_nca_order_and_temperature, test_margin_distances).
 @pytest.mark.multibackend
-@pytest.mark.parametrize(
-    "kind,params,positive,negative",
-    [
-        ("nca", (1, 1.0), "easy", "hard"),
-        ("nca", (2, 0.5), "easy", "semihard"),
-        ("nca", (2, 1.0), "all", "all"),
-        ("margin", (0.25, "squared_l2"), "all", "semihard"),
-        ("margin", (0.5, "l2"), "easy", "hard"),
-        ("margin", (0.25, "cosine"), "hard", "easy"),
-    ],
-)
+@pytest.mark.parametrize("kind,params,positive,negative", _params(
+    FLOAT64_CASES, [], [FLOAT64_CASES[i] for i in (0, 2, 3, 5)]))
 def test_float64_compute_gradient(kind, params, positive, negative, float64):
     x = _small_x()
     labels = ops.convert_to_tensor(SMALL_LABELS)

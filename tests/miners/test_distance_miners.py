@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import references as ref
 from backends import BACKEND, compiled, enable_float64, to_numpy
+from harness import slow_beyond
 from pml_data import DATA
 
 import tfdml
@@ -74,8 +75,18 @@ def _mine(miner, labels, x):
     return miner.mine(scores, labels, embeddings=x)
 
 
-@pytest.mark.parametrize("batch", BATCHES)
-@pytest.mark.parametrize("name", sorted(MINERS))
+#: On every commit every miner on the uneven batch, and one miner of each class (two of
+#: BatchEasyHardMiner: a semihard positive selects differently) on the other two; the other
+#: miners on those batches in the slow tier.
+ON_EVERY_BATCH = ("pair_margin", "triplet_margin_semihard", "hdc",
+                  "batch_easy_hard_easy_semihard", "batch_easy_hard_semihard_hard")
+
+
+@pytest.mark.parametrize("name,batch", slow_beyond(
+    [pytest.param(name, batch, id=f"{name}-{batch}") for batch in BATCHES
+     for name in sorted(MINERS)],
+    {*(f"{name}-uneven" for name in MINERS),
+     *(f"{name}-{batch}" for name in ON_EVERY_BATCH for batch in ("pk", "pairs"))}))
 def test_selects_what_pytorch_metric_learning_selects(name, batch):
     with enable_float64():
         labels, x = DATA[f"{batch}/labels"], DATA[f"{batch}/embeddings"]
@@ -99,7 +110,11 @@ def _reference_triplets(labels, x, margin, kind):
     return ref.triplets_where(labels, keep)
 
 
-@pytest.mark.parametrize("kind", ["all", "hard", "semihard", "easy"])
+# "hard" and "easy" (slow tier) are one-sided cuts of the same margin test as "semihard";
+# eagerly every kind is checked on every commit by test_selects_what_pytorch_metric_learning_
+# selects.
+@pytest.mark.parametrize("kind", slow_beyond(["all", "hard", "semihard", "easy"],
+                                             {"all", "semihard"}))
 def test_triplet_margin_miner_matches_the_reference_compiled(kind):
     rng = np.random.default_rng(4)
     labels = rng.integers(0, 4, size=13)
@@ -125,15 +140,25 @@ def test_pair_margin_miner_matches_the_reference():
     assert negative == {tuple(ij) for ij in np.argwhere(~same & (d < 1.4))}
 
 
-@pytest.mark.parametrize("make_loss", [
-    lambda m: tfdml.losses.ContrastiveLoss(miner=m),
-    lambda m: tfdml.losses.TripletMarginLoss(miner=m),
-    lambda m: tfdml.losses.MultiSimilarityLoss(miner=m),
-    lambda m: tfdml.losses.TripletNCALoss(miner=m),
-], ids=["contrastive", "triplet_margin", "multi_similarity", "nca"])
-@pytest.mark.parametrize("name", ["pair_margin_wide", "triplet_margin_semihard", "hdc",
-                                  "batch_easy_hard_easy_semihard", "batch_easy_hard_all_hard",
-                                  "batch_easy_hard_easy_hard_ranges"])
+LOSSES_WITH_A_MINER = {
+    "contrastive": lambda m: tfdml.losses.ContrastiveLoss(miner=m),
+    "triplet_margin": lambda m: tfdml.losses.TripletMarginLoss(miner=m),
+    "multi_similarity": lambda m: tfdml.losses.MultiSimilarityLoss(miner=m),
+    "nca": lambda m: tfdml.losses.TripletNCALoss(miner=m),
+}
+
+
+# On every commit: each miner once, each loss, and pairs and triplets each into a pair loss
+# and a triplet loss; the other pairs of miner and loss in the slow tier.
+@pytest.mark.parametrize("name,make_loss", slow_beyond(
+    [pytest.param(name, make, id=f"{name}-{loss}")
+     for loss, make in LOSSES_WITH_A_MINER.items()
+     for name in ("pair_margin_wide", "triplet_margin_semihard", "hdc",
+                  "batch_easy_hard_easy_semihard", "batch_easy_hard_all_hard",
+                  "batch_easy_hard_easy_hard_ranges")],
+    {"pair_margin_wide-contrastive", "hdc-triplet_margin",
+     "triplet_margin_semihard-multi_similarity", "batch_easy_hard_easy_semihard-nca",
+     "batch_easy_hard_all_hard-contrastive", "batch_easy_hard_easy_hard_ranges-triplet_margin"}))
 def test_every_loss_takes_them_and_round_trips(name, make_loss):
     labels, x = DATA["pk/labels"], DATA["pk/embeddings"].astype("float32")
     loss = make_loss(MINERS[name]())
@@ -176,8 +201,13 @@ def _reference_easy_hard(labels, x, pos, neg):
     return out
 
 
-@pytest.mark.parametrize("pos,neg", [("easy", "semihard"), ("hard", "hard"), ("easy", "easy"),
-                                     ("semihard", "hard"), ("hard", "semihard")])
+# Each strategy of each side on every commit; hard-semihard in the slow tier (and eagerly on
+# every commit in test_selects_what_pytorch_metric_learning_selects).
+@pytest.mark.parametrize("pos,neg", slow_beyond(
+    [pytest.param(p, n, id=f"{p}-{n}") for p, n in [
+        ("easy", "semihard"), ("hard", "hard"), ("easy", "easy"), ("semihard", "hard"),
+        ("hard", "semihard")]],
+    {"easy-semihard", "hard-hard", "easy-easy", "semihard-hard"}))
 def test_batch_easy_hard_miner_matches_the_reference_compiled(pos, neg):
     rng = np.random.default_rng(6)
     labels = rng.integers(0, 4, size=15)
@@ -219,7 +249,9 @@ def _reference_hdc(labels, x, share):
     return tuple(out)
 
 
-@pytest.mark.parametrize("share", [0.25, 0.5, 1.0])
+# share 0.5 (slow tier) is a cut between 0.25 and all pairs; eagerly it is checked on every
+# commit by test_selects_what_pytorch_metric_learning_selects.
+@pytest.mark.parametrize("share", slow_beyond([0.25, 0.5, 1.0], {"0.25", "1.0"}))
 def test_hdc_miner_matches_the_reference_compiled(share):
     rng = np.random.default_rng(7)
     labels = rng.integers(0, 3, size=14)

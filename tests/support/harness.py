@@ -131,7 +131,7 @@ def slow_beyond(values, fast, ids=None) -> list:
     if unknown:
         raise ValueError(f"fast-tier names not among the parameters: {sorted(unknown)}")
     params = []
-    for label, value in zip(names, values):
+    for label, value in zip(names, values, strict=True):
         marks = () if label in fast else (pytest.mark.slow,)
         if isinstance(value, type(pytest.param(None))):
             params.append(pytest.param(*value.values, id=value.id or label,
